@@ -1,0 +1,1 @@
+"""Pure rules: plain data in, decisions out. No I/O, no clocks: `now` is an argument."""

@@ -1,0 +1,119 @@
+"""The plain data the rules decide on: budgets, holds, charge records and ledger entries."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+
+class HoldState(enum.IntEnum):
+    """A hold's life; the numbers are the wire enum's."""
+
+    HELD = 1
+    SETTLED = 2
+    EXPIRED = 3
+
+
+class Outcome(enum.IntEnum):
+    """How the worker says its job ended; the numbers are the wire enum's."""
+
+    UNSPECIFIED = 0
+    SUCCEEDED = 1
+    FAILED = 2
+    CANCELLED = 3
+
+
+class RefusalReason(enum.IntEnum):
+    """Why a Reserve was refused; the numbers are the wire enum's."""
+
+    UNSPECIFIED = 0
+    INSUFFICIENT_BUDGET = 1
+    LIMIT_UNAVAILABLE = 2
+    RATE_LIMITED = 3
+
+
+class LedgerKind(enum.StrEnum):
+    """What moved a budget's used or held."""
+
+    HOLD = "hold"
+    CHARGE = "charge"
+    SETTLE = "settle"
+    EXPIRE = "expire"
+    LATE_SETTLE = "late_settle"
+
+
+@dataclass(slots=True)
+class Budget:
+    """One budget row: the limit (None is unlimited), final usage and open holds."""
+
+    budget_id: str
+    limit: int | None
+    unit: str
+    used: int = 0
+    held: int = 0
+    open_reservations: int = 0
+
+    def remaining(self) -> int | None:
+        """What a new hold may still take; None for an unlimited budget."""
+        if self.limit is None:
+            return None
+        return max(0, self.limit - self.used - self.held)
+
+
+@dataclass(slots=True)
+class Settlement:
+    """What a Settle decided, kept so that a repeated Settle answers the same."""
+
+    used: int
+    outcome: Outcome
+    charged: int
+    released: int
+    overshoot: int
+
+
+@dataclass(slots=True)
+class Hold:
+    """One reservation. While HELD it holds amount - charged of its budget."""
+
+    reservation_id: str
+    budget_id: str
+    idempotency_key: str
+    amount: int
+    lease: timedelta
+    expires_at: datetime
+    created_at: datetime
+    charged: int = 0
+    state: HoldState = HoldState.HELD
+    labels: dict[str, str] = field(default_factory=dict)
+    closed_at: datetime | None = None
+    settlement: Settlement | None = None
+
+    def held(self) -> int:
+        """What this hold still keeps from its budget."""
+        return self.amount - self.charged if self.state is HoldState.HELD else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeRecord:
+    """The answer to one Charge, keyed by (reservation_id, idempotency_key) for retries."""
+
+    reservation_id: str
+    idempotency_key: str
+    amount: int
+    charged: int
+    capped: bool
+    total_charged: int
+    hold_remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One append-only change to a budget's used and held."""
+
+    budget_id: str
+    reservation_id: str | None
+    kind: LedgerKind
+    held_delta: int
+    used_delta: int
+    at: datetime

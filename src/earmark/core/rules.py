@@ -1,0 +1,107 @@
+"""The rules of admission, charging, settling and expiry, each a small pure function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from earmark.core.model import Budget, Hold, HoldState
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """admitted iff used + held + amount <= limit; remaining is what is left afterwards."""
+
+    admitted: bool
+    remaining: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeStep:
+    """charged = min(amount, what is left of the hold); capped means the worker must stop."""
+
+    charged: int
+    capped: bool
+    total_charged: int
+    hold_remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettleStep:
+    """What a Settle charges and returns, and how it moves the budget's counters."""
+
+    charged: int
+    released: int
+    overshoot: int
+    used_delta: int
+    held_delta: int
+
+
+def admit(budget: Budget, amount: int) -> Admission:
+    """Decides whether a hold of amount fits in what the budget has left."""
+    assert amount > 0
+    room = budget.remaining()
+    if room is None:
+        return Admission(admitted=True, remaining=None, message="admitted: budget is unlimited")
+    if amount > room:
+        return Admission(admitted=False, remaining=room, message=f"needs {amount}, {room} left")
+    return Admission(admitted=True, remaining=room - amount, message="admitted")
+
+
+def charge_step(hold: Hold, amount: int) -> ChargeStep:
+    """Charges one step against a live hold, never beyond what the hold still has."""
+    assert hold.state is HoldState.HELD
+    assert amount > 0
+    room = hold.amount - hold.charged
+    charged = min(amount, room)
+    return ChargeStep(
+        charged=charged,
+        capped=charged < amount,
+        total_charged=hold.charged + charged,
+        hold_remaining=room - charged,
+    )
+
+
+def settle_held(hold: Hold, used: int) -> SettleStep:
+    """Settles a live hold: the job is charged what it used, the rest of the hold returns."""
+    assert hold.state is HoldState.HELD
+    assert used >= 0
+    return SettleStep(
+        charged=used,
+        released=hold.amount - min(used, hold.amount),
+        overshoot=max(0, used - hold.amount),
+        used_delta=used - hold.charged,
+        held_delta=-(hold.amount - hold.charged),
+    )
+
+
+def settle_expired(hold: Hold, used: int) -> SettleStep:
+    """Settles a hold the sweeper already closed: the spend beyond its charges is recorded,
+    and nothing returns, since the sweeper returned the hold once already."""
+    assert hold.state is HoldState.EXPIRED
+    assert used >= 0
+    extra = max(0, used - hold.charged)
+    return SettleStep(
+        charged=hold.charged + extra,
+        released=0,
+        overshoot=max(0, used - hold.amount),
+        used_delta=extra,
+        held_delta=0,
+    )
+
+
+def expire_held(hold: Hold) -> int:
+    """Closes a hold whose lease passed: the job keeps what it charged; returns held_delta."""
+    assert hold.state is HoldState.HELD
+    return -(hold.amount - hold.charged)
+
+
+def lease_passed(hold: Hold, now: datetime) -> bool:
+    """A live hold whose lease has run out is expired, whether or not a sweeper saw it yet."""
+    return hold.state is HoldState.HELD and now >= hold.expires_at
+
+
+def renewed_deadline(hold: Hold, now: datetime, lease: timedelta) -> datetime:
+    """A renewal extends the lease to now + lease; it never shortens it."""
+    return max(hold.expires_at, now + lease)

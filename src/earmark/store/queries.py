@@ -1,0 +1,179 @@
+"""The SQL of group admission and the sweeper: loads for one batch, and its writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+
+from earmark.core.batch import BatchDecision, BatchState
+from earmark.core.model import Budget, Hold
+from earmark.core.ops import ChargeOp, Op, ReserveOp
+from earmark.store.rows import (
+    BUDGET_COLUMNS,
+    CHARGE_COLUMNS,
+    HOLD_COLUMNS,
+    budget_from_row,
+    charge_from_row,
+    hold_columns,
+    hold_from_row,
+)
+
+# Locks are taken in one order everywhere, reservations before budgets and each set
+# by key, so that lanes, sweepers and other sidecars wait on each other but never
+# deadlock.
+LOCK_HOLDS = f"""
+SELECT {HOLD_COLUMNS} FROM reservations
+WHERE reservation_id = ANY($1::uuid[])
+   OR (budget_id = $2 AND idempotency_key = ANY($3::text[]))
+ORDER BY reservation_id
+FOR UPDATE
+"""
+
+LOAD_CHARGES = f"""
+SELECT {CHARGE_COLUMNS} FROM charges
+WHERE (reservation_id, idempotency_key) IN (
+    SELECT * FROM unnest($1::uuid[], $2::text[]))
+"""
+
+LOCK_BUDGETS = f"""
+SELECT {BUDGET_COLUMNS} FROM budgets
+WHERE budget_id = ANY($1::text[])
+ORDER BY budget_id
+FOR NO KEY UPDATE
+"""
+
+CLAIM_DUE = f"""
+SELECT {HOLD_COLUMNS} FROM reservations
+WHERE state = 1 AND expires_at <= $1
+ORDER BY expires_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+"""
+
+INSERT_HOLDS = f"""
+INSERT INTO reservations ({HOLD_COLUMNS})
+SELECT * FROM unnest(
+    $1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::smallint[],
+    $7::bigint[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::jsonb[],
+    $12::bigint[], $13::smallint[], $14::bigint[], $15::bigint[], $16::bigint[])
+"""
+
+UPDATE_HOLDS = """
+UPDATE reservations AS r SET
+    charged = u.charged, state = u.state, lease_ms = u.lease_ms, expires_at = u.expires_at,
+    closed_at = u.closed_at, settled_used = u.settled_used,
+    settled_outcome = u.settled_outcome, settled_charged = u.settled_charged,
+    settled_released = u.settled_released, settled_overshoot = u.settled_overshoot
+FROM unnest(
+    $1::uuid[], $2::bigint[], $3::smallint[], $4::bigint[], $5::timestamptz[],
+    $6::timestamptz[], $7::bigint[], $8::smallint[], $9::bigint[], $10::bigint[],
+    $11::bigint[])
+    AS u(reservation_id, charged, state, lease_ms, expires_at, closed_at, settled_used,
+         settled_outcome, settled_charged, settled_released, settled_overshoot)
+WHERE r.reservation_id = u.reservation_id
+"""
+
+INSERT_CHARGES = """
+INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
+                     total_charged, hold_remaining)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[],
+                     $6::bigint[], $7::bigint[])
+"""
+
+INSERT_LEDGER = """
+INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[],
+                     $6::timestamptz[])
+"""
+
+UPDATE_BUDGETS = """
+UPDATE budgets AS b SET used = u.used, held = u.held,
+    open_reservations = u.open_reservations, updated_at = now()
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+    AS u(budget_id, used, held, open_reservations)
+WHERE b.budget_id = u.budget_id
+"""
+
+
+async def lock_budgets(conn: asyncpg.Connection, budget_ids: Sequence[str]) -> dict[str, Budget]:
+    rows = await conn.fetch(LOCK_BUDGETS, list(budget_ids))
+    return {row["budget_id"]: budget_from_row(row) for row in rows}
+
+
+async def load_batch(conn: asyncpg.Connection, budget_id: str, ops: Sequence[Op]) -> BatchState:
+    """Locks the holds the ops name, reads earlier charge answers, then locks the budget."""
+    ids = [op.reservation_id for op in ops if not isinstance(op, ReserveOp)]
+    keys = [op.idempotency_key for op in ops if isinstance(op, ReserveOp)]
+    state = BatchState(budget_id=budget_id, budget=None)
+    for row in await conn.fetch(LOCK_HOLDS, ids, budget_id, keys):
+        hold = hold_from_row(row)
+        state.holds_by_id[hold.reservation_id] = hold
+        if hold.budget_id == budget_id:
+            state.holds_by_key[hold.idempotency_key] = hold
+    charges = [op for op in ops if isinstance(op, ChargeOp)]
+    if charges:
+        rows = await conn.fetch(
+            LOAD_CHARGES,
+            [op.reservation_id for op in charges],
+            [op.idempotency_key for op in charges],
+        )
+        for row in rows:
+            record = charge_from_row(row)
+            state.charges[(record.reservation_id, record.idempotency_key)] = record
+    state.budget = (await lock_budgets(conn, [budget_id])).get(budget_id)
+    return state
+
+
+async def claim_due(conn: asyncpg.Connection, now: object, limit: int) -> list[Hold]:
+    """Locks live holds whose lease passed, skipping those another transaction holds."""
+    return [hold_from_row(row) for row in await conn.fetch(CLAIM_DUE, now, limit)]
+
+
+async def write_decisions(
+    conn: asyncpg.Connection, decided: Sequence[tuple[BatchState, BatchDecision]]
+) -> None:
+    """Writes what the decisions changed, a statement per table, whatever the batch size."""
+    new_holds = [h for _, d in decided for h in d.new_holds]
+    new_ids = {h.reservation_id for h in new_holds}
+    changed = [
+        h for _, d in decided for h in d.changed_holds.values() if h.reservation_id not in new_ids
+    ]
+    charges = [c for _, d in decided for c in d.new_charges]
+    ledger = [e for _, d in decided for e in d.ledger]
+    budgets = [s.budget for s, d in decided if s.budget is not None and d.writes_anything()]
+    if new_holds:
+        await conn.execute(INSERT_HOLDS, *hold_columns(new_holds))
+    if changed:
+        columns = hold_columns(changed)
+        # The updatable columns: id, charged, state, lease_ms, expires_at, closed_at, settled_*.
+        await conn.execute(UPDATE_HOLDS, *[columns[i] for i in (0, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15)])
+    if charges:
+        await conn.execute(
+            INSERT_CHARGES,
+            [c.reservation_id for c in charges],
+            [c.idempotency_key for c in charges],
+            [c.amount for c in charges],
+            [c.charged for c in charges],
+            [c.capped for c in charges],
+            [c.total_charged for c in charges],
+            [c.hold_remaining for c in charges],
+        )
+    if ledger:
+        await conn.execute(
+            INSERT_LEDGER,
+            [e.budget_id for e in ledger],
+            [e.reservation_id for e in ledger],
+            [str(e.kind) for e in ledger],
+            [e.held_delta for e in ledger],
+            [e.used_delta for e in ledger],
+            [e.at for e in ledger],
+        )
+    if budgets:
+        await conn.execute(
+            UPDATE_BUDGETS,
+            [b.budget_id for b in budgets],
+            [b.used for b in budgets],
+            [b.held for b in budgets],
+            [b.open_reservations for b in budgets],
+        )

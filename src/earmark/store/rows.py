@@ -1,0 +1,98 @@
+"""Conversions between database rows and the core's plain data."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from earmark.core.model import Budget, ChargeRecord, Hold, HoldState, Outcome, Settlement
+
+BUDGET_COLUMNS = "budget_id, limit_units, unit, used, held, open_reservations"
+
+HOLD_COLUMNS = (
+    "reservation_id, budget_id, idempotency_key, amount, charged, state, lease_ms, "
+    "expires_at, created_at, closed_at, labels, settled_used, settled_outcome, "
+    "settled_charged, settled_released, settled_overshoot"
+)
+
+CHARGE_COLUMNS = (
+    "reservation_id, idempotency_key, amount, charged, capped, total_charged, hold_remaining"
+)
+
+
+def budget_from_row(row: asyncpg.Record) -> Budget:
+    return Budget(
+        budget_id=row["budget_id"],
+        limit=row["limit_units"],
+        unit=row["unit"],
+        used=row["used"],
+        held=row["held"],
+        open_reservations=row["open_reservations"],
+    )
+
+
+def hold_from_row(row: asyncpg.Record) -> Hold:
+    settlement = None
+    if row["settled_used"] is not None:
+        settlement = Settlement(
+            used=row["settled_used"],
+            outcome=Outcome(row["settled_outcome"]),
+            charged=row["settled_charged"],
+            released=row["settled_released"],
+            overshoot=row["settled_overshoot"],
+        )
+    return Hold(
+        reservation_id=str(row["reservation_id"]),
+        budget_id=row["budget_id"],
+        idempotency_key=row["idempotency_key"],
+        amount=row["amount"],
+        charged=row["charged"],
+        state=HoldState(row["state"]),
+        lease=timedelta(milliseconds=row["lease_ms"]),
+        expires_at=row["expires_at"],
+        created_at=row["created_at"],
+        closed_at=row["closed_at"],
+        labels=json.loads(row["labels"]),
+        settlement=settlement,
+    )
+
+
+def charge_from_row(row: asyncpg.Record) -> ChargeRecord:
+    return ChargeRecord(
+        reservation_id=str(row["reservation_id"]),
+        idempotency_key=row["idempotency_key"],
+        amount=row["amount"],
+        charged=row["charged"],
+        capped=row["capped"],
+        total_charged=row["total_charged"],
+        hold_remaining=row["hold_remaining"],
+    )
+
+
+def hold_columns(holds: list[Hold]) -> list[list[Any]]:
+    """Column arrays for unnest(): one array per column of HOLD_COLUMNS, in order."""
+    return [
+        [h.reservation_id for h in holds],
+        [h.budget_id for h in holds],
+        [h.idempotency_key for h in holds],
+        [h.amount for h in holds],
+        [h.charged for h in holds],
+        [int(h.state) for h in holds],
+        [lease_ms(h.lease) for h in holds],
+        [h.expires_at for h in holds],
+        [h.created_at for h in holds],
+        [h.closed_at for h in holds],
+        [json.dumps(h.labels, sort_keys=True) for h in holds],
+        [h.settlement.used if h.settlement else None for h in holds],
+        [int(h.settlement.outcome) if h.settlement else None for h in holds],
+        [h.settlement.charged if h.settlement else None for h in holds],
+        [h.settlement.released if h.settlement else None for h in holds],
+        [h.settlement.overshoot if h.settlement else None for h in holds],
+    ]
+
+
+def lease_ms(lease: timedelta) -> int:
+    return max(1, round(lease.total_seconds() * 1000))

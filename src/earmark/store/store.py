@@ -1,0 +1,203 @@
+"""The store: budgets, group admission through lanes, and the sweeper's transactions."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import asyncpg
+
+from earmark import limits
+from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
+from earmark.core.model import Budget
+from earmark.core.ops import Op, ReserveOp, Result
+from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
+from earmark.store import queries
+from earmark.store.lanes import Lanes
+from earmark.store.migrate import migrate
+from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
+from earmark.store.tx import mapped_db_errors, run_serializable
+
+Clock = Callable[[], datetime]
+T = TypeVar("T")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class StoreObserver:
+    """Hooks through which the store reports what metrics want, without knowing of them."""
+
+    on_retry: Callable[[], None] | None = None
+    on_batch: Callable[[int], None] | None = None
+    on_expired: Callable[[int], None] | None = None
+
+
+class Store:
+    """Everything Earmark keeps in PostgreSQL. Open with Store.open(), close with close()."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        clock: Clock = utc_now,
+        observer: StoreObserver | None = None,
+        batch_size_max: int = limits.batch_size_max,
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._observer = observer or StoreObserver()
+        self._rng = random.Random()
+        self._routes: OrderedDict[str, str] = OrderedDict()
+        self._lanes = Lanes(
+            self._run_batch, batch_size_max=batch_size_max, on_batch=self._observer.on_batch
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        pool_size_max: int = limits.pool_size_max_default,
+        clock: Clock = utc_now,
+        observer: StoreObserver | None = None,
+        batch_size_max: int = limits.batch_size_max,
+    ) -> Store:
+        """Connects a pool to dsn and applies the migrations the database lacks."""
+        with mapped_db_errors():
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min(limits.pool_size_min, pool_size_max),
+                max_size=pool_size_max,
+                timeout=limits.db_connect_timeout_seconds,
+                command_timeout=limits.db_command_timeout_seconds,
+            )
+            async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                await migrate(conn)
+        return cls(pool, clock=clock, observer=observer, batch_size_max=batch_size_max)
+
+    async def close(self) -> None:
+        """Decides what is queued, then closes the pool."""
+        await self._lanes.close()
+        await self._pool.close()
+
+    # Budgets.
+
+    async def put_budget(self, budget_id: str, limit: int | None, unit: str) -> Budget:
+        """Creates the budget or sets its limit; unit may change only while it is unused."""
+
+        async def work(conn: asyncpg.Connection) -> Budget:
+            budget = (await queries.lock_budgets(conn, [budget_id])).get(budget_id)
+            if budget is None:
+                if not unit:
+                    raise InvalidArgument("unit", f"is required: budget {budget_id!r} is new")
+                row = await conn.fetchrow(
+                    f"INSERT INTO budgets (budget_id, limit_units, unit) VALUES ($1, $2, $3) "
+                    f"RETURNING {BUDGET_COLUMNS}",
+                    budget_id,
+                    limit,
+                    unit,
+                )
+                return budget_from_row(row)
+            new_unit = unit or budget.unit
+            in_use = budget.used or budget.held or budget.open_reservations
+            if new_unit != budget.unit and in_use:
+                raise FailedPrecondition(
+                    f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}"
+                )
+            row = await conn.fetchrow(
+                f"UPDATE budgets SET limit_units = $2, unit = $3, updated_at = now() "
+                f"WHERE budget_id = $1 RETURNING {BUDGET_COLUMNS}",
+                budget_id,
+                limit,
+                new_unit,
+            )
+            return budget_from_row(row)
+
+        return await self._serializable(work)
+
+    async def get_budget(self, budget_id: str) -> Budget:
+        with mapped_db_errors():
+            row = await self._pool.fetchrow(
+                f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE budget_id = $1", budget_id
+            )
+        if row is None:
+            raise NotFound(f"budget {budget_id!r} not found")
+        return budget_from_row(row)
+
+    # Holds: every operation goes through its budget's lane.
+
+    async def submit(self, op: Op) -> Result:
+        """Decides op with whatever else is waiting on its budget, in one transaction."""
+        if isinstance(op, ReserveOp):
+            budget_id = op.budget_id
+        else:
+            budget_id = await self._budget_of(op.reservation_id)
+        return await self._lanes.submit(budget_id, op)
+
+    async def _budget_of(self, reservation_id: str) -> str:
+        budget_id = self._routes.get(reservation_id)
+        if budget_id is None:
+            with mapped_db_errors():
+                budget_id = await self._pool.fetchval(
+                    "SELECT budget_id FROM reservations WHERE reservation_id = $1", reservation_id
+                )
+            if budget_id is None:
+                raise NotFound(f"reservation {reservation_id} not found")
+            self._remember_route(reservation_id, budget_id)
+        return budget_id
+
+    def _remember_route(self, reservation_id: str, budget_id: str) -> None:
+        # A reservation never changes budget, so a cached route is never stale.
+        self._routes[reservation_id] = budget_id
+        if len(self._routes) > limits.route_cache_size_max:
+            self._routes.popitem(last=False)
+
+    async def _run_batch(self, budget_id: str, ops: list[Op]) -> list[Result | EarmarkError]:
+        async def work(conn: asyncpg.Connection) -> BatchDecision:
+            state = await queries.load_batch(conn, budget_id, ops)
+            decision = decide_batch(state, ops, self._clock())
+            await queries.write_decisions(conn, [(state, decision)])
+            return decision
+
+        decision = await self._serializable(work)
+        for hold in decision.new_holds:
+            self._remember_route(hold.reservation_id, hold.budget_id)
+        return decision.results
+
+    # The sweeper.
+
+    async def sweep_once(self, batch_size: int = limits.sweep_batch_size_max) -> int:
+        """Closes at most batch_size holds whose lease passed, in one transaction; holds
+        another transaction has locked are skipped, so sweepers never close one twice."""
+        assert 1 <= batch_size <= limits.sweep_batch_size_max
+
+        async def work(conn: asyncpg.Connection) -> int:
+            now = self._clock()
+            due = await queries.claim_due(conn, now, batch_size)
+            if not due:
+                return 0
+            budgets = await queries.lock_budgets(conn, sorted({h.budget_id for h in due}))
+            decided = []
+            for budget_id, budget in budgets.items():
+                state = BatchState(budget_id=budget_id, budget=budget)
+                state.holds_by_id = {h.reservation_id: h for h in due if h.budget_id == budget_id}
+                decided.append((state, expire_due(state, now)))
+            await queries.write_decisions(conn, decided)
+            return sum(len(d.changed_holds) for _, d in decided)
+
+        closed = await self._serializable(work)
+        if closed and self._observer.on_expired is not None:
+            self._observer.on_expired(closed)
+        return closed
+
+    async def _serializable(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        return await run_serializable(
+            self._pool, work, rng=self._rng, on_retry=self._observer.on_retry
+        )

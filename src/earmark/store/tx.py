@@ -1,0 +1,90 @@
+"""Serializable transactions with bounded, jittered retries, and the one place where
+asyncpg's exceptions become Earmark's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import asyncpg
+
+from earmark import limits
+from earmark.errors import FailedPrecondition, Unavailable
+
+T = TypeVar("T")
+
+# A conflicting key insert from another sidecar is a conflict like any other: the
+# retry reads the row that won and answers with it.
+_RETRY_CONSTRAINTS = frozenset({"reservations_idempotency", "charges_pkey"})
+
+
+class RetryExhausted(Unavailable):
+    """Every attempt hit a serialization conflict; nothing was committed."""
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Serialization failures, deadlocks and lost key races: safe to run again."""
+    if isinstance(exc, asyncpg.SerializationError | asyncpg.DeadlockDetectedError):
+        return True
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        return getattr(exc, "constraint_name", None) in _RETRY_CONSTRAINTS
+    return False
+
+
+@contextlib.contextmanager
+def mapped_db_errors() -> Iterator[None]:
+    """Turns a broken or refusing database into Unavailable, an overflow into
+    FailedPrecondition; anything else is a bug and propagates as it is."""
+    try:
+        yield
+    except (
+        OSError,
+        TimeoutError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.InterfaceError,
+        asyncpg.CannotConnectNowError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.AdminShutdownError,
+        asyncpg.CrashShutdownError,
+        asyncpg.QueryCanceledError,
+    ) as exc:
+        raise Unavailable(f"database unavailable: {type(exc).__name__}: {exc}") from exc
+    except asyncpg.NumericValueOutOfRangeError as exc:
+        raise FailedPrecondition("the change would overflow a 64-bit counter") from exc
+
+
+def backoff_seconds(attempt: int, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2**attempt)]."""
+    ceiling = min(limits.tx_backoff_seconds_max, limits.tx_backoff_seconds_base * 2**attempt)
+    return rng.uniform(0.0, ceiling)
+
+
+async def run_serializable(
+    pool: asyncpg.Pool,
+    work: Callable[[asyncpg.Connection], Awaitable[T]],
+    *,
+    attempts_max: int = limits.tx_attempts_max,
+    rng: random.Random | None = None,
+    on_retry: Callable[[], None] | None = None,
+) -> T:
+    """Runs work in one serializable transaction, again after a conflict, at most
+    attempts_max times; then raises RetryExhausted having committed nothing."""
+    assert attempts_max >= 1
+    rng = rng or random.Random()
+    for attempt in range(attempts_max):
+        try:
+            with mapped_db_errors():
+                async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                    async with conn.transaction(isolation="serializable"):
+                        return await work(conn)
+        except asyncpg.PostgresError as exc:
+            if not is_conflict(exc):
+                raise
+            if on_retry is not None:
+                on_retry()
+            if attempt + 1 < attempts_max:
+                await asyncio.sleep(backoff_seconds(attempt, rng))
+    raise RetryExhausted(f"gave up after {attempts_max} serialization conflicts; nothing changed")
