@@ -21,8 +21,8 @@ test: venv
 	$(BIN)/pytest
 
 lint: venv
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests tools bench
+	$(BIN)/ruff format --check src tests tools bench
 
 typecheck: venv
 	$(BIN)/mypy

@@ -15,14 +15,16 @@ SELECT b.budget_id, b.limit_units, b.used, b.held, b.open_reservations,
        coalesce((SELECT sum(l.held_delta) FROM ledger l WHERE l.budget_id = b.budget_id), 0)
            AS ledger_held,
        coalesce((SELECT sum(greatest(0, r.settled_used - r.amount)) FROM reservations r
-                 WHERE r.budget_id = b.budget_id), 0) AS overshoot
+                 WHERE r.budget_id = b.budget_id AND r.state = 2), 0)
+       + coalesce((SELECT sum(l.used_delta) FROM ledger l
+                   WHERE l.budget_id = b.budget_id AND l.kind = 'late_settle'), 0) AS overshoot
 FROM budgets b ORDER BY b.budget_id
 """
 
 
 async def assert_invariants(dsn: str) -> None:
     """held = sum of open holds = sum of ledger held deltas, used = sum of ledger charges,
-    and nothing beyond the limit but the overshoot that settles recorded."""
+    and nothing beyond the limit but what settles reported past their holds."""
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(INVARIANTS)

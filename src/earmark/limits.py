@@ -52,6 +52,9 @@ db_connect_timeout_seconds = 5.0
 
 # Shutdown: in-flight RPCs get this long to finish after SIGTERM.
 shutdown_grace_seconds_default = 10.0
+# Draining ends once no call has arrived for this long (or the grace period ends).
+drain_quiet_seconds = 0.2
+drain_poll_seconds = 0.02
 
 assert 0 < budget_id_length_max <= 1024
 assert 0 < idempotency_key_length_max <= 1024
@@ -64,3 +67,4 @@ assert tx_attempts_max >= 1
 assert 0 < tx_backoff_seconds_base <= tx_backoff_seconds_max
 assert 1 <= sweep_batch_size_max <= 10_000
 assert 1 <= pool_size_min <= pool_size_max_default
+assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default

@@ -18,6 +18,7 @@ from earmark.errors import EarmarkError
 from earmark.metrics import Metrics
 from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
+from earmark.service.drain import Drain
 from earmark.settings import Settings, split_host_port
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
@@ -44,7 +45,8 @@ class Sidecar:
         self.embedded: EmbeddedPostgres | None = None
         self.store: Store | None = None
         self.server: grpc.aio.Server | None = None
-        self.health = health.aio.HealthServicer()
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.drain = Drain()
         self.port = 0
         self.metrics_port = 0
         self._metrics_httpd: Any = None
@@ -77,10 +79,14 @@ class Sidecar:
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 1 << 20)]
         )
         budget_pb2_grpc.add_BudgetServicer_to_server(
-            BudgetService(self.store, m, lease_seconds_max=self.settings.lease_seconds_max),
+            BudgetService(
+                self.store, m, self.drain, lease_seconds_max=self.settings.lease_seconds_max
+            ),
             self.server,
         )
-        budget_pb2_grpc.add_AdminServicer_to_server(AdminService(self.store, m), self.server)
+        budget_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(self.store, m, self.drain), self.server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
@@ -106,24 +112,34 @@ class Sidecar:
         """Drains and stops everything start() started; safe after a failed start."""
         await self.health.enter_graceful_shutdown()
         if self.server is not None:
-            await self.server.stop(grace=self.settings.shutdown_grace_seconds)
+            grace = self.settings.shutdown_grace_seconds
+            started = asyncio.get_running_loop().time()
+            drained = await self.drain.drain(grace)
+            left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
+            await self.server.stop(grace=left)
+            log.info("drained", in_flight_left=self.drain.active, within_grace=drained)
             self.server = None
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self.stop_sweeper()
         if self.store is not None:
             await self.store.close()
             self.store = None
         if self._metrics_httpd is not None:
-            self._metrics_httpd.shutdown()
+            await asyncio.to_thread(self._metrics_httpd.shutdown)
             self._metrics_httpd.server_close()
             self._metrics_httpd = None
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
             self.embedded = None
         log.info("stopped")
+
+    async def stop_sweeper(self) -> None:
+        """Stops the sweeper after its current transaction; holds then expire only when
+        a Charge, Renew or Settle finds their lease passed (or another sidecar sweeps)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
 
     async def _sweep_forever(self) -> None:
         assert self.store is not None

@@ -36,17 +36,27 @@ class Settings:
         split_host_port(self.listen, "listen")
         if self.metrics_listen:
             split_host_port(self.metrics_listen, "metrics_listen")
-        if not limits.lease_seconds_min <= self.lease_seconds_max <= limits.lease_seconds_max_ceiling:
+        if (
+            not limits.lease_seconds_min
+            <= self.lease_seconds_max
+            <= limits.lease_seconds_max_ceiling
+        ):
             raise ValueError(
                 f"lease_seconds_max: {self.lease_seconds_max} is outside "
                 f"[{limits.lease_seconds_min}, {limits.lease_seconds_max_ceiling}]"
             )
         if not 0 < self.sweep_interval_seconds <= 3600:
-            raise ValueError(f"sweep_interval_seconds: {self.sweep_interval_seconds} is not in (0, 3600]")
+            raise ValueError(
+                f"sweep_interval_seconds: {self.sweep_interval_seconds} is not in (0, 3600]"
+            )
         if not 0 <= self.shutdown_grace_seconds <= 600:
-            raise ValueError(f"shutdown_grace_seconds: {self.shutdown_grace_seconds} is not in [0, 600]")
+            raise ValueError(
+                f"shutdown_grace_seconds: {self.shutdown_grace_seconds} is not in [0, 600]"
+            )
         if not limits.pool_size_min <= self.pool_size_max <= 100:
-            raise ValueError(f"pool_size_max: {self.pool_size_max} is not in [{limits.pool_size_min}, 100]")
+            raise ValueError(
+                f"pool_size_max: {self.pool_size_max} is not in [{limits.pool_size_min}, 100]"
+            )
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
         if self.log_format not in {"auto", "json", "console"}:
@@ -88,7 +98,7 @@ def load(flags: dict[str, object], environ: dict[str, str] | None = None) -> Set
             continue
         convert = _TYPES.get(name, str)
         try:
-            values[name] = convert(raw)  # type: ignore[operator]
+            values[name] = convert(raw)
         except ValueError:
             raise ValueError(f"{name}: {raw!r} is not a {convert.__name__}") from None
     return Settings(**values)  # type: ignore[arg-type]

@@ -46,7 +46,10 @@ async def test_reserve_admits_and_holds(sidecar: Running) -> None:
     uuid.UUID(reply.reservation_id)
     budget = await state(sidecar)
     assert (40_000, 0, 60_000, 1) == (
-        budget.held, budget.used, budget.remaining, budget.open_reservations
+        budget.held,
+        budget.used,
+        budget.remaining,
+        budget.open_reservations,
     )
     await assert_invariants(sidecar.dsn)
 
@@ -102,13 +105,19 @@ async def test_charge_caps_at_the_hold(sidecar: Running) -> None:
         pb.ChargeRequest(reservation_id=rid, amount=6_000, idempotency_key="s1")
     )
     assert (6_000, False, 6_000, 4_000) == (
-        first.charged, first.capped, first.total_charged, first.hold_remaining
+        first.charged,
+        first.capped,
+        first.total_charged,
+        first.hold_remaining,
     )
     second = await sidecar.budget.Charge(
         pb.ChargeRequest(reservation_id=rid, amount=6_000, idempotency_key="s2")
     )
     assert (4_000, True, 10_000, 0) == (
-        second.charged, second.capped, second.total_charged, second.hold_remaining
+        second.charged,
+        second.capped,
+        second.total_charged,
+        second.hold_remaining,
     )
     budget = await state(sidecar)
     assert (10_000, 0) == (budget.used, budget.held)
@@ -156,11 +165,17 @@ async def test_settle_returns_the_rest(sidecar: Running) -> None:
         pb.SettleRequest(reservation_id=rid, used=31_200, outcome=pb.OUTCOME_SUCCEEDED)
     )
     assert (31_200, 8_800, 0, pb.RESERVATION_STATE_SETTLED) == (
-        reply.charged, reply.released, reply.overshoot, reply.state
+        reply.charged,
+        reply.released,
+        reply.overshoot,
+        reply.state,
     )
     budget = await state(sidecar)
     assert (31_200, 0, 68_800, 0) == (
-        budget.used, budget.held, budget.remaining, budget.open_reservations
+        budget.used,
+        budget.held,
+        budget.remaining,
+        budget.open_reservations,
     )
     await assert_invariants(sidecar.dsn)
 
@@ -234,13 +249,15 @@ async def test_closed_hold_is_failed_precondition(sidecar: Running, rpc: str) ->
     await put(sidecar)
     rid = (await reserve(sidecar, 10_000)).reservation_id
     await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=1))
+    call = (
+        sidecar.budget.Charge(
+            pb.ChargeRequest(reservation_id=rid, amount=1, idempotency_key="late")
+        )
+        if rpc == "charge"
+        else sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid))
+    )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        if rpc == "charge":
-            await sidecar.budget.Charge(
-                pb.ChargeRequest(reservation_id=rid, amount=1, idempotency_key="late")
-            )
-        else:
-            await sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid))
+        await call
     assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
     assert "SETTLED" in (caught.value.details() or "")
 

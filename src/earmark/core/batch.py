@@ -67,10 +67,9 @@ def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecisi
     decision = BatchDecision()
     for op in ops:
         try:
-            result = _decide_one(state, decision, op, now)
+            decision.results.append(_decide_one(state, decision, op, now))
         except EarmarkError as error:
-            result = error
-        decision.results.append(result)
+            decision.results.append(error)
     if state.budget is not None:
         assert state.budget.held >= 0, "held went negative"
         assert state.budget.open_reservations >= 0, "open_reservations went negative"

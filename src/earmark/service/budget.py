@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import grpc
 import structlog
 
 from earmark.core.ops import (
@@ -19,7 +18,8 @@ from earmark.core.ops import (
 )
 from earmark.metrics import Metrics
 from earmark.service import convert, validate
-from earmark.service.errors import rpc
+from earmark.service.drain import Drain
+from earmark.service.errors import Context, rpc
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
@@ -28,22 +28,21 @@ log = structlog.get_logger("earmark.budget")
 
 
 class BudgetService(pb_grpc.BudgetServicer):
-    def __init__(self, store: Store, metrics: Metrics, *, lease_seconds_max: float) -> None:
+    def __init__(
+        self, store: Store, metrics: Metrics, drain: Drain, *, lease_seconds_max: float
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.drain = drain
         self.lease_seconds_max = lease_seconds_max
 
     @rpc("Reserve")
-    async def Reserve(
-        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ReserveResponse:
+    async def Reserve(self, request: pb.ReserveRequest, context: Context) -> pb.ReserveResponse:
         op = ReserveOp(
             budget_id=validate.budget_id(request.budget_id),
             amount=validate.amount("amount", request.amount),
             idempotency_key=validate.idempotency_key(request.idempotency_key),
-            lease=validate.lease(
-                request.HasField("lease"), request.lease, self.lease_seconds_max
-            ),
+            lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
             labels=validate.labels(dict(request.labels)),
             new_reservation_id=str(uuid.uuid4()),
         )
@@ -63,9 +62,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         return convert.reserve_response(result)
 
     @rpc("Charge")
-    async def Charge(
-        self, request: pb.ChargeRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ChargeResponse:
+    async def Charge(self, request: pb.ChargeRequest, context: Context) -> pb.ChargeResponse:
         op = ChargeOp(
             reservation_id=validate.reservation_id(request.reservation_id),
             amount=validate.amount("amount", request.amount),
@@ -87,9 +84,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         return convert.charge_response(result)
 
     @rpc("Renew")
-    async def Renew(
-        self, request: pb.RenewRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RenewResponse:
+    async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
         op = RenewOp(
             reservation_id=validate.reservation_id(request.reservation_id),
             lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
@@ -99,9 +94,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         return convert.renew_response(result)
 
     @rpc("Settle")
-    async def Settle(
-        self, request: pb.SettleRequest, context: grpc.aio.ServicerContext
-    ) -> pb.SettleResponse:
+    async def Settle(self, request: pb.SettleRequest, context: Context) -> pb.SettleResponse:
         op = SettleOp(
             reservation_id=validate.reservation_id(request.reservation_id),
             used=validate.amount("used", request.used, zero_ok=True),

@@ -20,6 +20,7 @@ from earmark.errors import (
     Unavailable,
 )
 from earmark.metrics import Metrics
+from earmark.service.drain import Drain
 
 STATUS_OF: dict[type[EarmarkError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -40,7 +41,8 @@ def status_of(error: EarmarkError) -> grpc.StatusCode:
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
-Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+Context = grpc.aio.ServicerContext[Any, Any]
+Handler = Callable[[Any, Req, Context], Awaitable[Resp]]
 
 log = structlog.get_logger("earmark.rpc")
 
@@ -51,13 +53,17 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
 
     def wrap(handler: Handler[Req, Resp]) -> Handler[Req, Resp]:
         @functools.wraps(handler)
-        async def call(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+        async def call(self: Any, request: Req, context: Context) -> Resp:
             metrics: Metrics = self.metrics
+            drain: Drain = self.drain
             started = time.perf_counter()
             code = grpc.StatusCode.OK
             structlog.contextvars.bind_contextvars(rpc=method)
+            entered = False
             try:
                 try:
+                    drain.enter()
+                    entered = True
                     return await handler(self, request, context)
                 except EarmarkError as error:
                     code = status_of(error)
@@ -70,6 +76,8 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
                 await context.abort(code, message)
                 raise AssertionError("abort returned")  # pragma: no cover
             finally:
+                if entered:
+                    drain.leave()
                 structlog.contextvars.unbind_contextvars("rpc")
                 metrics.rpc_duration.labels(method, code.name).observe(
                     time.perf_counter() - started

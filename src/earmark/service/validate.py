@@ -66,7 +66,9 @@ def limit(value: int) -> int:
 
 def unit(value: str) -> str:
     if len(value) > limits.unit_length_max:
-        raise InvalidArgument("unit", f"is {len(value)} characters; at most {limits.unit_length_max}")
+        raise InvalidArgument(
+            "unit", f"is {len(value)} characters; at most {limits.unit_length_max}"
+        )
     if value and not _UNIT.match(value):
         raise InvalidArgument("unit", "must be lower-case letters, digits and _ (like usd_micros)")
     return value
@@ -88,12 +90,14 @@ def lease(present: bool, value: Duration, lease_seconds_max: float) -> timedelta
 
 def labels(value: dict[str, str]) -> dict[str, str]:
     if len(value) > limits.label_count_max:
-        raise InvalidArgument("labels", f"has {len(value)} entries; at most {limits.label_count_max}")
+        raise InvalidArgument(
+            "labels", f"has {len(value)} entries; at most {limits.label_count_max}"
+        )
     for key, text in value.items():
         if not key or len(key) > limits.label_key_length_max or not _LABEL_KEY.match(key):
             raise InvalidArgument(
                 "labels",
-                f"key {key[:limits.label_key_length_max]!r} must be 1 to "
+                f"key {key[: limits.label_key_length_max]!r} must be 1 to "
                 f"{limits.label_key_length_max} of letters, digits, _ . - /",
             )
         if len(text) > limits.label_value_length_max:

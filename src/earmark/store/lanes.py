@@ -92,7 +92,7 @@ class Lanes:
                 del self._lanes[budget_id]
 
     def _take_batch(self, lane: _Lane) -> list[tuple[Op, asyncio.Future[Result | EarmarkError]]]:
-        batch = []
+        batch: list[tuple[Op, asyncio.Future[Result | EarmarkError]]] = []
         while lane.queue and len(batch) < self._batch_size_max:
             op, future = lane.queue.popleft()
             # A caller that gave up (deadline, cancellation) no longer needs a decision.

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import asyncpg
+from earmark.store.tx import Conn
 
 # Any fixed number: every Earmark process takes this advisory lock to migrate.
 _MIGRATION_LOCK_KEY = 0x4541524D  # "EARM"
@@ -33,7 +33,7 @@ def migrations() -> list[Migration]:
     return found
 
 
-async def migrate(conn: asyncpg.Connection) -> list[int]:
+async def migrate(conn: Conn) -> list[int]:
     """Applies the migrations this database lacks; returns the versions it applied."""
     applied: list[int] = []
     async with conn.transaction():

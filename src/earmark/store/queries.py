@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import asyncpg
-
 from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.model import Budget, Hold
 from earmark.core.ops import ChargeOp, Op, ReserveOp
@@ -18,6 +16,7 @@ from earmark.store.rows import (
     hold_columns,
     hold_from_row,
 )
+from earmark.store.tx import Conn
 
 # Locks are taken in one order everywhere, reservations before budgets and each set
 # by key, so that lanes, sweepers and other sidecars wait on each other but never
@@ -96,12 +95,12 @@ WHERE b.budget_id = u.budget_id
 """
 
 
-async def lock_budgets(conn: asyncpg.Connection, budget_ids: Sequence[str]) -> dict[str, Budget]:
+async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> dict[str, Budget]:
     rows = await conn.fetch(LOCK_BUDGETS, list(budget_ids))
     return {row["budget_id"]: budget_from_row(row) for row in rows}
 
 
-async def load_batch(conn: asyncpg.Connection, budget_id: str, ops: Sequence[Op]) -> BatchState:
+async def load_batch(conn: Conn, budget_id: str, ops: Sequence[Op]) -> BatchState:
     """Locks the holds the ops name, reads earlier charge answers, then locks the budget."""
     ids = [op.reservation_id for op in ops if not isinstance(op, ReserveOp)]
     keys = [op.idempotency_key for op in ops if isinstance(op, ReserveOp)]
@@ -125,14 +124,12 @@ async def load_batch(conn: asyncpg.Connection, budget_id: str, ops: Sequence[Op]
     return state
 
 
-async def claim_due(conn: asyncpg.Connection, now: object, limit: int) -> list[Hold]:
+async def claim_due(conn: Conn, now: object, limit: int) -> list[Hold]:
     """Locks live holds whose lease passed, skipping those another transaction holds."""
     return [hold_from_row(row) for row in await conn.fetch(CLAIM_DUE, now, limit)]
 
 
-async def write_decisions(
-    conn: asyncpg.Connection, decided: Sequence[tuple[BatchState, BatchDecision]]
-) -> None:
+async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchDecision]]) -> None:
     """Writes what the decisions changed, a statement per table, whatever the batch size."""
     new_holds = [h for _, d in decided for h in d.new_holds]
     new_ids = {h.reservation_id for h in new_holds}
@@ -147,7 +144,9 @@ async def write_decisions(
     if changed:
         columns = hold_columns(changed)
         # The updatable columns: id, charged, state, lease_ms, expires_at, closed_at, settled_*.
-        await conn.execute(UPDATE_HOLDS, *[columns[i] for i in (0, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15)])
+        await conn.execute(
+            UPDATE_HOLDS, *[columns[i] for i in (0, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15)]
+        )
     if charges:
         await conn.execute(
             INSERT_CHARGES,

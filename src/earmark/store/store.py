@@ -20,7 +20,7 @@ from earmark.store import queries
 from earmark.store.lanes import Lanes
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
-from earmark.store.tx import mapped_db_errors, run_serializable
+from earmark.store.tx import Conn, mapped_db_errors, run_serializable
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -92,7 +92,7 @@ class Store:
     async def put_budget(self, budget_id: str, limit: int | None, unit: str) -> Budget:
         """Creates the budget or sets its limit; unit may change only while it is unused."""
 
-        async def work(conn: asyncpg.Connection) -> Budget:
+        async def work(conn: Conn) -> Budget:
             budget = (await queries.lock_budgets(conn, [budget_id])).get(budget_id)
             if budget is None:
                 if not unit:
@@ -104,6 +104,7 @@ class Store:
                     limit,
                     unit,
                 )
+                assert row is not None
                 return budget_from_row(row)
             new_unit = unit or budget.unit
             in_use = budget.used or budget.held or budget.open_reservations
@@ -118,6 +119,7 @@ class Store:
                 limit,
                 new_unit,
             )
+            assert row is not None
             return budget_from_row(row)
 
         return await self._serializable(work)
@@ -160,7 +162,7 @@ class Store:
             self._routes.popitem(last=False)
 
     async def _run_batch(self, budget_id: str, ops: list[Op]) -> list[Result | EarmarkError]:
-        async def work(conn: asyncpg.Connection) -> BatchDecision:
+        async def work(conn: Conn) -> BatchDecision:
             state = await queries.load_batch(conn, budget_id, ops)
             decision = decide_batch(state, ops, self._clock())
             await queries.write_decisions(conn, [(state, decision)])
@@ -178,7 +180,7 @@ class Store:
         another transaction has locked are skipped, so sweepers never close one twice."""
         assert 1 <= batch_size <= limits.sweep_batch_size_max
 
-        async def work(conn: asyncpg.Connection) -> int:
+        async def work(conn: Conn) -> int:
             now = self._clock()
             due = await queries.claim_due(conn, now, batch_size)
             if not due:
@@ -197,7 +199,7 @@ class Store:
             self._observer.on_expired(closed)
         return closed
 
-    async def _serializable(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _serializable(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         return await run_serializable(
             self._pool, work, rng=self._rng, on_retry=self._observer.on_retry
         )

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 import asyncpg
 
@@ -15,6 +15,11 @@ from earmark import limits
 from earmark.errors import FailedPrecondition, Unavailable
 
 T = TypeVar("T")
+
+# What a transaction's work receives: a pooled connection (or a plain one, in tests).
+Conn: TypeAlias = (
+    "asyncpg.pool.PoolConnectionProxy[asyncpg.Record] | asyncpg.Connection[asyncpg.Record]"
+)
 
 # A conflicting key insert from another sidecar is a conflict like any other: the
 # retry reads the row that won and answers with it.
@@ -64,7 +69,7 @@ def backoff_seconds(attempt: int, rng: random.Random) -> float:
 
 async def run_serializable(
     pool: asyncpg.Pool,
-    work: Callable[[asyncpg.Connection], Awaitable[T]],
+    work: Callable[[Conn], Awaitable[T]],
     *,
     attempts_max: int = limits.tx_attempts_max,
     rng: random.Random | None = None,
@@ -77,9 +82,11 @@ async def run_serializable(
     for attempt in range(attempts_max):
         try:
             with mapped_db_errors():
-                async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                    async with conn.transaction(isolation="serializable"):
-                        return await work(conn)
+                async with (
+                    pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn,
+                    conn.transaction(isolation="serializable"),
+                ):
+                    return await work(conn)
         except asyncpg.PostgresError as exc:
             if not is_conflict(exc):
                 raise

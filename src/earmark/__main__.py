@@ -1,0 +1,3 @@
+from earmark.cli import main
+
+main()

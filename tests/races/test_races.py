@@ -1,0 +1,121 @@
+"""Races through the gRPC API, every call in flight at once, each ending on the invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from earmark.v1 import budget_pb2 as pb
+from tests.conftest import Running
+from tests.helpers import assert_invariants, fetch_budget_row
+
+
+async def put(s: Running, limit: int, budget_id: str = "acme/tokens") -> None:
+    await s.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit="tokens"))
+
+
+async def reserve_all(
+    s: Running, jobs: int, amount: int, budget_id: str = "acme/tokens"
+) -> list[pb.ReserveResponse]:
+    requests = [
+        pb.ReserveRequest(budget_id=budget_id, amount=amount, idempotency_key=uuid.uuid4().hex)
+        for _ in range(jobs)
+    ]
+    return list(await asyncio.gather(*[s.budget.Reserve(r) for r in requests]))
+
+
+async def test_five_jobs_of_40k_on_100k(sidecar: Running) -> None:
+    """The article's race: 5 jobs of 40,000 on 100,000 admit 2 and refuse 3 with 20,000 left."""
+    await put(sidecar, 100_000)
+    replies = await reserve_all(sidecar, 5, 40_000)
+    admitted = [r for r in replies if r.admitted]
+    refused = [r for r in replies if not r.admitted]
+    assert 2 == len(admitted)
+    assert [20_000] * 3 == [r.remaining for r in refused]
+    assert {pb.REFUSAL_REASON_INSUFFICIENT_BUDGET} == {r.reason for r in refused}
+    assert 80_000 == (await fetch_budget_row(sidecar.dsn, "acme/tokens"))["held"]
+    await assert_invariants(sidecar.dsn)
+
+
+@pytest.mark.parametrize(("amount", "expected"), [(100_000, 10), (30_000, 33)])
+async def test_forty_reserves_on_a_million(sidecar: Running, amount: int, expected: int) -> None:
+    """40 Reserves at once on 1,000,000 admit exactly as many as fit, never one more."""
+    await put(sidecar, 1_000_000)
+    replies = await reserve_all(sidecar, 40, amount)
+    assert expected == sum(r.admitted for r in replies)
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert expected * amount == row["held"]
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_load_120_jobs_at_50_in_flight(sidecar: Running) -> None:
+    """120 jobs of 1,000 at 50 in flight with room for 100 admit 100, and settling all at
+    1,000 leaves used = 100,000 and held = 0."""
+    await put(sidecar, 100_000)
+    gate = asyncio.Semaphore(50)
+
+    async def job() -> bool:
+        async with gate:
+            reply = await sidecar.budget.Reserve(
+                pb.ReserveRequest(
+                    budget_id="acme/tokens", amount=1_000, idempotency_key=uuid.uuid4().hex
+                )
+            )
+        if not reply.admitted:
+            return False
+        async with gate:
+            await sidecar.budget.Settle(
+                pb.SettleRequest(
+                    reservation_id=reply.reservation_id, used=1_000, outcome=pb.OUTCOME_SUCCEEDED
+                )
+            )
+        return True
+
+    outcomes = await asyncio.gather(*[job() for _ in range(120)])
+    assert (100, 20) == (sum(outcomes), len(outcomes) - sum(outcomes))
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (100_000, 0, 0) == (row["used"], row["held"], row["open_reservations"])
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_one_key_twenty_times_at_once(sidecar: Running) -> None:
+    """One idempotency key sent 20 times at once makes one hold."""
+    await put(sidecar, 1_000_000)
+    request = pb.ReserveRequest(budget_id="acme/tokens", amount=5_000, idempotency_key="once")
+    replies = await asyncio.gather(*[sidecar.budget.Reserve(request) for _ in range(20)])
+    assert 1 == len({r.reservation_id for r in replies})
+    assert all(r.admitted for r in replies)
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (5_000, 1) == (row["held"], row["open_reservations"])
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_fifty_concurrent_reserves_none_unavailable(sidecar: Running) -> None:
+    """50 concurrent Reserves on one budget all complete: no UNAVAILABLE, all admitted."""
+    await put(sidecar, 10_000_000)
+    replies = await reserve_all(sidecar, 50, 1_000)
+    assert 50 == sum(r.admitted for r in replies)
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_mixed_operations_race(sidecar: Running) -> None:
+    """Reserves, charges and settles on one budget racing each other keep every invariant."""
+    await put(sidecar, 200_000)
+
+    async def worker(i: int) -> None:
+        reply = await sidecar.budget.Reserve(
+            pb.ReserveRequest(budget_id="acme/tokens", amount=5_000, idempotency_key=f"w{i}")
+        )
+        if not reply.admitted:
+            return
+        rid = reply.reservation_id
+        for step in range(3):
+            await sidecar.budget.Charge(
+                pb.ChargeRequest(reservation_id=rid, amount=2_000, idempotency_key=f"s{step}")
+            )
+        await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=4_000 + i % 3_000))
+
+    await asyncio.gather(*[worker(i) for i in range(60)])
+    await assert_invariants(sidecar.dsn)

@@ -1,0 +1,165 @@
+"""Bad input gets a clear status naming the field, never INTERNAL, and changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from earmark.server import Sidecar
+from earmark.store.embedded import EmbeddedPostgres
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+from tests.conftest import Running, sidecar_settings
+
+BUDGET = "acme/tokens"
+MISSING_UUID = "00000000-0000-4000-8000-000000000000"
+
+
+def reserve(**fields: Any) -> tuple[str, pb.ReserveRequest]:
+    base: dict[str, Any] = {"budget_id": BUDGET, "amount": 10, "idempotency_key": "k"}
+    base.update(fields)
+    return "Reserve", pb.ReserveRequest(**base)
+
+
+INVALID: list[tuple[str, tuple[str, Any]]] = [
+    ("budget_id", reserve(budget_id="")),
+    ("budget_id", reserve(budget_id="x" * 129)),
+    ("budget_id", reserve(budget_id="has space")),
+    ("amount", reserve(amount=0)),
+    ("amount", reserve(amount=-5)),
+    ("amount", reserve(amount=10**15 + 1)),
+    ("idempotency_key", reserve(idempotency_key="")),
+    ("idempotency_key", reserve(idempotency_key="k" * 129)),
+    ("lease", reserve(lease=Duration(seconds=0))),
+    ("lease", reserve(lease=Duration(seconds=-3))),
+    ("lease", reserve(lease=Duration(seconds=10**6))),
+    ("labels", reserve(labels={f"k{i}": "v" for i in range(17)})),
+    ("labels", reserve(labels={"bad key": "v"})),
+    ("labels", reserve(labels={"k": "v" * 257})),
+    ("reservation_id", ("Charge", pb.ChargeRequest(amount=1, idempotency_key="k"))),
+    (
+        "reservation_id",
+        ("Charge", pb.ChargeRequest(reservation_id="nope", amount=1, idempotency_key="k")),
+    ),
+    (
+        "amount",
+        ("Charge", pb.ChargeRequest(reservation_id=MISSING_UUID, amount=0, idempotency_key="k")),
+    ),
+    ("idempotency_key", ("Charge", pb.ChargeRequest(reservation_id=MISSING_UUID, amount=1))),
+    ("reservation_id", ("Renew", pb.RenewRequest(reservation_id="12345"))),
+    (
+        "lease",
+        ("Renew", pb.RenewRequest(reservation_id=MISSING_UUID, lease=Duration(seconds=10**6))),
+    ),
+    ("reservation_id", ("Settle", pb.SettleRequest(reservation_id="x" * 200))),
+    ("used", ("Settle", pb.SettleRequest(reservation_id=MISSING_UUID, used=-1))),
+    ("outcome", ("Settle", pb.SettleRequest(reservation_id=MISSING_UUID, outcome=99))),  # type: ignore[arg-type]
+    ("budget_id", ("PutBudget", pb.PutBudgetRequest(budget_id="", unit="tokens"))),
+    ("limit", ("PutBudget", pb.PutBudgetRequest(budget_id=BUDGET, limit=-1, unit="tokens"))),
+    ("unit", ("PutBudget", pb.PutBudgetRequest(budget_id=BUDGET, unit="Tokens!"))),
+    ("unit", ("PutBudget", pb.PutBudgetRequest(budget_id="brand-new"))),
+    ("budget_id", ("GetBudget", pb.GetBudgetRequest(budget_id=""))),
+]
+
+NOT_FOUND: list[tuple[str, Any]] = [
+    ("Reserve", pb.ReserveRequest(budget_id="nobody", amount=1, idempotency_key="k")),
+    ("Charge", pb.ChargeRequest(reservation_id=MISSING_UUID, amount=1, idempotency_key="k")),
+    ("Renew", pb.RenewRequest(reservation_id=MISSING_UUID)),
+    ("Settle", pb.SettleRequest(reservation_id=MISSING_UUID, used=1)),
+    ("GetBudget", pb.GetBudgetRequest(budget_id="nobody")),
+]
+
+
+def method(s: Running, name: str) -> Callable[[Any], Awaitable[Any]]:
+    stub = s.admin if name in {"PutBudget", "GetBudget"} else s.budget
+    return getattr(stub, name)  # type: ignore[no-any-return]
+
+
+async def snapshot(dsn: str) -> list[Any]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [
+            await conn.fetch(f"SELECT * FROM {table} ORDER BY 1")
+            for table in ("budgets", "reservations", "charges", "ledger")
+        ]
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def seeded(sidecar: Running) -> Running:
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id=BUDGET, limit=1000, unit="tokens"))
+    await sidecar.budget.Reserve(
+        pb.ReserveRequest(budget_id=BUDGET, amount=100, idempotency_key="a")
+    )
+    return sidecar
+
+
+@pytest.mark.parametrize(("field", "call"), INVALID, ids=[f"{c[0]}-{f}" for f, c in INVALID])
+async def test_invalid_argument_names_the_field(
+    seeded: Running, field: str, call: tuple[str, Any]
+) -> None:
+    """A malformed field is INVALID_ARGUMENT, the message starts with its name, nothing changes."""
+    name, request = call
+    before = await snapshot(seeded.dsn)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await method(seeded, name)(request)
+    assert grpc.StatusCode.INVALID_ARGUMENT == caught.value.code()
+    assert (caught.value.details() or "").startswith(f"{field}:")
+    assert before == await snapshot(seeded.dsn)
+
+
+@pytest.mark.parametrize(("name", "request_"), NOT_FOUND, ids=[n for n, _ in NOT_FOUND])
+async def test_unknown_budget_or_reservation_is_not_found(
+    seeded: Running, name: str, request_: Any
+) -> None:
+    """An unknown budget or reservation is NOT_FOUND and changes nothing."""
+    before = await snapshot(seeded.dsn)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await method(seeded, name)(request_)
+    assert grpc.StatusCode.NOT_FOUND == caught.value.code()
+    assert before == await snapshot(seeded.dsn)
+
+
+async def test_unit_cannot_change_under_use(seeded: Running) -> None:
+    """Changing the unit of a budget with holds is FAILED_PRECONDITION."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await seeded.admin.PutBudget(pb.PutBudgetRequest(budget_id=BUDGET, unit="usd_micros"))
+    assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
+
+
+async def test_database_down_is_unavailable_and_recovers(tmp_path: Path) -> None:
+    """With its database stopped the sidecar answers UNAVAILABLE, admits nothing, and serves
+    again once the database is back, without a restart."""
+    pg = EmbeddedPostgres(tmp_path)
+    pg.start()
+    side = Sidecar(sidecar_settings(pg.uri()))
+    try:
+        await side.start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel:
+            budget = budget_pb2_grpc.BudgetStub(channel)
+            admin = budget_pb2_grpc.AdminStub(channel)
+            await admin.PutBudget(pb.PutBudgetRequest(budget_id=BUDGET, limit=100, unit="t"))
+            pg.stop()
+            for key in ("k1", "k2"):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await budget.Reserve(
+                        pb.ReserveRequest(budget_id=BUDGET, amount=10, idempotency_key=key)
+                    )
+                assert grpc.StatusCode.UNAVAILABLE == caught.value.code()
+            pg.start()
+            reply = await budget.Reserve(
+                pb.ReserveRequest(budget_id=BUDGET, amount=10, idempotency_key="k3")
+            )
+            assert reply.admitted
+            state = await admin.GetBudget(pb.GetBudgetRequest(budget_id=BUDGET))
+            assert (10, 1) == (state.held, state.open_reservations)
+    finally:
+        await side.stop()
+        pg.stop()

@@ -1,0 +1,120 @@
+"""Leases, the sweeper and late settles, against a live sidecar and a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from earmark.v1 import budget_pb2 as pb
+from tests.conftest import Running
+from tests.helpers import assert_invariants, fetch_budget_row
+
+
+async def held_for(s: Running, amount: int, lease_seconds: int = 1) -> str:
+    await s.admin.PutBudget(pb.PutBudgetRequest(budget_id="acme/tokens", limit=100_000, unit="t"))
+    reply = await s.budget.Reserve(
+        pb.ReserveRequest(
+            budget_id="acme/tokens",
+            amount=amount,
+            idempotency_key=uuid.uuid4().hex,
+            lease=Duration(seconds=lease_seconds),
+        )
+    )
+    assert reply.admitted
+    return reply.reservation_id
+
+
+async def wait_for_sweep(s: Running, deadline_seconds: float = 10.0) -> None:
+    """Polls until the budget has no open hold; the sweeper runs every 0.2 s here."""
+    for _ in range(int(deadline_seconds / 0.1)):
+        if (await fetch_budget_row(s.dsn, "acme/tokens"))["open_reservations"] == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the sweeper did not close the hold")
+
+
+async def test_sweeper_returns_a_dead_workers_hold(sidecar: Running) -> None:
+    """A hold whose lease passed is closed by the sweeper: charges stay, the rest returns."""
+    rid = await held_for(sidecar, 10_000)
+    await sidecar.budget.Charge(
+        pb.ChargeRequest(reservation_id=rid, amount=3_000, idempotency_key="s1")
+    )
+    await wait_for_sweep(sidecar)
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (3_000, 0) == (row["used"], row["held"])
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_late_settle_after_the_sweeper(sidecar: Running) -> None:
+    """A Settle after expiry answers EXPIRED, charges the spend beyond what was charged, and
+    returns nothing a second time."""
+    rid = await held_for(sidecar, 10_000)
+    await sidecar.budget.Charge(
+        pb.ChargeRequest(reservation_id=rid, amount=3_000, idempotency_key="s1")
+    )
+    await wait_for_sweep(sidecar)
+    reply = await sidecar.budget.Settle(
+        pb.SettleRequest(reservation_id=rid, used=4_500, outcome=pb.OUTCOME_SUCCEEDED)
+    )
+    assert (pb.RESERVATION_STATE_EXPIRED, 4_500, 0, 0) == (
+        reply.state,
+        reply.charged,
+        reply.released,
+        reply.overshoot,
+    )
+    again = await sidecar.budget.Settle(
+        pb.SettleRequest(reservation_id=rid, used=4_500, outcome=pb.OUTCOME_SUCCEEDED)
+    )
+    assert reply == again
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (4_500, 0) == (row["used"], row["held"])
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_late_settle_below_charges_changes_nothing(sidecar: Running) -> None:
+    """A late Settle reporting less than was charged keeps the charges and returns nothing."""
+    rid = await held_for(sidecar, 10_000)
+    await sidecar.budget.Charge(
+        pb.ChargeRequest(reservation_id=rid, amount=3_000, idempotency_key="s1")
+    )
+    await wait_for_sweep(sidecar)
+    reply = await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=1_000))
+    assert (3_000, 0) == (reply.charged, reply.released)
+    assert 3_000 == (await fetch_budget_row(sidecar.dsn, "acme/tokens"))["used"]
+    await assert_invariants(sidecar.dsn)
+
+
+@pytest.mark.parametrize("rpc", ["charge", "renew"])
+async def test_passed_lease_is_expired_before_the_sweeper(sidecar: Running, rpc: str) -> None:
+    """Charge or Renew after the lease passed finds the hold EXPIRED even if no sweep ran."""
+    await sidecar.sidecar.stop_sweeper()
+    rid = await held_for(sidecar, 10_000)
+    await asyncio.sleep(1.2)
+    call = (
+        sidecar.budget.Charge(
+            pb.ChargeRequest(reservation_id=rid, amount=1, idempotency_key="late")
+        )
+        if rpc == "charge"
+        else sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid))
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
+    assert "EXPIRED" in (caught.value.details() or "")
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (0, 0) == (row["held"], row["open_reservations"])
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_renewed_hold_outlives_its_first_lease(sidecar: Running) -> None:
+    """A worker that renews keeps its hold past several lease lengths."""
+    rid = await held_for(sidecar, 10_000)
+    for _ in range(4):
+        await asyncio.sleep(0.5)
+        await sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid, lease=Duration(seconds=1)))
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (10_000, 1) == (row["held"], row["open_reservations"])

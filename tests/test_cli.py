@@ -1,0 +1,154 @@
+"""`earmark serve` as a user runs it: a real process, the embedded database, grpcurl, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+
+GRPCURL = shutil.which("grpcurl", path=str(Path(sys.executable).parent)) or shutil.which("grpcurl")
+START_SECONDS_MAX = 60
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, data_dir: Path) -> None:
+        self.process = process
+        self.port = port
+        self.data_dir = data_dir
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+
+
+def wait_for_port(log: Path, process: subprocess.Popen[bytes]) -> int:
+    """Reads the JSON log until the sidecar reports the port it bound."""
+    deadline = time.monotonic() + START_SECONDS_MAX
+    while time.monotonic() < deadline and process.poll() is None:
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "serving":
+                return int(event["port"])
+        time.sleep(0.1)
+    raise AssertionError(f"the sidecar did not report serving:\n{log.read_text()}")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """`python -m earmark serve` with an embedded database in tmp_path, killed if still up."""
+    log = tmp_path / "sidecar.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "earmark",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                str(tmp_path),
+                "--log-format",
+                "json",
+            ],
+            stdout=sink,
+        )
+    try:
+        yield Served(process, wait_for_port(log, process), tmp_path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        pidfile = tmp_path / "pgdata" / "postmaster.pid"
+        if pidfile.exists():
+            pid = postmaster_pid(tmp_path)
+            if psutil.pid_exists(pid):
+                psutil.Process(pid).terminate()
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
+def test_grpcurl_lists_both_services(served: Served) -> None:
+    """Server reflection shows earmark.v1.Budget and earmark.v1.Admin to grpcurl."""
+    assert GRPCURL is not None
+    listed = subprocess.run(
+        [GRPCURL, "-plaintext", served.target, "list"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
+    assert {"earmark.v1.Budget", "earmark.v1.Admin", "grpc.health.v1.Health"} <= set(listed)
+
+
+def test_sigterm_drains_then_stops_the_database(served: Served) -> None:
+    """SIGTERM during a burst of Reserves: every call admitted or UNAVAILABLE, never INTERNAL;
+    the process exits 0 and its embedded PostgreSQL is stopped."""
+    pg_pid = postmaster_pid(served.data_dir)
+    assert psutil.pid_exists(pg_pid)
+
+    async def burst() -> list[grpc.StatusCode]:
+        async with grpc.aio.insecure_channel(served.target) as channel:
+            admin = budget_pb2_grpc.AdminStub(channel)
+            budget = budget_pb2_grpc.BudgetStub(channel)
+            await admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=10**9, unit="t"))
+
+            async def one() -> grpc.StatusCode:
+                try:
+                    reply = await budget.Reserve(
+                        pb.ReserveRequest(
+                            budget_id="b", amount=1, idempotency_key=uuid.uuid4().hex
+                        ),
+                        timeout=30,
+                    )
+                except grpc.aio.AioRpcError as error:
+                    return error.code()
+                assert reply.admitted
+                return grpc.StatusCode.OK
+
+            calls = [asyncio.create_task(one()) for _ in range(200)]
+            await asyncio.sleep(0.05)
+            served.process.send_signal(signal.SIGTERM)
+            return list(await asyncio.gather(*calls))
+
+    codes = asyncio.run(burst())
+    assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
+    assert grpc.StatusCode.OK in codes
+    assert 0 == served.process.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pg_pid) and psutil.Process(pg_pid).status() != "zombie":
+        assert time.monotonic() < deadline, "the embedded PostgreSQL is still running"
+        time.sleep(0.1)
+
+
+def test_bad_setting_exits_with_its_name(tmp_path: Path) -> None:
+    """A malformed setting stops the command at once with a message naming it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "earmark", "serve", "--listen", "nowhere"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EARMARK_DATA_DIR": str(tmp_path)},
+    )
+    assert 0 != result.returncode
+    assert "listen" in result.stderr
