@@ -43,6 +43,11 @@ sweep_interval_seconds_default = 1.0
 # Where a Charge/Renew/Settle finds its budget without a query.
 route_cache_size_max = 100_000
 
+# gRPC: calls beyond this many at once are refused by gRPC with RESOURCE_EXHAUSTED,
+# and no request message may exceed this size.
+rpc_concurrency_max = 10_000
+rpc_message_bytes_max = 1 << 20
+
 # The database pool.
 pool_size_min = 2
 pool_size_max_default = 10
@@ -62,7 +67,7 @@ assert 0 < amount_units_max <= limit_units_max
 assert limit_units_max + amount_units_max <= int64_max
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
-assert 1 <= batch_size_max <= lane_queue_depth_max
+assert 1 <= batch_size_max <= lane_queue_depth_max <= rpc_concurrency_max
 assert tx_attempts_max >= 1
 assert 0 < tx_backoff_seconds_base <= tx_backoff_seconds_max
 assert 1 <= sweep_batch_size_max <= 10_000

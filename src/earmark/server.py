@@ -76,7 +76,12 @@ class Sidecar:
             dsn, pool_size_max=self.settings.pool_size_max, observer=observer
         )
         self.server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 1 << 20)]
+            maximum_concurrent_rpcs=limits.rpc_concurrency_max,
+            options=[
+                # Two sidecars must never share a port by accident.
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", limits.rpc_message_bytes_max),
+            ],
         )
         budget_pb2_grpc.add_BudgetServicer_to_server(
             BudgetService(

@@ -11,8 +11,10 @@ import pytest
 
 from earmark.core.model import Outcome
 from earmark.core.ops import ReserveOp, ReserveResult, SettleOp
+from earmark.errors import Unavailable
 from earmark.store import Store, StoreObserver
 from earmark.store.migrate import migrate, migrations
+from earmark.store.tx import Conn, run_serializable
 from tests.helpers import assert_invariants, fetch_budget_row
 
 
@@ -116,3 +118,56 @@ async def test_two_sidecars_race_on_one_budget(dsn: str) -> None:
     row = await fetch_budget_row(dsn, "b")
     assert (50_000, 0) == (row["used"], row["held"])
     await assert_invariants(dsn)
+
+
+async def test_one_key_from_two_sidecars_makes_one_hold(dsn: str) -> None:
+    """The same idempotency key sent through two stores at once makes exactly one hold: the
+    loser of the key race retries and answers with the winner's reservation."""
+    a = await Store.open(dsn)
+    b = await Store.open(dsn)
+    try:
+        await a.put_budget("b", 1_000_000, "t")
+        ops = [
+            ReserveOp("b", "same-key", 7_000, timedelta(seconds=60), str(uuid.uuid4()))
+            for _ in range(20)
+        ]
+        results = await asyncio.gather(
+            *[(a if i % 2 else b).submit(op) for i, op in enumerate(ops)]
+        )
+    finally:
+        await a.close()
+        await b.close()
+    ids = {r.reservation_id for r in results if isinstance(r, ReserveResult)}
+    assert 1 == len(ids)
+    row = await fetch_budget_row(dsn, "b")
+    assert (7_000, 1) == (row["held"], row["open_reservations"])
+    await assert_invariants(dsn)
+
+
+async def test_exhausted_retries_are_unavailable_and_commit_nothing(dsn: str) -> None:
+    """A transaction that loses every serialization conflict fails UNAVAILABLE after its
+    attempts, and none of its writes are committed."""
+    pool = await asyncpg.create_pool(dsn, min_size=2, max_size=2)
+    retries: list[int] = []
+    try:
+        await pool.execute(
+            "INSERT INTO budgets (budget_id, limit_units, unit) VALUES ('b', 10, 't')"
+        )
+
+        async def work(conn: Conn) -> None:
+            await conn.fetchval("SELECT held FROM budgets WHERE budget_id = 'b'")
+            # Another session changes the row after this transaction's snapshot was taken.
+            other = await asyncpg.connect(dsn)
+            try:
+                await other.execute("UPDATE budgets SET used = used + 1 WHERE budget_id = 'b'")
+            finally:
+                await other.close()
+            await conn.execute("UPDATE budgets SET held = held + 5 WHERE budget_id = 'b'")
+
+        with pytest.raises(Unavailable):
+            await run_serializable(pool, work, attempts_max=3, on_retry=lambda: retries.append(1))
+        row = await pool.fetchrow("SELECT used, held FROM budgets WHERE budget_id = 'b'")
+    finally:
+        await pool.close()
+    assert 3 == len(retries)
+    assert (3, 0) == (row["used"], row["held"])
