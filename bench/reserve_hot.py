@@ -10,10 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -21,43 +18,11 @@ from pathlib import Path
 
 import grpc
 
+from earmark.spawn import spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
-START_SECONDS_MAX = 60
-
-
-def start_sidecar(data_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    log = data_dir / "sidecar.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "earmark",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "",
-                "--data-dir",
-                str(data_dir),
-                "--log-format",
-                "json",
-            ],
-            stdout=sink,
-        )
-    deadline = time.monotonic() + START_SECONDS_MAX
-    while time.monotonic() < deadline and process.poll() is None:
-        if log.exists():
-            for line in log.read_text().splitlines():
-                event = json.loads(line)
-                if event.get("event") == "serving":
-                    return process, int(event["port"])
-        time.sleep(0.1)
-    process.kill()
-    raise SystemExit(f"sidecar did not start:\n{log.read_text()}")
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -111,17 +76,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="earmark-bench-") as tmp:
-        process, port = start_sidecar(Path(tmp))
+        sidecar = spawn_sidecar(Path(tmp), "--metrics-listen", "")
         try:
-            target = f"127.0.0.1:{port}"
+            target = sidecar.target
             asyncio.run(run_once(target, args.workers, 10))  # warm-up
             runs = [
                 asyncio.run(run_once(target, args.workers, args.calls_per_worker))
                 for _ in range(args.runs)
             ]
         finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+            sidecar.stop()
     summary = {
         key: {
             "median": statistics.median(r[key] for r in runs),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -18,68 +17,27 @@ import grpc
 import psutil
 import pytest
 
+from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 
 GRPCURL = shutil.which("grpcurl", path=str(Path(sys.executable).parent)) or shutil.which("grpcurl")
-START_SECONDS_MAX = 60
-
-
-class Served:
-    def __init__(self, process: subprocess.Popen[bytes], port: int, data_dir: Path) -> None:
-        self.process = process
-        self.port = port
-        self.data_dir = data_dir
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
 
 def postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
 
 
-def wait_for_port(log: Path, process: subprocess.Popen[bytes]) -> int:
-    """Reads the JSON log until the sidecar reports the port it bound."""
-    deadline = time.monotonic() + START_SECONDS_MAX
-    while time.monotonic() < deadline and process.poll() is None:
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
-            if event.get("event") == "serving":
-                return int(event["port"])
-        time.sleep(0.1)
-    raise AssertionError(f"the sidecar did not report serving:\n{log.read_text()}")
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """`python -m earmark serve` with an embedded database in tmp_path, killed if still up."""
-    log = tmp_path / "sidecar.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "earmark",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(tmp_path),
-                "--log-format",
-                "json",
-            ],
-            stdout=sink,
-        )
+def served(tmp_path: Path) -> Iterator[SpawnedSidecar]:
+    """`python -m earmark serve` with an embedded database in tmp_path, stopped at the end."""
+    sidecar = spawn_sidecar(tmp_path)
     try:
-        yield Served(process, wait_for_port(log, process), tmp_path)
+        yield sidecar
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+        if sidecar.process.poll() is None:
+            sidecar.process.kill()
+            sidecar.process.wait(timeout=30)
         pidfile = tmp_path / "pgdata" / "postmaster.pid"
         if pidfile.exists():
             pid = postmaster_pid(tmp_path)
@@ -88,7 +46,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
-def test_grpcurl_lists_both_services(served: Served) -> None:
+def test_grpcurl_lists_both_services(served: SpawnedSidecar) -> None:
     """Server reflection shows earmark.v1.Budget and earmark.v1.Admin to grpcurl."""
     assert GRPCURL is not None
     listed = subprocess.run(
@@ -101,7 +59,7 @@ def test_grpcurl_lists_both_services(served: Served) -> None:
     assert {"earmark.v1.Budget", "earmark.v1.Admin", "grpc.health.v1.Health"} <= set(listed)
 
 
-def test_sigterm_drains_then_stops_the_database(served: Served) -> None:
+def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
     """SIGTERM during a burst of Reserves: every call admitted or UNAVAILABLE, never INTERNAL;
     the process exits 0 and its embedded PostgreSQL is stopped."""
     pg_pid = postmaster_pid(served.data_dir)
