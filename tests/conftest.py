@@ -89,6 +89,7 @@ def sidecar_settings(dsn: str, **overrides: object) -> Settings:
         "metrics_listen": "127.0.0.1:0",
         "database_url": dsn,
         "sweep_interval_seconds": 0.2,
+        "metrics_refresh_seconds": 0.2,
         "shutdown_grace_seconds": 2.0,
         "log_format": "json",
     }

@@ -38,6 +38,16 @@ def parser() -> argparse.ArgumentParser:
         "--shutdown-grace-seconds", type=float, help=f"[{env['shutdown_grace_seconds']}, 10]"
     )
     s.add_argument("--pool-size-max", type=int, help=f"[{env['pool_size_max']}, 10]")
+    s.add_argument(
+        "--metrics-budgets-max",
+        type=int,
+        help=f"budgets with gauges, most used first [{env['metrics_budgets_max']}, 100]",
+    )
+    s.add_argument(
+        "--metrics-refresh-seconds",
+        type=float,
+        help=f"how often database gauges refresh [{env['metrics_refresh_seconds']}, 10]",
+    )
     s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
     s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
     return root

@@ -54,6 +54,13 @@ pool_size_max_default = 10
 pool_acquire_timeout_seconds = 5.0
 db_command_timeout_seconds = 10.0
 db_connect_timeout_seconds = 5.0
+db_probe_timeout_seconds = 1.0
+health_probe_interval_seconds = 1.0
+
+# Per-budget gauges: exported for at most this many budgets (a setting, capped here).
+metrics_budgets_max_default = 100
+metrics_budgets_max_ceiling = 10_000
+metrics_refresh_interval_seconds = 10.0
 
 # Shutdown: in-flight RPCs get this long to finish after SIGTERM.
 shutdown_grace_seconds_default = 10.0
@@ -72,4 +79,6 @@ assert tx_attempts_max >= 1
 assert 0 < tx_backoff_seconds_base <= tx_backoff_seconds_max
 assert 1 <= sweep_batch_size_max <= 10_000
 assert 1 <= pool_size_min <= pool_size_max_default
+assert 0 <= metrics_budgets_max_default <= metrics_budgets_max_ceiling
+assert 0 < db_probe_timeout_seconds <= health_probe_interval_seconds
 assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default

@@ -1,37 +1,40 @@
-"""Prometheus metrics, one registry per server so that several servers can share a process."""
+"""Prometheus metrics: one registry per sidecar, so that several can share a process.
+
+Every label takes values from a closed set (outcomes, reasons, methods, status codes,
+units), except budget_id on the per-budget gauges, which are exported for at most
+--metrics-budgets-max budgets: the most used relative to their limits.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from collections.abc import Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+
+from earmark.core.model import Budget
 
 # The _created series double every counter for little use; Earmark exports none of them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS_SECONDS = (
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.0,
-)
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.0,
+)  # fmt: skip
 _BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# used / held at settle: below 1 the estimate was generous, above 1 the job overshot.
+_USED_RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 5.0)
 
 
 class Metrics:
-    """Every metric Earmark exports; label values come from closed sets only."""
+    """Every metric Earmark exports."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self.registry = r = registry or CollectorRegistry()
         self.reservations = Counter(
             "earmark_reservations",
             "Reserve decisions by outcome (admitted, refused, duplicate) and refusal reason.",
@@ -42,20 +45,16 @@ class Metrics:
             "earmark_reserved_units", "Units newly held by admitted reservations.", registry=r
         )
         self.charges = Counter(
-            "earmark_charges",
-            "Charges decided, by whether they were capped.",
-            ["capped"],
+            "earmark_charges", "Charges decided, by whether they were capped.", ["capped"],
             registry=r,
-        )
+        )  # fmt: skip
         self.charged_units = Counter(
             "earmark_charged_units", "Units charged by Charge and Settle.", registry=r
         )
         self.settles = Counter(
-            "earmark_settles",
-            "Settles by final state and the worker's outcome.",
-            ["state", "outcome"],
-            registry=r,
-        )
+            "earmark_settles", "Settles by final state and the worker's outcome.",
+            ["state", "outcome"], registry=r,
+        )  # fmt: skip
         self.released_units = Counter(
             "earmark_released_units", "Units returned to budgets by Settle.", registry=r
         )
@@ -65,26 +64,81 @@ class Metrics:
         self.overshoot_units = Counter(
             "earmark_overshoot_units", "Units used beyond their holds.", registry=r
         )
-        self.expired_holds = Counter(
-            "earmark_sweeper_expired_holds",
-            "Holds closed because their lease passed.",
+        self.used_ratio = Histogram(
+            "earmark_settle_used_ratio",
+            "used / held at settle: how good the estimates are.",
+            buckets=_USED_RATIO_BUCKETS,
             registry=r,
         )
+        self.expired_holds = Counter(
+            "earmark_sweeper_expired_holds", "Holds closed because their lease passed.",
+            registry=r,
+        )  # fmt: skip
+        self.late_settles = Counter(
+            "earmark_late_settles", "Settles that arrived after their hold expired.", registry=r
+        )
         self.tx_retries = Counter(
-            "earmark_tx_serialization_retries",
-            "Transactions run again after a conflict.",
+            "earmark_tx_serialization_retries", "Transactions run again after a conflict.",
+            registry=r,
+        )  # fmt: skip
+        self.tx_retries_exhausted = Counter(
+            "earmark_tx_retries_exhausted",
+            "Transactions that lost every attempt to conflicts (answered UNAVAILABLE).",
             registry=r,
         )
         self.batch_size = Histogram(
-            "earmark_group_admission_batch_size",
-            "Operations decided per transaction.",
-            buckets=_BATCH_SIZE_BUCKETS,
-            registry=r,
-        )
+            "earmark_group_admission_batch_size", "Operations decided per transaction.",
+            buckets=_BATCH_SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
         self.rpc_duration = Histogram(
-            "earmark_rpc_duration_seconds",
-            "RPC latency by method and status code.",
-            ["method", "code"],
-            buckets=_LATENCY_BUCKETS_SECONDS,
-            registry=r,
+            "earmark_rpc_duration_seconds", "RPC latency by method and status code.",
+            ["method", "code"], buckets=_LATENCY_BUCKETS_SECONDS, registry=r,
+        )  # fmt: skip
+        self.database_up = Gauge(
+            "earmark_database_up", "1 while the database answers, else 0.", registry=r
         )
+        self.open_holds = Gauge(
+            "earmark_open_holds", "Open holds in the database, by unit.", ["unit"], registry=r
+        )
+        self.open_held_units = Gauge(
+            "earmark_open_held_units", "Units held by open holds, by unit.", ["unit"], registry=r
+        )
+        self.budget_limit = Gauge(
+            "earmark_budget_limit", "A budget's limit (exported budgets only).",
+            ["budget_id", "unit"], registry=r,
+        )  # fmt: skip
+        self.budget_used = Gauge(
+            "earmark_budget_used", "A budget's used units.", ["budget_id", "unit"], registry=r
+        )
+        self.budget_held = Gauge(
+            "earmark_budget_held", "A budget's held units.", ["budget_id", "unit"], registry=r
+        )
+        self.budget_remaining = Gauge(
+            "earmark_budget_remaining", "What a budget has left.", ["budget_id", "unit"],
+            registry=r,
+        )  # fmt: skip
+        self.budgets_exported = Gauge(
+            "earmark_budgets_exported", "Budgets with per-budget gauges (at most the cap).",
+            registry=r,
+        )  # fmt: skip
+
+    def set_open_holds(self, by_unit: Sequence[tuple[str, int, int]]) -> None:
+        """Replaces the per-unit gauges with (unit, open holds, held units) rows."""
+        self.open_holds.clear()
+        self.open_held_units.clear()
+        for unit, count, units in by_unit:
+            self.open_holds.labels(unit).set(count)
+            self.open_held_units.labels(unit).set(units)
+
+    def set_budgets(self, budgets: Sequence[Budget]) -> None:
+        """Replaces the per-budget gauges, so a budget that left the top drops out."""
+        gauges = (self.budget_limit, self.budget_used, self.budget_held, self.budget_remaining)
+        for gauge in gauges:
+            gauge.clear()
+        for b in budgets:
+            if b.limit is not None:
+                self.budget_limit.labels(b.budget_id, b.unit).set(b.limit)
+                self.budget_remaining.labels(b.budget_id, b.unit).set(b.remaining() or 0)
+            self.budget_used.labels(b.budget_id, b.unit).set(b.used)
+            self.budget_held.labels(b.budget_id, b.unit).set(b.held)
+        self.budgets_exported.set(len(budgets))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 from typing import Any
 
@@ -14,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from earmark import limits
-from earmark.errors import EarmarkError
+from earmark.background import Background
 from earmark.metrics import Metrics
 from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
@@ -31,8 +30,6 @@ SERVICE_NAMES = (
     budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name,
     budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
 )
-# The sweeper closes at most this many batches per tick, then sleeps.
-sweep_batches_per_tick_max = 20
 
 
 class Sidecar:
@@ -50,7 +47,7 @@ class Sidecar:
         self.port = 0
         self.metrics_port = 0
         self._metrics_httpd: Any = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self.background: Background | None = None
 
     async def start(self) -> None:
         try:
@@ -71,6 +68,7 @@ class Sidecar:
             on_retry=m.tx_retries.inc,
             on_batch=m.batch_size.observe,
             on_expired=m.expired_holds.inc,
+            on_exhausted=m.tx_retries_exhausted.inc,
         )
         self.store = await Store.open(
             dsn, pool_size_max=self.settings.pool_size_max, observer=observer
@@ -103,9 +101,9 @@ class Sidecar:
             host, port = split_host_port(self.settings.metrics_listen, "metrics_listen")
             self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
             self.metrics_port = self._metrics_httpd.server_port
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="earmark-sweeper")
-        for name in ("", *SERVICE_NAMES):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(True)
+        self.background = Background(self.store, m, self.settings, self._set_health)
+        self.background.start()
         log.info(
             "serving",
             port=self.port,
@@ -124,7 +122,9 @@ class Sidecar:
             await self.server.stop(grace=left)
             log.info("drained", in_flight_left=self.drain.active, within_grace=drained)
             self.server = None
-        await self.stop_sweeper()
+        if self.background is not None:
+            await self.background.stop()
+            self.background = None
         if self.store is not None:
             await self.store.close()
             self.store = None
@@ -138,27 +138,18 @@ class Sidecar:
         log.info("stopped")
 
     async def stop_sweeper(self) -> None:
-        """Stops the sweeper after its current transaction; holds then expire only when
-        a Charge, Renew or Settle finds their lease passed (or another sidecar sweeps)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        if self.background is not None:
+            await self.background.stop_sweeper()
 
-    async def _sweep_forever(self) -> None:
-        assert self.store is not None
-        while True:
-            try:
-                for _ in range(sweep_batches_per_tick_max):
-                    closed = await self.store.sweep_once(limits.sweep_batch_size_max)
-                    if closed:
-                        log.info("sweeper_expired", holds=closed)
-                    if closed < limits.sweep_batch_size_max:
-                        break
-            except EarmarkError as error:
-                log.warning("sweeper_failed", error=error.message)
-            await asyncio.sleep(self.settings.sweep_interval_seconds)
+    async def _set_health(self, serving: bool) -> None:
+        """SERVING for the whole server and both services while the database answers."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, status)
 
 
 async def serve(settings: Settings) -> None:

@@ -29,6 +29,8 @@ class Settings:
     sweep_interval_seconds: float = limits.sweep_interval_seconds_default
     shutdown_grace_seconds: float = limits.shutdown_grace_seconds_default
     pool_size_max: int = limits.pool_size_max_default
+    metrics_budgets_max: int = limits.metrics_budgets_max_default
+    metrics_refresh_seconds: float = limits.metrics_refresh_interval_seconds
     log_level: str = "info"
     log_format: str = "auto"
 
@@ -57,6 +59,15 @@ class Settings:
             raise ValueError(
                 f"pool_size_max: {self.pool_size_max} is not in [{limits.pool_size_min}, 100]"
             )
+        if not 0 <= self.metrics_budgets_max <= limits.metrics_budgets_max_ceiling:
+            raise ValueError(
+                f"metrics_budgets_max: {self.metrics_budgets_max} is not in "
+                f"[0, {limits.metrics_budgets_max_ceiling}]"
+            )
+        if not 0 < self.metrics_refresh_seconds <= 3600:
+            raise ValueError(
+                f"metrics_refresh_seconds: {self.metrics_refresh_seconds} is not in (0, 3600]"
+            )
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
         if self.log_format not in {"auto", "json", "console"}:
@@ -73,6 +84,8 @@ ENV = {
     "sweep_interval_seconds": "EARMARK_SWEEP_INTERVAL_SECONDS",
     "shutdown_grace_seconds": "EARMARK_SHUTDOWN_GRACE_SECONDS",
     "pool_size_max": "EARMARK_POOL_SIZE_MAX",
+    "metrics_budgets_max": "EARMARK_METRICS_BUDGETS_MAX",
+    "metrics_refresh_seconds": "EARMARK_METRICS_REFRESH_SECONDS",
     "log_level": "EARMARK_LOG_LEVEL",
     "log_format": "EARMARK_LOG_FORMAT",
 }
@@ -83,6 +96,8 @@ _TYPES = {
     "sweep_interval_seconds": float,
     "shutdown_grace_seconds": float,
     "pool_size_max": int,
+    "metrics_budgets_max": int,
+    "metrics_refresh_seconds": float,
 }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -11,11 +10,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from earmark.server import Sidecar
-from earmark.store.embedded import EmbeddedPostgres
 from earmark.v1 import budget_pb2 as pb
-from earmark.v1 import budget_pb2_grpc
-from tests.conftest import Running, sidecar_settings
+from tests.conftest import Running
 
 BUDGET = "acme/tokens"
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
@@ -132,34 +128,3 @@ async def test_unit_cannot_change_under_use(seeded: Running) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await seeded.admin.PutBudget(pb.PutBudgetRequest(budget_id=BUDGET, unit="usd_micros"))
     assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
-
-
-async def test_database_down_is_unavailable_and_recovers(tmp_path: Path) -> None:
-    """With its database stopped the sidecar answers UNAVAILABLE, admits nothing, and serves
-    again once the database is back, without a restart."""
-    pg = EmbeddedPostgres(tmp_path)
-    pg.start()
-    side = Sidecar(sidecar_settings(pg.uri()))
-    try:
-        await side.start()
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel:
-            budget = budget_pb2_grpc.BudgetStub(channel)
-            admin = budget_pb2_grpc.AdminStub(channel)
-            await admin.PutBudget(pb.PutBudgetRequest(budget_id=BUDGET, limit=100, unit="t"))
-            pg.stop()
-            for key in ("k1", "k2"):
-                with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await budget.Reserve(
-                        pb.ReserveRequest(budget_id=BUDGET, amount=10, idempotency_key=key)
-                    )
-                assert grpc.StatusCode.UNAVAILABLE == caught.value.code()
-            pg.start()
-            reply = await budget.Reserve(
-                pb.ReserveRequest(budget_id=BUDGET, amount=10, idempotency_key="k3")
-            )
-            assert reply.admitted
-            state = await admin.GetBudget(pb.GetBudgetRequest(budget_id=BUDGET))
-            assert (10, 1) == (state.held, state.open_reservations)
-    finally:
-        await side.stop()
-        pg.stop()

@@ -208,6 +208,7 @@ def _settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: datet
                 f"with used={hold.settlement.used}, not {op.used}"
             )
         return SettleResult(
+            amount=hold.amount,
             charged=hold.settlement.charged,
             released=hold.settlement.released,
             overshoot=hold.settlement.overshoot,
@@ -239,7 +240,11 @@ def _settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: datet
     decision.changed_holds[hold.reservation_id] = hold
     _ledger(decision, hold, kind, step.held_delta, step.used_delta, now)
     return SettleResult(
-        charged=step.charged, released=step.released, overshoot=step.overshoot, state=hold.state
+        amount=hold.amount,
+        charged=step.charged,
+        released=step.released,
+        overshoot=step.overshoot,
+        state=hold.state,
     )
 
 

@@ -72,6 +72,8 @@ class RenewResult:
 
 @dataclass(frozen=True, slots=True)
 class SettleResult:
+    # The hold's amount, for the used / held ratio.
+    amount: int
     charged: int
     released: int
     overshoot: int

@@ -6,6 +6,7 @@ import uuid
 
 import structlog
 
+from earmark.core.model import HoldState
 from earmark.core.ops import (
     ChargeOp,
     ChargeResult,
@@ -130,6 +131,9 @@ class BudgetService(pb_grpc.BudgetServicer):
         m = self.metrics
         m.settles.labels(result.state.name.lower(), op.outcome.name.lower()).inc()
         m.released_units.inc(result.released)
+        m.used_ratio.observe(op.used / result.amount)
+        if result.state is HoldState.EXPIRED:
+            m.late_settles.inc()
         if result.overshoot:
             m.overshoot_events.inc()
             m.overshoot_units.inc(result.overshoot)

@@ -4,7 +4,9 @@ that applies it at the edge."""
 from __future__ import annotations
 
 import functools
+import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -47,6 +49,22 @@ Handler = Callable[[Any, Req, Context], Awaitable[Resp]]
 log = structlog.get_logger("earmark.rpc")
 
 
+# A caller may name its request in this metadata key; ids outside the bounds are replaced.
+REQUEST_ID_KEY = "x-request-id"
+request_id_length_max = 64
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]+$")
+
+
+def request_id(context: Context) -> str:
+    """The caller's x-request-id if it is short and plain, else a fresh one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY and isinstance(value, str):
+            if len(value) <= request_id_length_max and _REQUEST_ID.match(value):
+                return value
+            break
+    return uuid.uuid4().hex[:16]
+
+
 def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
     """Wraps a servicer method: binds the log context, times it, and turns an
     EarmarkError into its status code. Anything else is a bug: INTERNAL, logged."""
@@ -58,7 +76,7 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
             drain: Drain = self.drain
             started = time.perf_counter()
             code = grpc.StatusCode.OK
-            structlog.contextvars.bind_contextvars(rpc=method)
+            structlog.contextvars.bind_contextvars(rpc=method, request_id=request_id(context))
             entered = False
             try:
                 try:
@@ -78,7 +96,7 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
             finally:
                 if entered:
                     drain.leave()
-                structlog.contextvars.unbind_contextvars("rpc")
+                structlog.contextvars.unbind_contextvars("rpc", "request_id")
                 metrics.rpc_duration.labels(method, code.name).observe(
                     time.perf_counter() - started
                 )

@@ -35,6 +35,7 @@ class StoreObserver:
     """Hooks through which the store reports what metrics want, without knowing of them."""
 
     on_retry: Callable[[], None] | None = None
+    on_exhausted: Callable[[], None] | None = None
     on_batch: Callable[[int], None] | None = None
     on_expired: Callable[[int], None] | None = None
 
@@ -133,6 +134,34 @@ class Store:
             raise NotFound(f"budget {budget_id!r} not found")
         return budget_from_row(row)
 
+    # What operators watch.
+
+    async def ping(self) -> None:
+        """Raises Unavailable unless the database answers within the probe timeout."""
+        with mapped_db_errors():
+            await self._pool.fetchval("SELECT 1", timeout=limits.db_probe_timeout_seconds)
+
+    async def open_holds_by_unit(self) -> list[tuple[str, int, int]]:
+        """(unit, open holds, held units) over every budget."""
+        with mapped_db_errors():
+            rows = await self._pool.fetch(
+                "SELECT unit, sum(open_reservations)::bigint AS holds, sum(held)::bigint AS held "
+                "FROM budgets GROUP BY unit ORDER BY unit"
+            )
+        return [(r["unit"], r["holds"], r["held"]) for r in rows]
+
+    async def most_used_budgets(self, count: int) -> list[Budget]:
+        """The count budgets with the highest (used + held) / limit; unlimited ones last."""
+        assert 0 <= count <= limits.metrics_budgets_max_ceiling
+        with mapped_db_errors():
+            rows = await self._pool.fetch(
+                f"SELECT {BUDGET_COLUMNS} FROM budgets "
+                "ORDER BY (used + held)::float8 / nullif(limit_units, 0) DESC NULLS LAST, "
+                "budget_id LIMIT $1",
+                count,
+            )
+        return [budget_from_row(row) for row in rows]
+
     # Holds: every operation goes through its budget's lane.
 
     async def submit(self, op: Op) -> Result:
@@ -201,5 +230,9 @@ class Store:
 
     async def _serializable(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         return await run_serializable(
-            self._pool, work, rng=self._rng, on_retry=self._observer.on_retry
+            self._pool,
+            work,
+            rng=self._rng,
+            on_retry=self._observer.on_retry,
+            on_exhausted=self._observer.on_exhausted,
         )

@@ -74,6 +74,7 @@ async def run_serializable(
     attempts_max: int = limits.tx_attempts_max,
     rng: random.Random | None = None,
     on_retry: Callable[[], None] | None = None,
+    on_exhausted: Callable[[], None] | None = None,
 ) -> T:
     """Runs work in one serializable transaction, again after a conflict, at most
     attempts_max times; then raises RetryExhausted having committed nothing."""
@@ -94,4 +95,6 @@ async def run_serializable(
                 on_retry()
             if attempt + 1 < attempts_max:
                 await asyncio.sleep(backoff_seconds(attempt, rng))
+    if on_exhausted is not None:
+        on_exhausted()
     raise RetryExhausted(f"gave up after {attempts_max} serialization conflicts; nothing changed")

@@ -1,0 +1,104 @@
+"""The sidecar's periodic work: the sweeper, the database watch, the database gauges.
+
+Each loop is bounded per tick and survives a database outage: it logs, waits its
+interval and tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from earmark import limits
+from earmark.errors import EarmarkError
+from earmark.metrics import Metrics
+from earmark.settings import Settings
+from earmark.store import Store
+
+log = structlog.get_logger("earmark.background")
+
+# The sweeper closes at most this many batches per tick, then sleeps.
+sweep_batches_per_tick_max = 20
+
+OnDatabase = Callable[[bool], Awaitable[None]]
+
+
+class Background:
+    def __init__(
+        self, store: Store, metrics: Metrics, settings: Settings, on_database: OnDatabase
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._settings = settings
+        self._on_database = on_database
+        self._database_up: bool | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def start(self) -> None:
+        loops = {
+            "sweeper": self._sweep_forever,
+            "database-watch": self._watch_database,
+            "gauges": self._refresh_gauges,
+        }
+        for name, loop in loops.items():
+            self._tasks[name] = asyncio.create_task(loop(), name=f"earmark-{name}")
+
+    async def stop_sweeper(self) -> None:
+        """Stops the sweeper; holds then expire only when a Charge, Renew or Settle finds
+        their lease passed, or another sidecar sweeps."""
+        await self._stop("sweeper")
+
+    async def stop(self) -> None:
+        for name in list(self._tasks):
+            await self._stop(name)
+
+    async def _stop(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                for _ in range(sweep_batches_per_tick_max):
+                    closed = await self._store.sweep_once(limits.sweep_batch_size_max)
+                    if closed:
+                        log.info("sweeper_expired", holds=closed)
+                    if closed < limits.sweep_batch_size_max:
+                        break
+            except EarmarkError as error:
+                log.warning("sweeper_failed", error=error.message)
+            await asyncio.sleep(self._settings.sweep_interval_seconds)
+
+    async def _watch_database(self) -> None:
+        while True:
+            try:
+                await self._store.ping()
+                up = True
+            except EarmarkError as error:
+                up = False
+                if self._database_up is not False:
+                    log.error("database_unreachable", error=error.message)
+            if up != self._database_up:
+                if up and self._database_up is False:
+                    log.info("database_reachable")
+                self._database_up = up
+                self._metrics.database_up.set(1 if up else 0)
+                await self._on_database(up)
+            await asyncio.sleep(limits.health_probe_interval_seconds)
+
+    async def _refresh_gauges(self) -> None:
+        while True:
+            try:
+                self._metrics.set_open_holds(await self._store.open_holds_by_unit())
+                self._metrics.set_budgets(
+                    await self._store.most_used_budgets(self._settings.metrics_budgets_max)
+                )
+            except EarmarkError as error:
+                log.warning("gauges_failed", error=error.message)
+            await asyncio.sleep(self._settings.metrics_refresh_seconds)

@@ -1,0 +1,71 @@
+"""Health follows the database: NOT_SERVING while it is unreachable, SERVING when it returns."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from earmark.server import Sidecar
+from earmark.store.embedded import EmbeddedPostgres
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+from tests.conftest import sidecar_settings
+from tests.helpers import assert_invariants
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+STATUS_WAIT_SECONDS = 15.0
+
+
+async def wait_for_status(health: health_pb2_grpc.HealthStub, service: str, status: int) -> None:
+    """Polls Check until it reports status; the sidecar probes its database every second."""
+    deadline = asyncio.get_running_loop().time() + STATUS_WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        if reply.status == status:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"health of {service!r} never became {status}")
+
+
+async def test_database_outage_flips_health_and_refuses(tmp_path: Path) -> None:
+    """With its database stopped the sidecar reports NOT_SERVING and answers UNAVAILABLE,
+    admitting nothing; once the database is back it reports SERVING and admits again."""
+    pg = EmbeddedPostgres(tmp_path)
+    pg.start()
+    side = Sidecar(sidecar_settings(pg.uri()))
+    try:
+        await side.start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            budget = budget_pb2_grpc.BudgetStub(channel)
+            admin = budget_pb2_grpc.AdminStub(channel)
+            await wait_for_status(health, "earmark.v1.Budget", SERVING)
+            await admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="t"))
+
+            pg.stop()
+            await wait_for_status(health, "", NOT_SERVING)
+            await wait_for_status(health, "earmark.v1.Budget", NOT_SERVING)
+            for key in ("k1", "k2"):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await budget.Reserve(
+                        pb.ReserveRequest(budget_id="b", amount=10, idempotency_key=key)
+                    )
+                assert grpc.StatusCode.UNAVAILABLE == caught.value.code()
+
+            pg.start()
+            await wait_for_status(health, "earmark.v1.Budget", SERVING)
+            reply = await budget.Reserve(
+                pb.ReserveRequest(budget_id="b", amount=10, idempotency_key="k3")
+            )
+            assert reply.admitted
+            state = await admin.GetBudget(pb.GetBudgetRequest(budget_id="b"))
+            assert (10, 1) == (state.held, state.open_reservations)
+        await assert_invariants(pg.uri())
+    finally:
+        await side.stop()
+        pg.stop()

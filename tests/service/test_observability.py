@@ -1,0 +1,139 @@
+"""What operators see: one log line per decision, and the metrics catalogue on /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+import uuid
+
+import grpc
+import pytest
+import structlog
+from google.protobuf.duration_pb2 import Duration
+from prometheus_client.parser import text_string_to_metric_families
+
+from earmark.server import Sidecar
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+from tests.conftest import Running, sidecar_settings
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on /metrics, keyed by name and sorted labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_each_decision_is_one_log_line(sidecar: Running) -> None:
+    """An admitted and a refused Reserve each log one line with ids, amount, decision, reason
+    and the request's context."""
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="t"))
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
+        admitted = await sidecar.budget.Reserve(
+            pb.ReserveRequest(budget_id="b", amount=60, idempotency_key="k1"),
+            metadata=(("x-request-id", "req-1"),),
+        )
+        await sidecar.budget.Reserve(
+            pb.ReserveRequest(budget_id="b", amount=60, idempotency_key="k2"),
+            metadata=(("x-request-id", "req-2"),),
+        )
+    decisions = [e for e in logs if e["event"] == "reserve"]
+    assert [
+        ("req-1", "Reserve", "b", admitted.reservation_id, 60, "admitted", None),
+        ("req-2", "Reserve", "b", None, 60, "refused", "INSUFFICIENT_BUDGET"),
+    ] == [
+        (
+            e["request_id"], e["rpc"], e["budget_id"], e["reservation_id"], e["amount"],
+            e["decision"], e["reason"],
+        )
+        for e in decisions
+    ]  # fmt: skip
+
+
+async def test_errors_log_their_status_code(sidecar: Running) -> None:
+    """A rejected call logs the status code it answered with."""
+    with structlog.testing.capture_logs() as logs, pytest.raises(grpc.aio.AioRpcError):
+        await sidecar.budget.Reserve(pb.ReserveRequest(budget_id="", amount=1))
+    errors = [e for e in logs if e["event"] == "rpc_error"]
+    assert [("INVALID_ARGUMENT", "budget_id: is required")] == [
+        (e["code"], e["error"]) for e in errors
+    ]
+
+
+async def test_metrics_catalogue_counts_a_run(sidecar: Running) -> None:
+    """After admits, a refusal, a capped charge, an overshoot, an expiry and a late settle,
+    /metrics counts each of them."""
+    b = sidecar.budget
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=10_000, unit="tokens"))
+    first = await b.Reserve(pb.ReserveRequest(budget_id="b", amount=4_000, idempotency_key="1"))
+    await b.Reserve(pb.ReserveRequest(budget_id="b", amount=9_000, idempotency_key="2"))
+    await b.Charge(
+        pb.ChargeRequest(reservation_id=first.reservation_id, amount=5_000, idempotency_key="c")
+    )
+    await b.Settle(pb.SettleRequest(reservation_id=first.reservation_id, used=6_000))
+    short = await b.Reserve(
+        pb.ReserveRequest(
+            budget_id="b", amount=1_000, idempotency_key="3", lease=Duration(seconds=1)
+        )
+    )
+    await asyncio.sleep(1.8)
+    await b.Settle(pb.SettleRequest(reservation_id=short.reservation_id, used=500))
+    await asyncio.sleep(0.5)
+    m = scrape(sidecar.sidecar.metrics_port)
+    assert 2 == m[("earmark_reservations_total", (("outcome", "admitted"), ("reason", "")))]
+    refused = (
+        "earmark_reservations_total",
+        (("outcome", "refused"), ("reason", "insufficient_budget")),
+    )
+    assert 1 == m[refused]
+    assert 5_000 == m[("earmark_reserved_units_total", ())]
+    assert 1 == m[("earmark_charges_total", (("capped", "true"),))]
+    assert 1 == m[("earmark_overshoot_events_total", ())]
+    assert 2_000 == m[("earmark_overshoot_units_total", ())]
+    assert 1 == m[("earmark_sweeper_expired_holds_total", ())]
+    assert 1 == m[("earmark_late_settles_total", ())]
+    # Cumulative buckets: the late settle used 0.5 of its hold, the overshoot 1.5.
+    assert 1 == m[("earmark_settle_used_ratio_bucket", (("le", "1.25"),))]
+    assert 2 == m[("earmark_settle_used_ratio_bucket", (("le", "1.5"),))]
+    assert 1 == m[("earmark_database_up", ())]
+    assert 0 == m[("earmark_open_holds", (("unit", "tokens"),))]
+    assert 6_500 == m[("earmark_budget_used", (("budget_id", "b"), ("unit", "tokens")))]
+    assert 3_500 == m[("earmark_budget_remaining", (("budget_id", "b"), ("unit", "tokens")))]
+    ok = ("earmark_rpc_duration_seconds_count", (("code", "OK"), ("method", "Reserve")))
+    assert 3 == m[ok]
+
+
+async def test_budget_gauges_are_capped_to_the_most_used(dsn: str) -> None:
+    """With the cap at 2, only the two most used budgets get per-budget gauges."""
+    side = Sidecar(sidecar_settings(dsn, metrics_budgets_max=2))
+    await side.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel:
+            admin = budget_pb2_grpc.AdminStub(channel)
+            budget = budget_pb2_grpc.BudgetStub(channel)
+            for i, amount in enumerate([10, 90, 50, 70, 30]):
+                await admin.PutBudget(pb.PutBudgetRequest(budget_id=f"b{i}", limit=100, unit="t"))
+                await budget.Reserve(
+                    pb.ReserveRequest(
+                        budget_id=f"b{i}", amount=amount, idempotency_key=uuid.uuid4().hex
+                    )
+                )
+        await asyncio.sleep(0.6)
+        m = scrape(side.metrics_port)
+    finally:
+        await side.stop()
+    held = {
+        dict(labels)["budget_id"]: v
+        for (name, labels), v in m.items()
+        if name == "earmark_budget_held"
+    }
+    assert {"b1": 90, "b3": 70} == held
+    assert 2 == m[("earmark_budgets_exported", ())]
+    assert 5 == m[("earmark_open_holds", (("unit", "t"),))]
