@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
@@ -110,3 +111,31 @@ def test_bad_setting_exits_with_its_name(tmp_path: Path) -> None:
     )
     assert 0 != result.returncode
     assert "listen" in result.stderr
+
+
+def test_sigterm_flips_health_before_stopping(served: SpawnedSidecar) -> None:
+    """A health Watch open during SIGTERM sees SERVING, then NOT_SERVING, before the stream ends."""
+
+    async def watch() -> tuple[list[int], grpc.StatusCode]:
+        statuses: list[int] = []
+        ended = grpc.StatusCode.OK
+        async with grpc.aio.insecure_channel(served.target) as channel:
+            stream = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service="earmark.v1.Budget"), timeout=60
+            )
+            try:
+                async for reply in stream:
+                    statuses.append(reply.status)
+                    if len(statuses) == 1:
+                        served.process.send_signal(signal.SIGTERM)
+            except grpc.aio.AioRpcError as error:
+                ended = error.code()
+        return statuses, ended
+
+    statuses, ended = asyncio.run(watch())
+    # The server cuts the stream when it stops.
+    assert ended in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    assert [serving, not_serving] == statuses[:2]
+    assert 0 == served.process.wait(timeout=60)

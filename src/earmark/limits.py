@@ -67,6 +67,7 @@ shutdown_grace_seconds_default = 10.0
 # Draining ends once no call has arrived for this long (or the grace period ends).
 drain_quiet_seconds = 0.2
 drain_poll_seconds = 0.02
+stream_grace_seconds = 0.5
 
 assert 0 < budget_id_length_max <= 1024
 assert 0 < idempotency_key_length_max <= 1024
@@ -82,3 +83,4 @@ assert 1 <= pool_size_min <= pool_size_max_default
 assert 0 <= metrics_budgets_max_default <= metrics_budgets_max_ceiling
 assert 0 < db_probe_timeout_seconds <= health_probe_interval_seconds
 assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default
+assert 0 < stream_grace_seconds < shutdown_grace_seconds_default

@@ -118,8 +118,10 @@ class Sidecar:
             grace = self.settings.shutdown_grace_seconds
             started = asyncio.get_running_loop().time()
             drained = await self.drain.drain(grace)
+            # Once Earmark's own calls are done, what still runs is streams that never end
+            # by themselves (health Watch): they get a moment, not the rest of the grace.
             left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
-            await self.server.stop(grace=left)
+            await self.server.stop(grace=min(left, limits.stream_grace_seconds))
             log.info("drained", in_flight_left=self.drain.active, within_grace=drained)
             self.server = None
         if self.background is not None:

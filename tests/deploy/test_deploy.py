@@ -1,0 +1,117 @@
+"""What an operator deploys: Prometheus config and rules (checked by promtool), the
+Grafana dashboard and the Kubernetes manifests, all naming only metrics Earmark exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from earmark.metrics import Metrics
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+PROMETHEUS = DEPLOY / "prometheus"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool: .ci/run installs prometheus"
+)
+METRIC = re.compile(r"\bearmark_[a-z_]*[a-z]\b")
+
+
+def exported_names() -> set[str]:
+    """Every sample name a sidecar's registry can export, with each label set exercised."""
+    metrics = Metrics()
+    names: set[str] = set()
+    for family in metrics.registry.collect():
+        names.add(family.name)
+        names.update(s.name for s in family.samples)
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, []))
+    return names
+
+
+def promtool(*args: str) -> str:
+    assert PROMTOOL is not None
+    result = subprocess.run(
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=PROMETHEUS
+    )
+    assert 0 == result.returncode, result.stdout + result.stderr
+    return result.stdout
+
+
+@needs_promtool
+def test_prometheus_config_is_valid() -> None:
+    """`promtool check config` accepts the scrape config and finds the rule file."""
+    assert "SUCCESS" in promtool("check", "config", "prometheus.yml")
+
+
+@needs_promtool
+def test_alert_rules_are_valid() -> None:
+    """`promtool check rules` accepts every alert rule."""
+    assert "SUCCESS: 8 rules found" in promtool("check", "rules", "earmark-rules.yml")
+
+
+@needs_promtool
+def test_alert_rules_unit_tests_pass() -> None:
+    """`promtool test rules` passes: the 80%, exhausted and overshoot alerts fire when due."""
+    assert "SUCCESS" in promtool("test", "rules", "earmark-rules.test.yml")
+
+
+def test_rules_and_dashboard_name_only_exported_metrics() -> None:
+    """Every earmark_ metric the rules and the dashboard query is one Earmark exports."""
+    known = exported_names()
+    texts = [
+        (PROMETHEUS / "earmark-rules.yml").read_text(),
+        (DEPLOY / "grafana" / "earmark-dashboard.json").read_text(),
+    ]
+    used = {name for text in texts for name in METRIC.findall(text)}
+    assert set() == used - known
+    assert len(used) >= 10
+
+
+def test_dashboard_is_grafana_json() -> None:
+    """The dashboard loads as JSON with panels for admissions, held vs limit, overshoot and
+    latency, each with a Prometheus query."""
+    dashboard = json.loads((DEPLOY / "grafana" / "earmark-dashboard.json").read_text())
+    titles = [p["title"] for p in dashboard["panels"]]
+    for needed in ("Admissions", "vs limit", "Overshoot", "latency"):
+        assert any(needed in t for t in titles), needed
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        assert all(t["expr"] for t in panel["targets"])
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret() -> None:
+    """The manifest runs a worker beside Earmark, with gRPC probes, resources, non-root
+    settings and the database URL from a Secret."""
+    docs = list(
+        yaml.safe_load_all((DEPLOY / "kubernetes" / "worker-with-earmark.yaml").read_text())
+    )
+    kinds = {d["kind"]: d for d in docs}
+    assert {"Secret", "Deployment", "NetworkPolicy"} == set(kinds)
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert {"worker", "earmark"} == set(containers)
+    earmark = containers["earmark"]
+    assert {"port": 50051, "service": "earmark.v1.Budget"} == earmark["readinessProbe"]["grpc"]
+    assert "grpc" in earmark["livenessProbe"]
+    assert earmark["resources"]["limits"]
+    env = {e["name"]: e for e in earmark["env"]}
+    secret = env["EARMARK_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert kinds["Secret"]["metadata"]["name"] == secret["name"]
+    assert pod["securityContext"]["runAsNonRoot"]
+
+
+def test_metrics_text_parses() -> None:
+    """A fresh registry renders Prometheus text that the reference parser reads back."""
+    from prometheus_client import generate_latest
+
+    text = generate_latest(Metrics().registry).decode()
+    assert any(f.name == "earmark_database_up" for f in text_string_to_metric_families(text))

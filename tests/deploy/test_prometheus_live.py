@@ -1,0 +1,121 @@
+"""A real Prometheus, started on loopback with the project's scrape config and rules, scrapes
+a live sidecar; refusals and overshoot are then read back through its HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from earmark.v1 import budget_pb2 as pb
+from tests.conftest import Running
+
+PROMETHEUS_BIN = shutil.which("prometheus")
+PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+READY_SECONDS_MAX = 60.0
+QUERY_SECONDS_MAX = 60.0
+
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS_BIN is None, reason="prometheus: .ci/run installs Debian's prometheus"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def prometheus(sidecar: Running, tmp_path: Path) -> Iterator[str]:
+    """Prometheus with deploy/prometheus's config, its target pointed at the live sidecar and
+    its interval at 1 s; stopped at the end, also on failure."""
+    config = (PROMETHEUS_DIR / "prometheus.yml").read_text()
+    config = config.replace("127.0.0.1:9464", f"127.0.0.1:{sidecar.sidecar.metrics_port}")
+    config = config.replace("15s", "1s")
+    (tmp_path / "prometheus.yml").write_text(config)
+    shutil.copy(PROMETHEUS_DIR / "earmark-rules.yml", tmp_path / "earmark-rules.yml")
+    address = f"127.0.0.1:{free_port()}"
+    assert PROMETHEUS_BIN is not None
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                PROMETHEUS_BIN,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address={address}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + READY_SECONDS_MAX
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{address}/-/ready", timeout=2):
+                    break
+            except OSError:
+                assert process.poll() is None, (tmp_path / "prometheus.log").read_text()
+                assert time.monotonic() < deadline, "prometheus never became ready"
+                time.sleep(0.2)
+        yield f"http://{address}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
+async def query_until(base: str, promql: str, expected: float) -> float:
+    """Queries Prometheus until the instant vector's single value equals expected."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    deadline = time.monotonic() + QUERY_SECONDS_MAX
+    seen: object = None
+    while time.monotonic() < deadline:
+        body = await asyncio.to_thread(get_json, url)
+        result = body["data"]["result"]  # type: ignore[index]
+        if result:
+            seen = float(result[0]["value"][1])
+            if seen == expected:
+                return seen
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{promql} = {seen}, expected {expected}")
+
+
+async def test_prometheus_sees_refusals_and_overshoot(sidecar: Running, prometheus: str) -> None:
+    """After a run with three refusals and one overshoot of 5,000, Prometheus' query API
+    returns exactly those, and the sidecar's target is up."""
+    b = sidecar.budget
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="acme", limit=100_000, unit="t"))
+    replies = await asyncio.gather(
+        *[
+            b.Reserve(pb.ReserveRequest(budget_id="acme", amount=40_000, idempotency_key=f"j{i}"))
+            for i in range(5)
+        ]
+    )
+    admitted = [r for r in replies if r.admitted]
+    assert 2 == len(admitted)
+    await b.Settle(pb.SettleRequest(reservation_id=admitted[0].reservation_id, used=45_000))
+    await b.Settle(pb.SettleRequest(reservation_id=admitted[1].reservation_id, used=10_000))
+
+    refused = 'sum(earmark_reservations_total{job="earmark", outcome="refused"})'
+    assert 3 == await query_until(prometheus, refused, 3)
+    assert 1 == await query_until(prometheus, "sum(earmark_overshoot_events_total)", 1)
+    assert 5_000 == await query_until(prometheus, "sum(earmark_overshoot_units_total)", 5_000)
+    assert 1 == await query_until(prometheus, 'up{job="earmark"}', 1)

@@ -1,0 +1,57 @@
+"""The README's grpcurl walkthrough, run as it stands with a real grpcurl against a live sidecar."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Running
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SEARCH_PATH = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)
+
+
+def walkthrough() -> str:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(
+        r"<!-- walkthrough:start -->\n```sh\n(.*?)```\n<!-- walkthrough:end -->", text, re.S
+    )
+    assert block is not None, "the README lost its walkthrough markers"
+    return block.group(1)
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
+async def test_readme_walkthrough_runs(sidecar: Running, tmp_path: Path) -> None:
+    """list, describe, PutBudget, Reserve, Charge, Settle and GetBudget, as the README types
+    them, succeed and show the answers the README promises."""
+    env = {**os.environ, "EARMARK": sidecar.target, "PATH": SEARCH_PATH}
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-euo", "pipefail", "-c", walkthrough(),
+        cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
+    out = stdout.decode() + stderr.decode()
+    assert 0 == process.returncode, out
+    for expected in (
+        "earmark.v1.Budget",
+        "earmark.v1.Admin",
+        "rpc Reserve ( .earmark.v1.ReserveRequest ) returns ( .earmark.v1.ReserveResponse );",
+        "string idempotency_key = 3;",
+        '"admitted": true',
+        '"remaining": "60000"',
+        '"hold_remaining": "28000"',
+        '"released": "8800"',
+        '"state": "RESERVATION_STATE_SETTLED"',
+        '"used": "31200"',
+        '"remaining": "68800"',
+    ):
+        assert expected in out, expected
