@@ -1,0 +1,50 @@
+"""The worker SDK: AsyncClient (grpc.aio) and Client (synchronous), with hold()."""
+
+from earmark.client.aio import (
+    AsyncClient,
+    BudgetState,
+    Charged,
+    Reservation,
+    RetryPolicy,
+    Settled,
+)
+from earmark.client.errors import (
+    AlreadyExistsError,
+    ClientError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    HoldLostError,
+    InvalidArgumentError,
+    NotFoundError,
+    Refusal,
+    RefusedError,
+    UnavailableError,
+)
+from earmark.client.hold import Hold
+from earmark.client.sync import Client, SyncHold
+from earmark.core.model import HoldState, Outcome, RefusalReason
+
+__all__ = [
+    "AlreadyExistsError",
+    "AsyncClient",
+    "BudgetState",
+    "Charged",
+    "Client",
+    "ClientError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "Hold",
+    "HoldLostError",
+    "HoldState",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "Outcome",
+    "Refusal",
+    "RefusalReason",
+    "RefusedError",
+    "Reservation",
+    "RetryPolicy",
+    "Settled",
+    "SyncHold",
+    "UnavailableError",
+]

@@ -1,0 +1,261 @@
+"""AsyncClient: the worker SDK on grpc.aio.
+
+Every call has a deadline. UNAVAILABLE is retried with bounded, jittered backoff; that is
+safe because every call that changes something carries an idempotency key, generated once
+per logical call and sent again on each retry (Renew and Settle are idempotent as they are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from earmark.client.errors import Refusal, from_rpc_error
+from earmark.client.hold import Hold
+from earmark.core.model import HoldState, Outcome, RefusalReason
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How UNAVAILABLE is retried: at most attempts_max calls in all, with full-jitter
+    exponential backoff between backoff_seconds_base and backoff_seconds_max."""
+
+    attempts_max: int = 5
+    backoff_seconds_base: float = 0.05
+    backoff_seconds_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        assert 1 <= self.attempts_max <= 100
+        assert 0 < self.backoff_seconds_base <= self.backoff_seconds_max <= 60
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        ceiling = min(self.backoff_seconds_max, self.backoff_seconds_base * 2**attempt)
+        return rng.uniform(0.0, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Reserve said yes: the hold's id, amount and lease deadline."""
+
+    reservation_id: str
+    budget_id: str
+    amount: int
+    remaining: int | None
+    expires_at: datetime
+    message: str
+
+    admitted = True
+
+
+@dataclass(frozen=True, slots=True)
+class Charged:
+    charged: int
+    capped: bool
+    total_charged: int
+    hold_remaining: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    charged: int
+    released: int
+    overshoot: int
+    state: HoldState
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    budget_id: str
+    limit: int | None
+    used: int
+    held: int
+    remaining: int | None
+    unit: str
+    open_reservations: int
+
+
+def _duration(seconds: float) -> Duration:
+    whole = int(seconds)
+    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def _budget_state(reply: pb.BudgetState) -> BudgetState:
+    return BudgetState(
+        budget_id=reply.budget_id,
+        limit=reply.limit if reply.HasField("limit") else None,
+        used=reply.used,
+        held=reply.held,
+        remaining=reply.remaining if reply.HasField("remaining") else None,
+        unit=reply.unit,
+        open_reservations=reply.open_reservations,
+    )
+
+
+class AsyncClient:
+    """Talks to one Earmark sidecar. Use as `async with AsyncClient() as client:`."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout_seconds: float = 5.0,
+        retry: RetryPolicy | None = None,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        assert 0 < timeout_seconds <= 600
+        self.target = target
+        self.timeout_seconds = timeout_seconds
+        self.retry = retry or RetryPolicy()
+        self._own_channel = channel is None
+        self._channel = channel or grpc.aio.insecure_channel(target)
+        self._budget = pb_grpc.BudgetStub(self._channel)
+        self._admin = pb_grpc.AdminStub(self._channel)
+        self._rng = random.Random()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_channel:
+            await self._channel.close(grace=None)
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Runs call, again after UNAVAILABLE, mapping a final failure to a ClientError."""
+        for attempt in range(self.retry.attempts_max):
+            try:
+                return await call()
+            except grpc.aio.AioRpcError as error:
+                last_attempt = attempt + 1 == self.retry.attempts_max
+                if error.code() != grpc.StatusCode.UNAVAILABLE or last_attempt:
+                    raise from_rpc_error(error) from None
+            await asyncio.sleep(self.retry.backoff(attempt, self._rng))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # Budget.
+
+    async def reserve(
+        self,
+        budget_id: str,
+        amount: int,
+        *,
+        idempotency_key: str | None = None,
+        lease_seconds: float | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Reservation | Refusal:
+        """Checks and holds amount of budget_id; a refusal is returned, not raised."""
+        request = pb.ReserveRequest(
+            budget_id=budget_id,
+            amount=amount,
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
+            labels=dict(labels or {}),
+        )
+        if lease_seconds is not None:
+            request.lease.CopyFrom(_duration(lease_seconds))
+        reply = await self._call(
+            lambda: self._budget.Reserve(request, timeout=self.timeout_seconds)
+        )
+        remaining = reply.remaining if reply.HasField("remaining") else None
+        if not reply.admitted:
+            return Refusal(budget_id, amount, RefusalReason(reply.reason), remaining, reply.message)
+        return Reservation(
+            reservation_id=reply.reservation_id,
+            budget_id=budget_id,
+            amount=reply.amount,
+            remaining=remaining,
+            expires_at=reply.expires_at.ToDatetime(),
+            message=reply.message,
+        )
+
+    async def charge(
+        self, reservation_id: str, amount: int, *, idempotency_key: str | None = None
+    ) -> Charged:
+        """Debits one step before it runs; `capped` means the worker must stop."""
+        request = pb.ChargeRequest(
+            reservation_id=reservation_id,
+            amount=amount,
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
+        )
+        reply = await self._call(lambda: self._budget.Charge(request, timeout=self.timeout_seconds))
+        return Charged(
+            charged=reply.charged,
+            capped=reply.capped,
+            total_charged=reply.total_charged,
+            hold_remaining=reply.hold_remaining,
+            expires_at=reply.expires_at.ToDatetime(),
+        )
+
+    async def renew(self, reservation_id: str, lease_seconds: float | None = None) -> datetime:
+        """Extends the hold's lease; returns the new deadline."""
+        request = pb.RenewRequest(reservation_id=reservation_id)
+        if lease_seconds is not None:
+            request.lease.CopyFrom(_duration(lease_seconds))
+        reply = await self._call(lambda: self._budget.Renew(request, timeout=self.timeout_seconds))
+        return reply.expires_at.ToDatetime()  # type: ignore[no-any-return]
+
+    async def settle(
+        self, reservation_id: str, used: int, outcome: Outcome = Outcome.SUCCEEDED
+    ) -> Settled:
+        """Charges what the job used in all and returns the rest of the hold."""
+        request = pb.SettleRequest(
+            reservation_id=reservation_id,
+            used=used,
+            outcome=int(outcome),  # type: ignore[arg-type]
+        )
+        reply = await self._call(lambda: self._budget.Settle(request, timeout=self.timeout_seconds))
+        return Settled(reply.charged, reply.released, reply.overshoot, HoldState(reply.state))
+
+    def hold(
+        self,
+        budget_id: str,
+        amount: int,
+        *,
+        lease_seconds: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        raise_on_refusal: bool = True,
+    ) -> Hold:
+        """A hold as an async context manager: reserve on enter, renew while the block
+        runs, settle on exit (see earmark.client.hold.Hold)."""
+        return Hold(
+            self,
+            budget_id,
+            amount,
+            lease_seconds=lease_seconds,
+            labels=labels,
+            raise_on_refusal=raise_on_refusal,
+        )
+
+    # Admin.
+
+    async def put_budget(self, budget_id: str, limit: int | None, unit: str = "") -> BudgetState:
+        request = pb.PutBudgetRequest(budget_id=budget_id, unit=unit)
+        if limit is not None:
+            request.limit = limit
+        reply = await self._call(
+            lambda: self._admin.PutBudget(request, timeout=self.timeout_seconds)
+        )
+        return _budget_state(reply)
+
+    async def get_budget(self, budget_id: str) -> BudgetState:
+        request = pb.GetBudgetRequest(budget_id=budget_id)
+        reply = await self._call(
+            lambda: self._admin.GetBudget(request, timeout=self.timeout_seconds)
+        )
+        return _budget_state(reply)

@@ -1,0 +1,171 @@
+"""hold(): the main way a worker uses Earmark.
+
+    async with client.hold("acme/tokens", 40_000) as h:
+        for step in steps:
+            charged = await h.charge(step.estimate)
+            if charged.capped:
+                break                       # the hold is spent: stop
+            await step.run()
+        h.used = actual_total               # what the job really used
+
+On enter it reserves (raising RefusedError, or handing back the refusal when asked to);
+while the block runs it renews the lease at a third of its length; on exit it settles with
+h.used (what was charged, if the block never set it). When the block raises, it settles
+with outcome FAILED (CANCELLED for a cancellation) before the exception reaches the
+caller. If a renewal finds the hold gone, the next charge raises HoldLostError.
+
+A retry of the expensive work must take a new hold: each hold() has its own idempotency
+key, so a cheap first attempt never authorizes an expensive second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from earmark import limits
+from earmark.client.errors import (
+    ClientError,
+    FailedPreconditionError,
+    HoldLostError,
+    NotFoundError,
+    Refusal,
+    RefusedError,
+)
+from earmark.core.model import Outcome
+
+if TYPE_CHECKING:
+    from earmark.client.aio import AsyncClient, Charged, Reservation, Settled
+
+log = logging.getLogger("earmark.client")
+
+# Renew when this fraction of the lease has passed, so two renewals can fail in a row
+# before the hold expires.
+renew_fraction = 1 / 3
+# Settles still running after their caller was cancelled again, kept from the collector.
+_settling: set[asyncio.Task[Settled]] = set()
+
+
+class Hold:
+    """One reservation for the length of an `async with` block."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        budget_id: str,
+        amount: int,
+        *,
+        lease_seconds: float | None,
+        labels: Mapping[str, str] | None,
+        raise_on_refusal: bool,
+    ) -> None:
+        self.client = client
+        self.budget_id = budget_id
+        self.amount = amount
+        self.lease_seconds = lease_seconds or limits.lease_seconds_default
+        self.labels = dict(labels or {})
+        self.raise_on_refusal = raise_on_refusal
+        self.idempotency_key = uuid.uuid4().hex
+        # What the job used in all; set it before the block ends.
+        self.used: int | None = None
+        self.charged = 0
+        self.reservation: Reservation | None = None
+        self.refusal: Refusal | None = None
+        self.settled: Settled | None = None
+        self._lost: BaseException | None = None
+        self._renewer: asyncio.Task[None] | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self.reservation is not None
+
+    @property
+    def reservation_id(self) -> str:
+        if self.reservation is None:
+            raise RefusedError(self._refusal())
+        return self.reservation.reservation_id
+
+    async def __aenter__(self) -> Hold:
+        result = await self.client.reserve(
+            self.budget_id,
+            self.amount,
+            idempotency_key=self.idempotency_key,
+            lease_seconds=self.lease_seconds,
+            labels=self.labels,
+        )
+        if isinstance(result, Refusal):
+            self.refusal = result
+            if self.raise_on_refusal:
+                raise RefusedError(result)
+            return self
+        self.reservation = result
+        self._renewer = asyncio.create_task(self._renew_forever(), name="earmark-renew")
+        return self
+
+    async def charge(self, amount: int, *, idempotency_key: str | None = None) -> Charged:
+        """Debits one step against the hold before the step runs."""
+        rid = self.reservation_id
+        if self._lost is not None:
+            raise HoldLostError(f"reservation {rid} is gone: {self._lost}") from self._lost
+        try:
+            result = await self.client.charge(rid, amount, idempotency_key=idempotency_key)
+        except (FailedPreconditionError, NotFoundError) as error:
+            self._lost = error
+            raise HoldLostError(f"reservation {rid} is gone: {error.details}") from error
+        self.charged = result.total_charged
+        return result
+
+    async def _renew_forever(self) -> None:
+        assert self.reservation is not None
+        while True:
+            await asyncio.sleep(self.lease_seconds * renew_fraction)
+            try:
+                await self.client.renew(self.reservation.reservation_id, self.lease_seconds)
+            except (FailedPreconditionError, NotFoundError) as error:
+                self._lost = error
+                return
+            except ClientError as error:
+                # Still unreachable after the client's retries: the lease may yet hold,
+                # so try again at the next tick.
+                log.warning("earmark renew failed: %s", error)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.reservation is None:
+            return
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        if exc is None:
+            outcome, used = Outcome.SUCCEEDED, self.used
+        elif isinstance(exc, Exception):
+            outcome, used = Outcome.FAILED, self.used
+        else:
+            # Cancellation, KeyboardInterrupt, SystemExit.
+            outcome, used = Outcome.CANCELLED, self.used
+        used = self.charged if used is None else used
+        # Shielded: a second cancellation must not leave the hold unsettled.
+        task = asyncio.ensure_future(self.client.settle(self.reservation_id, used, outcome))
+        _settling.add(task)
+        task.add_done_callback(_settling.discard)
+        try:
+            self.settled = await asyncio.shield(task)
+        except ClientError as error:
+            if exc is None:
+                raise
+            # The block's own exception matters more; the sweeper returns the hold.
+            log.warning("earmark settle failed after %r: %s", exc, error)
+
+    def _refusal(self) -> Refusal:
+        assert self.refusal is not None
+        return self.refusal

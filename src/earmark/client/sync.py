@@ -1,0 +1,176 @@
+"""Client: the worker SDK for synchronous code.
+
+It runs an AsyncClient on an event loop in a background thread, so a hold's lease keeps
+being renewed while the caller's thread is busy doing the expensive work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from earmark.client.aio import (
+    DEFAULT_TARGET,
+    AsyncClient,
+    BudgetState,
+    Charged,
+    Reservation,
+    RetryPolicy,
+    Settled,
+)
+from earmark.client.errors import Refusal
+from earmark.client.hold import Hold
+from earmark.core.model import Outcome
+
+T = TypeVar("T")
+
+
+class Client:
+    """The synchronous twin of AsyncClient. Use as `with Client() as client:`."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout_seconds: float = 5.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="earmark-client", daemon=True
+        )
+        self._thread.start()
+
+        async def make() -> AsyncClient:
+            # A grpc.aio channel belongs to the loop it is made on.
+            return AsyncClient(target, timeout_seconds=timeout_seconds, retry=retry)
+
+        self._client = self._run(make())
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def reserve(
+        self,
+        budget_id: str,
+        amount: int,
+        *,
+        idempotency_key: str | None = None,
+        lease_seconds: float | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Reservation | Refusal:
+        return self._run(
+            self._client.reserve(
+                budget_id,
+                amount,
+                idempotency_key=idempotency_key,
+                lease_seconds=lease_seconds,
+                labels=labels,
+            )
+        )
+
+    def charge(
+        self, reservation_id: str, amount: int, *, idempotency_key: str | None = None
+    ) -> Charged:
+        return self._run(
+            self._client.charge(reservation_id, amount, idempotency_key=idempotency_key)
+        )
+
+    def renew(self, reservation_id: str, lease_seconds: float | None = None) -> Any:
+        return self._run(self._client.renew(reservation_id, lease_seconds))
+
+    def settle(
+        self, reservation_id: str, used: int, outcome: Outcome = Outcome.SUCCEEDED
+    ) -> Settled:
+        return self._run(self._client.settle(reservation_id, used, outcome))
+
+    def put_budget(self, budget_id: str, limit: int | None, unit: str = "") -> BudgetState:
+        return self._run(self._client.put_budget(budget_id, limit, unit))
+
+    def get_budget(self, budget_id: str) -> BudgetState:
+        return self._run(self._client.get_budget(budget_id))
+
+    def hold(
+        self,
+        budget_id: str,
+        amount: int,
+        *,
+        lease_seconds: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        raise_on_refusal: bool = True,
+    ) -> SyncHold:
+        """As AsyncClient.hold, as a plain `with` block."""
+        return SyncHold(
+            self,
+            self._client.hold(
+                budget_id,
+                amount,
+                lease_seconds=lease_seconds,
+                labels=labels,
+                raise_on_refusal=raise_on_refusal,
+            ),
+        )
+
+
+class SyncHold:
+    """A Hold driven from a synchronous `with` block; its lease renews in the background."""
+
+    def __init__(self, client: Client, hold: Hold) -> None:
+        self._client = client
+        self.hold = hold
+
+    @property
+    def admitted(self) -> bool:
+        return self.hold.admitted
+
+    @property
+    def refusal(self) -> Refusal | None:
+        return self.hold.refusal
+
+    @property
+    def reservation_id(self) -> str:
+        return self.hold.reservation_id
+
+    @property
+    def used(self) -> int | None:
+        return self.hold.used
+
+    @used.setter
+    def used(self, value: int | None) -> None:
+        self.hold.used = value
+
+    @property
+    def settled(self) -> Settled | None:
+        return self.hold.settled
+
+    def charge(self, amount: int, *, idempotency_key: str | None = None) -> Charged:
+        return self._client._run(self.hold.charge(amount, idempotency_key=idempotency_key))
+
+    def __enter__(self) -> SyncHold:
+        self._client._run(self.hold.__aenter__())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._client._run(self.hold.__aexit__(exc_type, exc, tb))

@@ -1,0 +1,20 @@
+"""A worker that takes a hold, says so, and works forever: the crash test kills it."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from earmark.client import Client
+
+
+def main(target: str, budget_id: str) -> None:
+    with Client(target) as client, client.hold(budget_id, 25_000, lease_seconds=1) as h:
+        h.charge(5_000)
+        print(h.reservation_id, flush=True)
+        while True:
+            time.sleep(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,221 @@
+"""The worker SDK against a live sidecar: hold() on normal exit, exception, cancellation,
+long blocks, lost holds, refusals, and the synchronous Client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+from earmark.client import (
+    AsyncClient,
+    Client,
+    HoldLostError,
+    HoldState,
+    Outcome,
+    RefusalReason,
+    RefusedError,
+    Reservation,
+    RetryPolicy,
+)
+from earmark.server import Sidecar
+from tests.conftest import Running, sidecar_settings
+from tests.helpers import assert_invariants, fetch_budget_row
+
+
+@pytest.fixture
+async def client(sidecar: Running) -> AsyncClient:
+    async with AsyncClient(sidecar.target) as c:
+        await c.put_budget("acme/tokens", 100_000, "tokens")
+        yield c  # type: ignore[misc]
+
+
+async def test_hold_settles_with_used_on_normal_exit(client: AsyncClient, sidecar: Running) -> None:
+    """A block that sets h.used settles with it and returns the rest of the hold."""
+    async with client.hold("acme/tokens", 40_000) as h:
+        step = await h.charge(12_000)
+        assert (12_000, False) == (step.charged, step.capped)
+        h.used = 31_200
+    assert h.settled is not None
+    assert (31_200, 8_800, HoldState.SETTLED) == (
+        h.settled.charged,
+        h.settled.released,
+        h.settled.state,
+    )
+    budget = await client.get_budget("acme/tokens")
+    assert (31_200, 0, 68_800) == (budget.used, budget.held, budget.remaining)
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_hold_settles_charges_when_used_is_not_set(client: AsyncClient) -> None:
+    """Without h.used the job is settled at what it charged."""
+    async with client.hold("acme/tokens", 10_000) as h:
+        await h.charge(3_000)
+        await h.charge(2_000)
+    assert h.settled is not None
+    assert (5_000, 5_000) == (h.settled.charged, h.settled.released)
+
+
+async def test_exception_settles_failed_before_it_propagates(
+    client: AsyncClient, sidecar: Running
+) -> None:
+    """An exception in the block settles FAILED at what was charged, then reaches the caller."""
+
+    class Boom(Exception):
+        pass
+
+    holds = []
+
+    async def job() -> None:
+        async with client.hold("acme/tokens", 10_000) as h:
+            holds.append(h)
+            await h.charge(4_000)
+            raise Boom
+
+    with pytest.raises(Boom):
+        await job()
+    h = holds[0]
+    assert h.settled is not None
+    assert (4_000, 6_000) == (h.settled.charged, h.settled.released)
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (4_000, 0) == (row["used"], row["held"])
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_cancellation_mid_block_settles_cancelled(
+    client: AsyncClient, sidecar: Running
+) -> None:
+    """A task cancelled inside the block settles the hold (CANCELLED) and stays cancelled."""
+    entered = asyncio.Event()
+    holds = []
+
+    async def job() -> None:
+        async with client.hold("acme/tokens", 10_000) as h:
+            holds.append(h)
+            await h.charge(1_500)
+            entered.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(job())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert holds[0].settled is not None
+    assert 1_500 == holds[0].settled.charged
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (1_500, 0, 0) == (row["used"], row["held"], row["open_reservations"])
+    async_outcome = await _settled_outcome(sidecar, holds[0].reservation_id)
+    assert Outcome.CANCELLED == async_outcome
+
+
+async def _settled_outcome(sidecar: Running, reservation_id: str) -> Outcome:
+    import asyncpg
+
+    conn = await asyncpg.connect(sidecar.dsn)
+    try:
+        value = await conn.fetchval(
+            "SELECT settled_outcome FROM reservations WHERE reservation_id = $1", reservation_id
+        )
+    finally:
+        await conn.close()
+    return Outcome(value)
+
+
+async def test_block_outliving_several_leases_keeps_its_hold(
+    client: AsyncClient, sidecar: Running
+) -> None:
+    """A block that runs for more than three lease lengths keeps its hold: the background
+    renewal beats the sweeper."""
+    async with client.hold("acme/tokens", 10_000, lease_seconds=1) as h:
+        await asyncio.sleep(3.5)
+        step = await h.charge(1_000)
+        assert not step.capped
+        row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+        assert (1, 9_000) == (row["open_reservations"], row["held"])
+        h.used = 1_000
+    assert h.settled is not None
+    assert HoldState.SETTLED == h.settled.state
+
+
+async def test_lost_hold_makes_the_next_charge_raise(client: AsyncClient) -> None:
+    """When a renewal finds the hold gone (settled elsewhere), the next charge raises."""
+
+    async def job() -> None:
+        async with client.hold("acme/tokens", 10_000, lease_seconds=1) as h:
+            await client.settle(h.reservation_id, 0, Outcome.CANCELLED)
+            await asyncio.sleep(0.8)
+            await h.charge(1)
+
+    with pytest.raises(HoldLostError):
+        await job()
+
+
+async def test_refusal_raises_or_is_returned(client: AsyncClient) -> None:
+    """A refusal raises RefusedError with reason and remaining, or comes back on request."""
+
+    async def job() -> None:
+        async with client.hold("acme/tokens", 200_000):
+            raise AssertionError("a refused block must not run")
+
+    with pytest.raises(RefusedError) as caught:
+        await job()
+    refusal = caught.value.refusal
+    assert (RefusalReason.INSUFFICIENT_BUDGET, 100_000) == (refusal.reason, refusal.remaining)
+    assert "needs 200000, 100000 left" == refusal.message
+    async with client.hold("acme/tokens", 200_000, raise_on_refusal=False) as h:
+        assert not h.admitted
+        assert h.refusal is not None
+        assert 100_000 == h.refusal.remaining
+
+
+async def test_charge_capping_through_the_sdk(client: AsyncClient) -> None:
+    """A step beyond the hold comes back capped, so the worker can stop."""
+    async with client.hold("acme/tokens", 5_000) as h:
+        assert not (await h.charge(4_000)).capped
+        last = await h.charge(4_000)
+        assert (1_000, True, 0) == (last.charged, last.capped, last.hold_remaining)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_unavailable_is_retried_until_the_sidecar_is_up(dsn: str) -> None:
+    """A Reserve sent before the sidecar listens is retried and admitted once it does."""
+    port = free_port()
+    retry = RetryPolicy(attempts_max=20, backoff_seconds_base=0.05, backoff_seconds_max=0.3)
+    side = Sidecar(sidecar_settings(dsn, listen=f"127.0.0.1:{port}"))
+    async with AsyncClient(f"127.0.0.1:{port}", retry=retry, timeout_seconds=2) as c:
+        early = asyncio.create_task(c.put_budget("late", 1_000, "t"))
+        await asyncio.sleep(0.5)
+        await side.start()
+        try:
+            await early
+            result = await c.reserve("late", 10)
+        finally:
+            await side.stop()
+    assert isinstance(result, Reservation)
+
+
+async def test_sync_client_hold(sidecar: Running) -> None:
+    """The synchronous Client reserves, charges and settles through a plain `with` block,
+    keeping its hold while the calling thread sleeps past the lease."""
+
+    def worker() -> tuple[int, int, int]:
+        with Client(sidecar.target) as c:
+            c.put_budget("sync", 10_000, "t")
+            with c.hold("sync", 4_000, lease_seconds=1) as h:
+                assert 1_000 == h.charge(1_000).charged
+                time.sleep(2.5)
+                assert 1_000 == h.charge(1_000).charged
+                h.used = 2_500
+            assert h.settled is not None
+            return h.settled.charged, h.settled.released, c.get_budget("sync").used
+
+    # The sidecar runs on this test's event loop, so the blocking worker gets a thread.
+    assert (2_500, 1_500, 2_500) == await asyncio.to_thread(worker)
