@@ -4,9 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test check lint typecheck proto bench clean
+NODE_WORKER := examples/node-worker
+NODE_STAMP := $(NODE_WORKER)/node_modules/.installed
+
+.PHONY: venv node run test check lint typecheck proto bench clean
 
 venv: $(STAMP)
+
+# The Node.js example worker's packages, from its lock file.
+node: $(NODE_STAMP)
+
+$(NODE_STAMP): $(NODE_WORKER)/package.json $(NODE_WORKER)/package-lock.json
+	cd $(NODE_WORKER) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +27,7 @@ $(STAMP): pyproject.toml
 run: venv
 	$(BIN)/earmark serve
 
-test: venv
+test: venv node
 	$(BIN)/pytest
 
 lint: venv
@@ -37,4 +47,4 @@ bench: venv
 	$(BIN)/python -m bench.reserve_hot
 
 clean:
-	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from earmark import logging as earmark_logging
 from earmark import settings as earmark_settings
+from earmark.client import ClientError
 from earmark.errors import EarmarkError
 from earmark.server import serve
+from earmark.spawn import SpawnError
+from earmark.workloads import lab, load
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,11 +53,60 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
     s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
+
+    lab_command = commands.add_parser(
+        "lab", help="why a check is not a limit: the same jobs with a plain check and with holds"
+    )
+    _target(lab_command)
+    lab_command.add_argument("--jobs", type=int, default=5)
+    lab_command.add_argument("--estimate", type=int, default=40_000, help="what each job reserves")
+    lab_command.add_argument("--limit", type=int, default=100_000, help="the plan")
+    lab_command.add_argument("--concurrency", type=int, default=0, help="jobs in flight (0: all)")
+    lab_command.add_argument(
+        "--actual", type=int, default=0, help="what each job costs (0: estimate)"
+    )
+    lab_command.add_argument("--steps", type=int, default=4, help="charged steps per job")
+    lab_command.add_argument(
+        "--step-seconds", type=float, default=0.05, help="each step's duration"
+    )
+    lab_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    load_command = commands.add_parser(
+        "load", help="many jobs racing on one budget, with latencies"
+    )
+    _target(load_command)
+    load_command.add_argument("--jobs", type=int, default=120)
+    load_command.add_argument("--estimate", type=int, default=1_000)
+    load_command.add_argument("--limit", type=int, default=100_000)
+    load_command.add_argument("--concurrency", type=int, default=50)
+    load_command.add_argument(
+        "--actual", type=int, default=0, help="what each job uses (0: estimate)"
+    )
+    load_command.add_argument(
+        "--budget", default="", help="an existing budget (default: a fresh one)"
+    )
+    load_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return root
+
+
+def _target(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--target",
+        help="a running sidecar's HOST:PORT (default: start one with an embedded database)",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    try:
+        if args.command == "lab":
+            print(run_lab(args))
+            return
+        if args.command == "load":
+            print(run_load(args))
+            return
+    except (ValueError, ClientError, SpawnError) as error:
+        sys.exit(f"earmark {args.command}: {error}")
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = earmark_settings.load(flags)
@@ -67,6 +119,31 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"earmark: {error.message}")
     except KeyboardInterrupt:
         pass
+
+
+def run_lab(args: argparse.Namespace) -> str:
+    params = lab.LabParams(
+        jobs=args.jobs,
+        estimate=args.estimate,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        actual=args.actual,
+        steps=args.steps,
+        step_seconds=args.step_seconds,
+    )
+    return lab.main(args.target, params, args.json)
+
+
+def run_load(args: argparse.Namespace) -> str:
+    params = load.LoadParams(
+        jobs=args.jobs,
+        estimate=args.estimate,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        actual=args.actual,
+        budget_id=args.budget,
+    )
+    return load.main(args.target, params, args.json)
 
 
 if __name__ == "__main__":

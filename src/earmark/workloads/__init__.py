@@ -1,0 +1,1 @@
+"""Workloads run against a sidecar: the Concurrency Lab and the load command."""

@@ -1,0 +1,42 @@
+"""The Node.js worker, built on protos/ alone, racing on one budget through a live sidecar."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from earmark.client import AsyncClient
+from tests.conftest import Running
+from tests.helpers import assert_invariants
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "examples" / "node-worker" / "worker.js"
+NODE = shutil.which("node")
+INSTALLED = (ROOT / "examples" / "node-worker" / "node_modules" / "@grpc" / "grpc-js").exists()
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not on this machine")
+async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
+    """20 Node jobs of 10,000 that each cost 12,000 race on 100,000: 10 admitted and capped,
+    10 refused; the Admin API shows used = 100,000 = what the worker was charged, held 0."""
+    assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
+    assert NODE is not None
+    async with AsyncClient(sidecar.target) as client:
+        await client.put_budget("node/tokens", 100_000, "tokens")
+        process = await asyncio.create_subprocess_exec(
+            NODE, str(WORKER), "--target", sidecar.target, "--budget", "node/tokens",
+            "--jobs", "20", "--estimate", "10000", "--actual", "12000",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+        assert 0 == process.returncode, err.decode()
+        summary = json.loads(out)
+        state = await client.get_budget("node/tokens")
+    assert {"admitted": 10, "refused": 10, "capped": 10, "charged": 100_000} == summary
+    assert (100_000, 0, 0, 0) == (state.used, state.held, state.remaining, state.open_reservations)
+    assert state.used == summary["charged"]
+    await assert_invariants(sidecar.dsn)
