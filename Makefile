@@ -44,7 +44,7 @@ proto: venv
 	$(BIN)/python tools/protogen.py
 
 bench: venv
-	$(BIN)/python -m bench.reserve_hot
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules

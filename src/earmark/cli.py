@@ -51,6 +51,11 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         help=f"how often database gauges refresh [{env['metrics_refresh_seconds']}, 10]",
     )
+    s.add_argument(
+        "--admission",
+        choices=["grouped", "naive"],
+        help=f"grouped, or naive for comparison [{env['admission']}, grouped]",
+    )
     s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
     s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
 

@@ -27,7 +27,10 @@ lease_seconds_min = 1.0
 lease_seconds_max_default = 3600.0
 lease_seconds_max_ceiling = 7 * 24 * 3600.0
 
-# Group admission: operations on one budget are decided together in one transaction.
+# Group admission: operations are decided together in one transaction per lane; a
+# budget always maps to the same lane, so its operations are decided in arrival order.
+lanes_default = 1
+lanes_max = 64
 batch_size_max = 256
 lane_queue_depth_max = 10_000
 
@@ -75,6 +78,7 @@ assert 0 < amount_units_max <= limit_units_max
 assert limit_units_max + amount_units_max <= int64_max
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
+assert 1 <= lanes_default <= lanes_max
 assert 1 <= batch_size_max <= lane_queue_depth_max <= rpc_concurrency_max
 assert tx_attempts_max >= 1
 assert 0 < tx_backoff_seconds_base <= tx_backoff_seconds_max

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import orjson
 import structlog
 
 
@@ -12,20 +13,25 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
     """Configures structlog for the whole process; fmt is json, console or auto."""
     if fmt == "auto":
         fmt = "console" if sys.stdout.isatty() else "json"
-    renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if fmt == "console" else structlog.processors.JSONRenderer()
-    )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+    ]
+    if fmt == "console":
+        processors: list[structlog.typing.Processor] = [*shared, structlog.dev.ConsoleRenderer()]
+        factory: structlog.typing.WrappedLogger = structlog.PrintLoggerFactory(sys.stdout)
+    else:
+        # Every decision is a log line, so rendering is on the hot path: orjson renders
+        # bytes several times faster than the json module, written without decoding.
+        processors = [*shared, structlog.processors.JSONRenderer(serializer=orjson.dumps)]
+        factory = structlog.BytesLoggerFactory(sys.stdout.buffer)
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )

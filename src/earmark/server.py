@@ -71,7 +71,10 @@ class Sidecar:
             on_exhausted=m.tx_retries_exhausted.inc,
         )
         self.store = await Store.open(
-            dsn, pool_size_max=self.settings.pool_size_max, observer=observer
+            dsn,
+            pool_size_max=self.settings.pool_size_max,
+            observer=observer,
+            admission="naive" if self.settings.admission == "naive" else "grouped",
         )
         self.server = grpc.aio.server(
             maximum_concurrent_rpcs=limits.rpc_concurrency_max,

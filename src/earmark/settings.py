@@ -31,6 +31,8 @@ class Settings:
     pool_size_max: int = limits.pool_size_max_default
     metrics_budgets_max: int = limits.metrics_budgets_max_default
     metrics_refresh_seconds: float = limits.metrics_refresh_interval_seconds
+    # grouped (the default) or naive: see Store; naive is kept for benchmarks and tests.
+    admission: str = "grouped"
     log_level: str = "info"
     log_format: str = "auto"
 
@@ -68,6 +70,8 @@ class Settings:
             raise ValueError(
                 f"metrics_refresh_seconds: {self.metrics_refresh_seconds} is not in (0, 3600]"
             )
+        if self.admission not in {"grouped", "naive"}:
+            raise ValueError(f"admission: {self.admission!r} is not grouped or naive")
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
         if self.log_format not in {"auto", "json", "console"}:
@@ -86,6 +90,7 @@ ENV = {
     "pool_size_max": "EARMARK_POOL_SIZE_MAX",
     "metrics_budgets_max": "EARMARK_METRICS_BUDGETS_MAX",
     "metrics_refresh_seconds": "EARMARK_METRICS_REFRESH_SECONDS",
+    "admission": "EARMARK_ADMISSION",
     "log_level": "EARMARK_LOG_LEVEL",
     "log_format": "EARMARK_LOG_FORMAT",
 }

@@ -13,6 +13,7 @@ from earmark.core.model import Outcome
 from earmark.core.ops import ReserveOp, ReserveResult, SettleOp
 from earmark.errors import Unavailable
 from earmark.store import Store, StoreObserver
+from earmark.store.audit import audit
 from earmark.store.migrate import migrate, migrations
 from earmark.store.tx import Conn, run_serializable
 from tests.helpers import assert_invariants, fetch_budget_row
@@ -171,3 +172,41 @@ async def test_exhausted_retries_are_unavailable_and_commit_nothing(dsn: str) ->
         await pool.close()
     assert 3 == len(retries)
     assert (3, 0) == (row["used"], row["held"])
+
+
+async def test_naive_admission_is_exact_too(dsn: str) -> None:
+    """The naive baseline (a transaction per request) never admits beyond the limit; calls
+    that lose every retry fail UNAVAILABLE having held nothing."""
+    store = await Store.open(dsn, admission="naive")
+    try:
+        await store.put_budget("b", 10_000, "t")
+        results = await asyncio.gather(
+            *[store.submit(reserve_op(1_000)) for _ in range(20)], return_exceptions=True
+        )
+    finally:
+        await store.close()
+    admitted = [r for r in results if isinstance(r, ReserveResult) and r.admitted]
+    assert all(isinstance(r, ReserveResult | Unavailable) for r in results)
+    assert len(admitted) <= 10
+    row = await fetch_budget_row(dsn, "b")
+    assert len(admitted) * 1_000 == row["held"]
+    await assert_invariants(dsn)
+
+
+async def test_audit_catches_a_drifted_budget(store: Store, dsn: str) -> None:
+    """The invariant audit is not vacuous: a budget row changed behind the ledger's back is
+    reported, for held and for used."""
+    await store.put_budget("b", 100, "t")
+    await store.submit(reserve_op(10))
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert [] == await audit(conn)
+        await conn.execute("UPDATE budgets SET held = held + 1, used = used + 2")
+        problems = await audit(conn)
+    finally:
+        await conn.close()
+    assert [
+        "b: held 11 != open holds 10",
+        "b: held 11 != ledger 10",
+        "b: used 2 != ledger 0",
+    ] == problems

@@ -21,10 +21,15 @@ from earmark.store.tx import Conn
 # Locks are taken in one order everywhere, reservations before budgets and each set
 # by key, so that lanes, sweepers and other sidecars wait on each other but never
 # deadlock.
+# The keyed lookups resolve to ids first, one index probe per key, so that the whole
+# statement is index lookups: an OR of the two conditions plans as a scan of every
+# reservation, and under SERIALIZABLE a scan also conflicts with every other writer.
 LOCK_HOLDS = f"""
 SELECT {HOLD_COLUMNS} FROM reservations
-WHERE reservation_id = ANY($1::uuid[])
-   OR (budget_id = $2 AND idempotency_key = ANY($3::text[]))
+WHERE reservation_id = ANY($1::uuid[] || ARRAY(
+    SELECT r.reservation_id
+    FROM unnest($2::text[], $3::text[]) AS k(budget_id, idempotency_key)
+    JOIN reservations r USING (budget_id, idempotency_key)))
 ORDER BY reservation_id
 FOR UPDATE
 """
@@ -100,18 +105,25 @@ async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> dict[str, Budge
     return {row["budget_id"]: budget_from_row(row) for row in rows}
 
 
-async def load_batch(conn: Conn, budget_id: str, ops: Sequence[Op]) -> BatchState:
-    """Locks the holds the ops name, reads earlier charge answers, then locks the budget."""
-    ids = [op.reservation_id for op in ops if not isinstance(op, ReserveOp)]
-    keys = [op.idempotency_key for op in ops if isinstance(op, ReserveOp)]
-    state = BatchState(budget_id=budget_id, budget=None)
-    for row in await conn.fetch(LOCK_HOLDS, ids, budget_id, keys):
+async def load_batches(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[str, BatchState]:
+    """Locks the holds the operations name, reads earlier charge answers, then locks the
+    budgets in id order; returns one state per budget named."""
+    ids = [op.reservation_id for _, op in entries if not isinstance(op, ReserveOp)]
+    keyed = [
+        (budget_id, op.idempotency_key) for budget_id, op in entries if isinstance(op, ReserveOp)
+    ]
+    states = {budget_id: BatchState(budget_id=budget_id, budget=None) for budget_id, _ in entries}
+    rows = await conn.fetch(LOCK_HOLDS, ids, [b for b, _ in keyed], [k for _, k in keyed])
+    for row in rows:
         hold = hold_from_row(row)
+        state = states.get(hold.budget_id)
+        if state is None:
+            continue  # a reservation id routed to the wrong budget: NotFound in the rules
         state.holds_by_id[hold.reservation_id] = hold
-        if hold.budget_id == budget_id:
-            state.holds_by_key[hold.idempotency_key] = hold
-    charges = [op for op in ops if isinstance(op, ChargeOp)]
-    if charges:
+        state.holds_by_key[hold.idempotency_key] = hold
+    charged_budget = {op.reservation_id: b for b, op in entries if isinstance(op, ChargeOp)}
+    if charged_budget:
+        charges = [op for _, op in entries if isinstance(op, ChargeOp)]
         rows = await conn.fetch(
             LOAD_CHARGES,
             [op.reservation_id for op in charges],
@@ -119,9 +131,11 @@ async def load_batch(conn: Conn, budget_id: str, ops: Sequence[Op]) -> BatchStat
         )
         for row in rows:
             record = charge_from_row(row)
+            state = states[charged_budget[record.reservation_id]]
             state.charges[(record.reservation_id, record.idempotency_key)] = record
-    state.budget = (await lock_budgets(conn, [budget_id])).get(budget_id)
-    return state
+    for budget_id, budget in (await lock_budgets(conn, sorted(states))).items():
+        states[budget_id].budget = budget
+    return states
 
 
 async def claim_due(conn: Conn, now: object, limit: int) -> list[Hold]:

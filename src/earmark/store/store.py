@@ -7,14 +7,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import asyncpg
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
 from earmark.core.model import Budget
-from earmark.core.ops import Op, ReserveOp, Result
+from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
 from earmark.store import queries
 from earmark.store.lanes import Lanes
@@ -23,7 +23,15 @@ from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
 from earmark.store.tx import Conn, mapped_db_errors, run_serializable
 
 Clock = Callable[[], datetime]
+# grouped: a lane per budget, one transaction per batch; naive: one per request.
+Admission = Literal["grouped", "naive"]
 T = TypeVar("T")
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release, as a no-op: Earmark keeps no session state (no LISTEN,
+    no session advisory locks, no SET, no cursors), so asyncpg's default reset would be a
+    round trip per transaction for nothing."""
 
 
 def utc_now() -> datetime:
@@ -50,14 +58,21 @@ class Store:
         clock: Clock = utc_now,
         observer: StoreObserver | None = None,
         batch_size_max: int = limits.batch_size_max,
+        lanes: int = limits.lanes_default,
+        admission: Admission = "grouped",
     ) -> None:
+        assert admission in ("grouped", "naive")
+        self._admission = admission
         self._pool = pool
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
         self._routes: OrderedDict[str, str] = OrderedDict()
         self._lanes = Lanes(
-            self._run_batch, batch_size_max=batch_size_max, on_batch=self._observer.on_batch
+            self._run_batch,
+            lanes=lanes,
+            batch_size_max=batch_size_max,
+            on_batch=self._observer.on_batch,
         )
 
     @classmethod
@@ -69,6 +84,8 @@ class Store:
         clock: Clock = utc_now,
         observer: StoreObserver | None = None,
         batch_size_max: int = limits.batch_size_max,
+        lanes: int = limits.lanes_default,
+        admission: Admission = "grouped",
     ) -> Store:
         """Connects a pool to dsn and applies the migrations the database lacks."""
         with mapped_db_errors():
@@ -78,10 +95,18 @@ class Store:
                 max_size=pool_size_max,
                 timeout=limits.db_connect_timeout_seconds,
                 command_timeout=limits.db_command_timeout_seconds,
+                reset=_keep_session,
             )
             async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
                 await migrate(conn)
-        return cls(pool, clock=clock, observer=observer, batch_size_max=batch_size_max)
+        return cls(
+            pool,
+            clock=clock,
+            observer=observer,
+            batch_size_max=batch_size_max,
+            lanes=lanes,
+            admission=admission,
+        )
 
     async def close(self) -> None:
         """Decides what is queued, then closes the pool."""
@@ -170,7 +195,17 @@ class Store:
             budget_id = op.budget_id
         else:
             budget_id = await self._budget_of(op.reservation_id)
+        if self._admission == "naive":
+            return await self._decide_alone(budget_id, op)
         return await self._lanes.submit(budget_id, op)
+
+    async def _decide_alone(self, budget_id: str, op: Op) -> Result:
+        """Naive admission: one serializable transaction per request, retried on conflict,
+        nothing coalesced. Kept as the baseline that group admission is measured against."""
+        (result,) = await self._run_batch([(budget_id, op)])
+        if isinstance(result, EarmarkError):
+            raise result
+        return result
 
     async def _budget_of(self, reservation_id: str) -> str:
         budget_id = self._routes.get(reservation_id)
@@ -190,17 +225,37 @@ class Store:
         if len(self._routes) > limits.route_cache_size_max:
             self._routes.popitem(last=False)
 
-    async def _run_batch(self, budget_id: str, ops: list[Op]) -> list[Result | EarmarkError]:
-        async def work(conn: Conn) -> BatchDecision:
-            state = await queries.load_batch(conn, budget_id, ops)
-            decision = decide_batch(state, ops, self._clock())
-            await queries.write_decisions(conn, [(state, decision)])
-            return decision
+    async def _run_batch(self, entries: list[tuple[str, Op]]) -> list[Result | EarmarkError]:
+        """Decides entries, per budget in their order, in one serializable transaction."""
+        by_budget: dict[str, list[int]] = {}
+        for index, (budget_id, _) in enumerate(entries):
+            by_budget.setdefault(budget_id, []).append(index)
 
-        decision = await self._serializable(work)
-        for hold in decision.new_holds:
-            self._remember_route(hold.reservation_id, hold.budget_id)
-        return decision.results
+        async def work(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
+            states = await queries.load_batches(conn, entries)
+            now = self._clock()
+            decided = [
+                (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
+                for b, indices in by_budget.items()
+            ]
+            await queries.write_decisions(conn, decided)
+            return decided
+
+        decided = await self._serializable(work)
+        slots: list[Result | EarmarkError | None] = [None] * len(entries)
+        for (_, decision), indices in zip(decided, by_budget.values(), strict=True):
+            for index, result in zip(indices, decision.results, strict=True):
+                slots[index] = result
+            for hold in decision.new_holds:
+                self._remember_route(hold.reservation_id, hold.budget_id)
+        outcomes = [slot for slot in slots if slot is not None]
+        assert len(outcomes) == len(entries)
+        for (_, op), outcome in zip(entries, outcomes, strict=True):
+            # A settled hold is done: its route goes, so the cache holds only live holds
+            # (a late retry of the Settle looks its budget up again).
+            if isinstance(op, SettleOp) and isinstance(outcome, SettleResult):
+                self._routes.pop(op.reservation_id, None)
+        return outcomes
 
     # The sweeper.
 

@@ -1,0 +1,96 @@
+"""What every scenario needs: closed-loop workers, percentiles, medians with spread."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Loop:
+    """What a closed loop measured: completed calls per kind and their latencies (s)."""
+
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+
+    def record(self, kind: str, started: float) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.latencies.setdefault(kind, []).append(time.perf_counter() - started)
+
+    def rate(self, *kinds: str) -> float:
+        return sum(self.counts.get(k, 0) for k in kinds) / self.seconds
+
+    def ms(self, kind: str, q: float) -> float:
+        return percentile(self.latencies.get(kind, []), q) * 1000
+
+
+Step = Callable[[Loop], Awaitable[None]]
+
+
+async def closed_loop(workers: int, seconds: float, step: Step) -> Loop:
+    """workers tasks each run step back to back until seconds pass; the clock starts when
+    they all start, and calls still running at the end are not counted."""
+    loop = Loop()
+    stop_at = 0.0
+
+    async def worker() -> None:
+        while time.perf_counter() < stop_at:
+            await step(loop)
+
+    stop_at = time.perf_counter() + seconds
+    started = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(workers)])
+    loop.seconds = time.perf_counter() - started
+    return loop
+
+
+@dataclass
+class Figure:
+    """One figure of the table: its runs, reported as median [min, max]."""
+
+    name: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def row(self) -> str:
+        spread = f"[{min(self.values):,.1f} .. {max(self.values):,.1f}]"
+        return f"  {self.name:<44}{self.median:>12,.1f} {self.unit:<8}{spread}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "unit": self.unit,
+            "median": self.median,
+            "min": min(self.values),
+            "max": max(self.values),
+            "runs": self.values,
+        }
+
+
+def scrape(metrics_port: int) -> dict[str, float]:
+    """Sums every sample of each metric on a sidecar's /metrics, by sample name."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals

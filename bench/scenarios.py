@@ -1,0 +1,410 @@
+"""The benchmark's scenarios. Each returns its figures; timings are reported, never asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import asyncpg
+import grpc
+import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.harness import Figure, Loop, closed_loop, scrape
+from earmark.core.ops import ReserveOp, ReserveResult
+from earmark.spawn import SpawnedSidecar
+from earmark.store import Store, StoreObserver
+from earmark.store.audit import audit
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+
+IN_FLIGHT = 50
+UNLIMITED_ENOUGH = 10**15
+
+
+@dataclass
+class Env:
+    """What the scenarios run against: sidecars as separate processes, one PostgreSQL."""
+
+    dsn: str
+    grouped: SpawnedSidecar
+    naive: SpawnedSidecar
+    runs: int
+    seconds: float
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Stubs:
+    channel: grpc.aio.Channel
+    budget: budget_pb2_grpc.BudgetStub
+    admin: budget_pb2_grpc.AdminStub
+    health: health_pb2_grpc.HealthStub
+
+
+def stubs(target: str) -> Stubs:
+    channel = grpc.aio.insecure_channel(target)
+    return Stubs(
+        channel,
+        budget_pb2_grpc.BudgetStub(channel),
+        budget_pb2_grpc.AdminStub(channel),
+        health_pb2_grpc.HealthStub(channel),
+    )
+
+
+def figures(*names_units: tuple[str, str]) -> list[Figure]:
+    return [Figure(name, unit) for name, unit in names_units]
+
+
+async def check_invariants(env: Env, label: str) -> None:
+    conn = await asyncpg.connect(env.dsn)
+    try:
+        env.problems += [f"{label}: {p}" for p in await audit(conn)]
+    finally:
+        await conn.close()
+
+
+def reserve_settle(s: Stubs, pick_budget: object) -> object:
+    """One job: Reserve 1 unit, then Settle it at 1; UNAVAILABLE is counted, not raised."""
+
+    async def step(loop: Loop) -> None:
+        budget_id = pick_budget() if callable(pick_budget) else pick_budget
+        request = pb.ReserveRequest(budget_id=budget_id, amount=1, idempotency_key=uuid.uuid4().hex)
+        started = time.perf_counter()
+        try:
+            reply = await s.budget.Reserve(request, timeout=30)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            loop.record("unavailable", started)
+            return
+        loop.record("reserve", started)
+        if not reply.admitted:
+            loop.record("refused", started)
+            return
+        loop.record("admitted", started)
+        started = time.perf_counter()
+        try:
+            await s.budget.Settle(
+                pb.SettleRequest(reservation_id=reply.reservation_id, used=1), timeout=30
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            # The hold stays open until its lease passes and the sweeper returns it.
+            loop.record("unavailable", started)
+            return
+        loop.record("settle", started)
+
+    return step
+
+
+async def floor(env: Env) -> list[Figure]:
+    """1. An RPC that does nothing: grpc.health Check at 50 in flight."""
+    out = figures(
+        ("floor: health Check calls/s", "calls/s"), ("floor: p50", "ms"), ("floor: p99", "ms")
+    )
+    s = stubs(env.grouped.target)
+    request = health_pb2.HealthCheckRequest(service="")
+
+    async def step(loop: Loop) -> None:
+        started = time.perf_counter()
+        await s.health.Check(request, timeout=30)
+        loop.record("check", started)
+
+    try:
+        await closed_loop(IN_FLIGHT, 1.0, step)  # warm-up
+        for _ in range(env.runs):
+            loop = await closed_loop(IN_FLIGHT, env.seconds, step)
+            for figure, value in zip(
+                out,
+                [loop.rate("check"), loop.ms("check", 0.5), loop.ms("check", 0.99)],
+                strict=True,
+            ):
+                figure.values.append(value)
+    finally:
+        await s.channel.close()
+    return out
+
+
+async def hot_loop(env: Env, sidecar: SpawnedSidecar, label: str, budgets: int) -> list[Figure]:
+    """Reserve then Settle at 50 in flight, on one budget or on budgets drawn at random."""
+    out = figures(
+        (f"{label}: calls/s (Reserve + Settle)", "calls/s"),
+        (f"{label}: admissions/s", "adm/s"),
+        (f"{label}: Reserve p50", "ms"),
+        (f"{label}: Reserve p99", "ms"),
+        (f"{label}: Settle p50", "ms"),
+        (f"{label}: Settle p99", "ms"),
+        (f"{label}: UNAVAILABLE", "calls"),
+        (f"{label}: serialization retries per admission", "retries"),
+        (f"{label}: retries exhausted", "txs"),
+    )
+    s = stubs(sidecar.target)
+    try:
+        for _ in range(env.runs):
+            prefix = f"{label.split()[0]}-{uuid.uuid4().hex[:6]}"
+            ids = [f"{prefix}-{i}" for i in range(budgets)]
+            for budget_id in ids:
+                await s.admin.PutBudget(
+                    pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit="t")
+                )
+            pick = ids[0] if budgets == 1 else functools.partial(random.choice, ids)
+            step = reserve_settle(s, pick)
+            await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
+            before = scrape(sidecar.metrics_port)
+            loop = await closed_loop(IN_FLIGHT, env.seconds, step)
+            after = scrape(sidecar.metrics_port)
+            retries = after.get("earmark_tx_serialization_retries_total", 0) - before.get(
+                "earmark_tx_serialization_retries_total", 0
+            )
+            exhausted = after.get("earmark_tx_retries_exhausted_total", 0) - before.get(
+                "earmark_tx_retries_exhausted_total", 0
+            )
+            admitted = loop.counts.get("admitted", 0)
+            values = [
+                loop.rate("reserve", "settle"),
+                loop.rate("admitted"),
+                loop.ms("reserve", 0.5),
+                loop.ms("reserve", 0.99),
+                loop.ms("settle", 0.5),
+                loop.ms("settle", 0.99),
+                loop.counts.get("unavailable", 0),
+                retries / max(1, admitted),
+                exhausted,
+            ]
+            for figure, value in zip(out, values, strict=True):
+                figure.values.append(value)
+        await check_invariants(env, label)
+    finally:
+        await s.channel.close()
+    return out
+
+
+async def hot_budget(env: Env) -> list[Figure]:
+    """2. One hot budget, group admission."""
+    return await hot_loop(env, env.grouped, "hot budget", 1)
+
+
+async def many_budgets(env: Env) -> list[Figure]:
+    """3. 1,000 budgets drawn at random."""
+    return await hot_loop(env, env.grouped, "1,000 budgets", 1_000)
+
+
+async def naive_baseline(env: Env) -> list[Figure]:
+    """4. The hot budget with one serializable transaction per request, no coalescing."""
+    return await hot_loop(env, env.naive, "naive hot budget", 1)
+
+
+async def store_alone(env: Env) -> list[Figure]:
+    """5. Group admission in the store, no gRPC: 500 submitters on one hot budget."""
+    out = figures(
+        ("store alone: admissions/s (500 submitters)", "adm/s"),
+        ("store alone: median batch size", "ops"),
+    )
+    sizes: list[int] = []
+    store = await Store.open(env.dsn, observer=StoreObserver(on_batch=sizes.append))
+    try:
+        for _ in range(env.runs):
+            budget_id = f"store-{uuid.uuid4().hex[:6]}"
+            await store.put_budget(budget_id, UNLIMITED_ENOUGH, "t")
+
+            async def step(loop: Loop, budget_id: str = budget_id) -> None:
+                op = ReserveOp(
+                    budget_id, uuid.uuid4().hex, 1, timedelta(seconds=120), str(uuid.uuid4())
+                )
+                started = time.perf_counter()
+                result = await store.submit(op)
+                assert isinstance(result, ReserveResult)
+                assert result.admitted
+                loop.record("admitted", started)
+
+            sizes.clear()
+            loop = await closed_loop(500, env.seconds, step)
+            out[0].values.append(loop.rate("admitted"))
+            out[1].values.append(sorted(sizes)[len(sizes) // 2] if sizes else 0)
+    finally:
+        await store.close()
+    await check_invariants(env, "store alone")
+    return out
+
+
+async def two_sidecars(env: Env, second: SpawnedSidecar) -> list[Figure]:
+    """6. Two sidecar processes on one PostgreSQL racing on one budget: throughput, and the
+    admitted total against the limit."""
+    limit = 3_000
+    out = figures(
+        ("two sidecars: calls/s", "calls/s"),
+        ("two sidecars: admitted (limit 3,000)", "jobs"),
+        ("two sidecars: admitted above the limit", "units"),
+        ("two sidecars: UNAVAILABLE", "calls"),
+    )
+    a, b = stubs(env.grouped.target), stubs(second.target)
+    try:
+        for _ in range(env.runs):
+            budget_id = f"two-{uuid.uuid4().hex[:6]}"
+            await a.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit="t"))
+            step = alternate(reserve_settle(a, budget_id), reserve_settle(b, budget_id))
+            loop = await closed_loop(IN_FLIGHT, env.seconds, step)
+            state = await a.admin.GetBudget(pb.GetBudgetRequest(budget_id=budget_id))
+            admitted = loop.counts.get("admitted", 0)
+            if state.used != admitted or state.held != 0:
+                env.problems.append(f"two sidecars: used {state.used} != admitted {admitted}")
+            values = [
+                loop.rate("reserve", "settle"),
+                admitted,
+                max(0, state.used - limit),
+                loop.counts.get("unavailable", 0),
+            ]
+            for figure, value in zip(out, values, strict=True):
+                figure.values.append(value)
+        await check_invariants(env, "two sidecars")
+    finally:
+        await a.channel.close()
+        await b.channel.close()
+    return out
+
+
+def alternate(first: object, second: object) -> object:
+    """A step that sends every other job to each sidecar."""
+    turn = [0]
+
+    async def step(loop: Loop) -> None:
+        turn[0] += 1
+        await (first if turn[0] % 2 else second)(loop)  # type: ignore[operator]
+
+    return step
+
+
+async def single_in_flight(env: Env) -> list[Figure]:
+    """7. One worker, Reserve then Settle, one call at a time."""
+    out = figures(
+        ("single in flight: Reserve p50", "ms"),
+        ("single in flight: Reserve p99", "ms"),
+        ("single in flight: Settle p50", "ms"),
+        ("single in flight: Settle p99", "ms"),
+    )
+    s = stubs(env.grouped.target)
+    try:
+        budget_id = f"single-{uuid.uuid4().hex[:6]}"
+        await s.admin.PutBudget(
+            pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit="t")
+        )
+        step = reserve_settle(s, budget_id)
+        await closed_loop(1, 0.5, step)
+        for _ in range(env.runs):
+            loop = await closed_loop(1, env.seconds, step)
+            values = [
+                loop.ms("reserve", 0.5),
+                loop.ms("reserve", 0.99),
+                loop.ms("settle", 0.5),
+                loop.ms("settle", 0.99),
+            ]
+            for figure, value in zip(out, values, strict=True):
+                figure.values.append(value)
+    finally:
+        await s.channel.close()
+    return out
+
+
+FILL_GROWTH = """
+WITH holds AS (
+    INSERT INTO reservations (reservation_id, budget_id, idempotency_key, amount, charged,
+                              state, lease_ms, expires_at, created_at)
+    SELECT gen_random_uuid(), $1, 'bulk-' || g, 1, 0, 1, 3600000,
+           now() + interval '1 hour', now()
+    FROM generate_series(1, $2) g
+    RETURNING reservation_id
+)
+INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
+SELECT $1, reservation_id, 'hold', 1, 0, now() FROM holds
+"""
+
+FILL_LEDGER = """
+INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
+SELECT $1, NULL, CASE WHEN g % 2 = 0 THEN 'hold' ELSE 'settle' END,
+       CASE WHEN g % 2 = 0 THEN 1 ELSE -1 END, CASE WHEN g % 2 = 0 THEN 0 ELSE 1 END, now()
+FROM generate_series(0, $2 - 1) g
+"""
+
+
+async def reserve_latency(s: Stubs, budget_id: str, count: int) -> tuple[float, float]:
+    latencies = []
+    for _ in range(count):
+        request = pb.ReserveRequest(budget_id=budget_id, amount=1, idempotency_key=uuid.uuid4().hex)
+        started = time.perf_counter()
+        reply = await s.budget.Reserve(request, timeout=30)
+        latencies.append(time.perf_counter() - started)
+        await s.budget.Settle(pb.SettleRequest(reservation_id=reply.reservation_id, used=1))
+    latencies.sort()
+    return latencies[len(latencies) // 2] * 1000, latencies[int(0.99 * len(latencies))] * 1000
+
+
+async def growth(env: Env, sidecar: SpawnedSidecar, dsn: str, reservations: int) -> list[Figure]:
+    """8. Reserve latency on an almost empty database and with 1,000,000 ledger rows and
+    100,000 open holds; the sidecar's memory after reservations/10 and after reservations."""
+    out = figures(
+        ("growth: Reserve p50, ledger nearly empty", "ms"),
+        ("growth: Reserve p99, ledger nearly empty", "ms"),
+        ("growth: Reserve p50, 1M ledger rows + 100k open holds", "ms"),
+        ("growth: Reserve p99, 1M ledger rows + 100k open holds", "ms"),
+        (f"growth: sidecar RSS after {reservations // 10:,} reservations", "MiB"),
+        (f"growth: sidecar RSS after {reservations:,} reservations", "MiB"),
+    )
+    s = stubs(sidecar.target)
+    budget_id = "growth"
+    try:
+        await s.admin.PutBudget(
+            pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit="t")
+        )
+        await reserve_latency(s, budget_id, 5)
+        small = [await reserve_latency(s, budget_id, 200) for _ in range(env.runs)]
+        out[0].values += [p50 for p50, _ in small]
+        out[1].values += [p99 for _, p99 in small]
+        conn = await asyncpg.connect(dsn)
+        try:
+            async with conn.transaction():
+                await conn.execute(FILL_GROWTH, budget_id, 100_000)
+                await conn.execute(FILL_LEDGER, budget_id, 900_000)
+                await conn.execute(
+                    "UPDATE budgets SET held = held + 100000, used = used + 450000, "
+                    "open_reservations = open_reservations + 100000 WHERE budget_id = $1",
+                    budget_id,
+                )
+            await conn.execute("ANALYZE")
+            rows = await conn.fetchval("SELECT count(*) FROM ledger")
+            problems = await audit(conn)
+        finally:
+            await conn.close()
+        env.problems += [f"growth: {p}" for p in problems]
+        assert rows >= 1_000_000, rows
+        big = [await reserve_latency(s, budget_id, 200) for _ in range(env.runs)]
+        out[2].values += [p50 for p50, _ in big]
+        out[3].values += [p99 for _, p99 in big]
+        process = psutil.Process(sidecar.process.pid)
+        step = reserve_settle(s, budget_id)
+        done = 0
+        for index, target in ((4, reservations // 10), (5, reservations)):
+            await run_jobs(step, target - done)
+            done = target
+            out[index].values.append(process.memory_info().rss / 2**20)
+    finally:
+        await s.channel.close()
+    return out
+
+
+async def run_jobs(step: object, jobs: int) -> None:
+    """Runs jobs reserve-settle jobs, 50 in flight."""
+    loop = Loop()
+
+    async def worker(share: int) -> None:
+        for _ in range(share):
+            await step(loop)  # type: ignore[operator]
+
+    shares = [jobs // IN_FLIGHT + (1 if i < jobs % IN_FLIGHT else 0) for i in range(IN_FLIGHT)]
+    await asyncio.gather(*[worker(share) for share in shares])
