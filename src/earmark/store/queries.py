@@ -55,49 +55,49 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED
 """
 
-INSERT_HOLDS = f"""
-INSERT INTO reservations ({HOLD_COLUMNS})
-SELECT * FROM unnest(
-    $1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::smallint[],
-    $7::bigint[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::jsonb[],
-    $12::bigint[], $13::smallint[], $14::bigint[], $15::bigint[], $16::bigint[])
-"""
-
-UPDATE_HOLDS = """
-UPDATE reservations AS r SET
-    charged = u.charged, state = u.state, lease_ms = u.lease_ms, expires_at = u.expires_at,
-    closed_at = u.closed_at, settled_used = u.settled_used,
-    settled_outcome = u.settled_outcome, settled_charged = u.settled_charged,
-    settled_released = u.settled_released, settled_overshoot = u.settled_overshoot
-FROM unnest(
-    $1::uuid[], $2::bigint[], $3::smallint[], $4::bigint[], $5::timestamptz[],
-    $6::timestamptz[], $7::bigint[], $8::smallint[], $9::bigint[], $10::bigint[],
-    $11::bigint[])
-    AS u(reservation_id, charged, state, lease_ms, expires_at, closed_at, settled_used,
-         settled_outcome, settled_charged, settled_released, settled_overshoot)
-WHERE r.reservation_id = u.reservation_id
-"""
-
-INSERT_CHARGES = """
-INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
-                     total_charged, hold_remaining)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[],
-                     $6::bigint[], $7::bigint[])
-"""
-
-INSERT_LEDGER = """
-INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
-SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[],
-                     $6::timestamptz[])
-"""
-
-UPDATE_BUDGETS = """
+# Every write of a batch in one statement, one round trip: each CTE takes its rows from
+# arrays (empty arrays write nothing). The CTEs touch disjoint rows, so that they cannot
+# see each other's changes does not matter, and foreign keys are checked at the end of
+# the statement, after every CTE has run.
+WRITE_BATCH = f"""
+WITH new_holds AS (
+    INSERT INTO reservations ({HOLD_COLUMNS})
+    SELECT * FROM unnest(
+        $1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::smallint[],
+        $7::bigint[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::jsonb[],
+        $12::bigint[], $13::smallint[], $14::bigint[], $15::bigint[], $16::bigint[])
+), changed_holds AS (
+    UPDATE reservations AS r SET
+        charged = u.charged, state = u.state, lease_ms = u.lease_ms,
+        expires_at = u.expires_at, closed_at = u.closed_at, settled_used = u.settled_used,
+        settled_outcome = u.settled_outcome, settled_charged = u.settled_charged,
+        settled_released = u.settled_released, settled_overshoot = u.settled_overshoot
+    FROM unnest(
+        $17::uuid[], $18::bigint[], $19::smallint[], $20::bigint[], $21::timestamptz[],
+        $22::timestamptz[], $23::bigint[], $24::smallint[], $25::bigint[], $26::bigint[],
+        $27::bigint[])
+        AS u(reservation_id, charged, state, lease_ms, expires_at, closed_at, settled_used,
+             settled_outcome, settled_charged, settled_released, settled_overshoot)
+    WHERE r.reservation_id = u.reservation_id
+), new_charges AS (
+    INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
+                         total_charged, hold_remaining)
+    SELECT * FROM unnest($28::uuid[], $29::text[], $30::bigint[], $31::bigint[],
+                         $32::boolean[], $33::bigint[], $34::bigint[])
+), new_ledger AS (
+    INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
+    SELECT * FROM unnest($35::text[], $36::uuid[], $37::text[], $38::bigint[], $39::bigint[],
+                         $40::timestamptz[])
+)
 UPDATE budgets AS b SET used = u.used, held = u.held,
     open_reservations = u.open_reservations, updated_at = now()
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+FROM unnest($41::text[], $42::bigint[], $43::bigint[], $44::bigint[])
     AS u(budget_id, used, held, open_reservations)
 WHERE b.budget_id = u.budget_id
 """
+
+# The columns of HOLD_COLUMNS that a decision may change, by position.
+_UPDATABLE_HOLD_COLUMNS = (0, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15)
 
 
 async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> dict[str, Budget]:
@@ -144,7 +144,7 @@ async def claim_due(conn: Conn, now: object, limit: int) -> list[Hold]:
 
 
 async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchDecision]]) -> None:
-    """Writes what the decisions changed, a statement per table, whatever the batch size."""
+    """Writes what the decisions changed in one statement, whatever the batch size."""
     new_holds = [h for _, d in decided for h in d.new_holds]
     new_ids = {h.reservation_id for h in new_holds}
     changed = [
@@ -153,40 +153,28 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     charges = [c for _, d in decided for c in d.new_charges]
     ledger = [e for _, d in decided for e in d.ledger]
     budgets = [s.budget for s, d in decided if s.budget is not None and d.writes_anything()]
-    if new_holds:
-        await conn.execute(INSERT_HOLDS, *hold_columns(new_holds))
-    if changed:
-        columns = hold_columns(changed)
-        # The updatable columns: id, charged, state, lease_ms, expires_at, closed_at, settled_*.
-        await conn.execute(
-            UPDATE_HOLDS, *[columns[i] for i in (0, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15)]
-        )
-    if charges:
-        await conn.execute(
-            INSERT_CHARGES,
-            [c.reservation_id for c in charges],
-            [c.idempotency_key for c in charges],
-            [c.amount for c in charges],
-            [c.charged for c in charges],
-            [c.capped for c in charges],
-            [c.total_charged for c in charges],
-            [c.hold_remaining for c in charges],
-        )
-    if ledger:
-        await conn.execute(
-            INSERT_LEDGER,
-            [e.budget_id for e in ledger],
-            [e.reservation_id for e in ledger],
-            [str(e.kind) for e in ledger],
-            [e.held_delta for e in ledger],
-            [e.used_delta for e in ledger],
-            [e.at for e in ledger],
-        )
-    if budgets:
-        await conn.execute(
-            UPDATE_BUDGETS,
-            [b.budget_id for b in budgets],
-            [b.used for b in budgets],
-            [b.held for b in budgets],
-            [b.open_reservations for b in budgets],
-        )
+    if not (new_holds or changed or charges or ledger or budgets):
+        return
+    changed_columns = hold_columns(changed)
+    await conn.execute(
+        WRITE_BATCH,
+        *hold_columns(new_holds),
+        *[changed_columns[i] for i in _UPDATABLE_HOLD_COLUMNS],
+        [c.reservation_id for c in charges],
+        [c.idempotency_key for c in charges],
+        [c.amount for c in charges],
+        [c.charged for c in charges],
+        [c.capped for c in charges],
+        [c.total_charged for c in charges],
+        [c.hold_remaining for c in charges],
+        [e.budget_id for e in ledger],
+        [e.reservation_id for e in ledger],
+        [str(e.kind) for e in ledger],
+        [e.held_delta for e in ledger],
+        [e.used_delta for e in ledger],
+        [e.at for e in ledger],
+        [b.budget_id for b in budgets],
+        [b.used for b in budgets],
+        [b.held for b in budgets],
+        [b.open_reservations for b in budgets],
+    )
