@@ -1,8 +1,9 @@
 """Group admission inside one sidecar: lanes, one transaction per batch.
 
 Naive admission runs one serializable transaction per request, and on a hot budget the
-transactions mostly abort each other. Here every budget belongs to one of a few lanes (by
-a hash of its id), and each lane keeps one transaction in flight at a time: whatever
+transactions mostly abort each other. Here every budget belongs to one lane (by a hash of
+its id; one lane by default, see limits.lanes_default), and each lane keeps one
+transaction in flight at a time: whatever
 arrives meanwhile waits in the lane's queue and goes into the next transaction, decided
 per budget in arrival order, each operation with its own answer. Under load the batches
 grow by themselves, with no timer and no added latency when a lane is idle; a batch may
