@@ -15,7 +15,6 @@ import asyncpg
 
 from earmark import limits
 
-
 # Serializable transactions track what they read with predicate locks. PostgreSQL's
 # defaults promote them early: three rows read on one page become a lock on the whole
 # page, 32 rows in one table a lock on the table. Earmark reads a batch of holds by id,
