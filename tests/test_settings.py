@@ -1,0 +1,41 @@
+"""Settings: a flag beats its EARMARK_* variable, which beats the default; bad values name
+the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from earmark import settings
+
+
+def test_flag_beats_environment_beats_default() -> None:
+    """--listen wins over EARMARK_LISTEN; EARMARK_DATA_DIR fills in; the rest are defaults."""
+    environ = {"EARMARK_LISTEN": "127.0.0.1:6000", "EARMARK_DATA_DIR": "/var/lib/earmark"}
+    loaded = settings.load({"listen": "127.0.0.1:7000", "data_dir": None}, environ)
+    assert ("127.0.0.1:7000", Path("/var/lib/earmark"), "127.0.0.1:9464") == (
+        loaded.listen, loaded.data_dir, loaded.metrics_listen
+    )  # fmt: skip
+
+
+def test_environment_numbers_are_parsed() -> None:
+    """Numeric variables become numbers."""
+    loaded = settings.load({}, {"EARMARK_LEASE_SECONDS_MAX": "600", "EARMARK_POOL_SIZE_MAX": "4"})
+    assert (600.0, 4) == (loaded.lease_seconds_max, loaded.pool_size_max)
+
+
+@pytest.mark.parametrize(
+    ("environ", "name"),
+    [
+        ({"EARMARK_LISTEN": "no-port"}, "listen"),
+        ({"EARMARK_POOL_SIZE_MAX": "many"}, "pool_size_max"),
+        ({"EARMARK_LEASE_SECONDS_MAX": "0"}, "lease_seconds_max"),
+        ({"EARMARK_ADMISSION": "optimistic"}, "admission"),
+        ({"EARMARK_METRICS_BUDGETS_MAX": "100000"}, "metrics_budgets_max"),
+    ],
+)
+def test_bad_values_name_the_setting(environ: dict[str, str], name: str) -> None:
+    """A value that can never work stops start-up with the setting's name."""
+    with pytest.raises(ValueError, match=name):
+        settings.load({}, environ)
