@@ -104,6 +104,7 @@ class Sidecar:
             host, port = split_host_port(self.settings.metrics_listen, "metrics_listen")
             self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
             self.metrics_port = self._metrics_httpd.server_port
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._set_health(True)
         self.background = Background(self.store, m, self.settings, self._set_health)
         self.background.start()
@@ -147,13 +148,15 @@ class Sidecar:
             await self.background.stop_sweeper()
 
     async def _set_health(self, serving: bool) -> None:
-        """SERVING for the whole server and both services while the database answers."""
+        """Both services are SERVING while the database answers. The server as a whole
+        ("") stays SERVING until shutdown: it is what liveness probes ask, and a database
+        outage is a reason to stop sending work here, not to restart the process."""
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for name in ("", *SERVICE_NAMES):
+        for name in SERVICE_NAMES:
             await self.health.set(name, status)
 
 

@@ -33,8 +33,9 @@ async def wait_for_status(health: health_pb2_grpc.HealthStub, service: str, stat
 
 
 async def test_database_outage_flips_health_and_refuses(tmp_path: Path) -> None:
-    """With its database stopped the sidecar reports NOT_SERVING and answers UNAVAILABLE,
-    admitting nothing; once the database is back it reports SERVING and admits again."""
+    """With its database stopped the sidecar reports its services NOT_SERVING (the server
+    itself stays SERVING) and answers UNAVAILABLE, admitting nothing; once the database is
+    back it reports SERVING and admits again."""
     pg = EmbeddedPostgres(tmp_path)
     pg.start()
     side = Sidecar(sidecar_settings(pg.uri()))
@@ -48,8 +49,10 @@ async def test_database_outage_flips_health_and_refuses(tmp_path: Path) -> None:
             await admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="t"))
 
             pg.stop()
-            await wait_for_status(health, "", NOT_SERVING)
             await wait_for_status(health, "earmark.v1.Budget", NOT_SERVING)
+            await wait_for_status(health, "earmark.v1.Admin", NOT_SERVING)
+            # The process is alive: liveness (the server as a whole) stays SERVING.
+            await wait_for_status(health, "", SERVING)
             for key in ("k1", "k2"):
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await budget.Reserve(

@@ -3,6 +3,7 @@ that applies it at the edge."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import os
@@ -89,6 +90,10 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
                     drain.enter()
                     entered = True
                     return await handler(self, request, context)
+                except asyncio.CancelledError:
+                    # The caller went away (deadline, cancel): nothing to answer.
+                    code = grpc.StatusCode.CANCELLED
+                    raise
                 except EarmarkError as error:
                     code = status_of(error)
                     log.info("rpc_error", code=code.name, error=error.message)
