@@ -319,7 +319,10 @@ WITH holds AS (
     SELECT gen_random_uuid(), $1, 'bulk-' || g, 1, 0, 1, 3600000,
            now() + interval '1 hour', now()
     FROM generate_series(1, $2) g
-    RETURNING reservation_id
+    RETURNING reservation_id, expires_at
+), opened AS (
+    INSERT INTO open_holds (reservation_id, expires_at)
+    SELECT reservation_id, expires_at FROM holds
 )
 INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
 SELECT $1, reservation_id, 'hold', 1, 0, now() FROM holds

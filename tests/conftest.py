@@ -20,7 +20,7 @@ from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
 
 TEST_DATABASE = "earmark_test"
-TABLES = "ledger, charges, reservations, budgets"
+TABLES = "ledger, charges, open_holds, reservations, budgets"
 
 
 @pytest.fixture(scope="session")

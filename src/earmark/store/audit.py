@@ -29,6 +29,15 @@ ORDER BY b.budget_id
 """
 
 
+# open_holds must list exactly the held reservations, with their deadlines.
+OPEN_HOLDS_DRIFT = """
+SELECT count(*) FROM reservations r
+FULL JOIN open_holds o USING (reservation_id)
+WHERE (r.state = 1) IS DISTINCT FROM (o.reservation_id IS NOT NULL)
+   OR (r.state = 1 AND r.expires_at <> o.expires_at)
+"""
+
+
 async def audit(conn: Conn) -> list[str]:
     """Every broken invariant, one sentence each; an empty list means all hold:
     held = sum of open holds = sum of ledger held deltas, used = sum of ledger charges,
@@ -49,4 +58,7 @@ async def audit(conn: Conn) -> list[str]:
         spent = row["used"] + row["held"] - row["overshoot"] - row["late"]
         if limit is not None and spent > limit:
             problems.append(f"{name}: {spent} admitted on a limit of {limit}")
+    drift = await conn.fetchval(OPEN_HOLDS_DRIFT)
+    if drift:
+        problems.append(f"open_holds differs from the held reservations in {drift} rows")
     return problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from earmark.core.batch import BatchDecision, BatchState
-from earmark.core.model import Budget, Hold
+from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.store.rows import (
     BUDGET_COLUMNS,
@@ -48,11 +48,12 @@ FOR NO KEY UPDATE
 """
 
 CLAIM_DUE = f"""
-SELECT {HOLD_COLUMNS} FROM reservations
-WHERE state = 1 AND expires_at <= $1
-ORDER BY expires_at
+SELECT {", ".join("r." + c.strip() for c in HOLD_COLUMNS.split(","))}
+FROM open_holds o JOIN reservations r USING (reservation_id)
+WHERE o.expires_at <= $1 AND r.state = 1
+ORDER BY o.expires_at
 LIMIT $2
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF r SKIP LOCKED
 """
 
 # Every write of a batch in one statement, one round trip: each CTE takes its rows from
@@ -88,6 +89,15 @@ WITH new_holds AS (
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
     SELECT * FROM unnest($35::text[], $36::uuid[], $37::text[], $38::bigint[], $39::bigint[],
                          $40::timestamptz[])
+), opened AS (
+    INSERT INTO open_holds (reservation_id, expires_at)
+    SELECT * FROM unnest($45::uuid[], $46::timestamptz[])
+), extended AS (
+    UPDATE open_holds AS o SET expires_at = u.expires_at
+    FROM unnest($47::uuid[], $48::timestamptz[]) AS u(reservation_id, expires_at)
+    WHERE o.reservation_id = u.reservation_id
+), closed AS (
+    DELETE FROM open_holds WHERE reservation_id = ANY($49::uuid[])
 )
 UPDATE budgets AS b SET used = u.used, held = u.held,
     open_reservations = u.open_reservations, updated_at = now()
@@ -155,6 +165,9 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     budgets = [s.budget for s, d in decided if s.budget is not None and d.writes_anything()]
     if not (new_holds or changed or charges or ledger or budgets):
         return
+    opened = [h for h in new_holds if h.state is HoldState.HELD]
+    extended = [h for h in changed if h.state is HoldState.HELD]
+    closed = [h.reservation_id for h in changed if h.state is not HoldState.HELD]
     changed_columns = hold_columns(changed)
     await conn.execute(
         WRITE_BATCH,
@@ -177,4 +190,9 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         [b.used for b in budgets],
         [b.held for b in budgets],
         [b.open_reservations for b in budgets],
+        [h.reservation_id for h in opened],
+        [h.expires_at for h in opened],
+        [h.reservation_id for h in extended],
+        [h.expires_at for h in extended],
+        closed,
     )
