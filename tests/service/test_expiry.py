@@ -113,8 +113,9 @@ async def test_passed_lease_is_expired_before_the_sweeper(sidecar: Running, rpc:
 async def test_renewed_hold_outlives_its_first_lease(sidecar: Running) -> None:
     """A worker that renews keeps its hold past several lease lengths."""
     rid = await held_for(sidecar, 10_000)
-    for _ in range(4):
-        await asyncio.sleep(0.5)
+    # Renewing every 0.3 s keeps a 1 s lease alive for 2.4 s, with room for a slow tick.
+    for _ in range(8):
+        await asyncio.sleep(0.3)
         await sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid, lease=Duration(seconds=1)))
     row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
     assert (10_000, 1) == (row["held"], row["open_reservations"])
