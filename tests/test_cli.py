@@ -13,12 +13,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import grpc
 import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
+from earmark.store.audit import audit
+from earmark.store.embedded import EmbeddedPostgres
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 
@@ -61,8 +64,8 @@ def test_grpcurl_lists_both_services(served: SpawnedSidecar) -> None:
 
 
 def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
-    """SIGTERM during a burst of Reserves: every call admitted or UNAVAILABLE, never INTERNAL;
-    the process exits 0 and its embedded PostgreSQL is stopped."""
+    """SIGTERM during a burst of Reserves: no call answers INTERNAL, the process exits 0, its
+    embedded PostgreSQL stops, and reopened, the database holds exactly the admitted calls."""
     pg_pid = postmaster_pid(served.data_dir)
     assert psutil.pid_exists(pg_pid)
 
@@ -91,13 +94,39 @@ def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
             return list(await asyncio.gather(*calls))
 
     codes = asyncio.run(burst())
-    assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
+    # Calls that reach a draining sidecar are UNAVAILABLE; a call still on the wire when the
+    # server stops is CANCELLED by gRPC (it never reached Earmark). Never INTERNAL.
+    assert set(codes) <= {
+        grpc.StatusCode.OK,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    }
     assert grpc.StatusCode.OK in codes
     assert 0 == served.process.wait(timeout=60)
     deadline = time.monotonic() + 10
     while psutil.pid_exists(pg_pid) and psutil.Process(pg_pid).status() != "zombie":
         assert time.monotonic() < deadline, "the embedded PostgreSQL is still running"
         time.sleep(0.1)
+    # Every OK holds a unit; a call cut off on the wire may have committed too, never more.
+    held = asyncio.run(held_after_restart(served.data_dir))
+    ok, cancelled = codes.count(grpc.StatusCode.OK), codes.count(grpc.StatusCode.CANCELLED)
+    assert ok <= held <= ok + cancelled
+
+
+async def held_after_restart(data_dir: Path) -> int:
+    """Reopens the stopped sidecar's embedded database, audits it, returns what b holds."""
+    pg = EmbeddedPostgres(data_dir)
+    await asyncio.to_thread(pg.start)
+    try:
+        conn = await asyncpg.connect(pg.uri("earmark"))
+        try:
+            assert [] == await audit(conn)
+            held = await conn.fetchval("SELECT held FROM budgets WHERE budget_id = 'b'")
+        finally:
+            await conn.close()
+    finally:
+        await asyncio.to_thread(pg.stop)
+    return int(held)
 
 
 def test_bad_setting_exits_with_its_name(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests.conftest import Running, sidecar_settings
+from tests.helpers import fetch_budget_row
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -83,9 +84,14 @@ async def test_metrics_catalogue_counts_a_run(sidecar: Running) -> None:
             budget_id="b", amount=1_000, idempotency_key="3", lease=Duration(seconds=1)
         )
     )
-    await asyncio.sleep(1.8)
+    # The sweeper (every 0.2 s here) closes the short hold once its lease passes.
+    for _ in range(100):
+        if (await fetch_budget_row(sidecar.dsn, "b"))["open_reservations"] == 0:
+            break
+        await asyncio.sleep(0.1)
     await b.Settle(pb.SettleRequest(reservation_id=short.reservation_id, used=500))
-    await asyncio.sleep(0.5)
+    # The database gauges refresh every 0.2 s here; wait for one after the settle.
+    await asyncio.sleep(0.6)
     m = scrape(sidecar.sidecar.metrics_port)
     assert 2 == m[("earmark_reservations_total", (("outcome", "admitted"), ("reason", "")))]
     refused = (
