@@ -67,11 +67,6 @@ class EmbeddedPostgres:
         assert self._server is not None, "start() first"
         return str(self._server.get_uri(database))
 
-    def pid(self) -> int | None:
-        assert self._server is not None, "start() first"
-        pid = self._server.get_pid()
-        return int(pid) if pid is not None else None
-
     def stop(self) -> None:
         """Stops the server; safe to call twice."""
         if self._server is not None:

@@ -78,9 +78,6 @@ class Lanes:
         tasks = [lane.task for lane in self._lanes if lane.task is not None]
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def pending(self) -> int:
-        return sum(len(lane.queue) for lane in self._lanes)
-
     async def _drain(self, lane: _Lane) -> None:
         try:
             while lane.queue:
