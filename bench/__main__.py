@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import scenarios
+from bench import growth, scenarios
 from bench.harness import Figure
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
@@ -114,7 +114,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
         results += await scenarios.single_in_flight(env)
         print("running 8. growth ...", flush=True)
         growth_sidecar = sidecar("growth", "growth")
-        results += await scenarios.growth(env, growth_sidecar, pg.uri("growth"), args.reservations)
+        results += await growth.growth(env, growth_sidecar, pg.uri("growth"), args.reservations)
         return {"figures": results, "problems": env.problems}
     finally:
         for started in sidecars:

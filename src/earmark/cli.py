@@ -19,7 +19,19 @@ from earmark.workloads import lab, load
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="earmark", description="Earmark budget sidecar.")
     commands = root.add_subparsers(dest="command", required=True)
-    s = commands.add_parser("serve", help="serve the Budget and Admin gRPC services")
+    _serve_arguments(commands.add_parser("serve", help="serve the Budget and Admin services"))
+    _lab_arguments(
+        commands.add_parser(
+            "lab", help="why a check is not a limit: the same jobs with a plain check and holds"
+        )
+    )
+    _load_arguments(
+        commands.add_parser("load", help="many jobs racing on one budget, with latencies")
+    )
+    return root
+
+
+def _serve_arguments(s: argparse.ArgumentParser) -> None:
     env = earmark_settings.ENV
     s.add_argument("--listen", help=f"gRPC HOST:PORT [{env['listen']}, 127.0.0.1:50051]")
     s.add_argument(
@@ -59,9 +71,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
     s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
 
-    lab_command = commands.add_parser(
-        "lab", help="why a check is not a limit: the same jobs with a plain check and with holds"
-    )
+
+def _lab_arguments(lab_command: argparse.ArgumentParser) -> None:
     _target(lab_command)
     lab_command.add_argument("--jobs", type=int, default=5)
     lab_command.add_argument("--estimate", type=int, default=40_000, help="what each job reserves")
@@ -76,9 +87,8 @@ def parser() -> argparse.ArgumentParser:
     )
     lab_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    load_command = commands.add_parser(
-        "load", help="many jobs racing on one budget, with latencies"
-    )
+
+def _load_arguments(load_command: argparse.ArgumentParser) -> None:
     _target(load_command)
     load_command.add_argument("--jobs", type=int, default=120)
     load_command.add_argument("--estimate", type=int, default=1_000)
@@ -91,7 +101,6 @@ def parser() -> argparse.ArgumentParser:
         "--budget", default="", help="an existing budget (default: a fresh one)"
     )
     load_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return root
 
 
 def _target(command: argparse.ArgumentParser) -> None:

@@ -34,7 +34,13 @@ class Metrics:
     """Every metric Earmark exports."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = r = registry or CollectorRegistry()
+        self.registry = registry or CollectorRegistry()
+        self._decisions(self.registry)
+        self._internals(self.registry)
+        self._gauges(self.registry)
+
+    def _decisions(self, r: CollectorRegistry) -> None:
+        """What the sidecar decided: reservations, charges, settles, overshoot."""
         self.reservations = Counter(
             "earmark_reservations",
             "Reserve decisions by outcome (admitted, refused, duplicate) and refusal reason.",
@@ -70,6 +76,9 @@ class Metrics:
             buckets=_USED_RATIO_BUCKETS,
             registry=r,
         )
+
+    def _internals(self, r: CollectorRegistry) -> None:
+        """How it got there: sweeps, retries, batches, latency."""
         self.expired_holds = Counter(
             "earmark_sweeper_expired_holds", "Holds closed because their lease passed.",
             registry=r,
@@ -94,6 +103,9 @@ class Metrics:
             "earmark_rpc_duration_seconds", "RPC latency by method and status code.",
             ["method", "code"], buckets=_LATENCY_BUCKETS_SECONDS, registry=r,
         )  # fmt: skip
+
+    def _gauges(self, r: CollectorRegistry) -> None:
+        """The state of the database, refreshed in the background."""
         self.database_up = Gauge(
             "earmark_database_up", "1 while the database answers, else 0.", registry=r
         )
