@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncpg
+import grpc
 
 from earmark.store.audit import audit
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
 
 
 async def assert_invariants(dsn: str) -> None:
@@ -26,3 +29,19 @@ async def fetch_budget_row(dsn: str, budget_id: str) -> asyncpg.Record:
         await conn.close()
     assert row is not None
     return row
+
+
+async def charge_or_renew_error(
+    budget: budget_pb2_grpc.BudgetStub, rpc: str, reservation_id: str
+) -> grpc.aio.AioRpcError:
+    """Sends a Charge of 1 or a Renew on reservation_id and returns the error it must fail with."""
+    try:
+        if rpc == "charge":
+            await budget.Charge(
+                pb.ChargeRequest(reservation_id=reservation_id, amount=1, idempotency_key="late")
+            )
+        else:
+            await budget.Renew(pb.RenewRequest(reservation_id=reservation_id))
+    except grpc.aio.AioRpcError as error:
+        return error
+    raise AssertionError(f"{rpc} on {reservation_id} succeeded")

@@ -11,7 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, charge_or_renew_error
 
 
 async def put(s: Running, budget_id: str = "acme/tokens", limit: int | None = 100_000) -> None:
@@ -249,17 +249,9 @@ async def test_closed_hold_is_failed_precondition(sidecar: Running, rpc: str) ->
     await put(sidecar)
     rid = (await reserve(sidecar, 10_000)).reservation_id
     await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=1))
-    call = (
-        sidecar.budget.Charge(
-            pb.ChargeRequest(reservation_id=rid, amount=1, idempotency_key="late")
-        )
-        if rpc == "charge"
-        else sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid))
-    )
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call
-    assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
-    assert "SETTLED" in (caught.value.details() or "")
+    error = await charge_or_renew_error(sidecar.budget, rpc, rid)
+    assert grpc.StatusCode.FAILED_PRECONDITION == error.code()
+    assert "SETTLED" in (error.details() or "")
 
 
 async def test_new_limit_applies_to_next_reserve(sidecar: Running) -> None:

@@ -11,7 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import assert_invariants, fetch_budget_row
+from tests.helpers import assert_invariants, charge_or_renew_error, fetch_budget_row
 
 
 async def held_for(s: Running, amount: int, lease_seconds: int = 1) -> str:
@@ -94,17 +94,9 @@ async def test_passed_lease_is_expired_before_the_sweeper(sidecar: Running, rpc:
     await sidecar.sidecar.stop_sweeper()
     rid = await held_for(sidecar, 10_000)
     await asyncio.sleep(1.2)
-    call = (
-        sidecar.budget.Charge(
-            pb.ChargeRequest(reservation_id=rid, amount=1, idempotency_key="late")
-        )
-        if rpc == "charge"
-        else sidecar.budget.Renew(pb.RenewRequest(reservation_id=rid))
-    )
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call
-    assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
-    assert "EXPIRED" in (caught.value.details() or "")
+    error = await charge_or_renew_error(sidecar.budget, rpc, rid)
+    assert grpc.StatusCode.FAILED_PRECONDITION == error.code()
+    assert "EXPIRED" in (error.details() or "")
     row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
     assert (0, 0) == (row["held"], row["open_reservations"])
     await assert_invariants(sidecar.dsn)

@@ -10,6 +10,7 @@ from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.store.rows import (
     BUDGET_COLUMNS,
     CHARGE_COLUMNS,
+    HOLD_COLUMN_NAMES,
     HOLD_COLUMNS,
     budget_from_row,
     charge_from_row,
@@ -48,7 +49,7 @@ FOR NO KEY UPDATE
 """
 
 CLAIM_DUE = f"""
-SELECT {", ".join("r." + c.strip() for c in HOLD_COLUMNS.split(","))}
+SELECT {", ".join(f"r.{name}" for name in HOLD_COLUMN_NAMES)}
 FROM open_holds o JOIN reservations r USING (reservation_id)
 WHERE o.expires_at <= $1 AND r.state = 1
 ORDER BY o.expires_at

@@ -12,11 +12,12 @@ from earmark.core.model import Budget, ChargeRecord, Hold, HoldState, Outcome, S
 
 BUDGET_COLUMNS = "budget_id, limit_units, unit, used, held, open_reservations"
 
-HOLD_COLUMNS = (
-    "reservation_id, budget_id, idempotency_key, amount, charged, state, lease_ms, "
-    "expires_at, created_at, closed_at, labels, settled_used, settled_outcome, "
-    "settled_charged, settled_released, settled_overshoot"
-)
+HOLD_COLUMN_NAMES = (
+    "reservation_id", "budget_id", "idempotency_key", "amount", "charged", "state", "lease_ms",
+    "expires_at", "created_at", "closed_at", "labels", "settled_used", "settled_outcome",
+    "settled_charged", "settled_released", "settled_overshoot",
+)  # fmt: skip
+HOLD_COLUMNS = ", ".join(HOLD_COLUMN_NAMES)
 
 CHARGE_COLUMNS = (
     "reservation_id, idempotency_key, amount, charged, capped, total_charged, hold_remaining"
