@@ -36,6 +36,7 @@ class Background:
         self._on_database = on_database
         self._database_up: bool | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping: dict[str, asyncio.Event] = {}
 
     def start(self) -> None:
         loops = {
@@ -44,6 +45,7 @@ class Background:
             "gauges": self._refresh_gauges,
         }
         for name, loop in loops.items():
+            self._stopping[name] = asyncio.Event()
             self._tasks[name] = asyncio.create_task(loop(), name=f"earmark-{name}")
 
     async def stop_sweeper(self) -> None:
@@ -56,14 +58,31 @@ class Background:
             await self._stop(name)
 
     async def _stop(self, name: str) -> None:
+        """Asks the loop to stop after its current step. A step is a transaction, and an
+        asyncpg query cancelled halfway leaves the connection mid-protocol, so the loop is
+        cancelled only if it overstays; whatever it raises is logged, and stopping goes on."""
         task = self._tasks.pop(name, None)
-        if task is not None:
+        if task is None:
+            return
+        self._stopping[name].set()
+        done, _ = await asyncio.wait({task}, timeout=limits.background_stop_seconds_max)
+        if not done:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("background_stop_failed", loop=name)
+
+    async def _pause(self, name: str, seconds: float) -> bool:
+        """Waits seconds between steps; True once the loop is asked to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping[name].wait(), seconds)
+        return self._stopping[name].is_set()
 
     async def _sweep_forever(self) -> None:
-        while True:
+        while not self._stopping["sweeper"].is_set():
             try:
                 for _ in range(sweep_batches_per_tick_max):
                     closed = await self._store.sweep_once(limits.sweep_batch_size_max)
@@ -73,10 +92,11 @@ class Background:
                         break
             except EarmarkError as error:
                 log.warning("sweeper_failed", error=error.message)
-            await asyncio.sleep(self._settings.sweep_interval_seconds)
+            if await self._pause("sweeper", self._settings.sweep_interval_seconds):
+                return
 
     async def _watch_database(self) -> None:
-        while True:
+        while not self._stopping["database-watch"].is_set():
             try:
                 await self._store.ping()
                 up = True
@@ -90,10 +110,11 @@ class Background:
                 self._database_up = up
                 self._metrics.database_up.set(1 if up else 0)
                 await self._on_database(up)
-            await asyncio.sleep(limits.health_probe_interval_seconds)
+            if await self._pause("database-watch", limits.health_probe_interval_seconds):
+                return
 
     async def _refresh_gauges(self) -> None:
-        while True:
+        while not self._stopping["gauges"].is_set():
             try:
                 self._metrics.set_open_holds(await self._store.open_holds_by_unit())
                 self._metrics.set_budgets(
@@ -101,4 +122,5 @@ class Background:
                 )
             except EarmarkError as error:
                 log.warning("gauges_failed", error=error.message)
-            await asyncio.sleep(self._settings.metrics_refresh_seconds)
+            if await self._pause("gauges", self._settings.metrics_refresh_seconds):
+                return

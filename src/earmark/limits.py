@@ -75,6 +75,8 @@ shutdown_grace_seconds_default = 10.0
 drain_quiet_seconds = 0.2
 drain_poll_seconds = 0.02
 stream_grace_seconds = 0.5
+# A background loop asked to stop finishes its current transaction, at most this long.
+background_stop_seconds_max = 12.0
 
 assert 0 < budget_id_length_max <= 1024
 assert 0 < idempotency_key_length_max <= 1024
@@ -92,3 +94,4 @@ assert 0 <= metrics_budgets_max_default <= metrics_budgets_max_ceiling
 assert 0 < db_probe_timeout_seconds <= health_probe_interval_seconds
 assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default
 assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
+assert db_command_timeout_seconds < background_stop_seconds_max
