@@ -70,7 +70,7 @@ async def growth(env: Env, sidecar: SpawnedSidecar, dsn: str, reservations: int)
         (f"growth: sidecar RSS after {reservations // 10:,} reservations", "MiB"),
         (f"growth: sidecar RSS after {reservations:,} reservations", "MiB"),
     )
-    s = stubs(sidecar.target)
+    s = stubs(sidecar)
     budget_id = "growth"
     try:
         await s.admin.PutBudget(
@@ -108,7 +108,7 @@ async def growth(env: Env, sidecar: SpawnedSidecar, dsn: str, reservations: int)
             done = target
             out[index].values.append(process.memory_info().rss / 2**20)
     finally:
-        await s.channel.close()
+        await s.close()
     return out
 
 

@@ -40,17 +40,25 @@ class Env:
 @dataclass
 class Stubs:
     channel: grpc.aio.Channel
+    admin_channel: grpc.aio.Channel
     budget: budget_pb2_grpc.BudgetStub
     admin: budget_pb2_grpc.AdminStub
     health: health_pb2_grpc.HealthStub
 
+    async def close(self) -> None:
+        await self.channel.close()
+        await self.admin_channel.close()
 
-def stubs(target: str) -> Stubs:
-    channel = grpc.aio.insecure_channel(target)
+
+def stubs(sidecar: SpawnedSidecar) -> Stubs:
+    """Budget and health on the workers' port, Admin on the sidecar's admin socket."""
+    channel = grpc.aio.insecure_channel(sidecar.target)
+    admin_channel = grpc.aio.insecure_channel(sidecar.admin)
     return Stubs(
         channel,
+        admin_channel,
         budget_pb2_grpc.BudgetStub(channel),
-        budget_pb2_grpc.AdminStub(channel),
+        budget_pb2_grpc.AdminStub(admin_channel),
         health_pb2_grpc.HealthStub(channel),
     )
 
@@ -107,7 +115,7 @@ async def floor(env: Env) -> list[Figure]:
     out = figures(
         ("floor: health Check calls/s", "calls/s"), ("floor: p50", "ms"), ("floor: p99", "ms")
     )
-    s = stubs(env.grouped.target)
+    s = stubs(env.grouped)
     request = health_pb2.HealthCheckRequest(service="")
 
     async def step(loop: Loop) -> None:
@@ -126,7 +134,7 @@ async def floor(env: Env) -> list[Figure]:
             ):
                 figure.values.append(value)
     finally:
-        await s.channel.close()
+        await s.close()
     return out
 
 
@@ -143,7 +151,7 @@ async def hot_loop(env: Env, sidecar: SpawnedSidecar, label: str, budgets: int) 
         (f"{label}: serialization retries per admission", "retries"),
         (f"{label}: retries exhausted", "txs"),
     )
-    s = stubs(sidecar.target)
+    s = stubs(sidecar)
     try:
         for _ in range(env.runs):
             prefix = f"{label.split()[0]}-{uuid.uuid4().hex[:6]}"
@@ -180,7 +188,7 @@ async def hot_loop(env: Env, sidecar: SpawnedSidecar, label: str, budgets: int) 
                 figure.values.append(value)
         await check_invariants(env, label)
     finally:
-        await s.channel.close()
+        await s.close()
     return out
 
 
@@ -242,7 +250,7 @@ async def two_sidecars(env: Env, second: SpawnedSidecar) -> list[Figure]:
         ("two sidecars: admitted above the limit", "units"),
         ("two sidecars: UNAVAILABLE", "calls"),
     )
-    a, b = stubs(env.grouped.target), stubs(second.target)
+    a, b = stubs(env.grouped), stubs(second)
     try:
         for _ in range(env.runs):
             budget_id = f"two-{uuid.uuid4().hex[:6]}"
@@ -266,8 +274,8 @@ async def two_sidecars(env: Env, second: SpawnedSidecar) -> list[Figure]:
                 figure.values.append(value)
         await check_invariants(env, "two sidecars")
     finally:
-        await a.channel.close()
-        await b.channel.close()
+        await a.close()
+        await b.close()
     return out
 
 
@@ -290,7 +298,7 @@ async def single_in_flight(env: Env) -> list[Figure]:
         ("single in flight: Settle p50", "ms"),
         ("single in flight: Settle p99", "ms"),
     )
-    s = stubs(env.grouped.target)
+    s = stubs(env.grouped)
     try:
         budget_id = f"single-{uuid.uuid4().hex[:6]}"
         await s.admin.PutBudget(
@@ -309,5 +317,5 @@ async def single_in_flight(env: Env) -> list[Figure]:
             for figure, value in zip(out, values, strict=True):
                 figure.values.append(value)
     finally:
-        await s.channel.close()
+        await s.close()
     return out

@@ -4,7 +4,10 @@ test, and a real gRPC sidecar on 127.0.0.1 port 0."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
 
 TEST_DATABASE = "earmark_test"
-TABLES = "ledger, charges, open_holds, reservations, budgets"
+TABLES = "ledger, charges, open_holds, reservations, budgets, units"
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +85,27 @@ class Running:
     def target(self) -> str:
         return f"127.0.0.1:{self.sidecar.port}"
 
+    @property
+    def admin_target(self) -> str:
+        return self.sidecar.admin_address
 
-def sidecar_settings(dsn: str, **overrides: object) -> Settings:
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A short folder for Unix sockets: a socket path may not pass 107 bytes, and pytest's
+    tmp_path can be longer than that."""
+    folder = Path(tempfile.mkdtemp(prefix="em-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def sidecar_settings(dsn: str, socket_dir: Path, **overrides: object) -> Settings:
     values: dict[str, object] = {
         "listen": "127.0.0.1:0",
         "metrics_listen": "127.0.0.1:0",
+        "admin_listen": f"unix:{socket_dir / 'admin.sock'}",
         "database_url": dsn,
         "sweep_interval_seconds": 0.2,
         "metrics_refresh_seconds": 0.2,
@@ -97,20 +116,29 @@ def sidecar_settings(dsn: str, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def sidecar(dsn: str, tmp_path: Path) -> AsyncIterator[Running]:
-    """A real sidecar on 127.0.0.1:0 over the test database, with stubs on one channel."""
-    side = Sidecar(sidecar_settings(dsn))
+@asynccontextmanager
+async def running(side: Sidecar, dsn: str) -> AsyncIterator[Running]:
+    """Starts side and yields it with stubs: Budget on the workers' port, Admin on its own
+    listener; stops both channels and the sidecar at the end, also on failure."""
     await side.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{side.port}")
     try:
-        yield Running(
-            sidecar=side,
-            channel=channel,
-            budget=budget_pb2_grpc.BudgetStub(channel),
-            admin=budget_pb2_grpc.AdminStub(channel),
-            dsn=dsn,
-        )
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel,
+            grpc.aio.insecure_channel(side.admin_address) as admin_channel,
+        ):
+            yield Running(
+                sidecar=side,
+                channel=channel,
+                budget=budget_pb2_grpc.BudgetStub(channel),
+                admin=budget_pb2_grpc.AdminStub(admin_channel),
+                dsn=dsn,
+            )
     finally:
-        await channel.close()
         await side.stop()
+
+
+@pytest.fixture
+async def sidecar(dsn: str, socket_dir: Path) -> AsyncIterator[Running]:
+    """A real sidecar on 127.0.0.1:0 over the test database, Admin on a Unix socket."""
+    async with running(Sidecar(sidecar_settings(dsn, socket_dir)), dsn) as s:
+        yield s

@@ -49,18 +49,29 @@ def served(tmp_path: Path) -> Iterator[SpawnedSidecar]:
                 psutil.Process(pid).terminate()
 
 
-@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
-def test_grpcurl_lists_both_services(served: SpawnedSidecar) -> None:
-    """Server reflection shows earmark.v1.Budget and earmark.v1.Admin to grpcurl."""
+def grpcurl_list(*address: str) -> set[str]:
     assert GRPCURL is not None
-    listed = subprocess.run(
-        [GRPCURL, "-plaintext", served.target, "list"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout.split()
-    assert {"earmark.v1.Budget", "earmark.v1.Admin", "grpc.health.v1.Health"} <= set(listed)
+    return set(
+        subprocess.run(
+            [GRPCURL, "-plaintext", *address, "list"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+    )
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
+def test_grpcurl_lists_each_listeners_services(served: SpawnedSidecar) -> None:
+    """Reflection shows Budget on the workers' port and Admin on the admin socket only."""
+    workers = grpcurl_list(served.target)
+    admin = grpcurl_list("-unix", served.admin.removeprefix("unix:"))
+    assert {"earmark.v1.Budget", "grpc.health.v1.Health"} <= workers
+    assert "earmark.v1.Admin" not in workers
+    assert {"earmark.v1.Admin", "grpc.health.v1.Health"} <= admin
+    assert "earmark.v1.Budget" not in admin
+    assert 0o600 == Path(served.admin.removeprefix("unix:")).stat().st_mode & 0o777
 
 
 def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
@@ -70,8 +81,11 @@ def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
     assert psutil.pid_exists(pg_pid)
 
     async def burst() -> list[grpc.StatusCode]:
-        async with grpc.aio.insecure_channel(served.target) as channel:
-            admin = budget_pb2_grpc.AdminStub(channel)
+        async with (
+            grpc.aio.insecure_channel(served.target) as channel,
+            grpc.aio.insecure_channel(served.admin) as admin_channel,
+        ):
+            admin = budget_pb2_grpc.AdminStub(admin_channel)
             budget = budget_pb2_grpc.BudgetStub(channel)
             await admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=10**9, unit="t"))
 

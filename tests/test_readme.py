@@ -32,7 +32,8 @@ def walkthrough() -> str:
 async def test_readme_walkthrough_runs(sidecar: Running, tmp_path: Path) -> None:
     """list, describe, PutBudget, Reserve, Charge, Settle and GetBudget, as the README types
     them, succeed and show the answers the README promises."""
-    env = {**os.environ, "EARMARK": sidecar.target, "PATH": SEARCH_PATH}
+    admin = sidecar.admin_target.removeprefix("unix:")
+    env = {**os.environ, "EARMARK": sidecar.target, "ADMIN": admin, "PATH": SEARCH_PATH}
     process = await asyncio.create_subprocess_exec(
         "bash", "-euo", "pipefail", "-c", walkthrough(),
         cwd=tmp_path, env=env,

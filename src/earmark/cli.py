@@ -7,9 +7,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+import structlog
+
 from earmark import logging as earmark_logging
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
+from earmark.client.aio import DEFAULT_ADMIN_TARGET
 from earmark.errors import EarmarkError
 from earmark.server import serve
 from earmark.spawn import SpawnError
@@ -68,6 +71,35 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         choices=["grouped", "naive"],
         help=f"grouped, or naive for comparison [{env['admission']}, grouped]",
     )
+    s.add_argument(
+        "--admin-listen",
+        help=f"Admin's listener: unix:PATH or HOST:PORT [{env['admin_listen']}, "
+        "unix:DATA_DIR/admin.sock]",
+    )
+    s.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help=f"the admin bearer token; required on TCP [{env['admin_token_file']}]",
+    )
+    s.add_argument("--tls-cert-file", type=Path, help=f"PEM [{env['tls_cert_file']}]")
+    s.add_argument("--tls-key-file", type=Path, help=f"PEM [{env['tls_key_file']}]")
+    s.add_argument(
+        "--tls-client-ca-file",
+        type=Path,
+        help=f"PEM; clients must present a certificate it signed [{env['tls_client_ca_file']}]",
+    )
+    s.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        default=None,
+        help=f"allow plaintext on a non-loopback address [{env['insecure_listen']}]",
+    )
+    s.add_argument(
+        "--worker-token-file",
+        type=Path,
+        help=f"lines of NAME TOKEN PREFIX...; workers then need a token "
+        f"[{env['worker_token_file']}]",
+    )
     s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
     s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
 
@@ -108,6 +140,11 @@ def _target(command: argparse.ArgumentParser) -> None:
         "--target",
         help="a running sidecar's HOST:PORT (default: start one with an embedded database)",
     )
+    command.add_argument(
+        "--admin-target",
+        default=DEFAULT_ADMIN_TARGET,
+        help=f"that sidecar's admin listener, with --target [{DEFAULT_ADMIN_TARGET}]",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,10 +164,17 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         sys.exit(f"earmark: {error}")
     earmark_logging.configure(settings.log_level, settings.log_format)
+    if settings.insecure_listen:
+        structlog.get_logger("earmark.cli").warning(
+            "insecure_listen", listen=settings.listen, admin_listen=settings.admin_address
+        )
     try:
         asyncio.run(serve(settings))
     except EarmarkError as error:
         sys.exit(f"earmark: {error.message}")
+    except ValueError as error:
+        # A setting that only start-up can check: a token or certificate file.
+        sys.exit(f"earmark: {error}")
     except KeyboardInterrupt:
         pass
 
@@ -145,7 +189,7 @@ def run_lab(args: argparse.Namespace) -> str:
         steps=args.steps,
         step_seconds=args.step_seconds,
     )
-    return lab.main(args.target, params, args.json)
+    return lab.main(args.target, args.admin_target, params, args.json)
 
 
 def run_load(args: argparse.Namespace) -> str:
@@ -157,7 +201,7 @@ def run_load(args: argparse.Namespace) -> str:
         actual=args.actual,
         budget_id=args.budget,
     )
-    return load.main(args.target, params, args.json)
+    return load.main(args.target, args.admin_target, params, args.json)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,11 @@ class AlreadyExists(EarmarkError):
     """An idempotency key reused with different arguments."""
 
 
+class PermissionDenied(EarmarkError):
+    """The caller is known but may not do this: another caller's hold, a budget outside
+    its token's prefixes."""
+
+
 class FailedPrecondition(EarmarkError):
     """The request is well-formed but the state forbids it (a closed hold, say)."""
 

@@ -55,6 +55,25 @@ route_cache_size_max = 100_000
 rpc_concurrency_max = 10_000
 rpc_message_bytes_max = 1 << 20
 
+# Listeners and credentials. A Unix socket path is bounded by sockaddr_un (108 bytes
+# with its NUL). Tokens are compared in constant time; files of tokens are bounded.
+unix_socket_path_bytes_max = 107
+token_length_min = 16
+token_length_max = 512
+token_file_bytes_max = 1 << 20
+worker_tokens_max = 10_000
+token_prefixes_max = 64
+token_name_length_max = 64
+
+# Distinct units across budgets: the unit is a label value on the database gauges.
+units_max = 64
+
+# Long-lived streams (health Watch, reflection) have their own cap, apart from the
+# unary calls', and a cap per connection, so that idle streams cannot take the slots
+# of Reserve and Settle.
+streams_max = 256
+streams_per_connection_max = 16
+
 # The database pool.
 pool_size_min = 2
 pool_size_max_default = 10
@@ -79,6 +98,9 @@ stream_grace_seconds = 0.5
 background_stop_seconds_max = 12.0
 
 assert 0 < budget_id_length_max <= 1024
+assert 0 < token_length_min <= token_length_max
+assert 1 <= streams_per_connection_max <= streams_max < rpc_concurrency_max
+assert 1 <= units_max <= 10_000
 assert 0 < idempotency_key_length_max <= 1024
 assert 0 < amount_units_max <= limit_units_max
 assert limit_units_max + amount_units_max <= int64_max

@@ -99,6 +99,18 @@ class Metrics:
             "earmark_group_admission_batch_size", "Operations decided per transaction.",
             buckets=_BATCH_SIZE_BUCKETS, registry=r,
         )  # fmt: skip
+        self.rpc_rejected = Counter(
+            "earmark_rpc_rejected",
+            "Calls refused at the edge before a servicer ran, by reason "
+            "(undecodable, unauthenticated, streams).",
+            ["reason"],
+            registry=r,
+        )
+        self.database_restarts = Counter(
+            "earmark_embedded_database_restarts",
+            "Times the sidecar restarted its embedded PostgreSQL after it died.",
+            registry=r,
+        )
         self.rpc_duration = Histogram(
             "earmark_rpc_duration_seconds", "RPC latency by method and status code.",
             ["method", "code"], buckets=_LATENCY_BUCKETS_SECONDS, registry=r,
@@ -134,7 +146,7 @@ class Metrics:
             registry=r,
         )  # fmt: skip
 
-    def set_open_holds(self, by_unit: Sequence[tuple[str, int, int]]) -> None:
+    def set_open_holds(self, by_unit: Sequence[tuple[str, float, float]]) -> None:
         """Replaces the per-unit gauges with (unit, open holds, held units) rows."""
         self.open_holds.clear()
         self.open_held_units.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from typing import Any
 
@@ -14,11 +15,14 @@ from prometheus_client import start_http_server
 
 from earmark import limits
 from earmark.background import Background
+from earmark.errors import Unavailable
 from earmark.metrics import Metrics
+from earmark.service import auth
 from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
 from earmark.service.drain import Drain
-from earmark.settings import Settings, split_host_port
+from earmark.service.edge import EdgeInterceptor, StreamSlots
+from earmark.settings import UNIX_PREFIX, Settings, split_host_port, unix_socket_path
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
 from earmark.v1 import budget_pb2, budget_pb2_grpc
@@ -26,10 +30,24 @@ from earmark.v1 import budget_pb2, budget_pb2_grpc
 log = structlog.get_logger("earmark.server")
 
 EMBEDDED_DATABASE = "earmark"
-SERVICE_NAMES = (
-    budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name,
-    budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
-)
+BUDGET_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name
+ADMIN_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
+SERVICE_NAMES = (BUDGET_SERVICE, ADMIN_SERVICE)
+
+
+def tls_credentials(settings: Settings) -> grpc.ServerCredentials:
+    """The TCP listeners' TLS; with a client CA, clients must present a certificate."""
+    assert settings.tls_cert_file is not None
+    assert settings.tls_key_file is not None
+    try:
+        cert = settings.tls_cert_file.read_bytes()
+        key = settings.tls_key_file.read_bytes()
+        ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
+    except OSError as exc:
+        raise ValueError(f"tls: cannot read {exc.filename}: {exc.strerror}") from None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
 
 
 class Sidecar:
@@ -42,6 +60,10 @@ class Sidecar:
         self.embedded: EmbeddedPostgres | None = None
         self.store: Store | None = None
         self.server: grpc.aio.Server | None = None
+        self.admin_server: grpc.aio.Server | None = None
+        # Where Admin listens: unix:PATH, or HOST:PORT with the port it got.
+        self.admin_address = ""
+        self.streams = StreamSlots()
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.drain = Drain()
         self.port = 0
@@ -76,30 +98,8 @@ class Sidecar:
             observer=observer,
             admission="naive" if self.settings.admission == "naive" else "grouped",
         )
-        self.server = grpc.aio.server(
-            maximum_concurrent_rpcs=limits.rpc_concurrency_max,
-            options=[
-                # Two sidecars must never share a port by accident.
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", limits.rpc_message_bytes_max),
-            ],
-        )
-        budget_pb2_grpc.add_BudgetServicer_to_server(
-            BudgetService(
-                self.store, m, self.drain, lease_seconds_max=self.settings.lease_seconds_max
-            ),
-            self.server,
-        )
-        budget_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.store, m, self.drain), self.server
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
-        )
-        host, port = split_host_port(self.settings.listen, "listen")
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
-        await self.server.start()
+        self.server, self.port = await self._serve_workers(m)
+        self.admin_server, self.admin_address = await self._serve_admin(m)
         if self.settings.metrics_listen:
             host, port = split_host_port(self.settings.metrics_listen, "metrics_listen")
             self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
@@ -111,23 +111,122 @@ class Sidecar:
         log.info(
             "serving",
             port=self.port,
+            admin=self.admin_address,
+            tls=self.settings.tls,
+            worker_tokens=self.settings.worker_token_file is not None,
             metrics_port=self.metrics_port,
             database="embedded" if self.embedded else "external",
         )
 
+    def _grpc_server(self, interceptor: EdgeInterceptor) -> grpc.aio.Server:
+        return grpc.aio.server(
+            interceptors=[interceptor],
+            # Streams have a cap of their own (StreamSlots), within this one, so that
+            # unary calls always have rpc_concurrency_max slots.
+            maximum_concurrent_rpcs=limits.rpc_concurrency_max + limits.streams_max,
+            options=[
+                # Two sidecars must never share a port by accident.
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", limits.rpc_message_bytes_max),
+            ],
+        )
+
+    def _add_tcp_port(self, server: grpc.aio.Server, address: str, name: str) -> int:
+        host, port = split_host_port(address, name)
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if not self.settings.tls:
+            return server.add_insecure_port(target)
+        return server.add_secure_port(target, tls_credentials(self.settings))
+
+    async def _serve_workers(self, m: Metrics) -> tuple[grpc.aio.Server, int]:
+        """The workers' listener: Budget, health and reflection; Admin is not there."""
+        tokens = None
+        if self.settings.worker_token_file is not None:
+            tokens = auth.load_worker_tokens(self.settings.worker_token_file)
+        interceptor = EdgeInterceptor(
+            tokens=tokens,
+            protected=(f"/{BUDGET_SERVICE}/",),
+            streams=self.streams,
+            on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
+        )
+        server = self._grpc_server(interceptor)
+        assert self.store is not None
+        budget_pb2_grpc.add_BudgetServicer_to_server(
+            BudgetService(
+                self.store, m, self.drain, lease_seconds_max=self.settings.lease_seconds_max
+            ),
+            server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (BUDGET_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        port = self._add_tcp_port(server, self.settings.listen, "listen")
+        await server.start()
+        return server, port
+
+    async def _serve_admin(self, m: Metrics) -> tuple[grpc.aio.Server, str]:
+        """Admin's own listener: a Unix socket only this user can open (the default), or
+        TCP where every call but health carries the admin token."""
+        settings = self.settings
+        tokens = None
+        if settings.admin_token_file is not None:
+            tokens = auth.load_admin_token(settings.admin_token_file)
+        interceptor = EdgeInterceptor(
+            tokens=tokens,
+            protected=(f"/{ADMIN_SERVICE}/", f"/{reflection.SERVICE_NAME}/"),
+            streams=self.streams,
+            on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
+        )
+        server = self._grpc_server(interceptor)
+        assert self.store is not None
+        budget_pb2_grpc.add_AdminServicer_to_server(AdminService(self.store, m, self.drain), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        address = settings.admin_address
+        if address.startswith(UNIX_PREFIX):
+            path = unix_socket_path(address, "admin_listen")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # The socket is created with mode 0600 from the start: umask is process-wide,
+            # and nothing else creates files while the sidecar starts.
+            previous = os.umask(0o177)
+            try:
+                bound = server.add_insecure_port(f"{UNIX_PREFIX}{path}")
+            finally:
+                os.umask(previous)
+            os.chmod(path, 0o600)
+            address = f"{UNIX_PREFIX}{path}"
+        else:
+            host, _ = split_host_port(address, "admin_listen")
+            bound = self._add_tcp_port(server, address, "admin_listen")
+            address = f"{host}:{bound}"
+        if not bound:
+            raise Unavailable(f"admin_listen: could not listen on {address}")
+        await server.start()
+        return server, address
+
+    async def _stop_servers(self) -> None:
+        servers = [s for s in (self.server, self.admin_server) if s is not None]
+        if not servers:
+            return
+        grace = self.settings.shutdown_grace_seconds
+        started = asyncio.get_running_loop().time()
+        drained = await self.drain.drain(grace)
+        # Once Earmark's own calls are done, what still runs is streams that never end
+        # by themselves (health Watch): they get a moment, not the rest of the grace.
+        left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
+        await asyncio.gather(
+            *(s.stop(grace=min(left, limits.stream_grace_seconds)) for s in servers)
+        )
+        log.info("drained", in_flight_left=self.drain.active, within_grace=drained)
+        self.server = self.admin_server = None
+
     async def stop(self) -> None:
         """Drains and stops everything start() started; safe after a failed start."""
         await self.health.enter_graceful_shutdown()
-        if self.server is not None:
-            grace = self.settings.shutdown_grace_seconds
-            started = asyncio.get_running_loop().time()
-            drained = await self.drain.drain(grace)
-            # Once Earmark's own calls are done, what still runs is streams that never end
-            # by themselves (health Watch): they get a moment, not the rest of the grace.
-            left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
-            await self.server.stop(grace=min(left, limits.stream_grace_seconds))
-            log.info("drained", in_flight_left=self.drain.active, within_grace=drained)
-            self.server = None
+        await self._stop_servers()
         if self.background is not None:
             await self.background.stop()
             self.background = None

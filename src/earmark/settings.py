@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from earmark import limits
+
+UNIX_PREFIX = "unix:"
 
 
 def split_host_port(value: str, name: str) -> tuple[str, int]:
@@ -15,6 +20,30 @@ def split_host_port(value: str, name: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{name}: {value!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses; a name other than localhost is not
+    resolved here, so it counts as reachable from elsewhere."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def unix_socket_path(value: str, name: str) -> Path:
+    """The absolute path of a `unix:PATH` address, checked against the kernel's bound."""
+    path = Path(value.removeprefix(UNIX_PREFIX)).absolute()
+    if not value.removeprefix(UNIX_PREFIX):
+        raise ValueError(f"{name}: {value!r} names no path")
+    if len(os.fsencode(path)) > limits.unix_socket_path_bytes_max:
+        raise ValueError(
+            f"{name}: {str(path)!r} is longer than a Unix socket path may be "
+            f"({limits.unix_socket_path_bytes_max} bytes); choose a shorter one"
+        )
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +64,45 @@ class Settings:
     admission: str = "grouped"
     log_level: str = "info"
     log_format: str = "auto"
+    # Admin's own listener: unix:PATH or HOST:PORT; empty is unix:DATA_DIR/admin.sock.
+    admin_listen: str = ""
+    # Required when Admin listens on TCP: every Admin call carries this bearer token.
+    admin_token_file: Path | None = None
+    # TLS for every TCP listener; a client CA makes it mutual.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    # Plaintext on a non-loopback address, on purpose.
+    insecure_listen: bool = False
+    # Worker tokens, each with the budget id prefixes it may use (see service/auth.py).
+    worker_token_file: Path | None = None
+
+    @property
+    def admin_address(self) -> str:
+        return self.admin_listen or f"{UNIX_PREFIX}{self.data_dir / 'admin.sock'}"
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
     def __post_init__(self) -> None:
-        split_host_port(self.listen, "listen")
+        host, _ = split_host_port(self.listen, "listen")
+        self._check_exposure("listen", host)
+        admin = self.admin_address
+        if admin.startswith(UNIX_PREFIX):
+            unix_socket_path(admin, "admin_listen")
+        else:
+            admin_host, _ = split_host_port(admin, "admin_listen")
+            self._check_exposure("admin_listen", admin_host)
+            if self.admin_token_file is None:
+                raise ValueError(
+                    f"admin_listen: {admin!r} is TCP; it needs --admin-token-file "
+                    "(or listen on unix:PATH)"
+                )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file: give both or neither")
+        if self.tls_client_ca_file is not None and not self.tls:
+            raise ValueError("tls_client_ca_file: needs tls_cert_file and tls_key_file")
         if self.metrics_listen:
             split_host_port(self.metrics_listen, "metrics_listen")
         if (
@@ -77,6 +142,16 @@ class Settings:
         if self.log_format not in {"auto", "json", "console"}:
             raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
 
+    def _check_exposure(self, name: str, host: str) -> None:
+        """A listener off loopback serves TLS, or plaintext only when asked for in so many
+        words: a worker's traffic carries tokens and budgets."""
+        if is_loopback(host) or self.tls or self.insecure_listen:
+            return
+        raise ValueError(
+            f"{name}: {host} is not a loopback address; configure --tls-cert-file and "
+            "--tls-key-file, or pass --insecure-listen to serve plaintext there"
+        )
+
 
 # Each setting's environment variable; flags win over these.
 ENV = {
@@ -93,9 +168,31 @@ ENV = {
     "admission": "EARMARK_ADMISSION",
     "log_level": "EARMARK_LOG_LEVEL",
     "log_format": "EARMARK_LOG_FORMAT",
+    "admin_listen": "EARMARK_ADMIN_LISTEN",
+    "admin_token_file": "EARMARK_ADMIN_TOKEN_FILE",
+    "tls_cert_file": "EARMARK_TLS_CERT_FILE",
+    "tls_key_file": "EARMARK_TLS_KEY_FILE",
+    "tls_client_ca_file": "EARMARK_TLS_CLIENT_CA_FILE",
+    "insecure_listen": "EARMARK_INSECURE_LISTEN",
+    "worker_token_file": "EARMARK_WORKER_TOKEN_FILE",
 }
 
-_TYPES = {
+
+def _flag(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(raw)
+
+
+_flag.__name__ = "boolean"
+
+
+_TYPES: dict[str, Callable[[Any], object]] = {
     "data_dir": Path,
     "lease_seconds_max": float,
     "sweep_interval_seconds": float,
@@ -103,6 +200,12 @@ _TYPES = {
     "pool_size_max": int,
     "metrics_budgets_max": int,
     "metrics_refresh_seconds": float,
+    "admin_token_file": Path,
+    "tls_cert_file": Path,
+    "tls_key_file": Path,
+    "tls_client_ca_file": Path,
+    "insecure_listen": _flag,
+    "worker_token_file": Path,
 }
 
 
@@ -120,5 +223,7 @@ def load(flags: dict[str, object], environ: dict[str, str] | None = None) -> Set
         try:
             values[name] = convert(raw)
         except ValueError:
-            raise ValueError(f"{name}: {raw!r} is not a {convert.__name__}") from None
+            raise ValueError(
+                f"{name}: {raw!r} is not a {getattr(convert, '__name__', '')}"
+            ) from None
     return Settings(**values)  # type: ignore[arg-type]

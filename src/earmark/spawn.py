@@ -27,6 +27,8 @@ class SpawnedSidecar:
     process: subprocess.Popen[bytes]
     port: int
     metrics_port: int
+    # Admin's listener, as the sidecar reported it (unix:PATH by default).
+    admin: str
     data_dir: Path
     log: Path
 
@@ -67,7 +69,12 @@ def spawn_sidecar(data_dir: Path, *extra_args: str) -> SpawnedSidecar:
             event = json.loads(line)
             if event.get("event") == "serving":
                 return SpawnedSidecar(
-                    process, int(event["port"]), int(event["metrics_port"]), data_dir, log
+                    process,
+                    int(event["port"]),
+                    int(event["metrics_port"]),
+                    str(event["admin"]),
+                    data_dir,
+                    log,
                 )
         time.sleep(0.1)
     if process.poll() is None:

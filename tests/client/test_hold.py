@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ from tests.helpers import assert_invariants, fetch_budget_row
 
 @pytest.fixture
 async def client(sidecar: Running) -> AsyncClient:
-    async with AsyncClient(sidecar.target) as c:
+    async with AsyncClient(sidecar.target, admin_target=sidecar.admin_target) as c:
         await c.put_budget("acme/tokens", 100_000, "tokens")
         yield c  # type: ignore[misc]
 
@@ -185,12 +186,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_unavailable_is_retried_until_the_sidecar_is_up(dsn: str) -> None:
+async def test_unavailable_is_retried_until_the_sidecar_is_up(dsn: str, socket_dir: Path) -> None:
     """A Reserve sent before the sidecar listens is retried and admitted once it does."""
     port = free_port()
     retry = RetryPolicy(attempts_max=20, backoff_seconds_base=0.05, backoff_seconds_max=0.3)
-    side = Sidecar(sidecar_settings(dsn, listen=f"127.0.0.1:{port}"))
-    async with AsyncClient(f"127.0.0.1:{port}", retry=retry, timeout_seconds=2) as c:
+    side = Sidecar(sidecar_settings(dsn, socket_dir, listen=f"127.0.0.1:{port}"))
+    admin = f"unix:{socket_dir / 'admin.sock'}"
+    async with AsyncClient(
+        f"127.0.0.1:{port}", admin_target=admin, retry=retry, timeout_seconds=2
+    ) as c:
         early = asyncio.create_task(c.put_budget("late", 1_000, "t"))
         await asyncio.sleep(0.5)
         await side.start()
@@ -207,7 +211,7 @@ async def test_sync_client_hold(sidecar: Running) -> None:
     keeping its hold while the calling thread sleeps past the lease."""
 
     def worker() -> tuple[int, int, int]:
-        with Client(sidecar.target) as c:
+        with Client(sidecar.target, admin_target=sidecar.admin_target) as c:
             c.put_budget("sync", 10_000, "t")
             with c.hold("sync", 4_000, lease_seconds=1) as h:
                 assert 1_000 == h.charge(1_000).charged

@@ -19,7 +19,7 @@ SWEEP_WAIT_SECONDS = 15.0
 async def test_sigkilled_worker_hold_returns(sidecar: Running) -> None:
     """The killed worker's hold stays while it lives and renews, and returns (its charges
     kept) once the lease passes without it."""
-    async with AsyncClient(sidecar.target) as client:
+    async with AsyncClient(sidecar.target, admin_target=sidecar.admin_target) as client:
         await client.put_budget("crash", 100_000, "tokens")
         process = await asyncio.create_subprocess_exec(
             sys.executable, str(WORKER), sidecar.target, "crash",

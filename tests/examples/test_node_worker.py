@@ -25,7 +25,7 @@ async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
     10 refused; the Admin API shows used = 100,000 = what the worker was charged, held 0."""
     assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
     assert NODE is not None
-    async with AsyncClient(sidecar.target) as client:
+    async with AsyncClient(sidecar.target, admin_target=sidecar.admin_target) as client:
         await client.put_budget("node/tokens", 100_000, "tokens")
         process = await asyncio.create_subprocess_exec(
             NODE, str(WORKER), "--target", sidecar.target, "--budget", "node/tokens",

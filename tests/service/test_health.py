@@ -32,19 +32,22 @@ async def wait_for_status(health: health_pb2_grpc.HealthStub, service: str, stat
     raise AssertionError(f"health of {service!r} never became {status}")
 
 
-async def test_database_outage_flips_health_and_refuses(tmp_path: Path) -> None:
+async def test_database_outage_flips_health_and_refuses(tmp_path: Path, socket_dir: Path) -> None:
     """With its database stopped the sidecar reports its services NOT_SERVING (the server
     itself stays SERVING) and answers UNAVAILABLE, admitting nothing; once the database is
     back it reports SERVING and admits again."""
     pg = EmbeddedPostgres(tmp_path)
     pg.start()
-    side = Sidecar(sidecar_settings(pg.uri()))
+    side = Sidecar(sidecar_settings(pg.uri(), socket_dir))
     try:
         await side.start()
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel:
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel,
+            grpc.aio.insecure_channel(side.admin_address) as admin_channel,
+        ):
             health = health_pb2_grpc.HealthStub(channel)
             budget = budget_pb2_grpc.BudgetStub(channel)
-            admin = budget_pb2_grpc.AdminStub(channel)
+            admin = budget_pb2_grpc.AdminStub(admin_channel)
             await wait_for_status(health, "earmark.v1.Budget", SERVING)
             await admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="t"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -14,8 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
-from earmark.v1 import budget_pb2_grpc
-from tests.conftest import Running, sidecar_settings
+from tests.conftest import Running, running, sidecar_settings
 from tests.helpers import fetch_budget_row
 
 
@@ -116,25 +116,19 @@ async def test_metrics_catalogue_counts_a_run(sidecar: Running) -> None:
     assert 3 == m[ok]
 
 
-async def test_budget_gauges_are_capped_to_the_most_used(dsn: str) -> None:
+async def test_budget_gauges_are_capped_to_the_most_used(dsn: str, socket_dir: Path) -> None:
     """With the cap at 2, only the two most used budgets get per-budget gauges."""
-    side = Sidecar(sidecar_settings(dsn, metrics_budgets_max=2))
-    await side.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel:
-            admin = budget_pb2_grpc.AdminStub(channel)
-            budget = budget_pb2_grpc.BudgetStub(channel)
-            for i, amount in enumerate([10, 90, 50, 70, 30]):
-                await admin.PutBudget(pb.PutBudgetRequest(budget_id=f"b{i}", limit=100, unit="t"))
-                await budget.Reserve(
-                    pb.ReserveRequest(
-                        budget_id=f"b{i}", amount=amount, idempotency_key=uuid.uuid4().hex
-                    )
+    side = Sidecar(sidecar_settings(dsn, socket_dir, metrics_budgets_max=2))
+    async with running(side, dsn) as s:
+        for i, amount in enumerate([10, 90, 50, 70, 30]):
+            await s.admin.PutBudget(pb.PutBudgetRequest(budget_id=f"b{i}", limit=100, unit="t"))
+            await s.budget.Reserve(
+                pb.ReserveRequest(
+                    budget_id=f"b{i}", amount=amount, idempotency_key=uuid.uuid4().hex
                 )
+            )
         await asyncio.sleep(0.6)
         m = scrape(side.metrics_port)
-    finally:
-        await side.stop()
     held = {
         dict(labels)["budget_id"]: v
         for (name, labels), v in m.items()

@@ -34,10 +34,16 @@ def test_step_costs_add_up() -> None:
     assert 40_000 == sum(step_costs(40_000, 7))
 
 
+def targets(s: Running) -> tuple[str, ...]:
+    return ("--target", s.target, "--admin-target", s.admin_target)
+
+
 async def test_lab_reproduces_the_article(sidecar: Running) -> None:
     """With its defaults the lab shows 5 jobs spending 200,000 on a plain check and 2 jobs
     spending 80,000 with holds, 3 refused."""
-    result = await run_json("lab", "--target", sidecar.target)
+    result = await run_json(
+        "lab", "--target", sidecar.target, "--admin-target", sidecar.admin_target
+    )
     assert {"started": 5, "refused": 0, "capped": 0, "spent": 200_000, "over_plan": 100_000} == (
         result["check"]
     )
@@ -49,7 +55,15 @@ async def test_lab_reproduces_the_article(sidecar: Running) -> None:
 
 async def test_lab_underestimate_shows_capping(sidecar: Running) -> None:
     """When each job costs more than its estimate, holds cap the jobs at the plan."""
-    result = await run_json("lab", "--target", sidecar.target, "--actual", "50000")
+    result = await run_json(
+        "lab",
+        "--target",
+        sidecar.target,
+        "--admin-target",
+        sidecar.admin_target,
+        "--actual",
+        "50000",
+    )
     assert (250_000, 150_000) == (result["check"]["spent"], result["check"]["over_plan"])
     assert (2, 2, 80_000, 0) == (
         result["hold"]["started"], result["hold"]["capped"],
@@ -71,7 +85,7 @@ async def test_lab_starts_its_own_sidecar_and_prints_a_table() -> None:
 async def test_load_admits_exactly_what_fits(sidecar: Running) -> None:
     """30 jobs of 1,000 at 10 in flight on 20,000 admit 20, refuse 10, spend 20,000, hold 0."""
     report = await run_json(
-        "load", "--target", sidecar.target,
+        "load", *targets(sidecar),
         "--jobs", "30", "--estimate", "1000", "--limit", "20000", "--concurrency", "10",
     )  # fmt: skip
     assert (20, 10, 0, 20_000, 0) == (

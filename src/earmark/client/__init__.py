@@ -16,8 +16,10 @@ from earmark.client.errors import (
     HoldLostError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     Refusal,
     RefusedError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from earmark.client.hold import Hold
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "Outcome",
+    "PermissionDeniedError",
     "Refusal",
     "RefusalReason",
     "RefusedError",
@@ -46,5 +49,6 @@ __all__ = [
     "RetryPolicy",
     "Settled",
     "SyncHold",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

@@ -27,6 +27,12 @@ from earmark.v1 import budget_pb2_grpc as pb_grpc
 T = TypeVar("T")
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+# Where `make run` serves Admin: a Unix socket in its data dir.
+DEFAULT_ADMIN_TARGET = "unix:.earmark/admin.sock"
+
+
+def _bearer(token: str | None) -> tuple[tuple[str, str], ...] | None:
+    return (("authorization", f"Bearer {token}"),) if token else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,25 +113,53 @@ def _budget_state(reply: pb.BudgetState) -> BudgetState:
 
 
 class AsyncClient:
-    """Talks to one Earmark sidecar. Use as `async with AsyncClient() as client:`."""
+    """Talks to one Earmark sidecar. Use as `async with AsyncClient() as client:`.
+
+    token is the worker token, when the sidecar has --worker-token-file; credentials make
+    the channel TLS (grpc.ssl_channel_credentials). Admin calls (put_budget, get_budget)
+    go to admin_target, the sidecar's admin listener, with admin_token if it needs one."""
 
     def __init__(
         self,
         target: str = DEFAULT_TARGET,
         *,
+        admin_target: str = DEFAULT_ADMIN_TARGET,
+        token: str | None = None,
+        admin_token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
         timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         assert 0 < timeout_seconds <= 600
         self.target = target
+        self.admin_target = admin_target
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
         self._own_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(target)
+        if channel is None:
+            channel = (
+                grpc.aio.secure_channel(target, credentials)
+                if credentials is not None
+                else grpc.aio.insecure_channel(target)
+            )
+        self._channel = channel
+        self._credentials = credentials
+        self._admin_channel: grpc.aio.Channel | None = None
         self._budget = pb_grpc.BudgetStub(self._channel)
-        self._admin = pb_grpc.AdminStub(self._channel)
+        self._metadata = _bearer(token)
+        self._admin_metadata = _bearer(admin_token)
         self._rng = random.Random()
+
+    def _admin(self) -> pb_grpc.AdminStub:
+        """Admin has its own listener; its channel opens on the first admin call."""
+        if self._admin_channel is None:
+            target = self.admin_target
+            if self._credentials is not None and not target.startswith("unix:"):
+                self._admin_channel = grpc.aio.secure_channel(target, self._credentials)
+            else:
+                self._admin_channel = grpc.aio.insecure_channel(target)
+        return pb_grpc.AdminStub(self._admin_channel)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -136,6 +170,8 @@ class AsyncClient:
     async def close(self) -> None:
         if self._own_channel:
             await self._channel.close(grace=None)
+        if self._admin_channel is not None:
+            await self._admin_channel.close(grace=None)
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         """Runs call, again after UNAVAILABLE, mapping a final failure to a ClientError."""
@@ -170,7 +206,9 @@ class AsyncClient:
         if lease_seconds is not None:
             request.lease.CopyFrom(_duration(lease_seconds))
         reply = await self._call(
-            lambda: self._budget.Reserve(request, timeout=self.timeout_seconds)
+            lambda: self._budget.Reserve(
+                request, timeout=self.timeout_seconds, metadata=self._metadata
+            )
         )
         remaining = reply.remaining if reply.HasField("remaining") else None
         if not reply.admitted:
@@ -193,7 +231,11 @@ class AsyncClient:
             amount=amount,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
-        reply = await self._call(lambda: self._budget.Charge(request, timeout=self.timeout_seconds))
+        reply = await self._call(
+            lambda: self._budget.Charge(
+                request, timeout=self.timeout_seconds, metadata=self._metadata
+            )
+        )
         return Charged(
             charged=reply.charged,
             capped=reply.capped,
@@ -207,7 +249,11 @@ class AsyncClient:
         request = pb.RenewRequest(reservation_id=reservation_id)
         if lease_seconds is not None:
             request.lease.CopyFrom(_duration(lease_seconds))
-        reply = await self._call(lambda: self._budget.Renew(request, timeout=self.timeout_seconds))
+        reply = await self._call(
+            lambda: self._budget.Renew(
+                request, timeout=self.timeout_seconds, metadata=self._metadata
+            )
+        )
         return reply.expires_at.ToDatetime()  # type: ignore[no-any-return]
 
     async def settle(
@@ -219,7 +265,11 @@ class AsyncClient:
             used=used,
             outcome=int(outcome),  # type: ignore[arg-type]
         )
-        reply = await self._call(lambda: self._budget.Settle(request, timeout=self.timeout_seconds))
+        reply = await self._call(
+            lambda: self._budget.Settle(
+                request, timeout=self.timeout_seconds, metadata=self._metadata
+            )
+        )
         return Settled(reply.charged, reply.released, reply.overshoot, HoldState(reply.state))
 
     def hold(
@@ -249,13 +299,17 @@ class AsyncClient:
         if limit is not None:
             request.limit = limit
         reply = await self._call(
-            lambda: self._admin.PutBudget(request, timeout=self.timeout_seconds)
+            lambda: self._admin().PutBudget(
+                request, timeout=self.timeout_seconds, metadata=self._admin_metadata
+            )
         )
         return _budget_state(reply)
 
     async def get_budget(self, budget_id: str) -> BudgetState:
         request = pb.GetBudgetRequest(budget_id=budget_id)
         reply = await self._call(
-            lambda: self._admin.GetBudget(request, timeout=self.timeout_seconds)
+            lambda: self._admin().GetBudget(
+                request, timeout=self.timeout_seconds, metadata=self._admin_metadata
+            )
         )
         return _budget_state(reply)

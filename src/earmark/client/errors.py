@@ -34,6 +34,14 @@ class FailedPreconditionError(ClientError):
     """The hold is no longer held (settled or expired), or the budget forbids the change."""
 
 
+class UnauthenticatedError(ClientError):
+    """The sidecar needs a token and this call carried none, or an unknown one."""
+
+
+class PermissionDeniedError(ClientError):
+    """The token may not use this budget, or the hold belongs to another token."""
+
+
 class UnavailableError(ClientError):
     """The sidecar or its database stayed unreachable through every retry."""
 
@@ -51,6 +59,8 @@ ERROR_OF: dict[grpc.StatusCode, type[ClientError]] = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
 }

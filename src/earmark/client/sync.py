@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from earmark.client.aio import (
+    DEFAULT_ADMIN_TARGET,
     DEFAULT_TARGET,
     AsyncClient,
     BudgetState,
@@ -35,6 +36,9 @@ class Client:
         self,
         target: str = DEFAULT_TARGET,
         *,
+        admin_target: str = DEFAULT_ADMIN_TARGET,
+        token: str | None = None,
+        admin_token: str | None = None,
         timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
     ) -> None:
@@ -46,7 +50,14 @@ class Client:
 
         async def make() -> AsyncClient:
             # A grpc.aio channel belongs to the loop it is made on.
-            return AsyncClient(target, timeout_seconds=timeout_seconds, retry=retry)
+            return AsyncClient(
+                target,
+                admin_target=admin_target,
+                token=token,
+                admin_token=admin_token,
+                timeout_seconds=timeout_seconds,
+                retry=retry,
+            )
 
         self._client = self._run(make())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import assert_never
 
 from earmark.core import rules
 from earmark.core.model import (
@@ -33,18 +34,25 @@ from earmark.core.ops import (
     SettleOp,
     SettleResult,
 )
-from earmark.errors import AlreadyExists, EarmarkError, FailedPrecondition, NotFound
+from earmark.errors import (
+    AlreadyExists,
+    EarmarkError,
+    FailedPrecondition,
+    NotFound,
+    PermissionDenied,
+)
 
 
 @dataclass(slots=True)
 class BatchState:
     """What the store loaded for one batch: the budget (None if it does not exist),
-    the holds the batch names, by id and by idempotency key, and earlier charge answers."""
+    the holds the batch names, by id and by (owner, idempotency key), and earlier charge
+    answers."""
 
     budget_id: str
     budget: Budget | None
     holds_by_id: dict[str, Hold] = field(default_factory=dict)
-    holds_by_key: dict[str, Hold] = field(default_factory=dict)
+    holds_by_key: dict[tuple[str, str], Hold] = field(default_factory=dict)
     charges: dict[tuple[str, str], ChargeRecord] = field(default_factory=dict)
 
 
@@ -77,23 +85,28 @@ def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecisi
 
 
 def _decide_one(state: BatchState, decision: BatchDecision, op: Op, now: datetime) -> Result:
-    if isinstance(op, ReserveOp):
-        return _reserve(state, decision, op, now)
-    if isinstance(op, ChargeOp):
-        return _charge(state, decision, op, now)
-    if isinstance(op, RenewOp):
-        return _renew(state, decision, op, now)
-    return _settle(state, decision, op, now)
+    match op:
+        case ReserveOp():
+            return _reserve(state, decision, op, now)
+        case ChargeOp():
+            return _charge(state, decision, op, now)
+        case RenewOp():
+            return _renew(state, decision, op, now)
+        case SettleOp():
+            return _settle(state, decision, op, now)
+        case _:
+            assert_never(op)
 
 
 def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: datetime) -> Result:
     budget = _budget(state)
-    existing = state.holds_by_key.get(op.idempotency_key)
+    existing = state.holds_by_key.get((op.owner, op.idempotency_key))
     if existing is not None:
         if existing.amount != op.amount:
+            # The other reservation's amount is not the caller's business: name none.
             raise AlreadyExists(
-                f"idempotency_key {op.idempotency_key!r} was used for a reservation of "
-                f"{existing.amount}, not {op.amount}"
+                f"idempotency_key {op.idempotency_key!r} was already used on budget "
+                f"{budget.budget_id!r} for a reservation of another amount"
             )
         return ReserveResult(
             admitted=True,
@@ -104,6 +117,11 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
             message="admitted earlier with this idempotency_key",
             expires_at=existing.expires_at,
             duplicate=True,
+        )
+    if not rules.counters_fit(budget, 0, op.amount):
+        raise FailedPrecondition(
+            f"budget {budget.budget_id!r}: a hold of {op.amount} would carry its counters "
+            "past 2^63-1; settle holds or start a new budget"
         )
     admission = rules.admit(budget, op.amount)
     if not admission.admitted:
@@ -125,10 +143,11 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         expires_at=now + op.lease,
         created_at=now,
         labels=dict(op.labels),
+        owner=op.owner,
     )
     budget.held += op.amount
     budget.open_reservations += 1
-    state.holds_by_key[hold.idempotency_key] = hold
+    state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
     state.holds_by_id[hold.reservation_id] = hold
     decision.new_holds.append(hold)
     _ledger(decision, hold, LedgerKind.HOLD, held_delta=op.amount, used_delta=0, now=now)
@@ -144,13 +163,13 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
 
 
 def _charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: datetime) -> Result:
-    hold = _hold(state, op.reservation_id)
+    hold = _hold(state, op.reservation_id, op.owner)
     earlier = state.charges.get((op.reservation_id, op.idempotency_key))
     if earlier is not None:
         if earlier.amount != op.amount:
             raise AlreadyExists(
-                f"idempotency_key {op.idempotency_key!r} was used for a charge of "
-                f"{earlier.amount}, not {op.amount}"
+                f"idempotency_key {op.idempotency_key!r} was already used on this "
+                "reservation for a charge of another amount"
             )
         return ChargeResult(
             charged=earlier.charged,
@@ -191,7 +210,7 @@ def _charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: datet
 
 
 def _renew(state: BatchState, decision: BatchDecision, op: RenewOp, now: datetime) -> Result:
-    hold = _hold(state, op.reservation_id)
+    hold = _hold(state, op.reservation_id, op.owner)
     _require_live(state, decision, hold, now)
     hold.expires_at = rules.renewed_deadline(hold, now, op.lease)
     hold.lease = op.lease
@@ -200,7 +219,7 @@ def _renew(state: BatchState, decision: BatchDecision, op: RenewOp, now: datetim
 
 
 def _settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: datetime) -> Result:
-    hold = _hold(state, op.reservation_id)
+    hold = _hold(state, op.reservation_id, op.owner)
     if hold.settlement is not None:
         if hold.settlement.used != op.used:
             raise FailedPrecondition(
@@ -218,14 +237,22 @@ def _settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: datet
     if rules.lease_passed(hold, now):
         _expire(state, decision, hold, now)
     budget = _budget(state)
+    step = (
+        rules.settle_held(hold, op.used)
+        if hold.state is HoldState.HELD
+        else rules.settle_expired(hold, op.used)
+    )
+    if not rules.counters_fit(budget, step.used_delta, step.held_delta):
+        raise FailedPrecondition(
+            f"budget {budget.budget_id!r}: a settle with used={op.used} would carry its "
+            "counters past 2^63-1"
+        )
     if hold.state is HoldState.HELD:
-        step = rules.settle_held(hold, op.used)
         hold.state = HoldState.SETTLED
         hold.closed_at = now
         budget.open_reservations -= 1
         kind = LedgerKind.SETTLE
     else:
-        step = rules.settle_expired(hold, op.used)
         kind = LedgerKind.LATE_SETTLE
     budget.held += step.held_delta
     budget.used += step.used_delta
@@ -273,10 +300,12 @@ def _budget(state: BatchState) -> Budget:
     return state.budget
 
 
-def _hold(state: BatchState, reservation_id: str) -> Hold:
+def _hold(state: BatchState, reservation_id: str, owner: str) -> Hold:
     hold = state.holds_by_id.get(reservation_id)
     if hold is None or hold.budget_id != state.budget_id:
         raise NotFound(f"reservation {reservation_id} not found")
+    if hold.owner != owner:
+        raise PermissionDenied(f"reservation {reservation_id} belongs to another caller")
     return hold
 
 

@@ -88,6 +88,8 @@ class Hold:
     labels: dict[str, str] = field(default_factory=dict)
     closed_at: datetime | None = None
     settlement: Settlement | None = None
+    # The name of the worker token that made it; "" when the sidecar has no tokens.
+    owner: str = ""
 
     def held(self) -> int:
         """What this hold still keeps from its budget."""

@@ -17,6 +17,8 @@ class ReserveOp:
     # Chosen by the caller so that the rules stay deterministic.
     new_reservation_id: str
     labels: dict[str, str] = field(default_factory=dict)
+    # The caller's token name ("" without tokens): keys are scoped to it, and so are holds.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +26,14 @@ class ChargeOp:
     reservation_id: str
     idempotency_key: str
     amount: int
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class RenewOp:
     reservation_id: str
     lease: timedelta
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class SettleOp:
     reservation_id: str
     used: int
     outcome: Outcome
+    owner: str = ""
 
 
 Op = ReserveOp | ChargeOp | RenewOp | SettleOp

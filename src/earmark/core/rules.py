@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from earmark import limits
 from earmark.core.model import Budget, Hold, HoldState
 
 
@@ -47,6 +48,12 @@ def admit(budget: Budget, amount: int) -> Admission:
     if amount > room:
         return Admission(admitted=False, remaining=room, message=f"needs {amount}, {room} left")
     return Admission(admitted=True, remaining=room - amount, message="admitted")
+
+
+def counters_fit(budget: Budget, used_delta: int, held_delta: int) -> bool:
+    """True if the budget's used + held stays within a 64-bit counter after the change.
+    Only an unlimited budget, or one whose settles overshoot again and again, gets near."""
+    return budget.used + used_delta + budget.held + held_delta <= limits.int64_max
 
 
 def charge_step(hold: Hold, amount: int) -> ChargeStep:

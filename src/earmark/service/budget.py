@@ -17,8 +17,10 @@ from earmark.core.ops import (
     SettleOp,
     SettleResult,
 )
+from earmark.errors import PermissionDenied
 from earmark.metrics import Metrics
 from earmark.service import convert, validate
+from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
 from earmark.service.errors import Context, rpc
 from earmark.store import Store
@@ -26,6 +28,12 @@ from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("earmark.budget")
+
+
+def _owner() -> str:
+    """The calling token's name, which owns the holds it makes; "" without tokens."""
+    caller = CALLER.get()
+    return "" if caller is None else caller.name
 
 
 class BudgetService(pb_grpc.BudgetServicer):
@@ -39,13 +47,20 @@ class BudgetService(pb_grpc.BudgetServicer):
 
     @rpc("Reserve")
     async def Reserve(self, request: pb.ReserveRequest, context: Context) -> pb.ReserveResponse:
+        budget_id = validate.budget_id(request.budget_id)
+        caller = CALLER.get()
+        if caller is not None and not caller.may_use(budget_id):
+            raise PermissionDenied(
+                f"budget_id: the token named {caller.name!r} may not use budget {budget_id!r}"
+            )
         op = ReserveOp(
-            budget_id=validate.budget_id(request.budget_id),
+            budget_id=budget_id,
             amount=validate.amount("amount", request.amount),
             idempotency_key=validate.idempotency_key(request.idempotency_key),
             lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
             labels=validate.labels(dict(request.labels)),
             new_reservation_id=str(uuid.uuid4()),
+            owner=_owner(),
         )
         result = await self.store.submit(op)
         assert isinstance(result, ReserveResult)
@@ -53,6 +68,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         log.info(
             "reserve",
             budget_id=op.budget_id,
+            caller=op.owner or None,
             reservation_id=result.reservation_id or None,
             amount=op.amount,
             decision="admitted" if result.admitted else "refused",
@@ -68,6 +84,7 @@ class BudgetService(pb_grpc.BudgetServicer):
             reservation_id=validate.reservation_id(request.reservation_id),
             amount=validate.amount("amount", request.amount),
             idempotency_key=validate.idempotency_key(request.idempotency_key),
+            owner=_owner(),
         )
         result = await self.store.submit(op)
         assert isinstance(result, ChargeResult)
@@ -89,6 +106,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         op = RenewOp(
             reservation_id=validate.reservation_id(request.reservation_id),
             lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
+            owner=_owner(),
         )
         result = await self.store.submit(op)
         assert isinstance(result, RenewResult)
@@ -100,6 +118,7 @@ class BudgetService(pb_grpc.BudgetServicer):
             reservation_id=validate.reservation_id(request.reservation_id),
             used=validate.amount("used", request.used, zero_ok=True),
             outcome=validate.outcome(request.outcome),
+            owner=_owner(),
         )
         result = await self.store.submit(op)
         assert isinstance(result, SettleResult)

@@ -21,6 +21,7 @@ from earmark.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     Unavailable,
 )
 from earmark.metrics import Metrics
@@ -30,6 +31,7 @@ STATUS_OF: dict[type[EarmarkError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }

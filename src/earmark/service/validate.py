@@ -12,10 +12,14 @@ from earmark import limits
 from earmark.core.model import Outcome
 from earmark.errors import InvalidArgument
 
-# Printable ASCII without spaces: ids travel in logs, metrics and shell commands.
-_ID = re.compile(r"^[\x21-\x7e]+$")
-_UNIT = re.compile(r"^[a-z][a-z0-9_]*$")
-_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+# Printable ASCII without spaces: ids travel in logs, metrics and shell commands. Every
+# pattern is applied with fullmatch: `$` would also match before a trailing newline.
+_ID = re.compile(r"[\x21-\x7e]+")
+_UNIT = re.compile(r"[a-z][a-z0-9_]*")
+_LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
+# Protobuf's bound on a Duration's seconds, about 10,000 years.
+_DURATION_SECONDS_MAX = 315_576_000_000
+_NANOS_PER_SECOND = 1_000_000_000
 
 
 def identifier(field: str, value: str, length_max: int) -> str:
@@ -23,7 +27,7 @@ def identifier(field: str, value: str, length_max: int) -> str:
         raise InvalidArgument(field, "is required")
     if len(value) > length_max:
         raise InvalidArgument(field, f"is {len(value)} characters; at most {length_max}")
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise InvalidArgument(field, "may hold only printable ASCII characters without spaces")
     return value
 
@@ -69,7 +73,7 @@ def unit(value: str) -> str:
         raise InvalidArgument(
             "unit", f"is {len(value)} characters; at most {limits.unit_length_max}"
         )
-    if value and not _UNIT.match(value):
+    if value and not _UNIT.fullmatch(value):
         raise InvalidArgument("unit", "must be lower-case letters, digits and _ (like usd_micros)")
     return value
 
@@ -78,6 +82,7 @@ def lease(present: bool, value: Duration, lease_seconds_max: float) -> timedelta
     """An absent lease is the default; a present one lies within [min, max]."""
     if not present:
         return timedelta(seconds=min(limits.lease_seconds_default, lease_seconds_max))
+    duration("lease", value)
     seconds = value.seconds + value.nanos / 1e9
     if seconds < limits.lease_seconds_min or seconds > lease_seconds_max:
         raise InvalidArgument(
@@ -88,13 +93,24 @@ def lease(present: bool, value: Duration, lease_seconds_max: float) -> timedelta
     return timedelta(seconds=value.seconds, microseconds=value.nanos // 1000)
 
 
+def duration(field: str, value: Duration) -> None:
+    """A normalized protobuf Duration: nanos within (-1e9, 1e9) and of the seconds' sign."""
+    seconds, nanos = value.seconds, value.nanos
+    if abs(seconds) > _DURATION_SECONDS_MAX:
+        raise InvalidArgument(field, f"seconds {seconds} is outside the Duration range")
+    if abs(nanos) >= _NANOS_PER_SECOND:
+        raise InvalidArgument(field, f"nanos {nanos} is not below one second")
+    if (seconds > 0 and nanos < 0) or (seconds < 0 and nanos > 0):
+        raise InvalidArgument(field, f"seconds {seconds} and nanos {nanos} differ in sign")
+
+
 def labels(value: dict[str, str]) -> dict[str, str]:
     if len(value) > limits.label_count_max:
         raise InvalidArgument(
             "labels", f"has {len(value)} entries; at most {limits.label_count_max}"
         )
     for key, text in value.items():
-        if not key or len(key) > limits.label_key_length_max or not _LABEL_KEY.match(key):
+        if not key or len(key) > limits.label_key_length_max or not _LABEL_KEY.fullmatch(key):
             raise InvalidArgument(
                 "labels",
                 f"key {key[: limits.label_key_length_max]!r} must be 1 to "
@@ -104,6 +120,9 @@ def labels(value: dict[str, str]) -> dict[str, str]:
             raise InvalidArgument(
                 "labels", f"value of {key!r} is longer than {limits.label_value_length_max}"
             )
+        if "\x00" in text:
+            # PostgreSQL stores no NUL character, in text or in jsonb.
+            raise InvalidArgument("labels", f"value of {key!r} holds a NUL character")
     return dict(value)
 
 

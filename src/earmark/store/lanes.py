@@ -8,23 +8,32 @@ arrives meanwhile waits in the lane's queue and goes into the next transaction, 
 per budget in arrival order, each operation with its own answer. Under load the batches
 grow by themselves, with no timer and no added latency when a lane is idle; a batch may
 span many budgets, so traffic spread over many budgets shares commits too.
+
+A request fails only itself: when a batch's transaction fails for any reason but an
+unavailable database (unreachable, or conflicts exhausted), nothing was committed, and
+its operations are decided again in halves until the culprit stands alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+
+import structlog
 
 from earmark import limits
 from earmark.core.ops import Op, Result
-from earmark.errors import EarmarkError, Unavailable
+from earmark.errors import Unavailable
 
-Outcome = Result | EarmarkError
+log = structlog.get_logger("earmark.lanes")
+
+# An operation's answer, or the error that is its alone (an EarmarkError, or a bug's).
+Outcome = Result | Exception
 Entry = tuple[str, Op, "asyncio.Future[Outcome]"]
 # Decides [(budget_id, op), ...] in one transaction; one outcome per entry, in order.
-RunBatch = Callable[[list[tuple[str, Op]]], Awaitable[list[Outcome]]]
+RunBatch = Callable[[list[tuple[str, Op]]], Awaitable[Sequence[Outcome]]]
 
 
 @dataclass(slots=True)
@@ -68,7 +77,7 @@ class Lanes:
         if lane.task is None:
             lane.task = asyncio.create_task(self._drain(lane))
         outcome = await future
-        if isinstance(outcome, EarmarkError):
+        if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
@@ -104,19 +113,24 @@ class Lanes:
     async def _decide(self, batch: list[Entry]) -> None:
         if self._on_batch is not None:
             self._on_batch(len(batch))
-        try:
-            outcomes = await self._run_batch([(budget_id, op) for budget_id, op, _ in batch])
-        except EarmarkError as exc:
-            # The whole transaction failed (database gone, conflicts exhausted): nothing
-            # was committed, and every operation in it gets the same answer.
-            outcomes = [exc for _ in batch]
-        except Exception as exc:
-            # A bug: every caller in the batch learns of it, the lane goes on.
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(RuntimeError(f"batch failed: {exc!r}"))
-            return
+        outcomes = await self._outcomes([(budget_id, op) for budget_id, op, _ in batch])
         assert len(outcomes) == len(batch)
         for (_, _, future), outcome in zip(batch, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)
+
+    async def _outcomes(self, entries: list[tuple[str, Op]]) -> list[Outcome]:
+        """Every entry's answer. A transaction that fails as a whole is split in halves
+        and each decided again (at most log2(batch) deep), unless the database itself is
+        unavailable: then every operation in it shares that answer."""
+        try:
+            return list(await self._run_batch(entries))
+        except Unavailable as exc:
+            return [exc for _ in entries]
+        except Exception as exc:
+            if len(entries) == 1:
+                budget_id, op = entries[0]
+                log.exception("operation_failed", budget_id=budget_id, op=type(op).__name__)
+                return [exc]
+            half = len(entries) // 2
+            return await self._outcomes(entries[:half]) + await self._outcomes(entries[half:])

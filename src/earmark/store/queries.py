@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.ops import ChargeOp, Op, ReserveOp
+from earmark.store.named import NamedQuery
 from earmark.store.rows import (
     BUDGET_COLUMNS,
     CHARGE_COLUMNS,
     HOLD_COLUMN_NAMES,
+    HOLD_COLUMN_TYPES,
     HOLD_COLUMNS,
+    UPDATABLE_HOLD_COLUMNS,
     budget_from_row,
     charge_from_row,
     hold_columns,
@@ -25,15 +28,16 @@ from earmark.store.tx import Conn
 # The keyed lookups resolve to ids first, one index probe per key, so that the whole
 # statement is index lookups: an OR of the two conditions plans as a scan of every
 # reservation, and under SERIALIZABLE a scan also conflicts with every other writer.
-LOCK_HOLDS = f"""
+LOCK_HOLDS = NamedQuery(f"""
 SELECT {HOLD_COLUMNS} FROM reservations
-WHERE reservation_id = ANY($1::uuid[] || ARRAY(
+WHERE reservation_id = ANY($ids::uuid[] || ARRAY(
     SELECT r.reservation_id
-    FROM unnest($2::text[], $3::text[]) AS k(budget_id, idempotency_key)
-    JOIN reservations r USING (budget_id, idempotency_key)))
+    FROM unnest($key_budget_ids::text[], $key_owners::text[], $keys::text[])
+        AS k(budget_id, owner, idempotency_key)
+    JOIN reservations r USING (budget_id, owner, idempotency_key)))
 ORDER BY reservation_id
 FOR UPDATE
-"""
+""")
 
 LOAD_CHARGES = f"""
 SELECT {CHARGE_COLUMNS} FROM charges
@@ -61,54 +65,54 @@ FOR UPDATE OF r SKIP LOCKED
 # arrays (empty arrays write nothing). The CTEs touch disjoint rows, so that they cannot
 # see each other's changes does not matter, and foreign keys are checked at the end of
 # the statement, after every CTE has run.
-WRITE_BATCH = f"""
+_NEW_HOLD_ARRAYS = ", ".join(
+    f"$new_{name}::{HOLD_COLUMN_TYPES[name]}[]" for name in HOLD_COLUMN_NAMES
+)
+_CHANGED_HOLD_ARRAYS = ", ".join(
+    f"$changed_{name}::{HOLD_COLUMN_TYPES[name]}[]" for name in UPDATABLE_HOLD_COLUMNS
+)
+_CHANGED_HOLD_SET = ", ".join(f"{name} = u.{name}" for name in UPDATABLE_HOLD_COLUMNS)
+
+WRITE_BATCH = NamedQuery(f"""
 WITH new_holds AS (
     INSERT INTO reservations ({HOLD_COLUMNS})
-    SELECT * FROM unnest(
-        $1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::smallint[],
-        $7::bigint[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::jsonb[],
-        $12::bigint[], $13::smallint[], $14::bigint[], $15::bigint[], $16::bigint[])
+    SELECT * FROM unnest({_NEW_HOLD_ARRAYS})
 ), changed_holds AS (
     UPDATE reservations AS r SET
-        charged = u.charged, state = u.state, lease_ms = u.lease_ms,
-        expires_at = u.expires_at, closed_at = u.closed_at, settled_used = u.settled_used,
-        settled_outcome = u.settled_outcome, settled_charged = u.settled_charged,
-        settled_released = u.settled_released, settled_overshoot = u.settled_overshoot
-    FROM unnest(
-        $17::uuid[], $18::bigint[], $19::smallint[], $20::bigint[], $21::timestamptz[],
-        $22::timestamptz[], $23::bigint[], $24::smallint[], $25::bigint[], $26::bigint[],
-        $27::bigint[])
-        AS u(reservation_id, charged, state, lease_ms, expires_at, closed_at, settled_used,
-             settled_outcome, settled_charged, settled_released, settled_overshoot)
+        {_CHANGED_HOLD_SET}
+    FROM unnest($changed_reservation_id::uuid[], {_CHANGED_HOLD_ARRAYS})
+        AS u(reservation_id, {", ".join(UPDATABLE_HOLD_COLUMNS)})
     WHERE r.reservation_id = u.reservation_id
 ), new_charges AS (
     INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
                          total_charged, hold_remaining)
-    SELECT * FROM unnest($28::uuid[], $29::text[], $30::bigint[], $31::bigint[],
-                         $32::boolean[], $33::bigint[], $34::bigint[])
+    SELECT * FROM unnest($charge_reservation_ids::uuid[], $charge_keys::text[],
+                         $charge_amounts::bigint[], $charge_charged::bigint[],
+                         $charge_capped::boolean[], $charge_totals::bigint[],
+                         $charge_hold_remaining::bigint[])
 ), new_ledger AS (
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
-    SELECT * FROM unnest($35::text[], $36::uuid[], $37::text[], $38::bigint[], $39::bigint[],
-                         $40::timestamptz[])
+    SELECT * FROM unnest($ledger_budget_ids::text[], $ledger_reservation_ids::uuid[],
+                         $ledger_kinds::text[], $ledger_held_deltas::bigint[],
+                         $ledger_used_deltas::bigint[], $ledger_at::timestamptz[])
 ), opened AS (
     INSERT INTO open_holds (reservation_id, expires_at)
-    SELECT * FROM unnest($45::uuid[], $46::timestamptz[])
+    SELECT * FROM unnest($opened_ids::uuid[], $opened_expires_at::timestamptz[])
 ), extended AS (
     UPDATE open_holds AS o SET expires_at = u.expires_at
-    FROM unnest($47::uuid[], $48::timestamptz[]) AS u(reservation_id, expires_at)
+    FROM unnest($extended_ids::uuid[], $extended_expires_at::timestamptz[])
+        AS u(reservation_id, expires_at)
     WHERE o.reservation_id = u.reservation_id
 ), closed AS (
-    DELETE FROM open_holds WHERE reservation_id = ANY($49::uuid[])
+    DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
 )
 UPDATE budgets AS b SET used = u.used, held = u.held,
     open_reservations = u.open_reservations, updated_at = now()
-FROM unnest($41::text[], $42::bigint[], $43::bigint[], $44::bigint[])
+FROM unnest($budget_ids::text[], $budget_used::bigint[], $budget_held::bigint[],
+            $budget_open::bigint[])
     AS u(budget_id, used, held, open_reservations)
 WHERE b.budget_id = u.budget_id
-"""
-
-# The columns of HOLD_COLUMNS that a decision may change, by position.
-_UPDATABLE_HOLD_COLUMNS = (0, 4, 5, 6, 7, 9, 11, 12, 13, 14, 15)
+""")
 
 
 async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> dict[str, Budget]:
@@ -120,18 +124,21 @@ async def load_batches(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[st
     """Locks the holds the operations name, reads earlier charge answers, then locks the
     budgets in id order; returns one state per budget named."""
     ids = [op.reservation_id for _, op in entries if not isinstance(op, ReserveOp)]
-    keyed = [
-        (budget_id, op.idempotency_key) for budget_id, op in entries if isinstance(op, ReserveOp)
-    ]
+    keyed = [op for _, op in entries if isinstance(op, ReserveOp)]
     states = {budget_id: BatchState(budget_id=budget_id, budget=None) for budget_id, _ in entries}
-    rows = await conn.fetch(LOCK_HOLDS, ids, [b for b, _ in keyed], [k for _, k in keyed])
-    for row in rows:
+    args = LOCK_HOLDS.args(
+        ids=ids,
+        key_budget_ids=[op.budget_id for op in keyed],
+        key_owners=[op.owner for op in keyed],
+        keys=[op.idempotency_key for op in keyed],
+    )
+    for row in await conn.fetch(LOCK_HOLDS.sql, *args):
         hold = hold_from_row(row)
         state = states.get(hold.budget_id)
         if state is None:
             continue  # a reservation id routed to the wrong budget: NotFound in the rules
         state.holds_by_id[hold.reservation_id] = hold
-        state.holds_by_key[hold.idempotency_key] = hold
+        state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
     charged_budget = {op.reservation_id: b for b, op in entries if isinstance(op, ChargeOp)}
     if charged_budget:
         charges = [op for _, op in entries if isinstance(op, ChargeOp)]
@@ -169,31 +176,36 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     opened = [h for h in new_holds if h.state is HoldState.HELD]
     extended = [h for h in changed if h.state is HoldState.HELD]
     closed = [h.reservation_id for h in changed if h.state is not HoldState.HELD]
+    new_columns = hold_columns(new_holds)
     changed_columns = hold_columns(changed)
-    await conn.execute(
-        WRITE_BATCH,
-        *hold_columns(new_holds),
-        *[changed_columns[i] for i in _UPDATABLE_HOLD_COLUMNS],
-        [c.reservation_id for c in charges],
-        [c.idempotency_key for c in charges],
-        [c.amount for c in charges],
-        [c.charged for c in charges],
-        [c.capped for c in charges],
-        [c.total_charged for c in charges],
-        [c.hold_remaining for c in charges],
-        [e.budget_id for e in ledger],
-        [e.reservation_id for e in ledger],
-        [str(e.kind) for e in ledger],
-        [e.held_delta for e in ledger],
-        [e.used_delta for e in ledger],
-        [e.at for e in ledger],
-        [b.budget_id for b in budgets],
-        [b.used for b in budgets],
-        [b.held for b in budgets],
-        [b.open_reservations for b in budgets],
-        [h.reservation_id for h in opened],
-        [h.expires_at for h in opened],
-        [h.reservation_id for h in extended],
-        [h.expires_at for h in extended],
-        closed,
+    args = WRITE_BATCH.args(
+        **{f"new_{name}": new_columns[i] for i, name in enumerate(HOLD_COLUMN_NAMES)},
+        changed_reservation_id=[h.reservation_id for h in changed],
+        **{
+            f"changed_{name}": changed_columns[HOLD_COLUMN_NAMES.index(name)]
+            for name in UPDATABLE_HOLD_COLUMNS
+        },
+        charge_reservation_ids=[c.reservation_id for c in charges],
+        charge_keys=[c.idempotency_key for c in charges],
+        charge_amounts=[c.amount for c in charges],
+        charge_charged=[c.charged for c in charges],
+        charge_capped=[c.capped for c in charges],
+        charge_totals=[c.total_charged for c in charges],
+        charge_hold_remaining=[c.hold_remaining for c in charges],
+        ledger_budget_ids=[e.budget_id for e in ledger],
+        ledger_reservation_ids=[e.reservation_id for e in ledger],
+        ledger_kinds=[str(e.kind) for e in ledger],
+        ledger_held_deltas=[e.held_delta for e in ledger],
+        ledger_used_deltas=[e.used_delta for e in ledger],
+        ledger_at=[e.at for e in ledger],
+        budget_ids=[b.budget_id for b in budgets],
+        budget_used=[b.used for b in budgets],
+        budget_held=[b.held for b in budgets],
+        budget_open=[b.open_reservations for b in budgets],
+        opened_ids=[h.reservation_id for h in opened],
+        opened_expires_at=[h.expires_at for h in opened],
+        extended_ids=[h.reservation_id for h in extended],
+        extended_expires_at=[h.expires_at for h in extended],
+        closed_ids=closed,
     )
+    await conn.execute(WRITE_BATCH.sql, *args)

@@ -15,9 +15,24 @@ BUDGET_COLUMNS = "budget_id, limit_units, unit, used, held, open_reservations"
 HOLD_COLUMN_NAMES = (
     "reservation_id", "budget_id", "idempotency_key", "amount", "charged", "state", "lease_ms",
     "expires_at", "created_at", "closed_at", "labels", "settled_used", "settled_outcome",
-    "settled_charged", "settled_released", "settled_overshoot",
+    "settled_charged", "settled_released", "settled_overshoot", "owner",
 )  # fmt: skip
 HOLD_COLUMNS = ", ".join(HOLD_COLUMN_NAMES)
+HOLD_COLUMN_TYPES = {
+    "reservation_id": "uuid", "budget_id": "text", "idempotency_key": "text",
+    "amount": "bigint", "charged": "bigint", "state": "smallint", "lease_ms": "bigint",
+    "expires_at": "timestamptz", "created_at": "timestamptz", "closed_at": "timestamptz",
+    "labels": "jsonb", "settled_used": "bigint", "settled_outcome": "smallint",
+    "settled_charged": "bigint", "settled_released": "bigint", "settled_overshoot": "bigint",
+    "owner": "text",
+}  # fmt: skip
+# What a decision may change in a reservation that exists.
+UPDATABLE_HOLD_COLUMNS = (
+    "charged", "state", "lease_ms", "expires_at", "closed_at", "settled_used",
+    "settled_outcome", "settled_charged", "settled_released", "settled_overshoot",
+)  # fmt: skip
+assert set(HOLD_COLUMN_TYPES) == set(HOLD_COLUMN_NAMES)
+assert set(UPDATABLE_HOLD_COLUMNS) < set(HOLD_COLUMN_NAMES)
 
 CHARGE_COLUMNS = (
     "reservation_id, idempotency_key, amount, charged, capped, total_charged, hold_remaining"
@@ -58,6 +73,7 @@ def hold_from_row(row: asyncpg.Record) -> Hold:
         closed_at=row["closed_at"],
         labels=json.loads(row["labels"]),
         settlement=settlement,
+        owner=row["owner"],
     )
 
 
@@ -92,6 +108,7 @@ def hold_columns(holds: list[Hold]) -> list[list[Any]]:
         [h.settlement.charged if h.settlement else None for h in holds],
         [h.settlement.released if h.settlement else None for h in holds],
         [h.settlement.overshoot if h.settlement else None for h in holds],
+        [h.owner for h in holds],
     ]
 
 

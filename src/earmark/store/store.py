@@ -166,11 +166,12 @@ class Store:
         with mapped_db_errors():
             await self._pool.fetchval("SELECT 1", timeout=limits.db_probe_timeout_seconds)
 
-    async def open_holds_by_unit(self) -> list[tuple[str, int, int]]:
-        """(unit, open holds, held units) over every budget."""
+    async def open_holds_by_unit(self) -> list[tuple[str, float, float]]:
+        """(unit, open holds, held units) over every budget. The sums are floats: a sum
+        over many budgets can pass a 64-bit integer, and a gauge is a float anyway."""
         with mapped_db_errors():
             rows = await self._pool.fetch(
-                "SELECT unit, sum(open_reservations)::bigint AS holds, sum(held)::bigint AS held "
+                "SELECT unit, sum(open_reservations)::float8 AS holds, sum(held)::float8 AS held "
                 "FROM budgets GROUP BY unit ORDER BY unit"
             )
         return [(r["unit"], r["holds"], r["held"]) for r in rows]

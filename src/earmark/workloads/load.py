@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from earmark.client import AsyncClient, ClientError
 from earmark.client.errors import Refusal
 from earmark.workloads.progress import Progress
-from earmark.workloads.target import sidecar_target
+from earmark.workloads.target import Target, sidecar_target
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +52,11 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_load(target: str, params: LoadParams) -> LoadReport:
+async def run_load(target: Target, params: LoadParams) -> LoadReport:
     budget_id = params.budget_id or f"load-{uuid.uuid4().hex[:8]}"
     report = LoadReport(budget_id=budget_id)
     latencies: list[float] = []
-    async with AsyncClient(target, timeout_seconds=30) as client:
+    async with AsyncClient(target.worker, admin_target=target.admin, timeout_seconds=30) as client:
         if not params.budget_id:
             await client.put_budget(budget_id, params.limit, "units")
         gate = asyncio.Semaphore(params.concurrency)
@@ -111,8 +111,8 @@ def render(params: LoadParams, report: LoadReport) -> str:
     )
 
 
-def main(target: str | None, params: LoadParams, as_json: bool) -> str:
-    with sidecar_target(target) as resolved:
+def main(target: str | None, admin_target: str, params: LoadParams, as_json: bool) -> str:
+    with sidecar_target(target, admin_target) as resolved:
         report = asyncio.run(run_load(resolved, params))
     if as_json:
         return json.dumps({"params": asdict(params), **asdict(report)}, indent=2)
