@@ -10,6 +10,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from earmark import limits
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 
@@ -38,6 +39,13 @@ INVALID: list[tuple[str, tuple[str, Any]]] = [
     ("labels", reserve(labels={f"k{i}": "v" for i in range(17)})),
     ("labels", reserve(labels={"bad key": "v"})),
     ("labels", reserve(labels={"k": "v" * 257})),
+    ("labels", reserve(labels={"k": "nul\x00here"})),
+    ("labels", reserve(labels={"key\n": "v"})),
+    ("budget_id", reserve(budget_id="acme/tokens\n")),
+    ("idempotency_key", reserve(idempotency_key="k\n")),
+    ("lease", reserve(lease=Duration(seconds=5, nanos=1_000_000_000))),
+    ("lease", reserve(lease=Duration(seconds=5, nanos=-1))),
+    ("lease", reserve(lease=Duration(seconds=10**12))),
     ("reservation_id", ("Charge", pb.ChargeRequest(amount=1, idempotency_key="k"))),
     (
         "reservation_id",
@@ -59,6 +67,7 @@ INVALID: list[tuple[str, tuple[str, Any]]] = [
     ("budget_id", ("PutBudget", pb.PutBudgetRequest(budget_id="", unit="tokens"))),
     ("limit", ("PutBudget", pb.PutBudgetRequest(budget_id=BUDGET, limit=-1, unit="tokens"))),
     ("unit", ("PutBudget", pb.PutBudgetRequest(budget_id=BUDGET, unit="Tokens!"))),
+    ("unit", ("PutBudget", pb.PutBudgetRequest(budget_id=BUDGET, unit="tokens\n"))),
     ("unit", ("PutBudget", pb.PutBudgetRequest(budget_id="brand-new"))),
     ("budget_id", ("GetBudget", pb.GetBudgetRequest(budget_id=""))),
 ]
@@ -128,3 +137,41 @@ async def test_unit_cannot_change_under_use(seeded: Running) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await seeded.admin.PutBudget(pb.PutBudgetRequest(budget_id=BUDGET, unit="usd_micros"))
     assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
+
+
+@pytest.mark.parametrize("method_name", ["/earmark.v1.Budget/Reserve", "/earmark.v1.Budget/Settle"])
+async def test_an_undecodable_body_is_invalid_argument(seeded: Running, method_name: str) -> None:
+    """Bytes that are not the method's message answer INVALID_ARGUMENT naming the request,
+    not UNKNOWN with a class name, and change nothing."""
+    before = await snapshot(seeded.dsn)
+    call = seeded.channel.unary_unary(
+        method_name, request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(b"\xff\xff\xff")
+    assert grpc.StatusCode.INVALID_ARGUMENT == caught.value.code()
+    assert f"request: the body is not a valid message for {method_name}" == (caught.value.details())
+    assert before == await snapshot(seeded.dsn)
+
+
+async def test_already_exists_names_no_other_amount(seeded: Running) -> None:
+    """A key reused with another amount is ALREADY_EXISTS without the first amount."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await seeded.budget.Reserve(
+            pb.ReserveRequest(budget_id=BUDGET, amount=7, idempotency_key="a")
+        )
+    assert grpc.StatusCode.ALREADY_EXISTS == caught.value.code()
+    assert "100" not in (caught.value.details() or "")
+
+
+async def test_units_are_bounded(sidecar: Running) -> None:
+    """Past limits.units_max distinct units, a new unit is FAILED_PRECONDITION naming the
+    field; a unit already in use is still accepted."""
+    for i in range(limits.units_max):
+        await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id=f"b{i}", unit=f"u{i}"))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="one-more", unit="fresh"))
+    assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
+    assert (caught.value.details() or "").startswith("unit:")
+    state = await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="one-more", unit="u0"))
+    assert "u0" == state.unit

@@ -80,3 +80,47 @@ async def test_closing_refuses_new_operations() -> None:
     await lanes.close()
     with pytest.raises(Unavailable, match="shutting down"):
         await lanes.submit("b", renew("r0"))
+
+
+class Poisoned:
+    """A run_batch whose transaction fails as a whole when it holds a poisoned operation,
+    as PostgreSQL fails a statement over one bad row; records every batch it is given."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.batches: list[list[str]] = []
+
+    async def __call__(self, entries: list[tuple[str, Op]]) -> list[Result | EarmarkError]:
+        names = [op.reservation_id for _, op in entries if isinstance(op, RenewOp)]
+        self.batches.append(names)
+        if any(name.startswith("poison") for name in names):
+            raise self.error
+        return [RenewResult(expires_at=datetime.now(UTC)) for _ in entries]
+
+
+async def submit_all(lanes: Lanes, names: list[str]) -> list[object]:
+    """Submits every name at once, so that they share batches; returns answers or errors."""
+    tasks = [asyncio.create_task(lanes.submit("b", renew(name))) for name in names]
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+async def test_a_failed_batch_is_decided_again_in_halves() -> None:
+    """When a batch's transaction fails, only the operation that made it fail gets the
+    error; every other operation in the batch gets its own answer."""
+    run = Poisoned(RuntimeError("invalid byte sequence"))
+    names = [f"r{i}" for i in range(7)] + ["poison"] + [f"r{i}" for i in range(7, 15)]
+    outcomes = await submit_all(Lanes(run, lanes=1), names)
+    failed = [name for name, o in zip(names, outcomes, strict=True) if isinstance(o, Exception)]
+    assert ["poison"] == failed
+    assert all(
+        isinstance(o, RenewResult) for n, o in zip(names, outcomes, strict=True) if n != "poison"
+    )
+    # The whole batch, then halves down to the culprit: at most 2 * log2(16) + 1 batches.
+    assert len(run.batches) <= 9
+
+
+async def test_an_unavailable_database_fails_the_batch_alike() -> None:
+    """A database that is unreachable is every operation's answer: nothing is split."""
+    run = Poisoned(Unavailable("database unavailable"))
+    outcomes = await submit_all(Lanes(run, lanes=1), ["poison", "r1", "r2"])
+    assert [Unavailable, Unavailable, Unavailable] == [type(o) for o in outcomes]

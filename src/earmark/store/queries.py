@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.ops import ChargeOp, Op, ReserveOp
+from earmark.errors import FailedPrecondition
 from earmark.store.named import NamedQuery
 from earmark.store.rows import (
     BUDGET_COLUMNS,
@@ -113,6 +115,58 @@ FROM unnest($budget_ids::text[], $budget_used::bigint[], $budget_held::bigint[],
     AS u(budget_id, used, held, open_reservations)
 WHERE b.budget_id = u.budget_id
 """)
+
+
+# Every Earmark process takes this transaction-scoped advisory lock before it adds a unit,
+# so that two new units cannot both pass the count.
+_UNITS_LOCK_KEY = 0x45554E54  # "EUNT"
+
+
+async def lock_budget_for_update(conn: Conn, budget_id: str) -> Budget | None:
+    row = await conn.fetchrow(
+        f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE budget_id = $1 FOR UPDATE", budget_id
+    )
+    return None if row is None else budget_from_row(row)
+
+
+async def insert_budget(conn: Conn, budget_id: str, limit: int | None, unit: str) -> Budget | None:
+    """The new budget, or None if another transaction created it first."""
+    row = await conn.fetchrow(
+        f"INSERT INTO budgets (budget_id, limit_units, unit) VALUES ($1, $2, $3) "
+        f"ON CONFLICT (budget_id) DO NOTHING RETURNING {BUDGET_COLUMNS}",
+        budget_id,
+        limit,
+        unit,
+    )
+    return None if row is None else budget_from_row(row)
+
+
+async def update_budget(conn: Conn, budget_id: str, limit: int | None, unit: str) -> Budget:
+    row = await conn.fetchrow(
+        f"UPDATE budgets SET limit_units = $2, unit = $3, updated_at = now() "
+        f"WHERE budget_id = $1 RETURNING {BUDGET_COLUMNS}",
+        budget_id,
+        limit,
+        unit,
+    )
+    assert row is not None
+    return budget_from_row(row)
+
+
+async def admit_unit(conn: Conn, unit: str) -> None:
+    """Records unit as in use, unless that would make more than limits.units_max."""
+    if await conn.fetchval("SELECT 1 FROM units WHERE unit = $1", unit):
+        return
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", _UNITS_LOCK_KEY)
+    count = await conn.fetchval("SELECT count(*) FROM units")
+    if await conn.fetchval("SELECT 1 FROM units WHERE unit = $1", unit):
+        return
+    if count >= limits.units_max:
+        raise FailedPrecondition(
+            f"unit: {unit!r} would be unit number {count + 1}; at most {limits.units_max} "
+            "distinct units (use one already in use)"
+        )
+    await conn.execute("INSERT INTO units (unit) VALUES ($1)", unit)
 
 
 async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> dict[str, Budget]:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeAlias, TypeVar
+from typing import Literal, TypeAlias, TypeVar
 
 import asyncpg
 
@@ -23,7 +23,7 @@ Conn: TypeAlias = (
 
 # A conflicting key insert from another sidecar is a conflict like any other: the
 # retry reads the row that won and answers with it.
-_RETRY_CONSTRAINTS = frozenset({"reservations_idempotency", "charges_pkey"})
+_RETRY_CONSTRAINTS = frozenset({"reservations_idempotency", "charges_pkey", "units_pkey"})
 
 
 class RetryExhausted(Unavailable):
@@ -67,6 +67,9 @@ def backoff_seconds(attempt: int, rng: random.Random) -> float:
     return rng.uniform(0.0, ceiling)
 
 
+Isolation = Literal["serializable", "read_committed"]
+
+
 async def run_serializable(
     pool: asyncpg.Pool,
     work: Callable[[Conn], Awaitable[T]],
@@ -78,6 +81,29 @@ async def run_serializable(
 ) -> T:
     """Runs work in one serializable transaction, again after a conflict, at most
     attempts_max times; then raises RetryExhausted having committed nothing."""
+    return await run_transaction(
+        pool,
+        work,
+        isolation="serializable",
+        attempts_max=attempts_max,
+        rng=rng,
+        on_retry=on_retry,
+        on_exhausted=on_exhausted,
+    )
+
+
+async def run_transaction(
+    pool: asyncpg.Pool,
+    work: Callable[[Conn], Awaitable[T]],
+    *,
+    isolation: Isolation,
+    attempts_max: int = limits.tx_attempts_max,
+    rng: random.Random | None = None,
+    on_retry: Callable[[], None] | None = None,
+    on_exhausted: Callable[[], None] | None = None,
+) -> T:
+    """Runs work in one transaction at isolation, again after a conflict (a deadlock or a
+    lost key race at any level), at most attempts_max times."""
     assert attempts_max >= 1
     rng = rng or random.Random()
     for attempt in range(attempts_max):
@@ -85,7 +111,7 @@ async def run_serializable(
             with mapped_db_errors():
                 async with (
                     pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn,
-                    conn.transaction(isolation="serializable"),
+                    conn.transaction(isolation=isolation),
                 ):
                     return await work(conn)
         except asyncpg.PostgresError as exc:
