@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 import asyncpg
 import grpc
 
@@ -45,3 +48,16 @@ async def charge_or_renew_error(
     except grpc.aio.AioRpcError as error:
         return error
     raise AssertionError(f"{rpc} on {reservation_id} succeeded")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, within_seconds: float, what: str
+) -> float:
+    """Polls check until it holds; returns how long that took, or fails naming what."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while loop.time() - started < within_seconds:
+        if await check():
+            return loop.time() - started
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {within_seconds}s")

@@ -17,6 +17,8 @@ from earmark.errors import EarmarkError
 from earmark.metrics import Metrics
 from earmark.settings import Settings
 from earmark.store import Store
+from earmark.store.probe import DatabaseProbe
+from earmark.supervise import Supervisor
 
 log = structlog.get_logger("earmark.background")
 
@@ -28,9 +30,18 @@ OnDatabase = Callable[[bool], Awaitable[None]]
 
 class Background:
     def __init__(
-        self, store: Store, metrics: Metrics, settings: Settings, on_database: OnDatabase
+        self,
+        store: Store,
+        metrics: Metrics,
+        settings: Settings,
+        on_database: OnDatabase,
+        *,
+        probe: DatabaseProbe,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._store = store
+        self._probe = probe
+        self._supervisor = supervisor
         self._metrics = metrics
         self._settings = settings
         self._on_database = on_database
@@ -56,6 +67,7 @@ class Background:
     async def stop(self) -> None:
         for name in list(self._tasks):
             await self._stop(name)
+        await self._probe.close()
 
     async def _stop(self, name: str) -> None:
         """Asks the loop to stop after its current step. A step is a transaction, and an
@@ -96,14 +108,18 @@ class Background:
                 return
 
     async def _watch_database(self) -> None:
+        """Probes the database every interval with a timeout of its own, so that a stalled
+        database turns health NOT_SERVING within about two intervals."""
         while not self._stopping["database-watch"].is_set():
-            try:
-                await self._store.ping()
-                up = True
-            except EarmarkError as error:
-                up = False
-                if self._database_up is not False:
-                    log.error("database_unreachable", error=error.message)
+            why = await self._probe.check()
+            up = why is None
+            if not up and self._database_up is not False:
+                log.error("database_unreachable", error=why)
+            if self._supervisor is not None:
+                if up:
+                    self._supervisor.database_up()
+                else:
+                    await self._supervisor.database_down(asyncio.get_running_loop().time())
             if up != self._database_up:
                 if up and self._database_up is False:
                     log.info("database_reachable")

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
+# The sidecar runs pg_ctl (to restart its embedded PostgreSQL) from a worker thread while
+# gRPC's threads run. With gRPC's fork support on, that child crashed with SIGSEGV before
+# PostgreSQL started (seen in tests/chaos). Earmark never forks a process that goes on to
+# use gRPC, so it needs no fork support; gRPC reads this when it loads, hence here.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import argparse
 import asyncio
 import sys

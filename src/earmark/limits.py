@@ -83,6 +83,12 @@ db_connect_timeout_seconds = 5.0
 db_probe_timeout_seconds = 1.0
 health_probe_interval_seconds = 1.0
 
+# The embedded PostgreSQL, if it dies, is started again at most this many times in a row,
+# with full-jitter backoff between attempts; then liveness turns NOT_SERVING.
+embedded_restart_attempts_max = 5
+embedded_restart_backoff_seconds_base = 0.5
+embedded_restart_backoff_seconds_max = 10.0
+
 # Per-budget gauges: exported for at most this many budgets (a setting, capped here).
 metrics_budgets_max_default = 100
 metrics_budgets_max_ceiling = 10_000
@@ -114,6 +120,8 @@ assert 1 <= sweep_batch_size_max <= 10_000
 assert 1 <= pool_size_min <= pool_size_max_default
 assert 0 <= metrics_budgets_max_default <= metrics_budgets_max_ceiling
 assert 0 < db_probe_timeout_seconds <= health_probe_interval_seconds
+assert 1 <= embedded_restart_attempts_max <= 100
+assert 0 < embedded_restart_backoff_seconds_base <= embedded_restart_backoff_seconds_max
 assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default
 assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
 assert db_command_timeout_seconds < background_stop_seconds_max

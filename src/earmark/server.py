@@ -25,6 +25,8 @@ from earmark.service.edge import EdgeInterceptor, StreamSlots
 from earmark.settings import UNIX_PREFIX, Settings, split_host_port, unix_socket_path
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
+from earmark.store.probe import DatabaseProbe
+from earmark.supervise import Supervisor
 from earmark.v1 import budget_pb2, budget_pb2_grpc
 
 log = structlog.get_logger("earmark.server")
@@ -106,7 +108,17 @@ class Sidecar:
             self.metrics_port = self._metrics_httpd.server_port
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._set_health(True)
-        self.background = Background(self.store, m, self.settings, self._set_health)
+        supervisor = None
+        if self.embedded is not None:
+            supervisor = Supervisor(self.embedded, m, self._set_liveness)
+        self.background = Background(
+            self.store,
+            m,
+            self.settings,
+            self._set_health,
+            probe=DatabaseProbe(dsn),
+            supervisor=supervisor,
+        )
         self.background.start()
         log.info(
             "serving",
@@ -245,6 +257,16 @@ class Sidecar:
     async def stop_sweeper(self) -> None:
         if self.background is not None:
             await self.background.stop_sweeper()
+
+    async def _set_liveness(self, live: bool) -> None:
+        """The server as a whole: NOT_SERVING only when the sidecar cannot recover by
+        itself (its embedded database will not start), so that it is restarted."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if live
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await self.health.set("", status)
 
     async def _set_health(self, serving: bool) -> None:
         """Both services are SERVING while the database answers. The server as a whole

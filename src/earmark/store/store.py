@@ -166,11 +166,6 @@ class Store:
 
     # What operators watch.
 
-    async def ping(self) -> None:
-        """Raises Unavailable unless the database answers within the probe timeout."""
-        with mapped_db_errors():
-            await self._pool.fetchval("SELECT 1", timeout=limits.db_probe_timeout_seconds)
-
     async def open_holds_by_unit(self) -> list[tuple[str, float, float]]:
         """(unit, open holds, held units) over every budget. The sums are floats: a sum
         over many budgets can pass a 64-bit integer, and a gauge is a float anyway."""

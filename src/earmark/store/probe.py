@@ -1,0 +1,57 @@
+"""The database probe behind health: one connection of its own, and a hard timeout.
+
+A probe through the pool did not see a stalled database: asyncpg's query timeout sends a
+cancel request over a new connection and then waits for the stalled server to confirm
+it, so the probe hung as long as the stall. Here a probe that overstays abandons its
+connection (terminate() closes the socket at once, without the protocol) and answers
+"down"; the next probe connects afresh, with the same timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import asyncpg
+
+from earmark import limits
+
+
+class DatabaseProbe:
+    def __init__(self, dsn: str, timeout_seconds: float = limits.db_probe_timeout_seconds) -> None:
+        assert 0 < timeout_seconds
+        self._dsn = dsn
+        self._timeout_seconds = timeout_seconds
+        self._conn: asyncpg.Connection | None = None
+
+    async def check(self) -> str | None:
+        """None if the database answered SELECT 1 within the timeout, else why not."""
+        try:
+            if self._conn is None or self._conn.is_closed():
+                self._conn = None
+                self._conn = await asyncpg.connect(self._dsn, timeout=self._timeout_seconds)
+            query = asyncio.ensure_future(self._conn.fetchval("SELECT 1"))
+            done, _ = await asyncio.wait({query}, timeout=self._timeout_seconds)
+            if not done:
+                self._abandon()
+                with contextlib.suppress(Exception):
+                    await query
+                return f"no answer within {self._timeout_seconds:g}s"
+            query.result()
+            return None
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            self._abandon()
+            return f"{type(exc).__name__}: {exc}"
+
+    def _abandon(self) -> None:
+        if self._conn is not None:
+            self._conn.terminate()
+            self._conn = None
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                await asyncio.wait_for(conn.close(), self._timeout_seconds)
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                conn.terminate()
