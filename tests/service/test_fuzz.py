@@ -1,0 +1,202 @@
+"""Fuzzing every RPC of a live sidecar process: Hypothesis strategies over the request
+messages, and raw bytes. No answer is INTERNAL or UNKNOWN, a rejected request changes
+nothing, and the audit is clean at the end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import psutil
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from earmark.spawn import SpawnedSidecar, spawn_sidecar
+from earmark.store.audit import audit
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+from tests.chaos.load import embedded_dsn
+
+pytestmark = pytest.mark.slow
+
+MESSAGE_EXAMPLES = 400
+RAW_EXAMPLES = 200
+EXPECTED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+}
+BUDGETS = ("fz/a", "fz/b")
+
+
+class Fuzzed:
+    """A live sidecar, sync stubs on it, and the ids of holds it made."""
+
+    def __init__(self, sidecar: SpawnedSidecar) -> None:
+        self.sidecar = sidecar
+        self.channel = grpc.insecure_channel(sidecar.target)
+        self.admin_channel = grpc.insecure_channel(sidecar.admin)
+        self.budget = budget_pb2_grpc.BudgetStub(self.channel)
+        self.admin = budget_pb2_grpc.AdminStub(self.admin_channel)
+        self.dsn = embedded_dsn(sidecar.data_dir)
+        self.reservations: list[str] = []
+        self.calls = 0
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
+    folder = tmp_path_factory.mktemp("fuzz")
+    sidecar = spawn_sidecar(folder)
+    f = Fuzzed(sidecar)
+    try:
+        for budget_id in BUDGETS:
+            f.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, limit=10**6, unit="t"))
+        for i in range(4):
+            reply = f.budget.Reserve(
+                pb.ReserveRequest(budget_id=BUDGETS[0], amount=100, idempotency_key=f"seed{i}")
+            )
+            f.reservations.append(reply.reservation_id)
+        yield f
+    finally:
+        f.channel.close()
+        f.admin_channel.close()
+        assert 0 == sidecar.stop()
+        pidfile = Path(folder) / "pgdata" / "postmaster.pid"
+        if pidfile.exists():
+            pid = int(pidfile.read_text().split()[0])
+            if psutil.pid_exists(pid):
+                psutil.Process(pid).terminate()
+
+
+def snapshot(dsn: str) -> list[Any]:
+    async def read() -> list[Any]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return [
+                await conn.fetch("SELECT * FROM budgets ORDER BY budget_id"),
+                await conn.fetchval("SELECT count(*) FROM reservations"),
+                await conn.fetchval("SELECT count(*) FROM ledger"),
+                await conn.fetchval("SELECT count(*) FROM charges"),
+                await conn.fetch("SELECT * FROM reservations ORDER BY reservation_id"),
+            ]
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=140)
+int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+int32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+durations = st.builds(
+    Duration,
+    seconds=st.one_of(st.integers(-5, 5000), int64),
+    nanos=st.one_of(st.integers(0, 999_999_999), int32),
+)
+
+
+def budget_ids() -> st.SearchStrategy[str]:
+    return st.one_of(st.sampled_from(BUDGETS), text)
+
+
+def requests(f: Fuzzed) -> st.SearchStrategy[tuple[str, Any]]:
+    reservation_ids = st.one_of(st.sampled_from(f.reservations), text)
+    amounts = st.one_of(st.integers(-2, 2000), int64)
+    keys = st.one_of(st.sampled_from(["k1", "k2", "seed0"]), text)
+    return st.one_of(
+        st.tuples(st.just("Reserve"), st.builds(
+            pb.ReserveRequest, budget_id=budget_ids(), amount=amounts, idempotency_key=keys,
+            lease=st.one_of(st.none(), durations),
+            labels=st.dictionaries(text, text, max_size=20),
+        )),
+        st.tuples(st.just("Charge"), st.builds(
+            pb.ChargeRequest, reservation_id=reservation_ids, amount=amounts, idempotency_key=keys,
+        )),
+        st.tuples(st.just("Renew"), st.builds(
+            pb.RenewRequest, reservation_id=reservation_ids, lease=st.one_of(st.none(), durations),
+        )),
+        st.tuples(st.just("Settle"), st.builds(
+            pb.SettleRequest, reservation_id=reservation_ids, used=amounts, outcome=int32,
+        )),
+        st.tuples(st.just("PutBudget"), st.builds(
+            pb.PutBudgetRequest, budget_id=budget_ids(),
+            limit=st.one_of(st.none(), int64), unit=st.one_of(st.just("t"), text),
+        )),
+        st.tuples(st.just("GetBudget"), st.builds(pb.GetBudgetRequest, budget_id=budget_ids())),
+    )  # fmt: skip
+
+
+def call(f: Fuzzed, method: str, request: Any) -> grpc.StatusCode:
+    stub = f.admin if method in {"PutBudget", "GetBudget"} else f.budget
+    f.calls += 1
+    try:
+        getattr(stub, method)(request, timeout=10)
+    except grpc.RpcError as error:
+        return error.code()  # type: ignore[no-any-return,attr-defined]
+    return grpc.StatusCode.OK
+
+
+def test_fuzzed_messages_never_fail_inside(fuzzed: Fuzzed) -> None:
+    """400 generated requests over every RPC: each answer is a designed status, and a
+    request that is refused changes nothing."""
+
+    @settings(
+        max_examples=MESSAGE_EXAMPLES,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(requests(fuzzed))
+    def one(method_request: tuple[str, Any]) -> None:
+        method, request = method_request
+        before = snapshot(fuzzed.dsn)
+        code = call(fuzzed, method, request)
+        assert code in EXPECTED, (method, request, code)
+        if code != grpc.StatusCode.OK:
+            assert before == snapshot(fuzzed.dsn), (method, request, code)
+
+    one()
+    assert fuzzed.calls >= MESSAGE_EXAMPLES
+    assert [] == asyncio.run(run_audit(fuzzed.dsn))
+
+
+METHODS = [f"/earmark.v1.Budget/{m}" for m in ("Reserve", "Charge", "Renew", "Settle")] + [
+    f"/earmark.v1.Admin/{m}" for m in ("PutBudget", "GetBudget")
+]
+
+
+def test_raw_bytes_never_fail_inside(fuzzed: Fuzzed) -> None:
+    """200 arbitrary byte strings sent to every method answer designed statuses only."""
+
+    @settings(
+        max_examples=RAW_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    @given(st.sampled_from(METHODS), st.binary(max_size=512))
+    def one(method: str, body: bytes) -> None:
+        admin = method.startswith("/earmark.v1.Admin/")
+        channel = fuzzed.admin_channel if admin else fuzzed.channel
+        raw = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        try:
+            raw(body, timeout=10)
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            code = error.code()  # type: ignore[attr-defined]
+        assert code in EXPECTED, (method, body, code)
+
+    one()
+    assert [] == asyncio.run(run_audit(fuzzed.dsn))
+
+
+async def run_audit(dsn: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await audit(conn)
+    finally:
+        await conn.close()
