@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import asyncpg
 import grpc
+import psutil
 
 from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
@@ -61,3 +65,19 @@ async def eventually(
             return loop.time() - started
         await asyncio.sleep(0.05)
     raise AssertionError(f"{what}: not within {within_seconds}s")
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    """The pid of the embedded PostgreSQL on data_dir, from its postmaster.pid."""
+    return int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+
+
+def stop_leftover_postgres(data_dir: Path) -> None:
+    """Stops an embedded PostgreSQL still running on data_dir (a test's sidecar was killed,
+    or the database was stalled), so that no test leaves one behind."""
+    if not (data_dir / "pgdata" / "postmaster.pid").exists():
+        return
+    pid = postmaster_pid(data_dir)
+    if psutil.pid_exists(pid):
+        os.kill(pid, signal.SIGCONT)
+        psutil.Process(pid).terminate()

@@ -24,12 +24,9 @@ from earmark.store.audit import audit
 from earmark.store.embedded import EmbeddedPostgres
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
+from tests.helpers import postmaster_pid, stop_leftover_postgres
 
 GRPCURL = shutil.which("grpcurl", path=str(Path(sys.executable).parent)) or shutil.which("grpcurl")
-
-
-def postmaster_pid(data_dir: Path) -> int:
-    return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
 
 
 @pytest.fixture
@@ -42,11 +39,7 @@ def served(tmp_path: Path) -> Iterator[SpawnedSidecar]:
         if sidecar.process.poll() is None:
             sidecar.process.kill()
             sidecar.process.wait(timeout=30)
-        pidfile = tmp_path / "pgdata" / "postmaster.pid"
-        if pidfile.exists():
-            pid = postmaster_pid(tmp_path)
-            if psutil.pid_exists(pid):
-                psutil.Process(pid).terminate()
+        stop_leftover_postgres(tmp_path)
 
 
 def grpcurl_list(*address: str) -> set[str]:
@@ -100,10 +93,14 @@ def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
                 except grpc.aio.AioRpcError as error:
                     return error.code()
                 assert reply.admitted
+                first_admitted.set()
                 return grpc.StatusCode.OK
 
+            # SIGTERM goes once the burst is being served, not after a fixed delay: on a
+            # loaded machine the first call can take longer than any delay chosen here.
+            first_admitted = asyncio.Event()
             calls = [asyncio.create_task(one()) for _ in range(200)]
-            await asyncio.sleep(0.05)
+            await asyncio.wait_for(first_admitted.wait(), timeout=30)
             served.process.send_signal(signal.SIGTERM)
             return list(await asyncio.gather(*calls))
 

@@ -100,8 +100,8 @@ class Sidecar:
             observer=observer,
             admission="naive" if self.settings.admission == "naive" else "grouped",
         )
-        self.server, self.port = await self._serve_workers(m)
-        self.admin_server, self.admin_address = await self._serve_admin(m)
+        self.server, self.port = await self._serve_workers(self.store)
+        self.admin_server, self.admin_address = await self._serve_admin(self.store)
         if self.settings.metrics_listen:
             host, port = split_host_port(self.settings.metrics_listen, "metrics_listen")
             self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
@@ -130,8 +130,19 @@ class Sidecar:
             database="embedded" if self.embedded else "external",
         )
 
-    def _grpc_server(self, interceptor: EdgeInterceptor) -> grpc.aio.Server:
-        return grpc.aio.server(
+    def _grpc_server(
+        self, service: str, tokens: auth.Tokens | None, protected: tuple[str, ...]
+    ) -> grpc.aio.Server:
+        """A server for one listener: the edge interceptor (tokens guard the methods under
+        the protected prefixes), health and reflection; the caller adds its service."""
+        m = self.metrics
+        interceptor = EdgeInterceptor(
+            tokens=tokens,
+            protected=protected,
+            streams=self.streams,
+            on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
+        )
+        server = grpc.aio.server(
             interceptors=[interceptor],
             # Streams have a cap of their own (StreamSlots), within this one, so that
             # unary calls always have rpc_concurrency_max slots.
@@ -142,6 +153,11 @@ class Sidecar:
                 ("grpc.max_receive_message_length", limits.rpc_message_bytes_max),
             ],
         )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        return server
 
     def _add_tcp_port(self, server: grpc.aio.Server, address: str, name: str) -> int:
         host, port = split_host_port(address, name)
@@ -150,52 +166,32 @@ class Sidecar:
             return server.add_insecure_port(target)
         return server.add_secure_port(target, tls_credentials(self.settings))
 
-    async def _serve_workers(self, m: Metrics) -> tuple[grpc.aio.Server, int]:
+    async def _serve_workers(self, store: Store) -> tuple[grpc.aio.Server, int]:
         """The workers' listener: Budget, health and reflection; Admin is not there."""
+        settings = self.settings
         tokens = None
-        if self.settings.worker_token_file is not None:
-            tokens = auth.load_worker_tokens(self.settings.worker_token_file)
-        interceptor = EdgeInterceptor(
-            tokens=tokens,
-            protected=(f"/{BUDGET_SERVICE}/",),
-            streams=self.streams,
-            on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
+        if settings.worker_token_file is not None:
+            tokens = auth.load_worker_tokens(settings.worker_token_file)
+        server = self._grpc_server(BUDGET_SERVICE, tokens, (f"/{BUDGET_SERVICE}/",))
+        service = BudgetService(
+            store, self.metrics, self.drain, lease_seconds_max=settings.lease_seconds_max
         )
-        server = self._grpc_server(interceptor)
-        assert self.store is not None
-        budget_pb2_grpc.add_BudgetServicer_to_server(
-            BudgetService(
-                self.store, m, self.drain, lease_seconds_max=self.settings.lease_seconds_max
-            ),
-            server,
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (BUDGET_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-        port = self._add_tcp_port(server, self.settings.listen, "listen")
+        budget_pb2_grpc.add_BudgetServicer_to_server(service, server)
+        port = self._add_tcp_port(server, settings.listen, "listen")
         await server.start()
         return server, port
 
-    async def _serve_admin(self, m: Metrics) -> tuple[grpc.aio.Server, str]:
+    async def _serve_admin(self, store: Store) -> tuple[grpc.aio.Server, str]:
         """Admin's own listener: a Unix socket only this user can open (the default), or
         TCP where every call but health carries the admin token."""
         settings = self.settings
         tokens = None
         if settings.admin_token_file is not None:
             tokens = auth.load_admin_token(settings.admin_token_file)
-        interceptor = EdgeInterceptor(
-            tokens=tokens,
-            protected=(f"/{ADMIN_SERVICE}/", f"/{reflection.SERVICE_NAME}/"),
-            streams=self.streams,
-            on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
-        )
-        server = self._grpc_server(interceptor)
-        assert self.store is not None
-        budget_pb2_grpc.add_AdminServicer_to_server(AdminService(self.store, m, self.drain), server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        protected = (f"/{ADMIN_SERVICE}/", f"/{reflection.SERVICE_NAME}/")
+        server = self._grpc_server(ADMIN_SERVICE, tokens, protected)
+        budget_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(store, self.metrics, self.drain), server
         )
         address = settings.admin_address
         if address.startswith(UNIX_PREFIX):

@@ -35,9 +35,10 @@ def is_loopback(host: str) -> bool:
 
 def unix_socket_path(value: str, name: str) -> Path:
     """The absolute path of a `unix:PATH` address, checked against the kernel's bound."""
-    path = Path(value.removeprefix(UNIX_PREFIX)).absolute()
-    if not value.removeprefix(UNIX_PREFIX):
+    text = value.removeprefix(UNIX_PREFIX)
+    if not text:
         raise ValueError(f"{name}: {value!r} names no path")
+    path = Path(text).absolute()
     if len(os.fsencode(path)) > limits.unix_socket_path_bytes_max:
         raise ValueError(
             f"{name}: {str(path)!r} is longer than a Unix socket path may be "

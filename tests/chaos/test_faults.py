@@ -21,7 +21,7 @@ from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests.chaos.load import FAULT_CODES, Told, check_told, embedded_dsn, held, run_load
-from tests.helpers import eventually
+from tests.helpers import eventually, postmaster_pid, stop_leftover_postgres
 
 pytestmark = pytest.mark.slow
 
@@ -31,20 +31,11 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def postmaster_pid(data_dir: Path) -> int:
-    return int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     """The sidecars' data dir; whatever PostgreSQL is left on it at the end is stopped."""
     yield tmp_path
-    pidfile = tmp_path / "pgdata" / "postmaster.pid"
-    if pidfile.exists():
-        pid = postmaster_pid(tmp_path)
-        if psutil.pid_exists(pid):
-            os.kill(pid, signal.SIGCONT)
-            psutil.Process(pid).terminate()
+    stop_leftover_postgres(tmp_path)
 
 
 def spawn(data_dir: Path) -> SpawnedSidecar:

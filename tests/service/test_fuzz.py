@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import grpc
-import psutil
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +20,7 @@ from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests.chaos.load import embedded_dsn
+from tests.helpers import stop_leftover_postgres
 
 pytestmark = pytest.mark.slow
 
@@ -69,11 +68,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
         f.channel.close()
         f.admin_channel.close()
         assert 0 == sidecar.stop()
-        pidfile = Path(folder) / "pgdata" / "postmaster.pid"
-        if pidfile.exists():
-            pid = int(pidfile.read_text().split()[0])
-            if psutil.pid_exists(pid):
-                psutil.Process(pid).terminate()
+        stop_leftover_postgres(folder)
 
 
 def snapshot(dsn: str) -> list[Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import grpc
@@ -14,7 +13,7 @@ from earmark.store.embedded import EmbeddedPostgres
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests.conftest import sidecar_settings
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, eventually
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -23,13 +22,14 @@ STATUS_WAIT_SECONDS = 15.0
 
 async def wait_for_status(health: health_pb2_grpc.HealthStub, service: str, status: int) -> None:
     """Polls Check until it reports status; the sidecar probes its database every second."""
-    deadline = asyncio.get_running_loop().time() + STATUS_WAIT_SECONDS
-    while asyncio.get_running_loop().time() < deadline:
+
+    async def reports() -> bool:
         reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
-        if reply.status == status:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"health of {service!r} never became {status}")
+        return bool(reply.status == status)
+
+    await eventually(
+        reports, within_seconds=STATUS_WAIT_SECONDS, what=f"health of {service!r} is {status}"
+    )
 
 
 async def test_database_outage_flips_health_and_refuses(tmp_path: Path, socket_dir: Path) -> None:

@@ -146,6 +146,7 @@ class AsyncClient:
         self._channel = channel
         self._credentials = credentials
         self._admin_channel: grpc.aio.Channel | None = None
+        self._admin_stub: pb_grpc.AdminStub | None = None
         self._budget = pb_grpc.BudgetStub(self._channel)
         self._metadata = _bearer(token)
         self._admin_metadata = _bearer(admin_token)
@@ -153,13 +154,14 @@ class AsyncClient:
 
     def _admin(self) -> pb_grpc.AdminStub:
         """Admin has its own listener; its channel opens on the first admin call."""
-        if self._admin_channel is None:
+        if self._admin_stub is None:
             target = self.admin_target
             if self._credentials is not None and not target.startswith("unix:"):
                 self._admin_channel = grpc.aio.secure_channel(target, self._credentials)
             else:
                 self._admin_channel = grpc.aio.insecure_channel(target)
-        return pb_grpc.AdminStub(self._admin_channel)
+            self._admin_stub = pb_grpc.AdminStub(self._admin_channel)
+        return self._admin_stub
 
     async def __aenter__(self) -> AsyncClient:
         return self

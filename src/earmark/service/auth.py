@@ -55,7 +55,8 @@ class Tokens:
 
     def __init__(self, entries: Sequence[tuple[str, Caller]]) -> None:
         assert len(entries) <= limits.worker_tokens_max
-        self._by_digest = {_digest(token): (_digest(token), caller) for token, caller in entries}
+        digests = [(_digest(token), caller) for token, caller in entries]
+        self._by_digest = {digest: (digest, caller) for digest, caller in digests}
         assert len(self._by_digest) == len(entries), "tokens must differ"
 
     def find(self, presented: str) -> Caller | None:

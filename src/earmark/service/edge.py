@@ -6,6 +6,7 @@ RESOURCE_EXHAUSTED, so that idle streams never take the slots of unary calls.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -130,7 +131,12 @@ class EdgeInterceptor(_Interceptor):
             )
         return caller
 
-    async def _take_stream(self, context: Context, method: str) -> str:
+    @contextlib.asynccontextmanager
+    async def _stream_slot(
+        self, request: object, context: Context, method: str, guarded: bool
+    ) -> AsyncIterator[None]:
+        """Admits a long-lived stream and holds one of its slots while it runs."""
+        await self._admit(request, context, method, guarded)
         peer = context.peer() or ""
         if not self._streams.take(peer):
             self._reject("streams", method)
@@ -139,7 +145,10 @@ class EdgeInterceptor(_Interceptor):
                 f"streams: at most {self._streams.per_connection_max} long-lived streams per "
                 f"connection and {self._streams.total_max} in all",
             )
-        return peer
+        try:
+            yield
+        finally:
+            self._streams.give_back(peer)
 
     def _unary(self, handler: MethodHandler, method: str, guarded: bool) -> MethodHandler:
         inner = handler.unary_unary
@@ -164,25 +173,17 @@ class EdgeInterceptor(_Interceptor):
         if inspect.isasyncgenfunction(inner):
 
             async def generate(request: object, context: Context) -> AsyncIterator[object]:
-                await self._admit(request, context, method, guarded)
-                peer = await self._take_stream(context, method)
-                try:
+                async with self._stream_slot(request, context, method, guarded):
                     async for reply in inner(request, context):
                         yield reply
-                finally:
-                    self._streams.give_back(peer)
 
             behavior = generate
         else:
             # A servicer that writes through context.write (health Watch): grpc.aio does
             # not let an async generator and context.write serve the same call.
             async def write(request: object, context: Context) -> None:
-                await self._admit(request, context, method, guarded)
-                peer = await self._take_stream(context, method)
-                try:
+                async with self._stream_slot(request, context, method, guarded):
                     await inner(request, context)
-                finally:
-                    self._streams.give_back(peer)
 
             behavior = write
         return grpc.unary_stream_rpc_method_handler(
@@ -197,13 +198,9 @@ class EdgeInterceptor(_Interceptor):
         async def behavior(
             requests: AsyncIterator[object], context: Context
         ) -> AsyncIterator[object]:
-            await self._admit(None, context, method, guarded)
-            peer = await self._take_stream(context, method)
-            try:
+            async with self._stream_slot(None, context, method, guarded):
                 async for reply in inner(requests, context):
                     yield reply
-            finally:
-                self._streams.give_back(peer)
 
         return grpc.stream_stream_rpc_method_handler(
             behavior,

@@ -155,12 +155,14 @@ async def update_budget(conn: Conn, budget_id: str, limit: int | None, unit: str
 
 async def admit_unit(conn: Conn, unit: str) -> None:
     """Records unit as in use, unless that would make more than limits.units_max."""
-    if await conn.fetchval("SELECT 1 FROM units WHERE unit = $1", unit):
+    known = "SELECT 1 FROM units WHERE unit = $1"
+    if await conn.fetchval(known, unit):
         return
     await conn.execute("SELECT pg_advisory_xact_lock($1)", _UNITS_LOCK_KEY)
-    count = await conn.fetchval("SELECT count(*) FROM units")
-    if await conn.fetchval("SELECT 1 FROM units WHERE unit = $1", unit):
+    # READ COMMITTED: this statement sees a unit another transaction added while we waited.
+    if await conn.fetchval(known, unit):
         return
+    count = await conn.fetchval("SELECT count(*) FROM units")
     if count >= limits.units_max:
         raise FailedPrecondition(
             f"unit: {unit!r} would be unit number {count + 1}; at most {limits.units_max} "
@@ -233,12 +235,9 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     new_columns = hold_columns(new_holds)
     changed_columns = hold_columns(changed)
     args = WRITE_BATCH.args(
-        **{f"new_{name}": new_columns[i] for i, name in enumerate(HOLD_COLUMN_NAMES)},
-        changed_reservation_id=[h.reservation_id for h in changed],
-        **{
-            f"changed_{name}": changed_columns[HOLD_COLUMN_NAMES.index(name)]
-            for name in UPDATABLE_HOLD_COLUMNS
-        },
+        **{f"new_{name}": array for name, array in new_columns.items()},
+        changed_reservation_id=changed_columns["reservation_id"],
+        **{f"changed_{name}": changed_columns[name] for name in UPDATABLE_HOLD_COLUMNS},
         charge_reservation_ids=[c.reservation_id for c in charges],
         charge_keys=[c.idempotency_key for c in charges],
         charge_amounts=[c.amount for c in charges],

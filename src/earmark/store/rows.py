@@ -89,27 +89,29 @@ def charge_from_row(row: asyncpg.Record) -> ChargeRecord:
     )
 
 
-def hold_columns(holds: list[Hold]) -> list[list[Any]]:
-    """Column arrays for unnest(): one array per column of HOLD_COLUMNS, in order."""
-    return [
-        [h.reservation_id for h in holds],
-        [h.budget_id for h in holds],
-        [h.idempotency_key for h in holds],
-        [h.amount for h in holds],
-        [h.charged for h in holds],
-        [int(h.state) for h in holds],
-        [lease_ms(h.lease) for h in holds],
-        [h.expires_at for h in holds],
-        [h.created_at for h in holds],
-        [h.closed_at for h in holds],
-        [json.dumps(h.labels, sort_keys=True) for h in holds],
-        [h.settlement.used if h.settlement else None for h in holds],
-        [int(h.settlement.outcome) if h.settlement else None for h in holds],
-        [h.settlement.charged if h.settlement else None for h in holds],
-        [h.settlement.released if h.settlement else None for h in holds],
-        [h.settlement.overshoot if h.settlement else None for h in holds],
-        [h.owner for h in holds],
-    ]
+def hold_columns(holds: list[Hold]) -> dict[str, list[Any]]:
+    """Column arrays for unnest(), by column name: one per name in HOLD_COLUMN_NAMES."""
+    columns: dict[str, list[Any]] = {
+        "reservation_id": [h.reservation_id for h in holds],
+        "budget_id": [h.budget_id for h in holds],
+        "idempotency_key": [h.idempotency_key for h in holds],
+        "amount": [h.amount for h in holds],
+        "charged": [h.charged for h in holds],
+        "state": [int(h.state) for h in holds],
+        "lease_ms": [lease_ms(h.lease) for h in holds],
+        "expires_at": [h.expires_at for h in holds],
+        "created_at": [h.created_at for h in holds],
+        "closed_at": [h.closed_at for h in holds],
+        "labels": [json.dumps(h.labels, sort_keys=True) for h in holds],
+        "settled_used": [h.settlement.used if h.settlement else None for h in holds],
+        "settled_outcome": [int(h.settlement.outcome) if h.settlement else None for h in holds],
+        "settled_charged": [h.settlement.charged if h.settlement else None for h in holds],
+        "settled_released": [h.settlement.released if h.settlement else None for h in holds],
+        "settled_overshoot": [h.settlement.overshoot if h.settlement else None for h in holds],
+        "owner": [h.owner for h in holds],
+    }
+    assert columns.keys() == set(HOLD_COLUMN_NAMES)
+    return columns
 
 
 def lease_ms(lease: timedelta) -> int:

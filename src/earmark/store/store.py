@@ -20,7 +20,7 @@ from earmark.store import queries
 from earmark.store.lanes import Lanes
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
-from earmark.store.tx import Conn, mapped_db_errors, run_serializable, run_transaction
+from earmark.store.tx import Conn, Isolation, mapped_db_errors, run_transaction
 
 Clock = Callable[[], datetime]
 # grouped: a lane per budget, one transaction per batch; naive: one per request.
@@ -146,14 +146,7 @@ class Store:
                 await queries.admit_unit(conn, new_unit)
             return await queries.update_budget(conn, budget_id, limit, new_unit)
 
-        return await run_transaction(
-            self._pool,
-            work,
-            isolation="read_committed",
-            rng=self._rng,
-            on_retry=self._observer.on_retry,
-            on_exhausted=self._observer.on_exhausted,
-        )
+        return await self._transaction(work, "read_committed")
 
     async def get_budget(self, budget_id: str) -> Budget:
         with mapped_db_errors():
@@ -285,9 +278,13 @@ class Store:
         return closed
 
     async def _serializable(self, work: Callable[[Conn], Awaitable[T]]) -> T:
-        return await run_serializable(
+        return await self._transaction(work, "serializable")
+
+    async def _transaction(self, work: Callable[[Conn], Awaitable[T]], isolation: Isolation) -> T:
+        return await run_transaction(
             self._pool,
             work,
+            isolation=isolation,
             rng=self._rng,
             on_retry=self._observer.on_retry,
             on_exhausted=self._observer.on_exhausted,
