@@ -23,7 +23,7 @@ from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
 
 TEST_DATABASE = "earmark_test"
-TABLES = "ledger, charges, open_holds, reservations, budgets, units"
+TABLES = "ledger, charges, open_holds, reservations, budgets, units, prices, job_samples"
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -15,6 +16,22 @@ import psutil
 from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
+
+
+class FakeClock:
+    """The injected clock of a store or sidecar under test: time moves only when told."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def set(self, at: datetime) -> None:
+        self.at = at
+
+    def advance(self, by: timedelta) -> None:
+        self.at += by
 
 
 async def assert_invariants(dsn: str) -> None:

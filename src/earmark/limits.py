@@ -21,6 +21,28 @@ amount_units_max = 10**15
 limit_units_max = 10**18
 int64_max = 2**63 - 1
 
+# Money. Rates are micro-dollars per million tokens: at most $1,000,000 per million
+# tokens, and a flat fee of at most $1,000 per call. Token counts of one request are at
+# most 10^12 and attempts at most 1,000; a priced amount past amount_units_max is refused.
+# The price book holds at most price_versions_max versions, all cached in every sidecar.
+provider_length_max = 64
+model_length_max = 128
+price_source_length_max = 512
+rate_usd_micros_per_mtok_max = 10**12
+request_fee_usd_micros_max = 10**9
+tokens_per_request_max = 10**12
+attempts_max = 1_000
+price_versions_max = 10_000
+job_length_max = 128
+
+# Estimates: a job's last estimate_samples_max SUCCEEDED settles; p75 once it has
+# estimate_p75_samples_min of them; the largest once used + held reach
+# estimate_max_threshold_bps of the limit (8,000 basis points = 80%).
+estimate_samples_max = 100
+estimate_p75_samples_min = 5
+bps_per_unit = 10_000
+estimate_max_threshold_bps = 8_000
+
 # Leases.
 lease_seconds_default = 120.0
 lease_seconds_min = 1.0
@@ -110,6 +132,12 @@ assert 1 <= units_max <= 10_000
 assert 0 < idempotency_key_length_max <= 1024
 assert 0 < amount_units_max <= limit_units_max
 assert limit_units_max + amount_units_max <= int64_max
+assert 1 <= estimate_p75_samples_min <= estimate_samples_max <= 1_000
+assert 0 < estimate_max_threshold_bps <= bps_per_unit
+assert 1 <= attempts_max
+assert 1 <= price_versions_max <= 100_000
+assert 0 < job_length_max <= 1024
+assert 0 < model_length_max <= 1024
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
 assert 1 <= lanes_default <= lanes_max

@@ -17,7 +17,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from earmark.core.model import Budget
+from earmark.core.model import Budget, UnitTotals
+from earmark.core.prices import MICROS_PER_DOLLAR, USD_MICROS
 
 # The _created series double every counter for little use; Earmark exports none of them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -76,6 +77,14 @@ class Metrics:
             buckets=_USED_RATIO_BUCKETS,
             registry=r,
         )
+        self.estimate_ratio = Histogram(
+            "earmark_estimate_used_ratio",
+            "used / held at settle, by where the hold's amount came from (caller, shape, "
+            "default, job_median, job_p75, job_max).",
+            ["source"],
+            buckets=_USED_RATIO_BUCKETS,
+            registry=r,
+        )
 
     def _internals(self, r: CollectorRegistry) -> None:
         """How it got there: sweeps, retries, batches, latency."""
@@ -127,6 +136,14 @@ class Metrics:
         self.open_held_units = Gauge(
             "earmark_open_held_units", "Units held by open holds, by unit.", ["unit"], registry=r
         )
+        self.held_dollars = Gauge(
+            "earmark_held_dollars", "Dollars held by open holds of usd_micros budgets.",
+            registry=r,
+        )  # fmt: skip
+        self.spent_dollars = Gauge(
+            "earmark_spent_dollars", "Dollars used (charged and settled) by usd_micros budgets.",
+            registry=r,
+        )  # fmt: skip
         self.budget_limit = Gauge(
             "earmark_budget_limit", "A budget's limit (exported budgets only).",
             ["budget_id", "unit"], registry=r,
@@ -146,13 +163,18 @@ class Metrics:
             registry=r,
         )  # fmt: skip
 
-    def set_open_holds(self, by_unit: Sequence[tuple[str, float, float]]) -> None:
-        """Replaces the per-unit gauges with (unit, open holds, held units) rows."""
+    def set_open_holds(self, by_unit: Sequence[UnitTotals]) -> None:
+        """Replaces the per-unit gauges, and the dollar gauges from the usd_micros row."""
         self.open_holds.clear()
         self.open_held_units.clear()
-        for unit, count, units in by_unit:
-            self.open_holds.labels(unit).set(count)
-            self.open_held_units.labels(unit).set(units)
+        self.held_dollars.set(0)
+        self.spent_dollars.set(0)
+        for totals in by_unit:
+            self.open_holds.labels(totals.unit).set(totals.open_holds)
+            self.open_held_units.labels(totals.unit).set(totals.held)
+            if totals.unit == USD_MICROS:
+                self.held_dollars.set(totals.held / MICROS_PER_DOLLAR)
+                self.spent_dollars.set(totals.used / MICROS_PER_DOLLAR)
 
     def set_budgets(self, budgets: Sequence[Budget]) -> None:
         """Replaces the per-budget gauges, so a budget that left the top drops out."""

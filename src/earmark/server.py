@@ -26,6 +26,7 @@ from earmark.settings import UNIX_PREFIX, Settings, split_host_port, unix_socket
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
 from earmark.store.probe import DatabaseProbe
+from earmark.store.store import Clock, utc_now
 from earmark.supervise import Supervisor
 from earmark.v1 import budget_pb2, budget_pb2_grpc
 
@@ -56,8 +57,10 @@ class Sidecar:
     """One Earmark process's parts. start() brings them up in order, stop() takes them down
     in reverse: health, RPCs (drained within the grace period), sweeper, pool, database."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
+        # What the rules take as now: leases, prices in effect. Tests set their own.
+        self.clock = clock
         self.metrics = Metrics()
         self.embedded: EmbeddedPostgres | None = None
         self.store: Store | None = None
@@ -97,6 +100,7 @@ class Sidecar:
         self.store = await Store.open(
             dsn,
             pool_size_max=self.settings.pool_size_max,
+            clock=self.clock,
             observer=observer,
             admission="naive" if self.settings.admission == "naive" else "grouped",
         )

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from earmark.core.prices import Shape
+
 
 class HoldState(enum.IntEnum):
     """A hold's life; the numbers are the wire enum's."""
@@ -33,6 +35,36 @@ class RefusalReason(enum.IntEnum):
     RATE_LIMITED = 3
 
 
+class EstimateSource(enum.IntEnum):
+    """Where a hold's amount came from; the numbers are the wire enum's."""
+
+    UNSPECIFIED = 0
+    CALLER = 1
+    SHAPE = 2
+    DEFAULT = 3
+    JOB_MEDIAN = 4
+    JOB_P75 = 5
+    JOB_MAX = 6
+
+
+# The sources a Reserve with neither amount nor shape may get.
+ESTIMATED = frozenset(
+    {
+        EstimateSource.DEFAULT,
+        EstimateSource.JOB_MEDIAN,
+        EstimateSource.JOB_P75,
+        EstimateSource.JOB_MAX,
+    }
+)
+
+
+class EstimatePolicy(enum.IntEnum):
+    """How an estimate is learned from a job's samples; the wire's UNSPECIFIED is MEDIAN."""
+
+    MEDIAN = 1
+    P75 = 2
+
+
 class LedgerKind(enum.StrEnum):
     """What moved a budget's used or held."""
 
@@ -41,6 +73,8 @@ class LedgerKind(enum.StrEnum):
     SETTLE = "settle"
     EXPIRE = "expire"
     LATE_SETTLE = "late_settle"
+    # A hold reserved by shape, moved to the price in effect at its first Charge.
+    REPRICE = "reprice"
 
 
 @dataclass(slots=True)
@@ -53,12 +87,29 @@ class Budget:
     used: int = 0
     held: int = 0
     open_reservations: int = 0
+    default_estimate: int | None = None
+    estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN
+
+    def exceeded(self) -> bool:
+        """Spend past the limit is recorded in full; this says it happened."""
+        return self.limit is not None and self.used > self.limit
 
     def remaining(self) -> int | None:
         """What a new hold may still take; None for an unlimited budget."""
         if self.limit is None:
             return None
         return max(0, self.limit - self.used - self.held)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitTotals:
+    """Sums over every budget of one unit. Floats: a sum over many budgets can pass a
+    64-bit integer, and the gauges they feed are floats anyway."""
+
+    unit: str
+    open_holds: float
+    held: float
+    used: float
 
 
 @dataclass(slots=True)
@@ -70,6 +121,8 @@ class Settlement:
     charged: int
     released: int
     overshoot: int
+    # The price version usage was priced at; 0 when the Settle named an amount.
+    price_version: int = 0
 
 
 @dataclass(slots=True)
@@ -90,6 +143,12 @@ class Hold:
     settlement: Settlement | None = None
     # The name of the worker token that made it; "" when the sidecar has no tokens.
     owner: str = ""
+    source: EstimateSource = EstimateSource.CALLER
+    # The price version the amount was priced at (0: none); a repriced hold's is the new.
+    price_version: int = 0
+    # What a hold reserved by shape may consume, kept so that it can be repriced.
+    shape: Shape | None = None
+    job: str = ""
 
     def held(self) -> int:
         """What this hold still keeps from its budget."""
@@ -107,6 +166,8 @@ class ChargeRecord:
     capped: bool
     total_charged: int
     hold_remaining: int
+    # The price version a Charge by usage was priced at; 0 for an amount.
+    price_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)

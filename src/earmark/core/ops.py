@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from earmark.core.model import HoldState, Outcome, RefusalReason
+from earmark.core.model import EstimateSource, HoldState, Outcome, RefusalReason
+from earmark.core.prices import Shape, Usage
 
 
 @dataclass(frozen=True, slots=True)
 class ReserveOp:
     budget_id: str
     idempotency_key: str
+    # > 0: the caller's amount. 0: priced from shape, or estimated when shape is None.
     amount: int
     lease: timedelta
     # Chosen by the caller so that the rules stay deterministic.
@@ -19,14 +21,18 @@ class ReserveOp:
     labels: dict[str, str] = field(default_factory=dict)
     # The caller's token name ("" without tokens): keys are scoped to it, and so are holds.
     owner: str = ""
+    shape: Shape | None = None
+    job: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ChargeOp:
     reservation_id: str
     idempotency_key: str
+    # 0 when usage is given: the usage priced is the amount.
     amount: int
     owner: str = ""
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +45,11 @@ class RenewOp:
 @dataclass(frozen=True, slots=True)
 class SettleOp:
     reservation_id: str
+    # 0 when usage is given: the usage priced is what was used.
     used: int
     outcome: Outcome
     owner: str = ""
+    usage: Usage | None = None
 
 
 Op = ReserveOp | ChargeOp | RenewOp | SettleOp
@@ -58,6 +66,8 @@ class ReserveResult:
     expires_at: datetime | None
     # True when the idempotency key matched an existing reservation.
     duplicate: bool = False
+    source: EstimateSource = EstimateSource.CALLER
+    price_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +78,9 @@ class ChargeResult:
     hold_remaining: int
     expires_at: datetime
     duplicate: bool = False
+    price_version: int = 0
+    # What the Charge asked for: its amount, or its usage priced.
+    requested: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +97,11 @@ class SettleResult:
     overshoot: int
     state: HoldState
     duplicate: bool = False
+    # What the job used: the Settle's amount, or its usage priced.
+    used: int = 0
+    price_version: int = 0
+    # Where the hold's amount came from, for estimate quality by source.
+    source: EstimateSource = EstimateSource.CALLER
 
 
 Result = ReserveResult | ChargeResult | RenewResult | SettleResult

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import structlog
 
+from earmark import limits
 from earmark.metrics import Metrics
 from earmark.service import convert, validate
 from earmark.service.drain import Drain
@@ -26,11 +27,47 @@ class AdminService(pb_grpc.AdminServicer):
         budget_id = validate.budget_id(request.budget_id)
         limit = validate.limit(request.limit) if request.HasField("limit") else None
         unit = validate.unit(request.unit)
-        budget = await self.store.put_budget(budget_id, limit, unit)
-        log.info("put_budget", budget_id=budget_id, limit=limit, unit=budget.unit)
+        default_estimate = validate.default_estimate(
+            request.HasField("default_estimate"), request.default_estimate
+        )
+        policy = validate.estimate_policy(request.estimate_policy)
+        budget = await self.store.put_budget(
+            budget_id, limit, unit, default_estimate=default_estimate, estimate_policy=policy
+        )
+        log.info(
+            "put_budget",
+            budget_id=budget_id,
+            limit=limit,
+            unit=budget.unit,
+            default_estimate=default_estimate,
+            estimate_policy=policy.name,
+        )
         return convert.budget_state(budget)
 
     @rpc("GetBudget")
     async def GetBudget(self, request: pb.GetBudgetRequest, context: Context) -> pb.BudgetState:
         budget = await self.store.get_budget(validate.budget_id(request.budget_id))
         return convert.budget_state(budget)
+
+    @rpc("PutPrice")
+    async def PutPrice(self, request: pb.PutPriceRequest, context: Context) -> pb.Price:
+        price = await self.store.put_price(validate.price(request.HasField("price"), request.price))
+        log.info(
+            "put_price",
+            provider=price.provider,
+            model=price.model,
+            version=price.version,
+            effective_from=price.effective_from.isoformat(),
+            input_per_mtok=price.input_per_mtok,
+            output_per_mtok=price.output_per_mtok,
+        )
+        return convert.price_message(price)
+
+    @rpc("ListPrices")
+    async def ListPrices(
+        self, request: pb.ListPricesRequest, context: Context
+    ) -> pb.ListPricesResponse:
+        provider = validate.price_filter("provider", request.provider, limits.provider_length_max)
+        model = validate.price_filter("model", request.model, limits.model_length_max)
+        found = await self.store.list_prices(provider, model)
+        return pb.ListPricesResponse(prices=[convert.price_message(p) for p in found])

@@ -53,9 +53,12 @@ class BudgetService(pb_grpc.BudgetServicer):
             raise PermissionDenied(
                 f"budget_id: the token named {caller.name!r} may not use budget {budget_id!r}"
             )
+        amount, shape = validate.reserve_amount(request)
         op = ReserveOp(
             budget_id=budget_id,
-            amount=validate.amount("amount", request.amount),
+            amount=amount,
+            shape=shape,
+            job=validate.job(request.job),
             idempotency_key=validate.idempotency_key(request.idempotency_key),
             lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
             labels=validate.labels(dict(request.labels)),
@@ -70,7 +73,10 @@ class BudgetService(pb_grpc.BudgetServicer):
             budget_id=op.budget_id,
             caller=op.owner or None,
             reservation_id=result.reservation_id or None,
-            amount=op.amount,
+            amount=result.amount,
+            source=result.source.name,
+            price_version=result.price_version or None,
+            job=op.job or None,
             decision="admitted" if result.admitted else "refused",
             reason=result.reason.name if not result.admitted else None,
             remaining=result.remaining,
@@ -80,9 +86,13 @@ class BudgetService(pb_grpc.BudgetServicer):
 
     @rpc("Charge")
     async def Charge(self, request: pb.ChargeRequest, context: Context) -> pb.ChargeResponse:
+        amount, usage = validate.amount_or_usage(
+            "amount", request.amount, request.HasField("usage"), request.usage
+        )
         op = ChargeOp(
             reservation_id=validate.reservation_id(request.reservation_id),
-            amount=validate.amount("amount", request.amount),
+            amount=amount,
+            usage=usage,
             idempotency_key=validate.idempotency_key(request.idempotency_key),
             owner=_owner(),
         )
@@ -94,7 +104,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         log.info(
             "charge",
             reservation_id=op.reservation_id,
-            amount=op.amount,
+            amount=result.requested,
+            price_version=result.price_version or None,
             charged=result.charged,
             capped=result.capped,
             duplicate=result.duplicate,
@@ -114,9 +125,13 @@ class BudgetService(pb_grpc.BudgetServicer):
 
     @rpc("Settle")
     async def Settle(self, request: pb.SettleRequest, context: Context) -> pb.SettleResponse:
+        used, usage = validate.amount_or_usage(
+            "used", request.used, request.HasField("usage"), request.usage
+        )
         op = SettleOp(
             reservation_id=validate.reservation_id(request.reservation_id),
-            used=validate.amount("used", request.used, zero_ok=True),
+            used=used,
+            usage=usage,
             outcome=validate.outcome(request.outcome),
             owner=_owner(),
         )
@@ -127,7 +142,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         log.info(
             "settle",
             reservation_id=op.reservation_id,
-            used=op.used,
+            used=result.used,
+            price_version=result.price_version or None,
             outcome=op.outcome.name,
             charged=result.charged,
             released=result.released,
@@ -150,7 +166,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         m = self.metrics
         m.settles.labels(result.state.name.lower(), op.outcome.name.lower()).inc()
         m.released_units.inc(result.released)
-        m.used_ratio.observe(op.used / result.amount)
+        m.used_ratio.observe(result.used / result.amount)
+        m.estimate_ratio.labels(result.source.name.lower()).observe(result.used / result.amount)
         if result.state is HoldState.EXPIRED:
             m.late_settles.inc()
         if result.overshoot:

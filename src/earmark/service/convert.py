@@ -8,6 +8,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark.core.model import Budget
 from earmark.core.ops import ChargeResult, RenewResult, ReserveResult, SettleResult
+from earmark.core.prices import Price
 from earmark.v1 import budget_pb2 as pb
 
 
@@ -24,6 +25,8 @@ def reserve_response(result: ReserveResult) -> pb.ReserveResponse:
         amount=result.amount,
         reason=int(result.reason),  # type: ignore[arg-type]
         message=result.message,
+        estimate_source=int(result.source),  # type: ignore[arg-type]
+        price_version=result.price_version,
     )
     if result.remaining is not None:
         reply.remaining = result.remaining
@@ -39,6 +42,8 @@ def charge_response(result: ChargeResult) -> pb.ChargeResponse:
         total_charged=result.total_charged,
         hold_remaining=result.hold_remaining,
         expires_at=timestamp(result.expires_at),
+        price_version=result.price_version,
+        requested=result.requested,
     )
 
 
@@ -52,6 +57,7 @@ def settle_response(result: SettleResult) -> pb.SettleResponse:
         released=result.released,
         overshoot=result.overshoot,
         state=int(result.state),  # type: ignore[arg-type]
+        price_version=result.price_version,
     )
 
 
@@ -62,10 +68,35 @@ def budget_state(budget: Budget) -> pb.BudgetState:
         held=budget.held,
         unit=budget.unit,
         open_reservations=budget.open_reservations,
+        estimate_policy=int(budget.estimate_policy),  # type: ignore[arg-type]
+        exceeded=budget.exceeded(),
     )
+    if budget.default_estimate is not None:
+        reply.default_estimate = budget.default_estimate
     if budget.limit is not None:
         reply.limit = budget.limit
         remaining = budget.remaining()
         assert remaining is not None
         reply.remaining = remaining
+    return reply
+
+
+def price_message(price: Price) -> pb.Price:
+    reply = pb.Price(
+        provider=price.provider,
+        model=price.model,
+        effective_from=timestamp(price.effective_from),
+        input_usd_micros_per_mtok=price.input_per_mtok,
+        output_usd_micros_per_mtok=price.output_per_mtok,
+        cached_input_usd_micros_per_mtok=price.cached_input_per_mtok,
+        request_usd_micros=price.request_fee,
+        source=price.source,
+        version=price.version,
+        daily_from_minute=price.daily_from_minute,
+        daily_to_minute=price.daily_to_minute,
+    )
+    if price.effective_to is not None:
+        reply.effective_to.CopyFrom(timestamp(price.effective_to))
+    if price.captured_at is not None:
+        reply.captured_at.CopyFrom(timestamp(price.captured_at))
     return reply

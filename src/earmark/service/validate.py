@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
-from earmark.core.model import Outcome
+from earmark.core import prices
+from earmark.core.model import EstimatePolicy, Outcome
+from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import InvalidArgument
+from earmark.v1 import budget_pb2 as pb
 
 # Printable ASCII without spaces: ids travel in logs, metrics and shell commands. Every
 # pattern is applied with fullmatch: `$` would also match before a trailing newline.
@@ -20,6 +24,9 @@ _LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
 # Protobuf's bound on a Duration's seconds, about 10,000 years.
 _DURATION_SECONDS_MAX = 315_576_000_000
 _NANOS_PER_SECOND = 1_000_000_000
+# Protobuf's Timestamp range: 0001-01-01 to 9999-12-31.
+_TIMESTAMP_SECONDS_MIN = -62_135_596_800
+_TIMESTAMP_SECONDS_MAX = 253_402_300_799
 
 
 def identifier(field: str, value: str, length_max: int) -> str:
@@ -131,3 +138,182 @@ def outcome(value: int) -> Outcome:
         return Outcome(value)
     except ValueError:
         raise InvalidArgument("outcome", f"{value} is not a known Outcome") from None
+
+
+def job(value: str) -> str:
+    return identifier("job", value, limits.job_length_max) if value else ""
+
+
+def _tokens(field: str, value: int) -> int:
+    if value < 0 or value > limits.tokens_per_request_max:
+        raise InvalidArgument(
+            field, f"is {value}; it must lie between 0 and {limits.tokens_per_request_max}"
+        )
+    return value
+
+
+def _calls(field: str, value: int) -> int:
+    """0 means 1; at most limits.attempts_max."""
+    if value < 0 or value > limits.attempts_max:
+        raise InvalidArgument(field, f"is {value}; it must lie between 0 and {limits.attempts_max}")
+    return value or 1
+
+
+def _model(prefix: str, provider: str, model: str) -> tuple[str, str]:
+    return (
+        identifier(f"{prefix}.provider", provider, limits.provider_length_max),
+        identifier(f"{prefix}.model", model, limits.model_length_max),
+    )
+
+
+def shape(value: pb.UsageShape) -> Shape:
+    provider, model = _model("shape", value.provider, value.model)
+    input_tokens = _tokens("shape.input_tokens", value.input_tokens)
+    cached = _tokens("shape.cached_input_tokens", value.cached_input_tokens)
+    if cached > input_tokens:
+        raise InvalidArgument(
+            "shape.cached_input_tokens", f"is {cached}, more than input_tokens ({input_tokens})"
+        )
+    return Shape(
+        provider=provider,
+        model=model,
+        input_tokens=input_tokens,
+        max_output_tokens=_tokens("shape.max_output_tokens", value.max_output_tokens),
+        cached_input_tokens=cached,
+        attempts=_calls("shape.attempts", value.attempts),
+    )
+
+
+def usage(value: pb.TokenUsage) -> Usage:
+    provider, model = "", ""
+    if value.provider or value.model:
+        provider, model = _model("usage", value.provider, value.model)
+    input_tokens = _tokens("usage.input_tokens", value.input_tokens)
+    cached = _tokens("usage.cached_input_tokens", value.cached_input_tokens)
+    if cached > input_tokens:
+        raise InvalidArgument(
+            "usage.cached_input_tokens", f"is {cached}, more than input_tokens ({input_tokens})"
+        )
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=_tokens("usage.output_tokens", value.output_tokens),
+        cached_input_tokens=cached,
+        requests=_calls("usage.requests", value.requests),
+        provider=provider,
+        model=model,
+    )
+
+
+def reserve_amount(request: pb.ReserveRequest) -> tuple[int, Shape | None]:
+    """amount > 0, or a shape with amount 0, or neither (an estimate); never both."""
+    if request.amount < 0 or request.amount > limits.amount_units_max:
+        amount("amount", request.amount)
+    if not request.HasField("shape"):
+        return request.amount, None
+    if request.amount:
+        raise InvalidArgument("amount", "and shape are both given; a Reserve names one or neither")
+    return 0, shape(request.shape)
+
+
+def amount_or_usage(
+    field: str, value: int, has_usage: bool, message: pb.TokenUsage
+) -> tuple[int, Usage | None]:
+    """An amount (`field`) or usage, exactly one of them: Charge and Settle."""
+    if not has_usage:
+        return amount(field, value, zero_ok=field == "used"), None
+    if value:
+        raise InvalidArgument(field, "and usage are both given; a request names one of them")
+    return 0, usage(message)
+
+
+def default_estimate(present: bool, value: int) -> int | None:
+    return amount("default_estimate", value) if present else None
+
+
+def estimate_policy(value: int) -> EstimatePolicy:
+    if value == 0:
+        return EstimatePolicy.MEDIAN
+    try:
+        return EstimatePolicy(value)
+    except ValueError:
+        raise InvalidArgument("estimate_policy", f"{value} is not a known EstimatePolicy") from None
+
+
+def _timestamp(field: str, value: Timestamp) -> datetime:
+    if not _TIMESTAMP_SECONDS_MIN <= value.seconds <= _TIMESTAMP_SECONDS_MAX:
+        raise InvalidArgument(field, f"seconds {value.seconds} is outside years 1 to 9999")
+    if not 0 <= value.nanos < _NANOS_PER_SECOND:
+        raise InvalidArgument(field, f"nanos {value.nanos} is not within [0, 1e9)")
+    return value.ToDatetime(tzinfo=UTC)
+
+
+def _rate(field: str, value: int, maximum: int) -> int:
+    if value < 0 or value > maximum:
+        raise InvalidArgument(field, f"is {value}; it must lie between 0 and {maximum}")
+    return value
+
+
+def _minute(field: str, value: int) -> int:
+    if not 0 <= value < prices.MINUTES_PER_DAY:
+        raise InvalidArgument(field, f"is {value}; it must lie between 0 and 1439")
+    return value
+
+
+def price(present: bool, value: pb.Price) -> Price:
+    """A price version to append: rates bounded, a window that is not empty."""
+    if not present:
+        raise InvalidArgument("price", "is required")
+    provider, model = _model("price", value.provider, value.model)
+    if not value.HasField("effective_from"):
+        raise InvalidArgument("price.effective_from", "is required")
+    effective_from = _timestamp("price.effective_from", value.effective_from)
+    effective_to = None
+    if value.HasField("effective_to"):
+        effective_to = _timestamp("price.effective_to", value.effective_to)
+        if effective_to <= effective_from:
+            raise InvalidArgument("price.effective_to", "must come after effective_from")
+    if value.version:
+        raise InvalidArgument("price.version", "is assigned by the sidecar; leave it 0")
+    daily_from = _minute("price.daily_from_minute", value.daily_from_minute)
+    daily_to = _minute("price.daily_to_minute", value.daily_to_minute)
+    if daily_from == daily_to != 0:
+        raise InvalidArgument("price.daily_to_minute", "equals daily_from_minute: no minute is in")
+    source = value.source
+    if len(source) > limits.price_source_length_max or "\x00" in source:
+        raise InvalidArgument(
+            "price.source", f"must be at most {limits.price_source_length_max} characters, no NUL"
+        )
+    rate_max = limits.rate_usd_micros_per_mtok_max
+    return Price(
+        provider=provider,
+        model=model,
+        version=0,
+        effective_from=effective_from,
+        effective_to=effective_to,
+        input_per_mtok=_rate(
+            "price.input_usd_micros_per_mtok", value.input_usd_micros_per_mtok, rate_max
+        ),
+        output_per_mtok=_rate(
+            "price.output_usd_micros_per_mtok", value.output_usd_micros_per_mtok, rate_max
+        ),
+        cached_input_per_mtok=_rate(
+            "price.cached_input_usd_micros_per_mtok",
+            value.cached_input_usd_micros_per_mtok,
+            rate_max,
+        ),
+        request_fee=_rate(
+            "price.request_usd_micros", value.request_usd_micros, limits.request_fee_usd_micros_max
+        ),
+        source=source,
+        captured_at=(
+            _timestamp("price.captured_at", value.captured_at)
+            if value.HasField("captured_at")
+            else None
+        ),
+        daily_from_minute=daily_from,
+        daily_to_minute=daily_to,
+    )
+
+
+def price_filter(field: str, value: str, length_max: int) -> str:
+    return identifier(field, value, length_max) if value else ""

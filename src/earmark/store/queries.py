@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from earmark import limits
-from earmark.core.batch import BatchDecision, BatchState
+from earmark.core.batch import BatchDecision, BatchState, sample_keys
+from earmark.core.estimates import SampleKey
 from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.ops import ChargeOp, Op, ReserveOp
+from earmark.core.prices import PriceBook
 from earmark.errors import FailedPrecondition
 from earmark.store.named import NamedQuery
 from earmark.store.rows import (
@@ -16,11 +19,13 @@ from earmark.store.rows import (
     HOLD_COLUMN_NAMES,
     HOLD_COLUMN_TYPES,
     HOLD_COLUMNS,
+    PRICE_COLUMNS,
     UPDATABLE_HOLD_COLUMNS,
     budget_from_row,
     charge_from_row,
     hold_columns,
     hold_from_row,
+    price_from_row,
 )
 from earmark.store.tx import Conn
 
@@ -47,12 +52,23 @@ WHERE (reservation_id, idempotency_key) IN (
     SELECT * FROM unnest($1::uuid[], $2::text[]))
 """
 
+# price_seq, the newest price's id (one probe of the primary key's last page), tells a
+# batch whether its cached price book is still every version there is, for no round trip.
 LOCK_BUDGETS = f"""
-SELECT {BUDGET_COLUMNS} FROM budgets
+SELECT {BUDGET_COLUMNS}, (SELECT coalesce(max(price_id), 0) FROM prices) AS price_seq
+FROM budgets
 WHERE budget_id = ANY($1::text[])
 ORDER BY budget_id
 FOR NO KEY UPDATE
 """
+
+LOAD_PRICES = f"SELECT {PRICE_COLUMNS} FROM prices ORDER BY price_id"
+
+LOAD_SAMPLES = NamedQuery("""
+SELECT unit, job, model, samples FROM job_samples
+WHERE (unit, job, model) IN (
+    SELECT * FROM unnest($units::text[], $jobs::text[], $models::text[]))
+""")
 
 CLAIM_DUE = f"""
 SELECT {", ".join(f"r.{name}" for name in HOLD_COLUMN_NAMES)}
@@ -87,11 +103,11 @@ WITH new_holds AS (
     WHERE r.reservation_id = u.reservation_id
 ), new_charges AS (
     INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
-                         total_charged, hold_remaining)
+                         total_charged, hold_remaining, price_version)
     SELECT * FROM unnest($charge_reservation_ids::uuid[], $charge_keys::text[],
                          $charge_amounts::bigint[], $charge_charged::bigint[],
                          $charge_capped::boolean[], $charge_totals::bigint[],
-                         $charge_hold_remaining::bigint[])
+                         $charge_hold_remaining::bigint[], $charge_price_versions::bigint[])
 ), new_ledger AS (
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
     SELECT * FROM unnest($ledger_budget_ids::text[], $ledger_reservation_ids::uuid[],
@@ -107,6 +123,12 @@ WITH new_holds AS (
     WHERE o.reservation_id = u.reservation_id
 ), closed AS (
     DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
+), samples AS (
+    INSERT INTO job_samples (unit, job, model, samples)
+    SELECT * FROM unnest($sample_units::text[], $sample_jobs::text[], $sample_models::text[],
+                         $sample_lists::jsonb[])
+    ON CONFLICT (unit, job, model)
+    DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()
 )
 UPDATE budgets AS b SET used = u.used, held = u.held,
     open_reservations = u.open_reservations, updated_at = now()
@@ -129,26 +151,40 @@ async def lock_budget_for_update(conn: Conn, budget_id: str) -> Budget | None:
     return None if row is None else budget_from_row(row)
 
 
-async def insert_budget(conn: Conn, budget_id: str, limit: int | None, unit: str) -> Budget | None:
-    """The new budget, or None if another transaction created it first."""
-    row = await conn.fetchrow(
-        f"INSERT INTO budgets (budget_id, limit_units, unit) VALUES ($1, $2, $3) "
-        f"ON CONFLICT (budget_id) DO NOTHING RETURNING {BUDGET_COLUMNS}",
-        budget_id,
-        limit,
-        unit,
+INSERT_BUDGET = NamedQuery(f"""
+INSERT INTO budgets (budget_id, limit_units, unit, default_estimate, estimate_policy)
+VALUES ($budget_id, $limit, $unit, $default_estimate, $estimate_policy)
+ON CONFLICT (budget_id) DO NOTHING
+RETURNING {BUDGET_COLUMNS}
+""")
+
+UPDATE_BUDGET = NamedQuery(f"""
+UPDATE budgets SET limit_units = $limit, unit = $unit, default_estimate = $default_estimate,
+    estimate_policy = $estimate_policy, updated_at = now()
+WHERE budget_id = $budget_id
+RETURNING {BUDGET_COLUMNS}
+""")
+
+
+def _budget_args(query: NamedQuery, spec: Budget) -> list[object]:
+    return query.args(
+        budget_id=spec.budget_id,
+        limit=spec.limit,
+        unit=spec.unit,
+        default_estimate=spec.default_estimate,
+        estimate_policy=int(spec.estimate_policy),
     )
+
+
+async def insert_budget(conn: Conn, spec: Budget) -> Budget | None:
+    """The new budget, or None if another transaction created it first."""
+    row = await conn.fetchrow(INSERT_BUDGET.sql, *_budget_args(INSERT_BUDGET, spec))
     return None if row is None else budget_from_row(row)
 
 
-async def update_budget(conn: Conn, budget_id: str, limit: int | None, unit: str) -> Budget:
-    row = await conn.fetchrow(
-        f"UPDATE budgets SET limit_units = $2, unit = $3, updated_at = now() "
-        f"WHERE budget_id = $1 RETURNING {BUDGET_COLUMNS}",
-        budget_id,
-        limit,
-        unit,
-    )
+async def update_budget(conn: Conn, spec: Budget) -> Budget:
+    """Sets what an operator sets (limit, unit, estimates); the counters stay."""
+    row = await conn.fetchrow(UPDATE_BUDGET.sql, *_budget_args(UPDATE_BUDGET, spec))
     assert row is not None
     return budget_from_row(row)
 
@@ -171,14 +207,28 @@ async def admit_unit(conn: Conn, unit: str) -> None:
     await conn.execute("INSERT INTO units (unit) VALUES ($1)", unit)
 
 
-async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> dict[str, Budget]:
+async def lock_budgets(conn: Conn, budget_ids: Sequence[str]) -> tuple[dict[str, Budget], int]:
+    """The budgets, locked in id order, and the newest price's id (0 without budgets)."""
     rows = await conn.fetch(LOCK_BUDGETS, list(budget_ids))
-    return {row["budget_id"]: budget_from_row(row) for row in rows}
+    seq = rows[0]["price_seq"] if rows else 0
+    return {row["budget_id"]: budget_from_row(row) for row in rows}, seq
 
 
-async def load_batches(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[str, BatchState]:
+async def load_price_book(conn: Conn, cached: PriceBook, seq: int) -> PriceBook:
+    """cached if no price was added since it was loaded, else every version anew."""
+    if seq == cached.seq:
+        return cached
+    rows = await conn.fetch(LOAD_PRICES)
+    return PriceBook([price_from_row(row) for row in rows], seq=seq)
+
+
+async def load_batches(
+    conn: Conn, entries: Sequence[tuple[str, Op]], prices: PriceBook
+) -> tuple[dict[str, BatchState], PriceBook]:
     """Locks the holds the operations name, reads earlier charge answers, then locks the
-    budgets in id order; returns one state per budget named."""
+    budgets in id order, then reads the job samples the batch needs; returns one state per
+    budget named, each with the price book (reloaded if a price was added) and the shared
+    samples, and the price book."""
     ids = [op.reservation_id for _, op in entries if not isinstance(op, ReserveOp)]
     keyed = [op for _, op in entries if isinstance(op, ReserveOp)]
     states = {budget_id: BatchState(budget_id=budget_id, budget=None) for budget_id, _ in entries}
@@ -207,9 +257,34 @@ async def load_batches(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[st
             record = charge_from_row(row)
             state = states[charged_budget[record.reservation_id]]
             state.charges[(record.reservation_id, record.idempotency_key)] = record
-    for budget_id, budget in (await lock_budgets(conn, sorted(states))).items():
+    budgets, price_seq = await lock_budgets(conn, sorted(states))
+    for budget_id, budget in budgets.items():
         states[budget_id].budget = budget
-    return states
+    if budgets:
+        prices = await load_price_book(conn, prices, price_seq)
+    samples = await _load_samples(conn, states, entries)
+    for state in states.values():
+        state.prices = prices
+        state.samples = samples
+    return states, prices
+
+
+async def _load_samples(
+    conn: Conn, states: dict[str, BatchState], entries: Sequence[tuple[str, Op]]
+) -> dict[SampleKey, list[int]]:
+    keys: set[SampleKey] = set()
+    for budget_id, state in states.items():
+        keys |= sample_keys(state, [op for b, op in entries if b == budget_id])
+    if not keys:
+        return {}
+    ordered = sorted(keys)
+    args = LOAD_SAMPLES.args(
+        units=[k[0] for k in ordered], jobs=[k[1] for k in ordered], models=[k[2] for k in ordered]
+    )
+    samples: dict[SampleKey, list[int]] = {key: [] for key in ordered}
+    for row in await conn.fetch(LOAD_SAMPLES.sql, *args):
+        samples[(row["unit"], row["job"], row["model"])] = list(json.loads(row["samples"]))
+    return samples
 
 
 async def claim_due(conn: Conn, now: object, limit: int) -> list[Hold]:
@@ -227,7 +302,11 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     charges = [c for _, d in decided for c in d.new_charges]
     ledger = [e for _, d in decided for e in d.ledger]
     budgets = [s.budget for s, d in decided if s.budget is not None and d.writes_anything()]
-    if not (new_holds or changed or charges or ledger or budgets):
+    sampled: dict[SampleKey, list[int]] = {}
+    for state, decision in decided:
+        for key in decision.samples:
+            sampled[key] = state.samples[key]
+    if not (new_holds or changed or charges or ledger or budgets or sampled):
         return
     opened = [h for h in new_holds if h.state is HoldState.HELD]
     extended = [h for h in changed if h.state is HoldState.HELD]
@@ -245,6 +324,7 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         charge_capped=[c.capped for c in charges],
         charge_totals=[c.total_charged for c in charges],
         charge_hold_remaining=[c.hold_remaining for c in charges],
+        charge_price_versions=[c.price_version for c in charges],
         ledger_budget_ids=[e.budget_id for e in ledger],
         ledger_reservation_ids=[e.reservation_id for e in ledger],
         ledger_kinds=[str(e.kind) for e in ledger],
@@ -260,5 +340,9 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         extended_ids=[h.reservation_id for h in extended],
         extended_expires_at=[h.expires_at for h in extended],
         closed_ids=closed,
+        sample_units=[key[0] for key in sampled],
+        sample_jobs=[key[1] for key in sampled],
+        sample_models=[key[2] for key in sampled],
+        sample_lists=[json.dumps(values) for values in sampled.values()],
     )
     await conn.execute(WRITE_BATCH.sql, *args)

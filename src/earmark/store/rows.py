@@ -8,14 +8,32 @@ from typing import Any
 
 import asyncpg
 
-from earmark.core.model import Budget, ChargeRecord, Hold, HoldState, Outcome, Settlement
+from earmark.core.model import (
+    Budget,
+    ChargeRecord,
+    EstimatePolicy,
+    EstimateSource,
+    Hold,
+    HoldState,
+    Outcome,
+    Settlement,
+)
+from earmark.core.prices import Price, Shape
 
-BUDGET_COLUMNS = "budget_id, limit_units, unit, used, held, open_reservations"
+BUDGET_COLUMNS = (
+    "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, estimate_policy"
+)
+PRICE_COLUMNS = (
+    "price_id, provider, model, version, effective_from, effective_to, input_per_mtok, "
+    "output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at, "
+    "daily_from_minute, daily_to_minute"
+)
 
 HOLD_COLUMN_NAMES = (
     "reservation_id", "budget_id", "idempotency_key", "amount", "charged", "state", "lease_ms",
     "expires_at", "created_at", "closed_at", "labels", "settled_used", "settled_outcome",
-    "settled_charged", "settled_released", "settled_overshoot", "owner",
+    "settled_charged", "settled_released", "settled_overshoot", "owner", "source",
+    "price_version", "shape", "job", "settled_price_version",
 )  # fmt: skip
 HOLD_COLUMNS = ", ".join(HOLD_COLUMN_NAMES)
 HOLD_COLUMN_TYPES = {
@@ -24,18 +42,21 @@ HOLD_COLUMN_TYPES = {
     "expires_at": "timestamptz", "created_at": "timestamptz", "closed_at": "timestamptz",
     "labels": "jsonb", "settled_used": "bigint", "settled_outcome": "smallint",
     "settled_charged": "bigint", "settled_released": "bigint", "settled_overshoot": "bigint",
-    "owner": "text",
+    "owner": "text", "source": "smallint", "price_version": "bigint", "shape": "jsonb",
+    "job": "text", "settled_price_version": "bigint",
 }  # fmt: skip
 # What a decision may change in a reservation that exists.
 UPDATABLE_HOLD_COLUMNS = (
-    "charged", "state", "lease_ms", "expires_at", "closed_at", "settled_used",
-    "settled_outcome", "settled_charged", "settled_released", "settled_overshoot",
+    "amount", "price_version", "settled_price_version", "charged", "state", "lease_ms",
+    "expires_at", "closed_at", "settled_used", "settled_outcome", "settled_charged",
+    "settled_released", "settled_overshoot",
 )  # fmt: skip
 assert set(HOLD_COLUMN_TYPES) == set(HOLD_COLUMN_NAMES)
 assert set(UPDATABLE_HOLD_COLUMNS) < set(HOLD_COLUMN_NAMES)
 
 CHARGE_COLUMNS = (
-    "reservation_id, idempotency_key, amount, charged, capped, total_charged, hold_remaining"
+    "reservation_id, idempotency_key, amount, charged, capped, total_charged, "
+    "hold_remaining, price_version"
 )
 
 
@@ -47,7 +68,47 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         used=row["used"],
         held=row["held"],
         open_reservations=row["open_reservations"],
+        default_estimate=row["default_estimate"],
+        estimate_policy=EstimatePolicy(row["estimate_policy"]),
     )
+
+
+def price_from_row(row: asyncpg.Record) -> Price:
+    return Price(
+        provider=row["provider"],
+        model=row["model"],
+        version=row["version"],
+        effective_from=row["effective_from"],
+        effective_to=row["effective_to"],
+        input_per_mtok=row["input_per_mtok"],
+        output_per_mtok=row["output_per_mtok"],
+        cached_input_per_mtok=row["cached_input_per_mtok"],
+        request_fee=row["request_fee"],
+        source=row["source"],
+        captured_at=row["captured_at"],
+        daily_from_minute=row["daily_from_minute"],
+        daily_to_minute=row["daily_to_minute"],
+    )
+
+
+def shape_to_json(shape: Shape | None) -> str | None:
+    if shape is None:
+        return None
+    return json.dumps(
+        {
+            "provider": shape.provider,
+            "model": shape.model,
+            "input_tokens": shape.input_tokens,
+            "max_output_tokens": shape.max_output_tokens,
+            "cached_input_tokens": shape.cached_input_tokens,
+            "attempts": shape.attempts,
+        },
+        sort_keys=True,
+    )
+
+
+def shape_from_json(text: str | None) -> Shape | None:
+    return None if text is None else Shape(**json.loads(text))
 
 
 def hold_from_row(row: asyncpg.Record) -> Hold:
@@ -59,6 +120,7 @@ def hold_from_row(row: asyncpg.Record) -> Hold:
             charged=row["settled_charged"],
             released=row["settled_released"],
             overshoot=row["settled_overshoot"],
+            price_version=row["settled_price_version"] or 0,
         )
     return Hold(
         reservation_id=str(row["reservation_id"]),
@@ -74,6 +136,10 @@ def hold_from_row(row: asyncpg.Record) -> Hold:
         labels=json.loads(row["labels"]),
         settlement=settlement,
         owner=row["owner"],
+        source=EstimateSource(row["source"]),
+        price_version=row["price_version"],
+        shape=shape_from_json(row["shape"]),
+        job=row["job"],
     )
 
 
@@ -86,6 +152,7 @@ def charge_from_row(row: asyncpg.Record) -> ChargeRecord:
         capped=row["capped"],
         total_charged=row["total_charged"],
         hold_remaining=row["hold_remaining"],
+        price_version=row["price_version"],
     )
 
 
@@ -109,6 +176,13 @@ def hold_columns(holds: list[Hold]) -> dict[str, list[Any]]:
         "settled_released": [h.settlement.released if h.settlement else None for h in holds],
         "settled_overshoot": [h.settlement.overshoot if h.settlement else None for h in holds],
         "owner": [h.owner for h in holds],
+        "source": [int(h.source) for h in holds],
+        "price_version": [h.price_version for h in holds],
+        "shape": [shape_to_json(h.shape) for h in holds],
+        "job": [h.job for h in holds],
+        "settled_price_version": [
+            h.settlement.price_version if h.settlement else None for h in holds
+        ],
     }
     assert columns.keys() == set(HOLD_COLUMN_NAMES)
     return columns

@@ -13,10 +13,11 @@ import asyncpg
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
-from earmark.core.model import Budget
+from earmark.core.model import Budget, EstimatePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
+from earmark.core.prices import Price, PriceBook
 from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
-from earmark.store import queries
+from earmark.store import pricebook, queries
 from earmark.store.lanes import Lanes
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
@@ -67,6 +68,8 @@ class Store:
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
+        # Every price version, reloaded by a batch that finds a newer one in the database.
+        self._prices = PriceBook()
         self._routes: OrderedDict[str, str] = OrderedDict()
         self._lanes = Lanes(
             self._run_batch,
@@ -115,8 +118,17 @@ class Store:
 
     # Budgets.
 
-    async def put_budget(self, budget_id: str, limit: int | None, unit: str) -> Budget:
-        """Creates the budget or sets its limit; unit may change only while it is unused.
+    async def put_budget(
+        self,
+        budget_id: str,
+        limit: int | None,
+        unit: str,
+        *,
+        default_estimate: int | None = None,
+        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
+    ) -> Budget:
+        """Creates the budget or sets its limit and estimates; unit may change only while
+        it is unused.
 
         READ COMMITTED with row locks, not SERIALIZABLE: creates of distinct budgets
         insert into the same index pages, and under SSI they aborted one another (15% of
@@ -131,7 +143,7 @@ class Store:
                 if not unit:
                     raise InvalidArgument("unit", f"is required: budget {budget_id!r} is new")
                 await queries.admit_unit(conn, unit)
-                created = await queries.insert_budget(conn, budget_id, limit, unit)
+                created = await queries.insert_budget(conn, spec(unit))
                 if created is not None:
                     return created
                 # Another sidecar created it since: update the row that won.
@@ -144,7 +156,16 @@ class Store:
                         f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}"
                     )
                 await queries.admit_unit(conn, new_unit)
-            return await queries.update_budget(conn, budget_id, limit, new_unit)
+            return await queries.update_budget(conn, spec(new_unit))
+
+        def spec(with_unit: str) -> Budget:
+            return Budget(
+                budget_id=budget_id,
+                limit=limit,
+                unit=with_unit,
+                default_estimate=default_estimate,
+                estimate_policy=estimate_policy,
+            )
 
         return await self._transaction(work, "read_committed")
 
@@ -157,17 +178,33 @@ class Store:
             raise NotFound(f"budget {budget_id!r} not found")
         return budget_from_row(row)
 
+    # Prices.
+
+    async def put_price(self, price: Price) -> Price:
+        """Appends price as the next version of its model; the stored version is returned.
+        READ COMMITTED under an advisory lock: appends of one model queue, they never abort."""
+
+        async def work(conn: Conn) -> Price:
+            return await pricebook.insert_price(conn, price)
+
+        return await self._transaction(work, "read_committed")
+
+    async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
+        with mapped_db_errors():
+            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                return await pricebook.list_prices(conn, provider, model)
+
     # What operators watch.
 
-    async def open_holds_by_unit(self) -> list[tuple[str, float, float]]:
-        """(unit, open holds, held units) over every budget. The sums are floats: a sum
-        over many budgets can pass a 64-bit integer, and a gauge is a float anyway."""
+    async def open_holds_by_unit(self) -> list[UnitTotals]:
+        """Open holds, held and used units, summed over the budgets of each unit."""
         with mapped_db_errors():
             rows = await self._pool.fetch(
-                "SELECT unit, sum(open_reservations)::float8 AS holds, sum(held)::float8 AS held "
+                "SELECT unit, sum(open_reservations)::float8 AS holds, "
+                "sum(held)::float8 AS held, sum(used)::float8 AS used "
                 "FROM budgets GROUP BY unit ORDER BY unit"
             )
-        return [(r["unit"], r["holds"], r["held"]) for r in rows]
+        return [UnitTotals(r["unit"], r["holds"], r["held"], r["used"]) for r in rows]
 
     async def most_used_budgets(self, count: int) -> list[Budget]:
         """The count budgets with the highest (used + held) / limit; unlimited ones last."""
@@ -226,7 +263,7 @@ class Store:
             by_budget.setdefault(budget_id, []).append(index)
 
         async def work(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
-            states = await queries.load_batches(conn, entries)
+            states, self._prices = await queries.load_batches(conn, entries, self._prices)
             now = self._clock()
             decided = [
                 (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
@@ -263,7 +300,7 @@ class Store:
             due = await queries.claim_due(conn, now, batch_size)
             if not due:
                 return 0
-            budgets = await queries.lock_budgets(conn, sorted({h.budget_id for h in due}))
+            budgets, _ = await queries.lock_budgets(conn, sorted({h.budget_id for h in due}))
             decided = []
             for budget_id, budget in budgets.items():
                 state = BatchState(budget_id=budget_id, budget=budget)

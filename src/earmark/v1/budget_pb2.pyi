@@ -6,7 +6,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -31,6 +31,22 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESERVATION_STATE_HELD: _ClassVar[ReservationState]
     RESERVATION_STATE_SETTLED: _ClassVar[ReservationState]
     RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
+
+class EstimateSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ESTIMATE_SOURCE_UNSPECIFIED: _ClassVar[EstimateSource]
+    ESTIMATE_SOURCE_CALLER: _ClassVar[EstimateSource]
+    ESTIMATE_SOURCE_SHAPE: _ClassVar[EstimateSource]
+    ESTIMATE_SOURCE_DEFAULT: _ClassVar[EstimateSource]
+    ESTIMATE_SOURCE_JOB_MEDIAN: _ClassVar[EstimateSource]
+    ESTIMATE_SOURCE_JOB_P75: _ClassVar[EstimateSource]
+    ESTIMATE_SOURCE_JOB_MAX: _ClassVar[EstimateSource]
+
+class EstimatePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ESTIMATE_POLICY_UNSPECIFIED: _ClassVar[EstimatePolicy]
+    ESTIMATE_POLICY_MEDIAN: _ClassVar[EstimatePolicy]
+    ESTIMATE_POLICY_P75: _ClassVar[EstimatePolicy]
 REFUSAL_REASON_UNSPECIFIED: RefusalReason
 REFUSAL_REASON_INSUFFICIENT_BUDGET: RefusalReason
 REFUSAL_REASON_LIMIT_UNAVAILABLE: RefusalReason
@@ -43,9 +59,19 @@ RESERVATION_STATE_UNSPECIFIED: ReservationState
 RESERVATION_STATE_HELD: ReservationState
 RESERVATION_STATE_SETTLED: ReservationState
 RESERVATION_STATE_EXPIRED: ReservationState
+ESTIMATE_SOURCE_UNSPECIFIED: EstimateSource
+ESTIMATE_SOURCE_CALLER: EstimateSource
+ESTIMATE_SOURCE_SHAPE: EstimateSource
+ESTIMATE_SOURCE_DEFAULT: EstimateSource
+ESTIMATE_SOURCE_JOB_MEDIAN: EstimateSource
+ESTIMATE_SOURCE_JOB_P75: EstimateSource
+ESTIMATE_SOURCE_JOB_MAX: EstimateSource
+ESTIMATE_POLICY_UNSPECIFIED: EstimatePolicy
+ESTIMATE_POLICY_MEDIAN: EstimatePolicy
+ESTIMATE_POLICY_P75: EstimatePolicy
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels")
+    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,15 +84,19 @@ class ReserveRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     amount: int
     idempotency_key: str
     lease: _duration_pb2.Duration
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    shape: UsageShape
+    job: str
+    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at")
+    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version")
     ADMITTED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     AMOUNT_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +104,8 @@ class ReserveResponse(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PRICE_VERSION_FIELD_NUMBER: _ClassVar[int]
     admitted: bool
     reservation_id: str
     amount: int
@@ -81,31 +113,39 @@ class ReserveResponse(_message.Message):
     reason: RefusalReason
     message: str
     expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    estimate_source: EstimateSource
+    price_version: int
+    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
 
 class ChargeRequest(_message.Message):
-    __slots__ = ("reservation_id", "amount", "idempotency_key")
+    __slots__ = ("reservation_id", "amount", "idempotency_key", "usage")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     AMOUNT_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     amount: int
     idempotency_key: str
-    def __init__(self, reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    usage: TokenUsage
+    def __init__(self, reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
 
 class ChargeResponse(_message.Message):
-    __slots__ = ("charged", "capped", "total_charged", "hold_remaining", "expires_at")
+    __slots__ = ("charged", "capped", "total_charged", "hold_remaining", "expires_at", "price_version", "requested")
     CHARGED_FIELD_NUMBER: _ClassVar[int]
     CAPPED_FIELD_NUMBER: _ClassVar[int]
     TOTAL_CHARGED_FIELD_NUMBER: _ClassVar[int]
     HOLD_REMAINING_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    PRICE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
     charged: int
     capped: bool
     total_charged: int
     hold_remaining: int
     expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, charged: _Optional[int] = ..., capped: _Optional[bool] = ..., total_charged: _Optional[int] = ..., hold_remaining: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    price_version: int
+    requested: int
+    def __init__(self, charged: _Optional[int] = ..., capped: _Optional[bool] = ..., total_charged: _Optional[int] = ..., hold_remaining: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., price_version: _Optional[int] = ..., requested: _Optional[int] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
     __slots__ = ("reservation_id", "lease")
@@ -122,36 +162,44 @@ class RenewResponse(_message.Message):
     def __init__(self, expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SettleRequest(_message.Message):
-    __slots__ = ("reservation_id", "used", "outcome")
+    __slots__ = ("reservation_id", "used", "outcome", "usage")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     used: int
     outcome: Outcome
-    def __init__(self, reservation_id: _Optional[str] = ..., used: _Optional[int] = ..., outcome: _Optional[_Union[Outcome, str]] = ...) -> None: ...
+    usage: TokenUsage
+    def __init__(self, reservation_id: _Optional[str] = ..., used: _Optional[int] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
 
 class SettleResponse(_message.Message):
-    __slots__ = ("charged", "released", "overshoot", "state")
+    __slots__ = ("charged", "released", "overshoot", "state", "price_version")
     CHARGED_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     OVERSHOOT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    PRICE_VERSION_FIELD_NUMBER: _ClassVar[int]
     charged: int
     released: int
     overshoot: int
     state: ReservationState
-    def __init__(self, charged: _Optional[int] = ..., released: _Optional[int] = ..., overshoot: _Optional[int] = ..., state: _Optional[_Union[ReservationState, str]] = ...) -> None: ...
+    price_version: int
+    def __init__(self, charged: _Optional[int] = ..., released: _Optional[int] = ..., overshoot: _Optional[int] = ..., state: _Optional[_Union[ReservationState, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
 
 class PutBudgetRequest(_message.Message):
-    __slots__ = ("budget_id", "limit", "unit")
+    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_POLICY_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     unit: str
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ...) -> None: ...
+    default_estimate: int
+    estimate_policy: EstimatePolicy
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
     __slots__ = ("budget_id",)
@@ -160,7 +208,7 @@ class GetBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class BudgetState(_message.Message):
-    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations")
+    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +216,9 @@ class BudgetState(_message.Message):
     REMAINING_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
     OPEN_RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    EXCEEDED_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     used: int
@@ -175,4 +226,89 @@ class BudgetState(_message.Message):
     remaining: int
     unit: str
     open_reservations: int
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ...) -> None: ...
+    default_estimate: int
+    estimate_policy: EstimatePolicy
+    exceeded: bool
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ...) -> None: ...
+
+class Price(_message.Message):
+    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_FROM_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_TO_FIELD_NUMBER: _ClassVar[int]
+    INPUT_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_USD_MICROS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DAILY_FROM_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    DAILY_TO_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    effective_from: _timestamp_pb2.Timestamp
+    effective_to: _timestamp_pb2.Timestamp
+    input_usd_micros_per_mtok: int
+    output_usd_micros_per_mtok: int
+    cached_input_usd_micros_per_mtok: int
+    request_usd_micros: int
+    source: str
+    captured_at: _timestamp_pb2.Timestamp
+    version: int
+    daily_from_minute: int
+    daily_to_minute: int
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ...) -> None: ...
+
+class PutPriceRequest(_message.Message):
+    __slots__ = ("price",)
+    PRICE_FIELD_NUMBER: _ClassVar[int]
+    price: Price
+    def __init__(self, price: _Optional[_Union[Price, _Mapping]] = ...) -> None: ...
+
+class ListPricesRequest(_message.Message):
+    __slots__ = ("provider", "model")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class ListPricesResponse(_message.Message):
+    __slots__ = ("prices",)
+    PRICES_FIELD_NUMBER: _ClassVar[int]
+    prices: _containers.RepeatedCompositeFieldContainer[Price]
+    def __init__(self, prices: _Optional[_Iterable[_Union[Price, _Mapping]]] = ...) -> None: ...
+
+class UsageShape(_message.Message):
+    __slots__ = ("provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    input_tokens: int
+    max_output_tokens: int
+    cached_input_tokens: int
+    attempts: int
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class TokenUsage(_message.Message):
+    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "requests", "provider", "model")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    requests: int
+    provider: str
+    model: str
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...

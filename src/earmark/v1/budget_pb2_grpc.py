@@ -254,6 +254,16 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.GetBudgetRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
                 _registered_method=True)
+        self.PutPrice = channel.unary_unary(
+                '/earmark.v1.Admin/PutPrice',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.PutPriceRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.Price.FromString,
+                _registered_method=True)
+        self.ListPrices = channel.unary_unary(
+                '/earmark.v1.Admin/ListPrices',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListPricesRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListPricesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -273,6 +283,20 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutPrice(self, request, context):
+        """Appends a price version for a provider's model; versions are never changed or deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPrices(self, request, context):
+        """Every version of every price, or of one provider's (and one model's), oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -285,6 +309,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetBudget,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.GetBudgetRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetState.SerializeToString,
+            ),
+            'PutPrice': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutPrice,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.PutPriceRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.Price.SerializeToString,
+            ),
+            'ListPrices': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPrices,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListPricesRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListPricesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -342,6 +376,60 @@ class Admin:
             '/earmark.v1.Admin/GetBudget',
             earmark_dot_v1_dot_budget__pb2.GetBudgetRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutPrice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/PutPrice',
+            earmark_dot_v1_dot_budget__pb2.PutPriceRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.Price.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPrices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListPrices',
+            earmark_dot_v1_dot_budget__pb2.ListPricesRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListPricesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,164 @@
+"""Prices: a model's rate versions, which one is in effect at a moment, and what a token
+shape or a provider's reported usage costs at it.
+
+All amounts are integers: rates are micro-dollars per million tokens, costs are
+micro-dollars, and every cost is rounded up once, at the end, so that a hold is never
+below the exact rational cost and never above it by a micro-dollar or more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+# Budgets in these units can be priced from tokens; other units take amounts only.
+USD_MICROS = "usd_micros"
+TOKENS = "tokens"
+PRICED_UNITS = (USD_MICROS, TOKENS)
+
+TOKENS_PER_RATE = 1_000_000
+MICROS_PER_DOLLAR = 1_000_000
+MINUTES_PER_DAY = 24 * 60
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """One version of a model's rates, in effect from effective_from until effective_to
+    (None: until a version with a later effective_from), within its daily UTC window."""
+
+    provider: str
+    model: str
+    version: int
+    effective_from: datetime
+    effective_to: datetime | None
+    input_per_mtok: int
+    output_per_mtok: int
+    # 0: cached input costs what input costs.
+    cached_input_per_mtok: int = 0
+    request_fee: int = 0
+    source: str = ""
+    captured_at: datetime | None = None
+    daily_from_minute: int = 0
+    daily_to_minute: int = 0
+
+    def cached_rate(self) -> int:
+        return self.cached_input_per_mtok or self.input_per_mtok
+
+    def in_effect(self, at: datetime) -> bool:
+        if at < self.effective_from:
+            return False
+        if self.effective_to is not None and at >= self.effective_to:
+            return False
+        return in_daily_window(self.daily_from_minute, self.daily_to_minute, at)
+
+
+def in_daily_window(from_minute: int, to_minute: int, at: datetime) -> bool:
+    """[from, to) in UTC minutes after midnight; both 0 is all day; from > to wraps."""
+    if from_minute == to_minute == 0:
+        return True
+    minute = at.hour * 60 + at.minute
+    if from_minute < to_minute:
+        return from_minute <= minute < to_minute
+    return minute >= from_minute or minute < to_minute
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a job may consume: the provider calls a hold covers and each call's tokens."""
+
+    provider: str
+    model: str
+    input_tokens: int
+    max_output_tokens: int
+    cached_input_tokens: int = 0
+    attempts: int = 1
+
+    def names_model_only(self) -> bool:
+        """A shape without tokens names the model whose history an estimate learns from."""
+        return self.input_tokens == 0 and self.max_output_tokens == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a provider reported; provider and model may be "" when the hold names them."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int = 0
+    requests: int = 1
+    provider: str = ""
+    model: str = ""
+
+
+def _cost(price: Price, *, input_tokens: int, cached: int, output: int, calls: int) -> int:
+    assert 0 <= cached <= input_tokens
+    assert output >= 0
+    assert calls >= 1
+    per_call = (
+        (input_tokens - cached) * price.input_per_mtok
+        + cached * price.cached_rate()
+        + output * price.output_per_mtok
+        + price.request_fee * TOKENS_PER_RATE
+    )
+    # Ceiling division of non-negative integers: one rounding, always up.
+    return -(-(calls * per_call) // TOKENS_PER_RATE)
+
+
+def shape_cost(price: Price, shape: Shape) -> int:
+    """The conservative ceiling: every attempt at its full input and maximum output."""
+    return _cost(
+        price,
+        input_tokens=shape.input_tokens,
+        cached=shape.cached_input_tokens,
+        output=shape.max_output_tokens,
+        calls=shape.attempts,
+    )
+
+
+def usage_cost(price: Price, usage: Usage) -> int:
+    """What the provider bills for the usage it reported."""
+    return _cost(
+        price,
+        input_tokens=usage.input_tokens,
+        cached=usage.cached_input_tokens,
+        output=usage.output_tokens,
+        calls=usage.requests,
+    )
+
+
+def shape_tokens(shape: Shape) -> int:
+    return (shape.input_tokens + shape.max_output_tokens) * shape.attempts
+
+
+def usage_tokens(usage: Usage) -> int:
+    return usage.input_tokens + usage.output_tokens
+
+
+class PriceBook:
+    """Every price version, by provider and model; seq tells the store whether the
+    versions it loaded are still all there are (prices are append-only)."""
+
+    def __init__(self, prices: Iterable[Price] = (), seq: int = 0) -> None:
+        self.seq = seq
+        self._by_model: dict[tuple[str, str], list[Price]] = {}
+        for price in prices:
+            self._by_model.setdefault((price.provider, price.model), []).append(price)
+
+    def __len__(self) -> int:
+        return sum(len(versions) for versions in self._by_model.values())
+
+    def at(self, provider: str, model: str, at: datetime) -> Price | None:
+        """The price in effect at `at`: of the versions whose windows contain it, the one
+        with the latest effective_from, and of those the highest version (a correction)."""
+        live = [p for p in self._by_model.get((provider, model), ()) if p.in_effect(at)]
+        return max(live, key=lambda p: (p.effective_from, p.version), default=None)
+
+    def version(self, provider: str, model: str, version: int) -> Price | None:
+        for price in self._by_model.get((provider, model), ()):
+            if price.version == version:
+                return price
+        return None
+
+    def versions(self, provider: str, model: str) -> list[Price]:
+        return list(self._by_model.get((provider, model), ()))
