@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import urllib.request
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import grpc
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
@@ -32,6 +34,17 @@ class FakeClock:
 
     def advance(self, by: timedelta) -> None:
         self.at += by
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on a sidecar's /metrics, keyed by name and sorted labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 async def assert_invariants(dsn: str) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
@@ -119,3 +122,72 @@ async def test_mixed_operations_race(sidecar: Running) -> None:
 
     await asyncio.gather(*[worker(i) for i in range(60)])
     await assert_invariants(sidecar.dsn)
+
+
+async def test_priced_holds_race_a_price_change(sidecar: Running) -> None:
+    """Shaped Reserves, usage Charges and usage Settles race a price increase: holds are
+    repriced or told not to dispatch, every admitted hold exists once and is settled, and
+    used is exactly what the settles answered."""
+    s = sidecar
+    past = Timestamp()
+    past.FromDatetime(datetime.now(UTC) - timedelta(days=1))
+
+    def gpt4o(input_rate: int, output_rate: int, at: Timestamp) -> pb.PutPriceRequest:
+        return pb.PutPriceRequest(
+            price=pb.Price(
+                provider="openai",
+                model="gpt-4o",
+                effective_from=at,
+                input_usd_micros_per_mtok=input_rate,
+                output_usd_micros_per_mtok=output_rate,
+            )
+        )
+
+    await s.admin.PutPrice(gpt4o(2_500_000, 10_000_000, past))
+    await s.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="usd", limit=1_000_000, unit="usd_micros")
+    )
+    shape = pb.UsageShape(
+        provider="openai", model="gpt-4o", input_tokens=10_000, max_output_tokens=2_000
+    )
+    step = pb.TokenUsage(input_tokens=1_000)
+    total = pb.TokenUsage(input_tokens=10_000, output_tokens=1_000)
+    told: dict[str, int] = {}
+    halfway = asyncio.Event()
+
+    async def worker(i: int) -> None:
+        reply = await s.budget.Reserve(
+            pb.ReserveRequest(budget_id="usd", shape=shape, idempotency_key=f"w{i}")
+        )
+        if i == 30:
+            halfway.set()
+        if not reply.admitted:
+            return
+        rid = reply.reservation_id
+        charged = await s.budget.Charge(
+            pb.ChargeRequest(reservation_id=rid, usage=step, idempotency_key="dispatch")
+        )
+        # Capped at 0: the new price did not fit, so the call is not made.
+        usage = total if charged.charged else pb.TokenUsage()
+        settled = await s.budget.Settle(
+            pb.SettleRequest(reservation_id=rid, usage=usage, outcome=pb.OUTCOME_SUCCEEDED)
+        )
+        told[rid] = settled.charged
+
+    async def raise_price() -> None:
+        await halfway.wait()
+        now = Timestamp()
+        now.FromDatetime(datetime.now(UTC))
+        await s.admin.PutPrice(gpt4o(5_000_000, 20_000_000, now))
+
+    await asyncio.gather(raise_price(), *[worker(i) for i in range(60)])
+    conn = await asyncpg.connect(s.dsn)
+    try:
+        rows = await conn.fetch("SELECT reservation_id::text AS id, state FROM reservations")
+    finally:
+        await conn.close()
+    row = await fetch_budget_row(s.dsn, "usd")
+    assert sorted(told) == sorted(r["id"] for r in rows)
+    assert {2} == {r["state"] for r in rows}
+    assert (sum(told.values()), 0) == (row["used"], row["held"])
+    await assert_invariants(s.dsn)

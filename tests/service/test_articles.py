@@ -15,7 +15,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import FakeClock, assert_invariants, fetch_budget_row
+from tests.deploy.test_deploy import PROMETHEUS, needs_promtool, promtool
+from tests.helpers import FakeClock, assert_invariants, eventually, fetch_budget_row, scrape
 
 # The spend-caps article's publish day, at noon UTC.
 PUBLISHED = datetime(2026, 8, 15, 12, 0, tzinfo=UTC)
@@ -292,6 +293,7 @@ async def test_spend_caps_sonnet_stale_price_over_reserves(priced: Running) -> N
     await assert_invariants(s.dsn)
 
 
+@needs_promtool
 async def test_spend_caps_deepseek_cutover_overshoots(
     priced: Running, clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -330,3 +332,53 @@ async def test_spend_caps_deepseek_cutover_overshoots(
     assert {(6_160, 4_480, 3)} == {(r.charged, r.overshoot, r.price_version) for r in peak_settles}
     assert {True} == {state.exceeded for state in states.values()}
     await assert_invariants(s.dsn)
+    await assert_metrics_see_the_miss(s, tmp_path)
+
+
+async def assert_metrics_see_the_miss(s: Running, tmp_path: Path) -> None:
+    """The scrape shows both misses by estimate source and the dollars spent, and the
+    overshoot alert fires on the counter as scraped (promtool test rules)."""
+    port = s.sidecar.metrics_port
+
+    async def dollars_refreshed() -> bool:
+        return scrape(port)[("earmark_spent_dollars", ())] == 9.24
+
+    await eventually(dollars_refreshed, within_seconds=10, what="earmark_spent_dollars")
+    m = scrape(port)
+    buckets = [
+        m[("earmark_estimate_used_ratio_bucket", (("le", le), ("source", "shape")))]
+        for le in ("1.5", "2.0", "5.0")
+    ]
+    overshoots = int(m[("earmark_overshoot_events_total", ())])
+    assert [0, TASKS, 2 * TASKS] == buckets
+    assert 2 * TASKS == overshoots
+    rules_test = tmp_path / "deepseek.test.yml"
+    rules_test.write_text(
+        OVERSHOOT_RULES_TEST.format(
+            rules=PROMETHEUS / "earmark-rules.yml", count=overshoots, why=TOO_LOW
+        )
+    )
+    assert "SUCCESS" in promtool("test", "rules", str(rules_test))
+
+
+OVERSHOOT_RULES_TEST = """
+rule_files: ["{rules}"]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'earmark_overshoot_events_total{{instance="a", job="earmark"}}'
+        values: "0 0 {count}x15"
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: EarmarkOvershoot
+        exp_alerts: []
+      - eval_time: 5m
+        alertname: EarmarkOvershoot
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: a}}
+            exp_annotations:
+              summary: "Jobs ran past their holds on a"
+              description: "{count} settles in 10 minutes used more than they held: {why}"
+"""
+TOO_LOW = "estimates are too low."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -11,23 +10,11 @@ import grpc
 import pytest
 import structlog
 from google.protobuf.duration_pb2 import Duration
-from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import fetch_budget_row
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample on /metrics, keyed by name and sorted labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+from tests.helpers import fetch_budget_row, scrape
 
 
 async def test_each_decision_is_one_log_line(sidecar: Running) -> None:

@@ -1,0 +1,180 @@
+"""Pricing arithmetic and the price book: properties over generated shapes and rates, and
+which version is in effect when."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from earmark.core import prices
+from earmark.core.prices import Price, PriceBook, Shape, Usage
+
+START = datetime(2026, 8, 1, tzinfo=UTC)
+
+rates = st.integers(0, 10**9)
+tokens = st.integers(0, 10**7)
+calls = st.integers(1, 20)
+
+
+def price_of(input_rate: int, output_rate: int, cached_rate: int, fee: int) -> Price:
+    return Price(
+        provider="p",
+        model="m",
+        version=1,
+        effective_from=START,
+        effective_to=None,
+        input_per_mtok=input_rate,
+        output_per_mtok=output_rate,
+        cached_input_per_mtok=cached_rate,
+        request_fee=fee,
+    )
+
+
+def exact(price: Price, uncached: int, cached: int, output: int, attempts: int) -> Fraction:
+    """The cost as a rational number of micro-dollars, with no rounding at all."""
+    per_call = Fraction(
+        uncached * price.input_per_mtok
+        + cached * price.cached_rate()
+        + output * price.output_per_mtok,
+        1_000_000,
+    )
+    return attempts * (per_call + price.request_fee)
+
+
+@settings(max_examples=500, deadline=None)
+@given(rates, rates, rates, st.integers(0, 10**6), tokens, tokens, tokens, calls)
+def test_cost_is_the_exact_cost_rounded_up_once(
+    input_rate: int,
+    output_rate: int,
+    cached_rate: int,
+    fee: int,
+    uncached: int,
+    cached: int,
+    output: int,
+    attempts: int,
+) -> None:
+    """A shape's cost is never below the exact rational cost, and less than 1 micro-dollar
+    above it; usage of the same size costs the same."""
+    price = price_of(input_rate, output_rate, cached_rate, fee)
+    shape = Shape("p", "m", uncached + cached, output, cached, attempts)
+    usage = Usage(uncached + cached, output, cached, attempts)
+    cost = prices.shape_cost(price, shape)
+    truth = exact(price, uncached, cached, output, attempts)
+    assert truth <= cost < truth + 1
+    assert cost == prices.usage_cost(price, usage)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    rates,
+    rates,
+    rates,
+    st.integers(0, 10**6),
+    tokens,
+    tokens,
+    tokens,
+    calls,
+    st.sampled_from(["uncached", "cached", "output", "attempts"]),
+    st.integers(1, 10**6),
+)
+def test_cost_is_monotone_in_every_count(
+    input_rate: int,
+    output_rate: int,
+    cached_rate: int,
+    fee: int,
+    uncached: int,
+    cached: int,
+    output: int,
+    attempts: int,
+    grown: str,
+    more: int,
+) -> None:
+    """More uncached input, cached input, output or attempts never costs less."""
+    price = price_of(input_rate, output_rate, cached_rate, fee)
+    counts = {"uncached": uncached, "cached": cached, "output": output, "attempts": attempts}
+    bigger = dict(counts, **{grown: counts[grown] + more})
+
+    def cost(c: dict[str, int]) -> int:
+        shape = Shape(
+            "p", "m", c["uncached"] + c["cached"], c["output"], c["cached"], c["attempts"]
+        )
+        return prices.shape_cost(price, shape)
+
+    assert cost(counts) <= cost(bigger)
+
+
+def test_gpt4o_preflight_call_costs_four_and_a_half_cents() -> None:
+    """10,000 input and 2,000 output tokens at $2.50/$10.00 per million cost $0.045."""
+    price = price_of(2_500_000, 10_000_000, 0, 0)
+    assert 45_000 == prices.usage_cost(price, Usage(10_000, 2_000))
+
+
+def test_cached_input_and_fees_and_attempts() -> None:
+    """Cached input at its own rate (0 means the input rate), a fee per call, times calls."""
+    price = price_of(3_000_000, 15_000_000, 300_000, 10_000)
+    shape = Shape("p", "m", 8_000, 2_000, 6_000, attempts=3)
+    # (2,000 x 3 + 6,000 x 0.3 + 2,000 x 15) per call = 37,800 + 10,000 fee, x 3.
+    assert 143_400 == prices.shape_cost(price, shape)
+    assert 3 * (24_000 + 30_000) == prices.shape_cost(price_of(3_000_000, 15_000_000, 0, 0), shape)
+
+
+def test_tokens_budgets_count_input_and_output() -> None:
+    """A tokens budget holds (input + max_output) x attempts and is charged input + output."""
+    assert 30_000 == prices.shape_tokens(Shape("p", "m", 8_000, 2_000, 1_000, attempts=3))
+    assert 10_000 == prices.usage_tokens(Usage(8_000, 2_000, 1_000))
+
+
+def version(number: int, at: datetime, **extra: object) -> Price:
+    values: dict[str, object] = {
+        "provider": "deepseek",
+        "model": "v4-flash",
+        "version": number,
+        "effective_from": at,
+        "effective_to": None,
+        "input_per_mtok": number,
+        "output_per_mtok": number,
+    }
+    values.update(extra)
+    return Price(**values)  # type: ignore[arg-type]
+
+
+def test_the_latest_effective_version_is_in_effect() -> None:
+    """A later effective_from supersedes; before it the older version holds; after an
+    effective_to with no successor there is no price."""
+    cutover = START + timedelta(days=15)
+    book = PriceBook(
+        [version(1, START), version(2, cutover, effective_to=cutover + timedelta(days=1))]
+    )
+    versions = [
+        None if (p := book.at("deepseek", "v4-flash", at)) is None else p.version
+        for at in (START - timedelta(seconds=1), START, cutover, cutover + timedelta(days=2))
+    ]
+    assert [None, 1, 2, 1] == versions
+
+
+@given(st.integers(0, 24 * 60 - 1))
+def test_peak_and_off_peak_windows_cover_the_day_once(minute: int) -> None:
+    """Windows [990, 30) and [30, 990) put each minute of the day in exactly one of them."""
+    cutover = START + timedelta(days=15)
+    book = PriceBook(
+        [
+            version(1, START),
+            version(2, cutover, daily_from_minute=990, daily_to_minute=30),
+            version(3, cutover, daily_from_minute=30, daily_to_minute=990),
+        ]
+    )
+    at = cutover + timedelta(days=1, minutes=minute)
+    found = book.at("deepseek", "v4-flash", at)
+    assert found is not None
+    assert (3 if 30 <= minute < 990 else 2) == found.version
+
+
+def test_a_correction_with_the_same_start_wins() -> None:
+    """Two versions from the same moment: the higher version is the correction."""
+    book = PriceBook([version(1, START), version(2, START)])
+    found = book.at("deepseek", "v4-flash", START)
+    assert found is not None
+    assert 2 == found.version
