@@ -75,12 +75,36 @@ async def check_invariants(env: Env, label: str) -> None:
         await conn.close()
 
 
-def reserve_settle(s: Stubs, pick_budget: object) -> object:
-    """One job: Reserve 1 unit, then Settle it at 1; UNAVAILABLE is counted, not raised."""
+# A priced job: a small gpt-4o call, held by its shape and settled by its usage.
+PRICED_SHAPE = pb.UsageShape(
+    provider="openai", model="gpt-4o", input_tokens=100, max_output_tokens=20
+)
+PRICED_USAGE = pb.TokenUsage(input_tokens=100, output_tokens=10)
+
+
+async def put_bench_price(s: Stubs) -> None:
+    """gpt-4o at $2.50 / $10.00 per million tokens, in effect since long ago."""
+    price = pb.Price(
+        provider="openai",
+        model="gpt-4o",
+        input_usd_micros_per_mtok=2_500_000,
+        output_usd_micros_per_mtok=10_000_000,
+    )
+    price.effective_from.FromSeconds(0)
+    await s.admin.PutPrice(pb.PutPriceRequest(price=price))
+
+
+def reserve_settle(s: Stubs, pick_budget: object, *, priced: bool = False) -> object:
+    """One job: Reserve 1 unit, then Settle it at 1 (priced: Reserve by shape, Settle by
+    usage); UNAVAILABLE is counted, not raised."""
 
     async def step(loop: Loop) -> None:
         budget_id = pick_budget() if callable(pick_budget) else pick_budget
-        request = pb.ReserveRequest(budget_id=budget_id, amount=1, idempotency_key=uuid.uuid4().hex)
+        request = pb.ReserveRequest(budget_id=budget_id, idempotency_key=uuid.uuid4().hex)
+        if priced:
+            request.shape.CopyFrom(PRICED_SHAPE)
+        else:
+            request.amount = 1
         started = time.perf_counter()
         try:
             reply = await s.budget.Reserve(request, timeout=30)
@@ -96,9 +120,12 @@ def reserve_settle(s: Stubs, pick_budget: object) -> object:
         loop.record("admitted", started)
         started = time.perf_counter()
         try:
-            await s.budget.Settle(
-                pb.SettleRequest(reservation_id=reply.reservation_id, used=1), timeout=30
-            )
+            settle = pb.SettleRequest(reservation_id=reply.reservation_id)
+            if priced:
+                settle.usage.CopyFrom(PRICED_USAGE)
+            else:
+                settle.used = 1
+            await s.budget.Settle(settle, timeout=30)
         except grpc.aio.AioRpcError as error:
             if error.code() != grpc.StatusCode.UNAVAILABLE:
                 raise
@@ -138,8 +165,11 @@ async def floor(env: Env) -> list[Figure]:
     return out
 
 
-async def hot_loop(env: Env, sidecar: SpawnedSidecar, label: str, budgets: int) -> list[Figure]:
-    """Reserve then Settle at 50 in flight, on one budget or on budgets drawn at random."""
+async def hot_loop(
+    env: Env, sidecar: SpawnedSidecar, label: str, budgets: int, *, priced: bool = False
+) -> list[Figure]:
+    """Reserve then Settle at 50 in flight, on one budget or on budgets drawn at random;
+    priced: on usd_micros budgets, by shape and by usage."""
     out = figures(
         (f"{label}: calls/s (Reserve + Settle)", "calls/s"),
         (f"{label}: admissions/s", "adm/s"),
@@ -152,16 +182,19 @@ async def hot_loop(env: Env, sidecar: SpawnedSidecar, label: str, budgets: int) 
         (f"{label}: retries exhausted", "txs"),
     )
     s = stubs(sidecar)
+    unit = "usd_micros" if priced else "t"
     try:
+        if priced:
+            await put_bench_price(s)
         for _ in range(env.runs):
             prefix = f"{label.split()[0]}-{uuid.uuid4().hex[:6]}"
             ids = [f"{prefix}-{i}" for i in range(budgets)]
             for budget_id in ids:
                 await s.admin.PutBudget(
-                    pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit="t")
+                    pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit=unit)
                 )
             pick = ids[0] if budgets == 1 else functools.partial(random.choice, ids)
-            step = reserve_settle(s, pick)
+            step = reserve_settle(s, pick, priced=priced)
             await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
             before = scrape(sidecar.metrics_port)
             loop = await closed_loop(IN_FLIGHT, env.seconds, step)
@@ -195,6 +228,11 @@ async def hot_loop(env: Env, sidecar: SpawnedSidecar, label: str, budgets: int) 
 async def hot_budget(env: Env) -> list[Figure]:
     """2. One hot budget, group admission."""
     return await hot_loop(env, env.grouped, "hot budget", 1)
+
+
+async def priced_hot_budget(env: Env) -> list[Figure]:
+    """2b. The hot budget in money: Reserves by shape, Settles by usage, priced each time."""
+    return await hot_loop(env, env.grouped, "priced hot budget", 1, priced=True)
 
 
 async def many_budgets(env: Env) -> list[Figure]:

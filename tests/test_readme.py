@@ -30,8 +30,9 @@ def walkthrough() -> str:
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
 async def test_readme_walkthrough_runs(sidecar: Running, tmp_path: Path) -> None:
-    """list, describe, PutBudget, Reserve, Charge, Settle and GetBudget, as the README types
-    them, succeed and show the answers the README promises."""
+    """list, describe, PutBudget, Reserve, Charge, Settle and GetBudget, then PutPrice, a
+    Reserve by shape and a Settle by usage, as the README types them, succeed and show the
+    answers the README promises."""
     admin = sidecar.admin_target.removeprefix("unix:")
     env = {**os.environ, "EARMARK": sidecar.target, "ADMIN": admin, "PATH": SEARCH_PATH}
     process = await asyncio.create_subprocess_exec(
@@ -54,5 +55,11 @@ async def test_readme_walkthrough_runs(sidecar: Running, tmp_path: Path) -> None
         '"state": "RESERVATION_STATE_SETTLED"',
         '"used": "31200"',
         '"remaining": "68800"',
+        '"version": "1"',
+        '"amount": "45000"',
+        '"estimate_source": "ESTIMATE_SOURCE_SHAPE"',
+        '"price_version": "1"',
+        '"charged": "37000"',
+        '"released": "8000"',
     ):
         assert expected in out, expected

@@ -24,7 +24,8 @@ from earmark.client.errors import (
 )
 from earmark.client.hold import Hold
 from earmark.client.sync import Client, SyncHold
-from earmark.core.model import HoldState, Outcome, RefusalReason
+from earmark.core.model import EstimatePolicy, EstimateSource, HoldState, Outcome, RefusalReason
+from earmark.core.prices import Shape, Usage
 
 __all__ = [
     "AlreadyExistsError",
@@ -34,6 +35,8 @@ __all__ = [
     "Client",
     "ClientError",
     "DeadlineExceededError",
+    "EstimatePolicy",
+    "EstimateSource",
     "FailedPreconditionError",
     "Hold",
     "HoldLostError",
@@ -48,7 +51,9 @@ __all__ = [
     "Reservation",
     "RetryPolicy",
     "Settled",
+    "Shape",
     "SyncHold",
     "UnauthenticatedError",
     "UnavailableError",
+    "Usage",
 ]

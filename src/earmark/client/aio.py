@@ -20,7 +20,8 @@ from google.protobuf.duration_pb2 import Duration
 
 from earmark.client.errors import Refusal, from_rpc_error
 from earmark.client.hold import Hold
-from earmark.core.model import HoldState, Outcome, RefusalReason
+from earmark.core.model import EstimatePolicy, EstimateSource, HoldState, Outcome, RefusalReason
+from earmark.core.prices import Shape, Usage
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
@@ -63,6 +64,9 @@ class Reservation:
     remaining: int | None
     expires_at: datetime
     message: str
+    estimate_source: EstimateSource = EstimateSource.CALLER
+    # The price version a shape was priced at; 0 when none was.
+    price_version: int = 0
 
     admitted = True
 
@@ -74,6 +78,9 @@ class Charged:
     total_charged: int
     hold_remaining: int
     expires_at: datetime
+    price_version: int = 0
+    # What the Charge asked for: its amount, or its usage priced.
+    requested: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,7 @@ class Settled:
     released: int
     overshoot: int
     state: HoldState
+    price_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,31 @@ class BudgetState:
     remaining: int | None
     unit: str
     open_reservations: int
+    default_estimate: int | None = None
+    estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN
+    exceeded: bool = False
+
+
+def _shape(shape: Shape) -> pb.UsageShape:
+    return pb.UsageShape(
+        provider=shape.provider,
+        model=shape.model,
+        input_tokens=shape.input_tokens,
+        max_output_tokens=shape.max_output_tokens,
+        cached_input_tokens=shape.cached_input_tokens,
+        attempts=shape.attempts,
+    )
+
+
+def _usage(usage: Usage) -> pb.TokenUsage:
+    return pb.TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        requests=usage.requests,
+        provider=usage.provider,
+        model=usage.model,
+    )
 
 
 def _duration(seconds: float) -> Duration:
@@ -109,6 +142,9 @@ def _budget_state(reply: pb.BudgetState) -> BudgetState:
         remaining=reply.remaining if reply.HasField("remaining") else None,
         unit=reply.unit,
         open_reservations=reply.open_reservations,
+        default_estimate=reply.default_estimate if reply.HasField("default_estimate") else None,
+        estimate_policy=EstimatePolicy(reply.estimate_policy or EstimatePolicy.MEDIAN),
+        exceeded=reply.exceeded,
     )
 
 
@@ -192,19 +228,26 @@ class AsyncClient:
     async def reserve(
         self,
         budget_id: str,
-        amount: int,
+        amount: int = 0,
         *,
+        shape: Shape | None = None,
+        job: str = "",
         idempotency_key: str | None = None,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> Reservation | Refusal:
-        """Checks and holds amount of budget_id; a refusal is returned, not raised."""
+        """Checks and holds part of budget_id: amount, or what shape may cost at the
+        price in effect, or (neither) the sidecar's estimate for job. A refusal is
+        returned, not raised."""
         request = pb.ReserveRequest(
             budget_id=budget_id,
             amount=amount,
+            job=job,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             labels=dict(labels or {}),
         )
+        if shape is not None:
+            request.shape.CopyFrom(_shape(shape))
         if lease_seconds is not None:
             request.lease.CopyFrom(_duration(lease_seconds))
         reply = await self._call(
@@ -214,7 +257,9 @@ class AsyncClient:
         )
         remaining = reply.remaining if reply.HasField("remaining") else None
         if not reply.admitted:
-            return Refusal(budget_id, amount, RefusalReason(reply.reason), remaining, reply.message)
+            return Refusal(
+                budget_id, reply.amount, RefusalReason(reply.reason), remaining, reply.message
+            )
         return Reservation(
             reservation_id=reply.reservation_id,
             budget_id=budget_id,
@@ -222,17 +267,27 @@ class AsyncClient:
             remaining=remaining,
             expires_at=reply.expires_at.ToDatetime(),
             message=reply.message,
+            estimate_source=EstimateSource(reply.estimate_source),
+            price_version=reply.price_version,
         )
 
     async def charge(
-        self, reservation_id: str, amount: int, *, idempotency_key: str | None = None
+        self,
+        reservation_id: str,
+        amount: int = 0,
+        *,
+        usage: Usage | None = None,
+        idempotency_key: str | None = None,
     ) -> Charged:
-        """Debits one step before it runs; `capped` means the worker must stop."""
+        """Debits one step before it runs, an amount or usage priced now; `capped` means
+        the worker must stop."""
         request = pb.ChargeRequest(
             reservation_id=reservation_id,
             amount=amount,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
+        if usage is not None:
+            request.usage.CopyFrom(_usage(usage))
         reply = await self._call(
             lambda: self._budget.Charge(
                 request, timeout=self.timeout_seconds, metadata=self._metadata
@@ -244,6 +299,8 @@ class AsyncClient:
             total_charged=reply.total_charged,
             hold_remaining=reply.hold_remaining,
             expires_at=reply.expires_at.ToDatetime(),
+            price_version=reply.price_version,
+            requested=reply.requested,
         )
 
     async def renew(self, reservation_id: str, lease_seconds: float | None = None) -> datetime:
@@ -259,20 +316,34 @@ class AsyncClient:
         return reply.expires_at.ToDatetime()  # type: ignore[no-any-return]
 
     async def settle(
-        self, reservation_id: str, used: int, outcome: Outcome = Outcome.SUCCEEDED
+        self,
+        reservation_id: str,
+        used: int = 0,
+        outcome: Outcome = Outcome.SUCCEEDED,
+        *,
+        usage: Usage | None = None,
     ) -> Settled:
-        """Charges what the job used in all and returns the rest of the hold."""
+        """Charges what the job used in all (an amount, or usage priced now) and returns
+        the rest of the hold."""
         request = pb.SettleRequest(
             reservation_id=reservation_id,
             used=used,
             outcome=int(outcome),  # type: ignore[arg-type]
         )
+        if usage is not None:
+            request.usage.CopyFrom(_usage(usage))
         reply = await self._call(
             lambda: self._budget.Settle(
                 request, timeout=self.timeout_seconds, metadata=self._metadata
             )
         )
-        return Settled(reply.charged, reply.released, reply.overshoot, HoldState(reply.state))
+        return Settled(
+            reply.charged,
+            reply.released,
+            reply.overshoot,
+            HoldState(reply.state),
+            reply.price_version,
+        )
 
     def hold(
         self,
@@ -296,10 +367,24 @@ class AsyncClient:
 
     # Admin.
 
-    async def put_budget(self, budget_id: str, limit: int | None, unit: str = "") -> BudgetState:
-        request = pb.PutBudgetRequest(budget_id=budget_id, unit=unit)
+    async def put_budget(
+        self,
+        budget_id: str,
+        limit: int | None,
+        unit: str = "",
+        *,
+        default_estimate: int | None = None,
+        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
+    ) -> BudgetState:
+        request = pb.PutBudgetRequest(
+            budget_id=budget_id,
+            unit=unit,
+            estimate_policy=int(estimate_policy),  # type: ignore[arg-type]
+        )
         if limit is not None:
             request.limit = limit
+        if default_estimate is not None:
+            request.default_estimate = default_estimate
         reply = await self._call(
             lambda: self._admin().PutBudget(
                 request, timeout=self.timeout_seconds, metadata=self._admin_metadata

@@ -24,7 +24,8 @@ from earmark.client.aio import (
 )
 from earmark.client.errors import Refusal
 from earmark.client.hold import Hold
-from earmark.core.model import Outcome
+from earmark.core.model import EstimatePolicy, Outcome
+from earmark.core.prices import Shape, Usage
 
 T = TypeVar("T")
 
@@ -81,8 +82,10 @@ class Client:
     def reserve(
         self,
         budget_id: str,
-        amount: int,
+        amount: int = 0,
         *,
+        shape: Shape | None = None,
+        job: str = "",
         idempotency_key: str | None = None,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
@@ -91,6 +94,8 @@ class Client:
             self._client.reserve(
                 budget_id,
                 amount,
+                shape=shape,
+                job=job,
                 idempotency_key=idempotency_key,
                 lease_seconds=lease_seconds,
                 labels=labels,
@@ -98,22 +103,50 @@ class Client:
         )
 
     def charge(
-        self, reservation_id: str, amount: int, *, idempotency_key: str | None = None
+        self,
+        reservation_id: str,
+        amount: int = 0,
+        *,
+        usage: Usage | None = None,
+        idempotency_key: str | None = None,
     ) -> Charged:
         return self._run(
-            self._client.charge(reservation_id, amount, idempotency_key=idempotency_key)
+            self._client.charge(
+                reservation_id, amount, usage=usage, idempotency_key=idempotency_key
+            )
         )
 
     def renew(self, reservation_id: str, lease_seconds: float | None = None) -> Any:
         return self._run(self._client.renew(reservation_id, lease_seconds))
 
     def settle(
-        self, reservation_id: str, used: int, outcome: Outcome = Outcome.SUCCEEDED
+        self,
+        reservation_id: str,
+        used: int = 0,
+        outcome: Outcome = Outcome.SUCCEEDED,
+        *,
+        usage: Usage | None = None,
     ) -> Settled:
-        return self._run(self._client.settle(reservation_id, used, outcome))
+        return self._run(self._client.settle(reservation_id, used, outcome, usage=usage))
 
-    def put_budget(self, budget_id: str, limit: int | None, unit: str = "") -> BudgetState:
-        return self._run(self._client.put_budget(budget_id, limit, unit))
+    def put_budget(
+        self,
+        budget_id: str,
+        limit: int | None,
+        unit: str = "",
+        *,
+        default_estimate: int | None = None,
+        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
+    ) -> BudgetState:
+        return self._run(
+            self._client.put_budget(
+                budget_id,
+                limit,
+                unit,
+                default_estimate=default_estimate,
+                estimate_policy=estimate_policy,
+            )
+        )
 
     def get_budget(self, budget_id: str) -> BudgetState:
         return self._run(self._client.get_budget(budget_id))
