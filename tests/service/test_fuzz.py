@@ -12,6 +12,7 @@ import asyncpg
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ from tests.helpers import stop_leftover_postgres
 
 pytestmark = pytest.mark.slow
 
-MESSAGE_EXAMPLES = 400
+MESSAGE_EXAMPLES = 500
 RAW_EXAMPLES = 200
 EXPECTED = {
     grpc.StatusCode.OK,
@@ -33,7 +34,10 @@ EXPECTED = {
     grpc.StatusCode.ALREADY_EXISTS,
     grpc.StatusCode.FAILED_PRECONDITION,
 }
-BUDGETS = ("fz/a", "fz/b")
+BUDGETS = ("fz/a", "fz/b", "fz/usd")
+ADMIN_METHODS = ("PutBudget", "GetBudget", "PutPrice", "ListPrices")
+PROVIDERS = ("openai", "anthropic")
+MODELS = ("gpt-4o", "claude")
 
 
 class Fuzzed:
@@ -57,7 +61,19 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     f = Fuzzed(sidecar)
     try:
         for budget_id in BUDGETS:
-            f.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, limit=10**6, unit="t"))
+            unit = "usd_micros" if budget_id.endswith("usd") else "t"
+            f.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, limit=10**6, unit=unit))
+        f.admin.PutPrice(
+            pb.PutPriceRequest(
+                price=pb.Price(
+                    provider="openai",
+                    model="gpt-4o",
+                    effective_from=Timestamp(seconds=0),
+                    input_usd_micros_per_mtok=2_500_000,
+                    output_usd_micros_per_mtok=10_000_000,
+                )
+            )
+        )
         for i in range(4):
             reply = f.budget.Reserve(
                 pb.ReserveRequest(budget_id=BUDGETS[0], amount=100, idempotency_key=f"seed{i}")
@@ -81,6 +97,8 @@ def snapshot(dsn: str) -> list[Any]:
                 await conn.fetchval("SELECT count(*) FROM ledger"),
                 await conn.fetchval("SELECT count(*) FROM charges"),
                 await conn.fetch("SELECT * FROM reservations ORDER BY reservation_id"),
+                await conn.fetch("SELECT * FROM prices ORDER BY price_id"),
+                await conn.fetch("SELECT * FROM job_samples ORDER BY unit, job, model"),
             ]
         finally:
             await conn.close()
@@ -104,6 +122,47 @@ def budget_ids() -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(BUDGETS), text)
 
 
+tokens = st.one_of(st.integers(-2, 20_000), int64)
+providers = st.one_of(st.sampled_from(PROVIDERS), text)
+models = st.one_of(st.sampled_from(MODELS), text)
+timestamps = st.builds(
+    Timestamp, seconds=st.one_of(st.integers(0, 2_000_000_000), int64), nanos=int32
+)
+shapes = st.builds(
+    pb.UsageShape,
+    provider=providers,
+    model=models,
+    input_tokens=tokens,
+    max_output_tokens=tokens,
+    cached_input_tokens=tokens,
+    attempts=st.one_of(st.integers(-1, 5), int64),
+)
+usages = st.builds(
+    pb.TokenUsage,
+    input_tokens=tokens,
+    output_tokens=tokens,
+    cached_input_tokens=tokens,
+    requests=st.one_of(st.integers(-1, 5), int64),
+    provider=st.one_of(st.just(""), providers),
+    model=st.one_of(st.just(""), models),
+)
+prices = st.builds(
+    pb.Price,
+    provider=providers,
+    model=models,
+    effective_from=st.one_of(st.none(), timestamps),
+    effective_to=st.one_of(st.none(), timestamps),
+    input_usd_micros_per_mtok=int64,
+    output_usd_micros_per_mtok=int64,
+    cached_input_usd_micros_per_mtok=int64,
+    request_usd_micros=int64,
+    source=text,
+    version=st.one_of(st.just(0), int64),
+    daily_from_minute=st.one_of(st.integers(0, 1500), int32),
+    daily_to_minute=st.one_of(st.integers(0, 1500), int32),
+)
+
+
 def requests(f: Fuzzed) -> st.SearchStrategy[tuple[str, Any]]:
     reservation_ids = st.one_of(st.sampled_from(f.reservations), text)
     amounts = st.one_of(st.integers(-2, 2000), int64)
@@ -113,26 +172,37 @@ def requests(f: Fuzzed) -> st.SearchStrategy[tuple[str, Any]]:
             pb.ReserveRequest, budget_id=budget_ids(), amount=amounts, idempotency_key=keys,
             lease=st.one_of(st.none(), durations),
             labels=st.dictionaries(text, text, max_size=20),
+            shape=st.one_of(st.none(), shapes), job=st.one_of(st.just("job"), text),
         )),
         st.tuples(st.just("Charge"), st.builds(
             pb.ChargeRequest, reservation_id=reservation_ids, amount=amounts, idempotency_key=keys,
+            usage=st.one_of(st.none(), usages),
         )),
         st.tuples(st.just("Renew"), st.builds(
             pb.RenewRequest, reservation_id=reservation_ids, lease=st.one_of(st.none(), durations),
         )),
         st.tuples(st.just("Settle"), st.builds(
             pb.SettleRequest, reservation_id=reservation_ids, used=amounts, outcome=int32,
+            usage=st.one_of(st.none(), usages),
         )),
         st.tuples(st.just("PutBudget"), st.builds(
             pb.PutBudgetRequest, budget_id=budget_ids(),
             limit=st.one_of(st.none(), int64), unit=st.one_of(st.just("t"), text),
+            default_estimate=st.one_of(st.none(), int64), estimate_policy=int32,
+        )),
+        st.tuples(st.just("PutPrice"), st.builds(
+            pb.PutPriceRequest, price=st.one_of(st.none(), prices),
+        )),
+        st.tuples(st.just("ListPrices"), st.builds(
+            pb.ListPricesRequest, provider=st.one_of(st.just(""), providers),
+            model=st.one_of(st.just(""), models),
         )),
         st.tuples(st.just("GetBudget"), st.builds(pb.GetBudgetRequest, budget_id=budget_ids())),
     )  # fmt: skip
 
 
 def call(f: Fuzzed, method: str, request: Any) -> grpc.StatusCode:
-    stub = f.admin if method in {"PutBudget", "GetBudget"} else f.budget
+    stub = f.admin if method in ADMIN_METHODS else f.budget
     f.calls += 1
     try:
         getattr(stub, method)(request, timeout=10)
@@ -165,7 +235,7 @@ def test_fuzzed_messages_never_fail_inside(fuzzed: Fuzzed) -> None:
 
 
 METHODS = [f"/earmark.v1.Budget/{m}" for m in ("Reserve", "Charge", "Renew", "Settle")] + [
-    f"/earmark.v1.Admin/{m}" for m in ("PutBudget", "GetBudget")
+    f"/earmark.v1.Admin/{m}" for m in ADMIN_METHODS
 ]
 
 
