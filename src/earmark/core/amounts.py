@@ -63,6 +63,24 @@ def _priced_shape(budget: Budget, shape: Shape, book: PriceBook, now: datetime) 
     return Priced(amount, EstimateSource.SHAPE, price.version)
 
 
+def spent_amount(
+    budget: Budget, amount: int, usage: Usage | None, hold: Hold, book: PriceBook, now: datetime
+) -> tuple[int, int]:
+    """What a Charge or Settle spends: its amount (price version 0), or its usage priced."""
+    if usage is None:
+        return amount, 0
+    return usage_amount(budget, usage, hold, book, now)
+
+
+def spent_again(
+    budget: Budget, amount: int, usage: Usage | None, hold: Hold, book: PriceBook, version: int
+) -> int | None:
+    """What a retried Charge or Settle spends, priced at its first answer's version."""
+    if usage is None:
+        return amount
+    return usage_amount_at(budget, usage, hold, book, version)
+
+
 def usage_amount(
     budget: Budget, usage: Usage, hold: Hold, book: PriceBook, now: datetime
 ) -> tuple[int, int]:

@@ -34,11 +34,9 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
     budget = budget_of(state)
     earlier = state.charges.get((op.reservation_id, op.idempotency_key))
     if earlier is not None:
-        asked: int | None = op.amount
-        if op.usage is not None:
-            asked = amounts.usage_amount_at(
-                budget, op.usage, hold, state.prices, earlier.price_version
-            )
+        asked = amounts.spent_again(
+            budget, op.amount, op.usage, hold, state.prices, earlier.price_version
+        )
         if asked != earlier.amount:
             raise AlreadyExists(
                 f"idempotency_key {op.idempotency_key!r} was already used on this "
@@ -55,9 +53,9 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
             requested=earlier.amount,
         )
     require_live(state, decision, hold, now)
-    requested, usage_version = op.amount, 0
-    if op.usage is not None:
-        requested, usage_version = amounts.usage_amount(budget, op.usage, hold, state.prices, now)
+    requested, usage_version = amounts.spent_amount(
+        budget, op.amount, op.usage, hold, state.prices, now
+    )
     repriced = amounts.repriced(budget, hold, state.prices, now)
     if repriced is not None and not _reprice(decision, budget, hold, repriced, now):
         # The new price does not fit: nothing is charged, and the worker must not dispatch.
@@ -136,11 +134,9 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
     budget = budget_of(state)
     settled = hold.settlement
     if settled is not None:
-        again: int | None = op.used
-        if op.usage is not None:
-            again = amounts.usage_amount_at(
-                budget, op.usage, hold, state.prices, settled.price_version
-            )
+        again = amounts.spent_again(
+            budget, op.used, op.usage, hold, state.prices, settled.price_version
+        )
         if settled.used != again:
             raise FailedPrecondition(
                 f"reservation {hold.reservation_id} is {hold.state.name}: it was settled "
@@ -157,9 +153,7 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
             price_version=settled.price_version,
             source=hold.source,
         )
-    used, version = op.used, 0
-    if op.usage is not None:
-        used, version = amounts.usage_amount(budget, op.usage, hold, state.prices, now)
+    used, version = amounts.spent_amount(budget, op.used, op.usage, hold, state.prices, now)
     if rules.lease_passed(hold, now):
         expire(state, decision, hold, now)
     step = (

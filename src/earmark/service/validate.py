@@ -166,14 +166,20 @@ def _model(prefix: str, provider: str, model: str) -> tuple[str, str]:
     )
 
 
-def shape(value: pb.UsageShape) -> Shape:
-    provider, model = _model("shape", value.provider, value.model)
-    input_tokens = _tokens("shape.input_tokens", value.input_tokens)
-    cached = _tokens("shape.cached_input_tokens", value.cached_input_tokens)
+def _input(prefix: str, value: pb.UsageShape | pb.TokenUsage) -> tuple[int, int]:
+    """(input tokens, the cached part of them)."""
+    input_tokens = _tokens(f"{prefix}.input_tokens", value.input_tokens)
+    cached = _tokens(f"{prefix}.cached_input_tokens", value.cached_input_tokens)
     if cached > input_tokens:
         raise InvalidArgument(
-            "shape.cached_input_tokens", f"is {cached}, more than input_tokens ({input_tokens})"
+            f"{prefix}.cached_input_tokens", f"is {cached}, more than input_tokens ({input_tokens})"
         )
+    return input_tokens, cached
+
+
+def shape(value: pb.UsageShape) -> Shape:
+    provider, model = _model("shape", value.provider, value.model)
+    input_tokens, cached = _input("shape", value)
     return Shape(
         provider=provider,
         model=model,
@@ -188,12 +194,7 @@ def usage(value: pb.TokenUsage) -> Usage:
     provider, model = "", ""
     if value.provider or value.model:
         provider, model = _model("usage", value.provider, value.model)
-    input_tokens = _tokens("usage.input_tokens", value.input_tokens)
-    cached = _tokens("usage.cached_input_tokens", value.cached_input_tokens)
-    if cached > input_tokens:
-        raise InvalidArgument(
-            "usage.cached_input_tokens", f"is {cached}, more than input_tokens ({input_tokens})"
-        )
+    input_tokens, cached = _input("usage", value)
     return Usage(
         input_tokens=input_tokens,
         output_tokens=_tokens("usage.output_tokens", value.output_tokens),
