@@ -71,8 +71,10 @@ class Figure:
         return statistics.median(self.values)
 
     def row(self) -> str:
-        spread = f"[{min(self.values):,.1f} .. {max(self.values):,.1f}]"
-        return f"  {self.name:<44}{self.median:>12,.1f} {self.unit:<8}{spread}"
+        # A ratio near 1 needs its second decimal; everything else reads well with one.
+        d = 2 if self.unit == "ratio" else 1
+        spread = f"[{min(self.values):,.{d}f} .. {max(self.values):,.{d}f}]"
+        return f"  {self.name:<44}{self.median:>12,.{d}f} {self.unit:<8}{spread}"
 
     def as_json(self) -> dict[str, object]:
         return {

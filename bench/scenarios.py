@@ -165,12 +165,18 @@ async def floor(env: Env) -> list[Figure]:
     return out
 
 
-async def hot_loop(
-    env: Env, sidecar: SpawnedSidecar, label: str, budgets: int, *, priced: bool = False
-) -> list[Figure]:
-    """Reserve then Settle at 50 in flight, on one budget or on budgets drawn at random;
-    priced: on usd_micros budgets, by shape and by usage."""
-    out = figures(
+@dataclass(frozen=True)
+class Variant:
+    """One closed loop of hot_loop: its figures' label, how many budgets it draws from, and
+    whether it works in money (shapes and usage on usd_micros budgets)."""
+
+    label: str
+    budgets: int
+    priced: bool = False
+
+
+def hot_figures(label: str) -> list[Figure]:
+    return figures(
         (f"{label}: calls/s (Reserve + Settle)", "calls/s"),
         (f"{label}: admissions/s", "adm/s"),
         (f"{label}: Reserve p50", "ms"),
@@ -181,68 +187,89 @@ async def hot_loop(
         (f"{label}: serialization retries per admission", "retries"),
         (f"{label}: retries exhausted", "txs"),
     )
+
+
+async def hot_run(env: Env, s: Stubs, sidecar: SpawnedSidecar, variant: Variant) -> list[float]:
+    """One run of one variant on fresh budgets: its figures' values, in hot_figures' order."""
+    unit = "usd_micros" if variant.priced else "t"
+    prefix = f"{variant.label.split()[0]}-{uuid.uuid4().hex[:6]}"
+    ids = [f"{prefix}-{i}" for i in range(variant.budgets)]
+    for budget_id in ids:
+        await s.admin.PutBudget(
+            pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit=unit)
+        )
+    pick = ids[0] if variant.budgets == 1 else functools.partial(random.choice, ids)
+    step = reserve_settle(s, pick, priced=variant.priced)
+    await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
+    before = scrape(sidecar.metrics_port)
+    loop = await closed_loop(IN_FLIGHT, env.seconds, step)
+    after = scrape(sidecar.metrics_port)
+
+    def grew(name: str) -> float:
+        return after.get(name, 0) - before.get(name, 0)
+
+    admitted = loop.counts.get("admitted", 0)
+    return [
+        loop.rate("reserve", "settle"),
+        loop.rate("admitted"),
+        loop.ms("reserve", 0.5),
+        loop.ms("reserve", 0.99),
+        loop.ms("settle", 0.5),
+        loop.ms("settle", 0.99),
+        loop.counts.get("unavailable", 0),
+        grew("earmark_tx_serialization_retries_total") / max(1, admitted),
+        grew("earmark_tx_retries_exhausted_total"),
+    ]
+
+
+async def hot_loop(env: Env, sidecar: SpawnedSidecar, *variants: Variant) -> list[Figure]:
+    """Reserve then Settle at 50 in flight, on one budget or on budgets drawn at random.
+    Several variants take turns run by run, in ABBA order: the database grows as the
+    benchmark goes on (dead rows, autovacuum), and a variant that always ran first would
+    always run on the fresher database."""
+    out = {v.label: hot_figures(v.label) for v in variants}
     s = stubs(sidecar)
-    unit = "usd_micros" if priced else "t"
     try:
-        if priced:
+        if any(v.priced for v in variants):
             await put_bench_price(s)
-        for _ in range(env.runs):
-            prefix = f"{label.split()[0]}-{uuid.uuid4().hex[:6]}"
-            ids = [f"{prefix}-{i}" for i in range(budgets)]
-            for budget_id in ids:
-                await s.admin.PutBudget(
-                    pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit=unit)
-                )
-            pick = ids[0] if budgets == 1 else functools.partial(random.choice, ids)
-            step = reserve_settle(s, pick, priced=priced)
-            await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
-            before = scrape(sidecar.metrics_port)
-            loop = await closed_loop(IN_FLIGHT, env.seconds, step)
-            after = scrape(sidecar.metrics_port)
-            retries = after.get("earmark_tx_serialization_retries_total", 0) - before.get(
-                "earmark_tx_serialization_retries_total", 0
-            )
-            exhausted = after.get("earmark_tx_retries_exhausted_total", 0) - before.get(
-                "earmark_tx_retries_exhausted_total", 0
-            )
-            admitted = loop.counts.get("admitted", 0)
-            values = [
-                loop.rate("reserve", "settle"),
-                loop.rate("admitted"),
-                loop.ms("reserve", 0.5),
-                loop.ms("reserve", 0.99),
-                loop.ms("settle", 0.5),
-                loop.ms("settle", 0.99),
-                loop.counts.get("unavailable", 0),
-                retries / max(1, admitted),
-                exhausted,
-            ]
-            for figure, value in zip(out, values, strict=True):
-                figure.values.append(value)
-        await check_invariants(env, label)
+        for run in range(env.runs):
+            for variant in variants if run % 2 == 0 else variants[::-1]:
+                values = await hot_run(env, s, sidecar, variant)
+                for figure, value in zip(out[variant.label], values, strict=True):
+                    figure.values.append(value)
+        for variant in variants:
+            await check_invariants(env, variant.label)
     finally:
         await s.close()
-    return out
+    return [figure for v in variants for figure in out[v.label]]
 
 
 async def hot_budget(env: Env) -> list[Figure]:
-    """2. One hot budget, group admission."""
-    return await hot_loop(env, env.grouped, "hot budget", 1)
-
-
-async def priced_hot_budget(env: Env) -> list[Figure]:
-    """2b. The hot budget in money: Reserves by shape, Settles by usage, priced each time."""
-    return await hot_loop(env, env.grouped, "priced hot budget", 1, priced=True)
+    """2. One hot budget, group admission, in plain amounts and in money (2b: Reserves by
+    shape, Settles by usage, priced each time), taking turns."""
+    out = await hot_loop(
+        env,
+        env.grouped,
+        Variant("hot budget", 1),
+        Variant("priced hot budget", 1, priced=True),
+    )
+    by_name = {figure.name: figure for figure in out}
+    plain = by_name["hot budget: calls/s (Reserve + Settle)"].values
+    priced = by_name["priced hot budget: calls/s (Reserve + Settle)"].values
+    # Each run's two loops ran back to back, so their ratio is the least noisy comparison.
+    (paired,) = figures(("priced / plain hot budget calls/s, run by run", "ratio"))
+    paired.values = [p / max(1e-9, q) for p, q in zip(priced, plain, strict=True)]
+    return [*out, paired]
 
 
 async def many_budgets(env: Env) -> list[Figure]:
     """3. 1,000 budgets drawn at random."""
-    return await hot_loop(env, env.grouped, "1,000 budgets", 1_000)
+    return await hot_loop(env, env.grouped, Variant("1,000 budgets", 1_000))
 
 
 async def naive_baseline(env: Env) -> list[Figure]:
     """4. The hot budget with one serializable transaction per request, no coalescing."""
-    return await hot_loop(env, env.naive, "naive hot budget", 1)
+    return await hot_loop(env, env.naive, Variant("naive hot budget", 1))
 
 
 async def store_alone(env: Env) -> list[Figure]:

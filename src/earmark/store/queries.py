@@ -272,9 +272,12 @@ async def load_batches(
 async def _load_samples(
     conn: Conn, states: dict[str, BatchState], entries: Sequence[tuple[str, Op]]
 ) -> dict[SampleKey, list[int]]:
+    ops_by_budget: dict[str, list[Op]] = {}
+    for budget_id, op in entries:
+        ops_by_budget.setdefault(budget_id, []).append(op)
     keys: set[SampleKey] = set()
-    for budget_id, state in states.items():
-        keys |= sample_keys(state, [op for b, op in entries if b == budget_id])
+    for budget_id, ops in ops_by_budget.items():
+        keys |= sample_keys(states[budget_id], ops)
     if not keys:
         return {}
     ordered = sorted(keys)

@@ -42,7 +42,7 @@ HOLD_COLUMN_TYPES = {
     "expires_at": "timestamptz", "created_at": "timestamptz", "closed_at": "timestamptz",
     "labels": "jsonb", "settled_used": "bigint", "settled_outcome": "smallint",
     "settled_charged": "bigint", "settled_released": "bigint", "settled_overshoot": "bigint",
-    "owner": "text", "source": "smallint", "price_version": "bigint", "shape": "jsonb",
+    "owner": "text", "source": "smallint", "price_version": "bigint", "shape": "text",
     "job": "text", "settled_price_version": "bigint",
 }  # fmt: skip
 # What a decision may change in a reservation that exists.
@@ -91,24 +91,21 @@ def price_from_row(row: asyncpg.Record) -> Price:
     )
 
 
-def shape_to_json(shape: Shape | None) -> str | None:
+# A hold's shape is stored as a compact JSON array in a text column: it is written with
+# every version of the row, and keys or a jsonb encoding would make each one wider.
+_SHAPE_FIELDS = (
+    "provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts",
+)  # fmt: skip
+
+
+def shape_to_text(shape: Shape | None) -> str | None:
     if shape is None:
         return None
-    return json.dumps(
-        {
-            "provider": shape.provider,
-            "model": shape.model,
-            "input_tokens": shape.input_tokens,
-            "max_output_tokens": shape.max_output_tokens,
-            "cached_input_tokens": shape.cached_input_tokens,
-            "attempts": shape.attempts,
-        },
-        sort_keys=True,
-    )
+    return json.dumps([getattr(shape, name) for name in _SHAPE_FIELDS], separators=(",", ":"))
 
 
-def shape_from_json(text: str | None) -> Shape | None:
-    return None if text is None else Shape(**json.loads(text))
+def shape_from_text(text: str | None) -> Shape | None:
+    return None if text is None else Shape(*json.loads(text))
 
 
 def hold_from_row(row: asyncpg.Record) -> Hold:
@@ -138,7 +135,7 @@ def hold_from_row(row: asyncpg.Record) -> Hold:
         owner=row["owner"],
         source=EstimateSource(row["source"]),
         price_version=row["price_version"],
-        shape=shape_from_json(row["shape"]),
+        shape=shape_from_text(row["shape"]),
         job=row["job"],
     )
 
@@ -178,7 +175,7 @@ def hold_columns(holds: list[Hold]) -> dict[str, list[Any]]:
         "owner": [h.owner for h in holds],
         "source": [int(h.source) for h in holds],
         "price_version": [h.price_version for h in holds],
-        "shape": [shape_to_json(h.shape) for h in holds],
+        "shape": [shape_to_text(h.shape) for h in holds],
         "job": [h.job for h in holds],
         "settled_price_version": [
             h.settlement.price_version if h.settlement else None for h in holds

@@ -36,11 +36,13 @@ ALTER TABLE budgets
     ADD COLUMN default_estimate bigint CHECK (default_estimate > 0),
     ADD COLUMN estimate_policy smallint NOT NULL DEFAULT 1 CHECK (estimate_policy IN (1, 2));
 
--- source: the wire's EstimateSource; shape: the UsageShape a hold was priced from.
+-- source: the wire's EstimateSource. shape: the UsageShape a hold was priced from, as a
+-- compact JSON array [provider, model, input, max_output, cached_input, attempts] in text
+-- (every version of the row carries it: keys and jsonb would make each one wider).
 ALTER TABLE reservations
     ADD COLUMN source smallint NOT NULL DEFAULT 1 CHECK (source BETWEEN 1 AND 6),
     ADD COLUMN price_version bigint NOT NULL DEFAULT 0,
-    ADD COLUMN shape jsonb,
+    ADD COLUMN shape text,
     ADD COLUMN job text NOT NULL DEFAULT '',
     ADD COLUMN settled_price_version bigint;
 
