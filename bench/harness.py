@@ -31,6 +31,14 @@ class Loop:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self.latencies.setdefault(kind, []).append(time.perf_counter() - started)
 
+    def add(self, other: Loop) -> None:
+        """Folds another loop's time, counts and latencies into this one."""
+        self.seconds += other.seconds
+        for kind, count in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + count
+        for kind, samples in other.latencies.items():
+            self.latencies.setdefault(kind, []).extend(samples)
+
     def rate(self, *kinds: str) -> float:
         return sum(self.counts.get(k, 0) for k in kinds) / self.seconds
 

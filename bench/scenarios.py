@@ -13,7 +13,7 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.harness import Figure, Loop, closed_loop, scrape
+from bench.harness import Figure, Loop, Step, closed_loop, scrape
 from earmark.core.ops import ReserveOp, ReserveResult
 from earmark.spawn import SpawnedSidecar
 from earmark.store import Store, StoreObserver
@@ -23,8 +23,9 @@ from earmark.v1 import budget_pb2_grpc
 
 IN_FLIGHT = 50
 # Plain and priced hot budgets are compared by the median of their run-by-run ratios; on a
-# shared machine one run's ratio moves by 10% or more, so the pair gets at least 5 runs.
-PAIRED_RUNS_MIN = 5
+# shared machine one run's ratio moves by 10% or more, so the pair gets at least 6 runs,
+# as many in each order.
+PAIRED_RUNS_MIN = 6
 UNLIMITED_ENOUGH = 10**15
 
 
@@ -192,8 +193,32 @@ def hot_figures(label: str) -> list[Figure]:
     )
 
 
-async def hot_run(env: Env, s: Stubs, sidecar: SpawnedSidecar, variant: Variant) -> list[float]:
-    """One run of one variant on fresh budgets: its figures' values, in hot_figures' order."""
+@dataclass
+class Measured:
+    """What one variant measured within a run: its loops, and its transactions' retries."""
+
+    loop: Loop = field(default_factory=Loop)
+    retries: float = 0.0
+    exhausted: float = 0.0
+
+    def values(self) -> list[float]:
+        """The figures' values, in hot_figures' order."""
+        loop = self.loop
+        return [
+            loop.rate("reserve", "settle"),
+            loop.rate("admitted"),
+            loop.ms("reserve", 0.5),
+            loop.ms("reserve", 0.99),
+            loop.ms("settle", 0.5),
+            loop.ms("settle", 0.99),
+            loop.counts.get("unavailable", 0),
+            self.retries / max(1, loop.counts.get("admitted", 0)),
+            self.exhausted,
+        ]
+
+
+async def fresh_step(s: Stubs, variant: Variant) -> Step:
+    """The variant's job on budgets of its own, made for this run."""
     unit = "usd_micros" if variant.priced else "t"
     prefix = f"{variant.label.split()[0]}-{uuid.uuid4().hex[:6]}"
     ids = [f"{prefix}-{i}" for i in range(variant.budgets)]
@@ -202,45 +227,45 @@ async def hot_run(env: Env, s: Stubs, sidecar: SpawnedSidecar, variant: Variant)
             pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit=unit)
         )
     pick = ids[0] if variant.budgets == 1 else functools.partial(random.choice, ids)
-    step = reserve_settle(s, pick, priced=variant.priced)
-    await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
+    return reserve_settle(s, pick, priced=variant.priced)
+
+
+async def measure(sidecar: SpawnedSidecar, step: Step, seconds: float, into: Measured) -> None:
     before = scrape(sidecar.metrics_port)
-    loop = await closed_loop(IN_FLIGHT, env.seconds, step)
+    into.loop.add(await closed_loop(IN_FLIGHT, seconds, step))
     after = scrape(sidecar.metrics_port)
 
     def grew(name: str) -> float:
         return after.get(name, 0) - before.get(name, 0)
 
-    admitted = loop.counts.get("admitted", 0)
-    return [
-        loop.rate("reserve", "settle"),
-        loop.rate("admitted"),
-        loop.ms("reserve", 0.5),
-        loop.ms("reserve", 0.99),
-        loop.ms("settle", 0.5),
-        loop.ms("settle", 0.99),
-        loop.counts.get("unavailable", 0),
-        grew("earmark_tx_serialization_retries_total") / max(1, admitted),
-        grew("earmark_tx_retries_exhausted_total"),
-    ]
+    into.retries += grew("earmark_tx_serialization_retries_total")
+    into.exhausted += grew("earmark_tx_retries_exhausted_total")
 
 
 async def hot_loop(
     env: Env, sidecar: SpawnedSidecar, *variants: Variant, runs: int | None = None
 ) -> list[Figure]:
     """Reserve then Settle at 50 in flight, on one budget or on budgets drawn at random.
-    Several variants take turns run by run, in ABBA order: the database grows as the
-    benchmark goes on (dead rows, autovacuum), and a variant that always ran first would
-    always run on the fresher database."""
+    With several variants each run measures them in halves, in ABBA order (A B B A, then
+    B A A B): the database grows as the benchmark goes on (dead rows, autovacuum), and a
+    variant that always ran first would always run on the fresher database."""
     out = {v.label: hot_figures(v.label) for v in variants}
     s = stubs(sidecar)
     try:
         if any(v.priced for v in variants):
             await put_bench_price(s)
         for run in range(runs or env.runs):
-            for variant in variants if run % 2 == 0 else variants[::-1]:
-                values = await hot_run(env, s, sidecar, variant)
-                for figure, value in zip(out[variant.label], values, strict=True):
+            order = list(variants if run % 2 == 0 else variants[::-1])
+            steps = {v.label: await fresh_step(s, v) for v in variants}
+            for v in order:
+                await closed_loop(IN_FLIGHT, 0.5, steps[v.label])  # warm-up
+            measured = {v.label: Measured() for v in variants}
+            halves = order + order[::-1] if len(variants) > 1 else order
+            for v in halves:
+                seconds = env.seconds * len(variants) / len(halves)
+                await measure(sidecar, steps[v.label], seconds, measured[v.label])
+            for v in variants:
+                for figure, value in zip(out[v.label], measured[v.label].values(), strict=True):
                     figure.values.append(value)
         for variant in variants:
             await check_invariants(env, variant.label)
@@ -262,7 +287,8 @@ async def hot_budget(env: Env) -> list[Figure]:
     by_name = {figure.name: figure for figure in out}
     plain = by_name["hot budget: calls/s (Reserve + Settle)"].values
     priced = by_name["priced hot budget: calls/s (Reserve + Settle)"].values
-    # Each run's two loops ran back to back, so their ratio is the least noisy comparison.
+    # Within a run the two took turns in halves (ABBA), so their ratio is the least noisy
+    # comparison there is.
     (paired,) = figures(("priced / plain hot budget calls/s, run by run", "ratio"))
     paired.values = [p / max(1e-9, q) for p, q in zip(priced, plain, strict=True)]
     return [*out, paired]

@@ -154,7 +154,8 @@ async def test_preflight_gpt4o_settle_charges_list_price(priced: Running) -> Non
 
 async def test_preflight_forty_default_estimates_admit_exactly_ten(priced: Running) -> None:
     """40 Reserves at once with no amount on a $1.00 budget whose default is $0.10: exactly
-    10 are admitted from the DEFAULT, and held is the limit and the sum of the open holds."""
+    10 are admitted from the DEFAULT, held is the limit and the sum of the open holds, and
+    the dollars-held gauge shows $1.00."""
     s = priced
     await s.admin.PutBudget(
         pb.PutBudgetRequest(
@@ -177,6 +178,11 @@ async def test_preflight_forty_default_estimates_admit_exactly_ten(priced: Runni
     assert {pb.REFUSAL_REASON_INSUFFICIENT_BUDGET} == {r.reason for r in refused}
     assert (1_000_000, 1_000_000) == (row["held"], sum(r.amount for r in admitted))
     await assert_invariants(s.dsn)
+
+    async def dollar_held() -> bool:
+        return scrape(s.sidecar.metrics_port)[("earmark_held_dollars", ())] == 1.0
+
+    await eventually(dollar_held, within_seconds=10, what="earmark_held_dollars = 1.0")
 
 
 async def test_preflight_callers_three_cents_admit_thirty_three(priced: Running) -> None:
