@@ -188,9 +188,14 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
     ledger_entry(decision, hold, kind, step.held_delta, step.used_delta, now)
     if op.outcome is Outcome.SUCCEEDED and hold.job:
         for key in amounts.sample_keys(budget.unit, hold.job, sample_model(op, hold)):
-            # The store loaded every key that sample_keys() named for this batch.
-            estimates.remember(state.samples[key], used)
-            decision.samples.add(key)
+            # The store loaded every key that sample_keys() named for this batch. A hold made
+            # in this very batch was not there to be named (its Settle cannot be in the same
+            # batch, since the id comes with the Reserve's answer): then one sample is
+            # skipped, rather than a list not loaded written over the job's history.
+            history = state.samples.get(key)
+            if history is not None:
+                estimates.remember(history, used)
+                decision.samples.add(key)
     return SettleResult(
         amount=hold.amount,
         charged=step.charged,
