@@ -43,6 +43,27 @@ estimate_p75_samples_min = 5
 bps_per_unit = 10_000
 estimate_max_threshold_bps = 8_000
 
+# Plans from the billing provider. A limit read is used as it is for
+# limit_fresh_seconds_default, kept while the provider fails for up to
+# limit_stale_seconds_default, and then new Reserves are refused. Reads of at most
+# limit_cache_accounts_max accounts are kept in memory (the budget rows keep them all).
+# Provider calls time out after provider_timeout_seconds, a token is renewed
+# token_renew_margin_seconds before it expires, and a listing follows at most
+# provider_pages_max pages.
+limit_fresh_seconds_default = 60.0
+limit_stale_seconds_default = 600.0
+limit_retry_seconds = 5.0
+limit_cache_accounts_max = 100_000
+provider_timeout_seconds = 10.0
+token_renew_margin_seconds = 60.0
+provider_pages_max = 100
+provider_page_size = 100
+provider_response_bytes_max = 1 << 20
+cycle_anchor_day_max = 28
+account_length_max = 128
+feature_length_max = 64
+admissions_per_minute_default = 120
+
 # Leases.
 lease_seconds_default = 120.0
 lease_seconds_min = 1.0
@@ -138,6 +159,10 @@ assert 1 <= attempts_max
 assert 1 <= price_versions_max <= 100_000
 assert 0 < job_length_max <= 1024
 assert 0 < model_length_max <= 1024
+assert 0 < limit_fresh_seconds_default <= limit_stale_seconds_default
+assert 0 < token_renew_margin_seconds
+assert 1 <= provider_pages_max <= 10_000
+assert 1 <= cycle_anchor_day_max <= 28
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
 assert 1 <= lanes_default <= lanes_max

@@ -1,0 +1,114 @@
+"""The limit cache: the article's "fail closed when the limit is unknown".
+
+A limit read is used as it is for fresh_seconds (one provider read per account per
+interval, however many Reserves ask: concurrent askers share one read). When a read fails,
+the last good read is kept for up to stale_seconds after it was made; after that the limit
+is unknown and LimitUnavailable is raised, so that new work is refused. A failed read is
+not tried again for retry_seconds, so a provider that is down is not hammered.
+
+Reads carry their time, and a caller may seed the cache with a read it found elsewhere (the
+budget row keeps the last read and its time), so a restarted or second sidecar knows how
+stale a limit is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from earmark import limits
+from earmark.plans.provider import Limits, LimitsProvider, ProviderUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRead:
+    limits: Limits
+    read_at: datetime
+
+
+class LimitUnavailable(Exception):
+    """No limit read is recent enough to admit on."""
+
+
+class LimitCache:
+    def __init__(
+        self,
+        provider: LimitsProvider,
+        clock: Callable[[], datetime],
+        *,
+        fresh_seconds: float = limits.limit_fresh_seconds_default,
+        stale_seconds: float = limits.limit_stale_seconds_default,
+        retry_seconds: float = limits.limit_retry_seconds,
+        accounts_max: int = limits.limit_cache_accounts_max,
+    ) -> None:
+        assert 0 < fresh_seconds <= stale_seconds
+        self._provider = provider
+        self._clock = clock
+        self._fresh = timedelta(seconds=fresh_seconds)
+        self._stale = timedelta(seconds=stale_seconds)
+        self._retry = timedelta(seconds=retry_seconds)
+        self._accounts_max = accounts_max
+        self._reads: OrderedDict[str, LimitRead] = OrderedDict()
+        self._failed_at: dict[str, datetime] = {}
+        self._inflight: dict[str, asyncio.Future[LimitRead]] = {}
+
+    def seed(self, account: str, read: LimitRead) -> None:
+        """Remembers a read made elsewhere, unless a newer one is known."""
+        known = self._reads.get(account)
+        if known is None or known.read_at < read.read_at:
+            self._remember(account, read)
+
+    async def get(self, account: str) -> LimitRead:
+        """A read young enough to admit on, reading the provider when the last is older
+        than fresh_seconds; LimitUnavailable when none is younger than stale_seconds."""
+        now = self._clock()
+        known = self._reads.get(account)
+        if known is not None and now - known.read_at < self._fresh:
+            return known
+        failed = self._failed_at.get(account)
+        if failed is None or now - failed >= self._retry or account in self._inflight:
+            try:
+                return await self._read_once(account)
+            except ProviderUnavailable as error:
+                self._failed_at[account] = self._clock()
+                reason = str(error)
+        else:
+            reason = "the provider failed moments ago"
+        known = self._reads.get(account)
+        if known is not None and self._clock() - known.read_at < self._stale:
+            return known
+        raise LimitUnavailable(
+            f"account {account!r}: no limit read in the last {self._stale.total_seconds():g}s "
+            f"({reason})"
+        )
+
+    async def _read_once(self, account: str) -> LimitRead:
+        """One provider read per account at a time: concurrent callers share it."""
+        future = self._inflight.get(account)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._inflight[account] = future
+            try:
+                read = LimitRead(await self._provider.read_limits(account), self._clock())
+            except BaseException as error:
+                future.set_exception(error)
+                # Mark it retrieved: the callers that shared it each get it re-raised.
+                future.exception()
+                raise
+            else:
+                self._remember(account, read)
+                self._failed_at.pop(account, None)
+                future.set_result(read)
+                return read
+            finally:
+                del self._inflight[account]
+        return await asyncio.shield(future)
+
+    def _remember(self, account: str, read: LimitRead) -> None:
+        self._reads[account] = read
+        self._reads.move_to_end(account)
+        while len(self._reads) > self._accounts_max:
+            self._reads.popitem(last=False)
