@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
@@ -96,3 +97,16 @@ async def test_failures_name_the_call_and_no_secret(
         "kinde token: ConnectError",
     ] == messages
     assert not any(CLIENT_SECRET in m or "Bearer" in m for m in messages)
+
+
+async def test_a_stalled_provider_times_out(kinde: FakeKinde) -> None:
+    """A provider that does not answer is ProviderUnavailable after the timeout."""
+    kinde.state.stall = threading.Event()
+    p = KindeProvider(kinde.url, CLIENT_ID, CLIENT_SECRET, timeout_seconds=0.3)
+    try:
+        with pytest.raises(ProviderUnavailable) as stalled:
+            await p.read_limits("acct-1")
+    finally:
+        kinde.state.stall.set()
+        await p.close()
+    assert "kinde token: timed out" == str(stalled.value)

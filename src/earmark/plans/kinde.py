@@ -58,13 +58,15 @@ class KindeProvider:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        timeout_seconds: float = limits.provider_timeout_seconds,
     ) -> None:
+        assert 0 < timeout_seconds <= limits.provider_timeout_seconds
         self.domain = domain.rstrip("/")
         self._client_id = client_id
         self._client_secret = client_secret
         self._http = httpx.AsyncClient(
             base_url=self.domain,
-            timeout=limits.provider_timeout_seconds,
+            timeout=timeout_seconds,
             transport=transport,
             follow_redirects=False,
         )
