@@ -23,7 +23,10 @@ from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
 
 TEST_DATABASE = "earmark_test"
-TABLES = "ledger, charges, open_holds, reservations, budgets, units, prices, job_samples"
+TABLES = (
+    "ledger, charges, open_holds, reservations, budgets, units, prices, job_samples, "
+    "accounts, meter_outbox"
+)
 
 
 @pytest.fixture(scope="session")

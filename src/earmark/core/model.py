@@ -89,6 +89,13 @@ class Budget:
     open_reservations: int = 0
     default_estimate: int | None = None
     estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN
+    # Set on an account's billing-cycle budget: whose, for what, when, and when its limit
+    # was last read from the limits provider.
+    account: str | None = None
+    feature: str | None = None
+    cycle_start: datetime | None = None
+    cycle_end: datetime | None = None
+    limit_read_at: datetime | None = None
 
     def exceeded(self) -> bool:
         """Spend past the limit is recorded in full; this says it happened."""

@@ -73,6 +73,13 @@ def budget_state(budget: Budget) -> pb.BudgetState:
     )
     if budget.default_estimate is not None:
         reply.default_estimate = budget.default_estimate
+    if budget.account is not None:
+        reply.account = budget.account
+        reply.feature = budget.feature or ""
+    for name in ("cycle_start", "cycle_end", "limit_read_at"):
+        at = getattr(budget, name)
+        if at is not None:
+            getattr(reply, name).CopyFrom(timestamp(at))
     if budget.limit is not None:
         reply.limit = budget.limit
         remaining = budget.remaining()

@@ -21,7 +21,8 @@ from earmark.core.model import (
 from earmark.core.prices import Price, Shape
 
 BUDGET_COLUMNS = (
-    "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, estimate_policy"
+    "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, "
+    "estimate_policy, account, feature, cycle_start, cycle_end, limit_read_at"
 )
 PRICE_COLUMNS = (
     "price_id, provider, model, version, effective_from, effective_to, input_per_mtok, "
@@ -70,6 +71,11 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         open_reservations=row["open_reservations"],
         default_estimate=row["default_estimate"],
         estimate_policy=EstimatePolicy(row["estimate_policy"]),
+        account=row["account"],
+        feature=row["feature"],
+        cycle_start=row["cycle_start"],
+        cycle_end=row["cycle_end"],
+        limit_read_at=row["limit_read_at"],
     )
 
 

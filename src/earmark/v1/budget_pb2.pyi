@@ -71,7 +71,7 @@ ESTIMATE_POLICY_MEDIAN: EstimatePolicy
 ESTIMATE_POLICY_P75: EstimatePolicy
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job")
+    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job", "account", "feature")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,8 @@ class ReserveRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     amount: int
     idempotency_key: str
@@ -93,10 +95,12 @@ class ReserveRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     shape: UsageShape
     job: str
-    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ...) -> None: ...
+    account: str
+    feature: str
+    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version")
+    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id")
     ADMITTED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     AMOUNT_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +110,8 @@ class ReserveResponse(_message.Message):
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     ESTIMATE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     PRICE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     admitted: bool
     reservation_id: str
     amount: int
@@ -115,7 +121,9 @@ class ReserveResponse(_message.Message):
     expires_at: _timestamp_pb2.Timestamp
     estimate_source: EstimateSource
     price_version: int
-    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
+    retry_after: _duration_pb2.Duration
+    budget_id: str
+    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ...) -> None: ...
 
 class ChargeRequest(_message.Message):
     __slots__ = ("reservation_id", "amount", "idempotency_key", "usage")
@@ -208,7 +216,7 @@ class GetBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class BudgetState(_message.Message):
-    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded")
+    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -219,6 +227,11 @@ class BudgetState(_message.Message):
     DEFAULT_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     ESTIMATE_POLICY_FIELD_NUMBER: _ClassVar[int]
     EXCEEDED_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_FIELD_NUMBER: _ClassVar[int]
+    CYCLE_START_FIELD_NUMBER: _ClassVar[int]
+    CYCLE_END_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_READ_AT_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     used: int
@@ -229,7 +242,30 @@ class BudgetState(_message.Message):
     default_estimate: int
     estimate_policy: EstimatePolicy
     exceeded: bool
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ...) -> None: ...
+    account: str
+    feature: str
+    cycle_start: _timestamp_pb2.Timestamp
+    cycle_end: _timestamp_pb2.Timestamp
+    limit_read_at: _timestamp_pb2.Timestamp
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListCyclesRequest(_message.Message):
+    __slots__ = ("account",)
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    def __init__(self, account: _Optional[str] = ...) -> None: ...
+
+class ListCyclesResponse(_message.Message):
+    __slots__ = ("cycles",)
+    CYCLES_FIELD_NUMBER: _ClassVar[int]
+    cycles: _containers.RepeatedCompositeFieldContainer[BudgetState]
+    def __init__(self, cycles: _Optional[_Iterable[_Union[BudgetState, _Mapping]]] = ...) -> None: ...
+
+class RefreshLimitsRequest(_message.Message):
+    __slots__ = ("account",)
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    def __init__(self, account: _Optional[str] = ...) -> None: ...
 
 class Price(_message.Message):
     __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute")

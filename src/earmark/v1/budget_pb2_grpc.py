@@ -264,6 +264,16 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.ListPricesRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.ListPricesResponse.FromString,
                 _registered_method=True)
+        self.ListCycles = channel.unary_unary(
+                '/earmark.v1.Admin/ListCycles',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListCyclesRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.FromString,
+                _registered_method=True)
+        self.RefreshLimits = channel.unary_unary(
+                '/earmark.v1.Admin/RefreshLimits',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.RefreshLimitsRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -297,6 +307,21 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCycles(self, request, context):
+        """An account's billing-cycle budgets, newest cycle first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RefreshLimits(self, request, context):
+        """Reads an account's limits from the limits provider now, whatever the cache holds, and
+        applies them to its current cycle's budgets (running holds keep their amounts).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -319,6 +344,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListPrices,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.ListPricesRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.ListPricesResponse.SerializeToString,
+            ),
+            'ListCycles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCycles,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListCyclesRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.SerializeToString,
+            ),
+            'RefreshLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.RefreshLimits,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.RefreshLimitsRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +465,60 @@ class Admin:
             '/earmark.v1.Admin/ListPrices',
             earmark_dot_v1_dot_budget__pb2.ListPricesRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.ListPricesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCycles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListCycles',
+            earmark_dot_v1_dot_budget__pb2.ListCyclesRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RefreshLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/RefreshLimits',
+            earmark_dot_v1_dot_budget__pb2.RefreshLimitsRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.FromString,
             options,
             channel_credentials,
             insecure,
