@@ -15,6 +15,7 @@ import structlog
 from earmark import limits
 from earmark.errors import EarmarkError
 from earmark.metrics import Metrics
+from earmark.plans.reporter import Reporter
 from earmark.settings import Settings
 from earmark.store import Store
 from earmark.store.probe import DatabaseProbe
@@ -38,7 +39,9 @@ class Background:
         *,
         probe: DatabaseProbe,
         supervisor: Supervisor | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
+        self._reporter = reporter
         self._store = store
         self._probe = probe
         self._supervisor = supervisor
@@ -55,6 +58,8 @@ class Background:
             "database-watch": self._watch_database,
             "gauges": self._refresh_gauges,
         }
+        if self._reporter is not None:
+            loops["reporter"] = self._report_forever
         for name, loop in loops.items():
             self._stopping[name] = asyncio.Event()
             self._tasks[name] = asyncio.create_task(loop(), name=f"earmark-{name}")
@@ -105,6 +110,17 @@ class Background:
             except EarmarkError as error:
                 log.warning("sweeper_failed", error=error.message)
             if await self._pause("sweeper", self._settings.sweep_interval_seconds):
+                return
+
+    async def _report_forever(self) -> None:
+        assert self._reporter is not None
+        while not self._stopping["reporter"].is_set():
+            try:
+                while await self._reporter.report_once() >= limits.report_batch_size_max:
+                    pass
+            except EarmarkError as error:
+                log.warning("reporter_failed", error=error.message)
+            if await self._pause("reporter", self._settings.report_interval_seconds):
                 return
 
     async def _watch_database(self) -> None:

@@ -108,6 +108,53 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         help=f"lines of NAME TOKEN PREFIX...; workers then need a token "
         f"[{env['worker_token_file']}]",
     )
+    s.add_argument(
+        "--limits-provider",
+        help=f"static or kinde; kinde reads plans and reports usage [{env['limits_provider']}, "
+        f"static]",
+    )
+    s.add_argument(
+        "--kinde-domain",
+        help=f"https://YOURS.kinde.com; the M2M client's id and secret come from "
+        f"{earmark_settings.KINDE_CLIENT_ID} and {earmark_settings.KINDE_CLIENT_SECRET} "
+        f"[{env['kinde_domain']}]",
+    )
+    s.add_argument(
+        "--default-feature",
+        help=f"the feature of a Reserve by account that names none [{env['default_feature']}, "
+        f"tokens]",
+    )
+    s.add_argument("--plan-unit", help=f"the unit of cycle budgets [{env['plan_unit']}, tokens]")
+    s.add_argument(
+        "--cycle-anchor-day",
+        type=int,
+        help=f"the day of the month cycles start, 1 to 28 [{env['cycle_anchor_day']}, 1]",
+    )
+    s.add_argument(
+        "--limit-fresh-seconds",
+        type=float,
+        help=f"a limit read is used as it is this long [{env['limit_fresh_seconds']}, 60]",
+    )
+    s.add_argument(
+        "--limit-stale-seconds",
+        type=float,
+        help=f"and kept this long while the provider fails [{env['limit_stale_seconds']}, 600]",
+    )
+    s.add_argument(
+        "--limit-retry-seconds",
+        type=float,
+        help=f"a failed read is tried again after this [{env['limit_retry_seconds']}, 5]",
+    )
+    s.add_argument(
+        "--admissions-per-minute",
+        type=int,
+        help=f"new admissions per account per minute [{env['admissions_per_minute']}, 120]",
+    )
+    s.add_argument(
+        "--report-interval-seconds",
+        type=float,
+        help=f"how often usage goes to the meter [{env['report_interval_seconds']}, 1]",
+    )
     s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
     s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
 

@@ -60,9 +60,22 @@ provider_pages_max = 100
 provider_page_size = 100
 provider_response_bytes_max = 1 << 20
 cycle_anchor_day_max = 28
-account_length_max = 128
-feature_length_max = 64
+# An account's cycle budget is named ACCOUNT/FEATURE/YYYY-MM-DD: 64 + 1 + 48 + 1 + 10 fits
+# in budget_id_length_max.
+account_length_max = 64
+feature_length_max = 48
 admissions_per_minute_default = 120
+admissions_per_minute_max = 1_000_000
+# The meter reporter: a pass every interval, at most report_batch_size_max totals a pass,
+# a claim lasting report_claim_seconds, and failed reports tried again with full-jitter
+# backoff from report_backoff_seconds_base up to report_backoff_seconds_max.
+report_interval_seconds_default = 1.0
+report_batch_size_max = 100
+report_claim_seconds = 60.0
+report_backoff_seconds_base = 1.0
+report_backoff_seconds_max = 300.0
+# ListCycles answers at most this many cycle budgets of an account.
+cycles_listed_max = 120
 
 # Leases.
 lease_seconds_default = 120.0
@@ -163,6 +176,10 @@ assert 0 < limit_fresh_seconds_default <= limit_stale_seconds_default
 assert 0 < token_renew_margin_seconds
 assert 1 <= provider_pages_max <= 10_000
 assert 1 <= cycle_anchor_day_max <= 28
+assert account_length_max + feature_length_max + 12 <= budget_id_length_max
+assert 1 <= admissions_per_minute_default <= admissions_per_minute_max
+assert 0 < report_backoff_seconds_base <= report_backoff_seconds_max
+assert provider_timeout_seconds < report_claim_seconds
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
 assert 1 <= lanes_default <= lanes_max

@@ -115,6 +115,20 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.meter_reports = Counter(
+            "earmark_meter_reports", "Usage totals sent to the provider's meter, by result.",
+            ["result"], registry=r,
+        )  # fmt: skip
+        self.meter_outbox_depth = Gauge(
+            "earmark_meter_outbox_depth",
+            "Cycle totals waiting to be reported to the provider's meter (database).",
+            registry=r,
+        )
+        self.meter_report_lag = Gauge(
+            "earmark_meter_report_lag_seconds",
+            "Age of the oldest total not yet reported to the provider's meter (database).",
+            registry=r,
+        )
         self.database_restarts = Counter(
             "earmark_embedded_database_restarts",
             "Times the sidecar restarted its embedded PostgreSQL after it died.",

@@ -17,12 +17,24 @@ from earmark import limits
 from earmark.background import Background
 from earmark.errors import Unavailable
 from earmark.metrics import Metrics
+from earmark.plans.cache import LimitCache
+from earmark.plans.gate import PlanGate
+from earmark.plans.kinde import KindeProvider
+from earmark.plans.provider import LimitsProvider
+from earmark.plans.reporter import Reporter
 from earmark.service import auth
 from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
 from earmark.service.drain import Drain
 from earmark.service.edge import EdgeInterceptor, StreamSlots
-from earmark.settings import UNIX_PREFIX, Settings, split_host_port, unix_socket_path
+from earmark.settings import (
+    KINDE_CLIENT_ID,
+    KINDE_CLIENT_SECRET,
+    UNIX_PREFIX,
+    Settings,
+    split_host_port,
+    unix_socket_path,
+)
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
 from earmark.store.probe import DatabaseProbe
@@ -75,6 +87,8 @@ class Sidecar:
         self.metrics_port = 0
         self._metrics_httpd: Any = None
         self.background: Background | None = None
+        self.provider: LimitsProvider | None = None
+        self.plans: PlanGate | None = None
 
     async def start(self) -> None:
         try:
@@ -104,6 +118,7 @@ class Sidecar:
             observer=observer,
             admission="naive" if self.settings.admission == "naive" else "grouped",
         )
+        self._start_plans(self.store)
         self.server, self.port = await self._serve_workers(self.store)
         self.admin_server, self.admin_address = await self._serve_admin(self.store)
         if self.settings.metrics_listen:
@@ -122,6 +137,11 @@ class Sidecar:
             self._set_health,
             probe=DatabaseProbe(dsn),
             supervisor=supervisor,
+            reporter=(
+                None
+                if self.provider is None
+                else Reporter(self.store, self.provider, m, self.clock)
+            ),
         )
         self.background.start()
         log.info(
@@ -132,6 +152,37 @@ class Sidecar:
             worker_tokens=self.settings.worker_token_file is not None,
             metrics_port=self.metrics_port,
             database="embedded" if self.embedded else "external",
+        )
+
+    def _start_plans(self, store: Store) -> None:
+        """The limits provider, its cache and the gate, for --limits-provider kinde; the
+        static provider has none (budgets are PutBudget's)."""
+        settings = self.settings
+        if settings.limits_provider != "kinde":
+            return
+        client_id = os.environ.get(KINDE_CLIENT_ID, "")
+        secret = os.environ.get(KINDE_CLIENT_SECRET, "")
+        if not client_id or not secret:
+            raise ValueError(
+                f"limits_provider kinde: set {KINDE_CLIENT_ID} and {KINDE_CLIENT_SECRET} "
+                "(the M2M application's credentials) in the environment"
+            )
+        self.provider = KindeProvider(settings.kinde_domain, client_id, secret)
+        cache = LimitCache(
+            self.provider,
+            self.clock,
+            fresh_seconds=settings.limit_fresh_seconds,
+            stale_seconds=settings.limit_stale_seconds,
+            retry_seconds=settings.limit_retry_seconds,
+        )
+        self.plans = PlanGate(
+            store,
+            cache,
+            self.clock,
+            anchor_day=settings.cycle_anchor_day,
+            unit=settings.plan_unit,
+            admissions_per_minute=settings.admissions_per_minute,
+            default_feature=settings.default_feature,
         )
 
     def _grpc_server(
@@ -178,7 +229,11 @@ class Sidecar:
             tokens = auth.load_worker_tokens(settings.worker_token_file)
         server = self._grpc_server(BUDGET_SERVICE, tokens, (f"/{BUDGET_SERVICE}/",))
         service = BudgetService(
-            store, self.metrics, self.drain, lease_seconds_max=settings.lease_seconds_max
+            store,
+            self.metrics,
+            self.drain,
+            lease_seconds_max=settings.lease_seconds_max,
+            plans=self.plans,
         )
         budget_pb2_grpc.add_BudgetServicer_to_server(service, server)
         port = self._add_tcp_port(server, settings.listen, "listen")
@@ -195,7 +250,7 @@ class Sidecar:
         protected = (f"/{ADMIN_SERVICE}/", f"/{reflection.SERVICE_NAME}/")
         server = self._grpc_server(ADMIN_SERVICE, tokens, protected)
         budget_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(store, self.metrics, self.drain), server
+            AdminService(store, self.metrics, self.drain, plans=self.plans), server
         )
         address = settings.admin_address
         if address.startswith(UNIX_PREFIX):
@@ -245,6 +300,9 @@ class Sidecar:
         if self.store is not None:
             await self.store.close()
             self.store = None
+        if self.provider is not None:
+            await self.provider.close()
+            self.provider = None
         if self._metrics_httpd is not None:
             await asyncio.to_thread(self._metrics_httpd.shutdown)
             self._metrics_httpd.server_close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,19 @@ class Settings:
     insecure_listen: bool = False
     # Worker tokens, each with the budget id prefixes it may use (see service/auth.py).
     worker_token_file: Path | None = None
+    # Where account limits come from: static (Admin.PutBudget only) or kinde.
+    limits_provider: str = "static"
+    kinde_domain: str = ""
+    # The feature a Reserve by account counts against when it names none, and the unit of
+    # the cycle budgets it makes.
+    default_feature: str = "tokens"
+    plan_unit: str = "tokens"
+    cycle_anchor_day: int = 1
+    limit_fresh_seconds: float = limits.limit_fresh_seconds_default
+    limit_stale_seconds: float = limits.limit_stale_seconds_default
+    limit_retry_seconds: float = limits.limit_retry_seconds
+    admissions_per_minute: int = limits.admissions_per_minute_default
+    report_interval_seconds: float = limits.report_interval_seconds_default
 
     @property
     def admin_address(self) -> str:
@@ -142,6 +156,39 @@ class Settings:
             raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
         if self.log_format not in {"auto", "json", "console"}:
             raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
+        self._check_plans()
+
+    def _check_plans(self) -> None:
+        if self.limits_provider not in {"static", "kinde"}:
+            raise ValueError(f"limits_provider: {self.limits_provider!r} is not static or kinde")
+        if self.limits_provider == "kinde":
+            domain = urllib.parse.urlsplit(self.kinde_domain)
+            plain_ok = domain.scheme == "http" and is_loopback(domain.hostname or "")
+            if not domain.hostname or not (domain.scheme == "https" or plain_ok):
+                raise ValueError(
+                    "kinde_domain: --limits-provider kinde needs its https:// URL "
+                    "(plain http only on a loopback address)"
+                )
+        if not 1 <= self.cycle_anchor_day <= limits.cycle_anchor_day_max:
+            raise ValueError(
+                f"cycle_anchor_day: {self.cycle_anchor_day} is not in "
+                f"[1, {limits.cycle_anchor_day_max}]"
+            )
+        if not 0 < self.limit_fresh_seconds <= self.limit_stale_seconds <= 86_400:
+            raise ValueError(
+                "limit_fresh_seconds and limit_stale_seconds: need 0 < fresh <= stale <= 86400"
+            )
+        if not 0 < self.limit_retry_seconds <= self.limit_fresh_seconds:
+            raise ValueError("limit_retry_seconds: needs 0 < retry <= limit_fresh_seconds")
+        if not 1 <= self.admissions_per_minute <= limits.admissions_per_minute_max:
+            raise ValueError(
+                f"admissions_per_minute: {self.admissions_per_minute} is not in "
+                f"[1, {limits.admissions_per_minute_max}]"
+            )
+        if not 0 < self.report_interval_seconds <= 3600:
+            raise ValueError(
+                f"report_interval_seconds: {self.report_interval_seconds} is not in (0, 3600]"
+            )
 
     def _check_exposure(self, name: str, host: str) -> None:
         """A listener off loopback serves TLS, or plaintext only when asked for in so many
@@ -176,7 +223,22 @@ ENV = {
     "tls_client_ca_file": "EARMARK_TLS_CLIENT_CA_FILE",
     "insecure_listen": "EARMARK_INSECURE_LISTEN",
     "worker_token_file": "EARMARK_WORKER_TOKEN_FILE",
+    "limits_provider": "EARMARK_LIMITS_PROVIDER",
+    "kinde_domain": "EARMARK_KINDE_DOMAIN",
+    "default_feature": "EARMARK_DEFAULT_FEATURE",
+    "plan_unit": "EARMARK_PLAN_UNIT",
+    "cycle_anchor_day": "EARMARK_CYCLE_ANCHOR_DAY",
+    "limit_fresh_seconds": "EARMARK_LIMIT_FRESH_SECONDS",
+    "limit_stale_seconds": "EARMARK_LIMIT_STALE_SECONDS",
+    "limit_retry_seconds": "EARMARK_LIMIT_RETRY_SECONDS",
+    "admissions_per_minute": "EARMARK_ADMISSIONS_PER_MINUTE",
+    "report_interval_seconds": "EARMARK_REPORT_INTERVAL_SECONDS",
 }
+
+# The Kinde M2M application's credentials come from the environment only: never a flag
+# (flags show in process listings), never logged.
+KINDE_CLIENT_ID = "EARMARK_KINDE_CLIENT_ID"
+KINDE_CLIENT_SECRET = "EARMARK_KINDE_CLIENT_SECRET"
 
 
 def _flag(raw: object) -> bool:
@@ -207,6 +269,12 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "tls_client_ca_file": Path,
     "insecure_listen": _flag,
     "worker_token_file": Path,
+    "cycle_anchor_day": int,
+    "limit_fresh_seconds": float,
+    "limit_stale_seconds": float,
+    "limit_retry_seconds": float,
+    "admissions_per_minute": int,
+    "report_interval_seconds": float,
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import assert_never
 
-from earmark.core import amounts, rules
+from earmark.core import amounts, ratelimit, rules
 from earmark.core.estimates import SampleKey
 from earmark.core.model import ESTIMATED, EstimateSource, Hold, LedgerKind, Outcome, RefusalReason
 from earmark.core.ops import (
@@ -116,8 +116,28 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
             f"budget {budget.budget_id!r}: a hold of {amount} would carry its counters "
             "past 2^63-1; settle holds or start a new budget"
         )
+    window = state.windows.get(op.account) if op.admissions_per_minute else None
+    if window is not None:
+        rate = ratelimit.admit_rate(window, now, op.admissions_per_minute)
+        decision.windows.add(op.account)
+        if not rate.allowed:
+            return ReserveResult(
+                admitted=False,
+                reservation_id="",
+                amount=amount,
+                remaining=budget.remaining(),
+                reason=RefusalReason.RATE_LIMITED,
+                message=f"account {op.account!r} has made {op.admissions_per_minute} "
+                "admissions this minute",
+                expires_at=None,
+                source=priced.source,
+                price_version=priced.price_version,
+                retry_after=rate.retry_after,
+            )
     admission = rules.admit(budget, amount)
     if not admission.admitted:
+        if window is not None:
+            ratelimit.give_back(window)
         return ReserveResult(
             admitted=False,
             reservation_id="",

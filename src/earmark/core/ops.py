@@ -23,6 +23,9 @@ class ReserveOp:
     owner: str = ""
     shape: Shape | None = None
     job: str = ""
+    # An account's Reserve counts against its admission rate (0: no rate limit).
+    account: str = ""
+    admissions_per_minute: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,8 @@ class ReserveResult:
     duplicate: bool = False
     source: EstimateSource = EstimateSource.CALLER
     price_version: int = 0
+    # With RefusalReason.RATE_LIMITED: how long until the account's window has room.
+    retry_after: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

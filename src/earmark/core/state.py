@@ -18,6 +18,7 @@ from earmark.core.model import (
 )
 from earmark.core.ops import Result
 from earmark.core.prices import PriceBook
+from earmark.core.ratelimit import AdmissionWindow
 from earmark.errors import EarmarkError, FailedPrecondition, NotFound, PermissionDenied
 
 
@@ -35,6 +36,8 @@ class BatchState:
     charges: dict[tuple[str, str], ChargeRecord] = field(default_factory=dict)
     prices: PriceBook = field(default_factory=PriceBook)
     samples: dict[SampleKey, list[int]] = field(default_factory=dict)
+    # Admission counters of the accounts the batch's Reserves name, shared like samples.
+    windows: dict[str, AdmissionWindow] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -48,6 +51,8 @@ class BatchDecision:
     ledger: list[LedgerEntry] = field(default_factory=list)
     # Job samples that settles added to; their whole lists are written back.
     samples: set[SampleKey] = field(default_factory=set)
+    # Accounts whose admission counters moved.
+    windows: set[str] = field(default_factory=set)
 
     def writes_anything(self) -> bool:
         return bool(self.new_holds or self.changed_holds or self.new_charges or self.ledger)

@@ -61,15 +61,20 @@ class LimitCache:
         if known is None or known.read_at < read.read_at:
             self._remember(account, read)
 
-    async def get(self, account: str) -> LimitRead:
+    def knows(self, account: str) -> bool:
+        return account in self._reads
+
+    async def get(self, account: str, *, force: bool = False) -> LimitRead:
         """A read young enough to admit on, reading the provider when the last is older
-        than fresh_seconds; LimitUnavailable when none is younger than stale_seconds."""
+        than fresh_seconds (or at once, with force); LimitUnavailable when none is younger
+        than stale_seconds."""
         now = self._clock()
         known = self._reads.get(account)
-        if known is not None and now - known.read_at < self._fresh:
+        if not force and known is not None and now - known.read_at < self._fresh:
             return known
         failed = self._failed_at.get(account)
-        if failed is None or now - failed >= self._retry or account in self._inflight:
+        retry = failed is None or now - failed >= self._retry or account in self._inflight
+        if force or retry:
             try:
                 return await self._read_once(account)
             except ProviderUnavailable as error:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import structlog
 
 from earmark import limits
+from earmark.errors import FailedPrecondition, Unavailable
 from earmark.metrics import Metrics
+from earmark.plans.cache import LimitUnavailable
+from earmark.plans.gate import PlanGate
 from earmark.service import convert, validate
 from earmark.service.drain import Drain
 from earmark.service.errors import Context, rpc
@@ -17,10 +20,13 @@ log = structlog.get_logger("earmark.admin")
 
 
 class AdminService(pb_grpc.AdminServicer):
-    def __init__(self, store: Store, metrics: Metrics, drain: Drain) -> None:
+    def __init__(
+        self, store: Store, metrics: Metrics, drain: Drain, *, plans: PlanGate | None = None
+    ) -> None:
         self.store = store
         self.metrics = metrics
         self.drain = drain
+        self.plans = plans
 
     @rpc("PutBudget")
     async def PutBudget(self, request: pb.PutBudgetRequest, context: Context) -> pb.BudgetState:
@@ -71,3 +77,26 @@ class AdminService(pb_grpc.AdminServicer):
         model = validate.price_filter("model", request.model, limits.model_length_max)
         found = await self.store.list_prices(provider, model)
         return pb.ListPricesResponse(prices=[convert.price_message(p) for p in found])
+
+    @rpc("ListCycles")
+    async def ListCycles(
+        self, request: pb.ListCyclesRequest, context: Context
+    ) -> pb.ListCyclesResponse:
+        found = await self.store.cycles_of(validate.account(request.account))
+        return pb.ListCyclesResponse(cycles=[convert.budget_state(b) for b in found])
+
+    @rpc("RefreshLimits")
+    async def RefreshLimits(
+        self, request: pb.RefreshLimitsRequest, context: Context
+    ) -> pb.ListCyclesResponse:
+        account = validate.account(request.account)
+        if self.plans is None:
+            raise FailedPrecondition(
+                "account: this sidecar reads no plans; start it with --limits-provider kinde"
+            )
+        try:
+            found = await self.plans.refresh(account)
+        except LimitUnavailable as unknown:
+            raise Unavailable(str(unknown)) from None
+        log.info("refresh_limits", account=account, cycles=len(found))
+        return pb.ListCyclesResponse(cycles=[convert.budget_state(b) for b in found])

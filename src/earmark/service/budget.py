@@ -6,7 +6,7 @@ import uuid
 
 import structlog
 
-from earmark.core.model import HoldState
+from earmark.core.model import HoldState, RefusalReason
 from earmark.core.ops import (
     ChargeOp,
     ChargeResult,
@@ -17,8 +17,10 @@ from earmark.core.ops import (
     SettleOp,
     SettleResult,
 )
-from earmark.errors import PermissionDenied
+from earmark.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from earmark.metrics import Metrics
+from earmark.plans.cache import LimitUnavailable
+from earmark.plans.gate import PlanGate
 from earmark.service import convert, validate
 from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
@@ -38,32 +40,86 @@ def _owner() -> str:
 
 class BudgetService(pb_grpc.BudgetServicer):
     def __init__(
-        self, store: Store, metrics: Metrics, drain: Drain, *, lease_seconds_max: float
+        self,
+        store: Store,
+        metrics: Metrics,
+        drain: Drain,
+        *,
+        lease_seconds_max: float,
+        plans: PlanGate | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.drain = drain
         self.lease_seconds_max = lease_seconds_max
+        self.plans = plans
+
+    def _named(self, request: pb.ReserveRequest) -> tuple[str, str, str]:
+        """(budget_id, account, feature) as the request names them, checked; budget_id is
+        "" for a Reserve by account."""
+        if not request.account:
+            return validate.budget_id(request.budget_id), "", ""
+        if request.budget_id:
+            raise InvalidArgument("budget_id", "and account are both given; a Reserve names one")
+        if self.plans is None:
+            raise FailedPrecondition(
+                "account: this sidecar reads no plans; start it with --limits-provider kinde"
+            )
+        account = validate.account(request.account)
+        return "", account, validate.feature(request.feature or self.plans.default_feature)
+
+    async def _cycle_budget(self, account: str, feature: str, amount: int) -> str | ReserveResult:
+        """The account's current cycle budget, or a refusal when its limit is unknown."""
+        assert self.plans is not None
+        try:
+            return await self.plans.budget_for(account, feature)
+        except LimitUnavailable as unknown:
+            # Fail closed: an unknown limit admits nothing, and says so as a refusal.
+            return ReserveResult(
+                admitted=False,
+                reservation_id="",
+                amount=amount,
+                remaining=None,
+                reason=RefusalReason.LIMIT_UNAVAILABLE,
+                message=str(unknown),
+                expires_at=None,
+            )
 
     @rpc("Reserve")
     async def Reserve(self, request: pb.ReserveRequest, context: Context) -> pb.ReserveResponse:
-        budget_id = validate.budget_id(request.budget_id)
+        # Everything the request carries is checked before any budget or provider is asked.
+        budget_id, account, feature = self._named(request)
+        amount, shape = validate.reserve_amount(request)
+        job = validate.job(request.job)
+        key = validate.idempotency_key(request.idempotency_key)
+        lease = validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max)
+        labels = validate.labels(dict(request.labels))
+        if account:
+            target = await self._cycle_budget(account, feature, amount)
+            if isinstance(target, ReserveResult):
+                self._count_reserve(target)
+                log.info("reserve", account=account, feature=feature, decision="refused",
+                         reason=target.reason.name, message=target.message)  # fmt: skip
+                return convert.reserve_response(target, "")
+            budget_id = target
         caller = CALLER.get()
         if caller is not None and not caller.may_use(budget_id):
             raise PermissionDenied(
                 f"budget_id: the token named {caller.name!r} may not use budget {budget_id!r}"
             )
-        amount, shape = validate.reserve_amount(request)
+        rate = self.plans.admissions_per_minute if account and self.plans else 0
         op = ReserveOp(
             budget_id=budget_id,
             amount=amount,
             shape=shape,
-            job=validate.job(request.job),
-            idempotency_key=validate.idempotency_key(request.idempotency_key),
-            lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
-            labels=validate.labels(dict(request.labels)),
+            job=job,
+            idempotency_key=key,
+            lease=lease,
+            labels=labels,
             new_reservation_id=str(uuid.uuid4()),
             owner=_owner(),
+            account=account,
+            admissions_per_minute=rate,
         )
         result = await self.store.submit(op)
         assert isinstance(result, ReserveResult)
@@ -82,7 +138,7 @@ class BudgetService(pb_grpc.BudgetServicer):
             remaining=result.remaining,
             duplicate=result.duplicate,
         )
-        return convert.reserve_response(result)
+        return convert.reserve_response(result, op.budget_id)
 
     @rpc("Charge")
     async def Charge(self, request: pb.ChargeRequest, context: Context) -> pb.ChargeResponse:

@@ -18,8 +18,9 @@ def timestamp(at: datetime) -> Timestamp:
     return stamp
 
 
-def reserve_response(result: ReserveResult) -> pb.ReserveResponse:
+def reserve_response(result: ReserveResult, budget_id: str) -> pb.ReserveResponse:
     reply = pb.ReserveResponse(
+        budget_id=budget_id,
         admitted=result.admitted,
         reservation_id=result.reservation_id,
         amount=result.amount,
@@ -32,6 +33,8 @@ def reserve_response(result: ReserveResult) -> pb.ReserveResponse:
         reply.remaining = result.remaining
     if result.expires_at is not None:
         reply.expires_at.CopyFrom(timestamp(result.expires_at))
+    if result.retry_after is not None:
+        reply.retry_after.FromTimedelta(result.retry_after)
     return reply
 
 

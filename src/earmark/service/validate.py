@@ -140,6 +140,18 @@ def outcome(value: int) -> Outcome:
         raise InvalidArgument("outcome", f"{value} is not a known Outcome") from None
 
 
+def account(value: str) -> str:
+    return identifier("account", value, limits.account_length_max)
+
+
+def feature(value: str) -> str:
+    # A feature is part of a budget id, ACCOUNT/FEATURE/CYCLE: it may not hold the slash.
+    found = identifier("feature", value, limits.feature_length_max)
+    if "/" in found:
+        raise InvalidArgument("feature", "may not contain '/'")
+    return found
+
+
 def job(value: str) -> str:
     return identifier("job", value, limits.job_length_max) if value else ""
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, sample_keys
 from earmark.core.estimates import SampleKey
-from earmark.core.model import Budget, Hold, HoldState
+from earmark.core.model import Budget, Hold, HoldState, LedgerKind
 from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.core.prices import PriceBook
+from earmark.core.ratelimit import AdmissionWindow
 from earmark.errors import FailedPrecondition
 from earmark.store.named import NamedQuery
 from earmark.store.rows import (
@@ -60,6 +62,13 @@ FROM budgets
 WHERE budget_id = ANY($1::text[])
 ORDER BY budget_id
 FOR NO KEY UPDATE
+"""
+
+LOCK_ACCOUNTS = """
+SELECT account, window_start, admissions FROM accounts
+WHERE account = ANY($1::text[])
+ORDER BY account
+FOR UPDATE
 """
 
 LOAD_PRICES = f"SELECT {PRICE_COLUMNS} FROM prices ORDER BY price_id"
@@ -123,6 +132,22 @@ WITH new_holds AS (
     WHERE o.reservation_id = u.reservation_id
 ), closed AS (
     DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
+), windows AS (
+    INSERT INTO accounts (account, window_start, admissions)
+    SELECT * FROM unnest($window_accounts::text[], $window_starts::timestamptz[],
+                         $window_admissions::integer[])
+    ON CONFLICT (account) DO UPDATE
+    SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions
+), outbox AS (
+    INSERT INTO meter_outbox (account, feature, cycle_start, total, at, version,
+                              next_attempt_at)
+    SELECT u.account, u.feature, u.cycle_start, u.total, u.at, 1, u.at
+    FROM unnest($outbox_accounts::text[], $outbox_features::text[],
+                $outbox_cycles::timestamptz[], $outbox_totals::bigint[],
+                $outbox_at::timestamptz[])
+        AS u(account, feature, cycle_start, total, at)
+    ON CONFLICT (account, feature, cycle_start) DO UPDATE
+    SET total = EXCLUDED.total, at = EXCLUDED.at, version = meter_outbox.version + 1
 ), samples AS (
     INSERT INTO job_samples (unit, job, model, samples)
     SELECT * FROM unnest($sample_units::text[], $sample_jobs::text[], $sample_models::text[],
@@ -263,10 +288,50 @@ async def load_batches(
     if budgets:
         prices = await load_price_book(conn, prices, price_seq)
     samples = await _load_samples(conn, states, entries)
+    windows = await _lock_windows(conn, entries)
     for state in states.values():
         state.prices = prices
         state.samples = samples
+        state.windows = windows
     return states, prices
+
+
+async def _lock_windows(
+    conn: Conn, entries: Sequence[tuple[str, Op]]
+) -> dict[str, AdmissionWindow]:
+    """The admission counters of the accounts whose Reserves are rate limited, locked after
+    the budgets (the order every transaction takes); an account without a row gets a new
+    counter, written by the batch."""
+    accounts = sorted(
+        {op.account for _, op in entries if isinstance(op, ReserveOp) and op.admissions_per_minute}
+    )
+    if not accounts:
+        return {}
+    windows = {account: AdmissionWindow(account) for account in accounts}
+    for row in await conn.fetch(LOCK_ACCOUNTS, accounts):
+        windows[row["account"]] = AdmissionWindow(
+            row["account"], row["window_start"], row["admissions"]
+        )
+    return windows
+
+
+# What a meter must hear about: the cycle's used moved by a settle, a late settle or expiry.
+_REPORTED_KINDS = frozenset({LedgerKind.SETTLE, LedgerKind.LATE_SETTLE, LedgerKind.EXPIRE})
+
+
+def _meter_totals(
+    decided: Sequence[tuple[BatchState, BatchDecision]],
+) -> list[tuple[Budget, datetime]]:
+    """The cycle budgets whose used total must go to the provider's meter, with when."""
+    found = []
+    for state, decision in decided:
+        budget = state.budget
+        if budget is None or budget.account is None or budget.cycle_start is None:
+            continue
+        moments = [e.at for e in decision.ledger if e.kind in _REPORTED_KINDS]
+        if moments:
+            found.append((budget, max(moments)))
+    return found
 
 
 async def _load_samples(
@@ -306,10 +371,14 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     ledger = [e for _, d in decided for e in d.ledger]
     budgets = [s.budget for s, d in decided if s.budget is not None and d.writes_anything()]
     sampled: dict[SampleKey, list[int]] = {}
+    windows: dict[str, AdmissionWindow] = {}
     for state, decision in decided:
         for key in decision.samples:
             sampled[key] = state.samples[key]
-    if not (new_holds or changed or charges or ledger or budgets or sampled):
+        for account in decision.windows:
+            windows[account] = state.windows[account]
+    meters = _meter_totals(decided)
+    if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
         return
     opened = [h for h in new_holds if h.state is HoldState.HELD]
     extended = [h for h in changed if h.state is HoldState.HELD]
@@ -343,6 +412,14 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         extended_ids=[h.reservation_id for h in extended],
         extended_expires_at=[h.expires_at for h in extended],
         closed_ids=closed,
+        window_accounts=list(windows),
+        window_starts=[w.window_start for w in windows.values()],
+        window_admissions=[w.admissions for w in windows.values()],
+        outbox_accounts=[b.account for b, _ in meters],
+        outbox_features=[b.feature for b, _ in meters],
+        outbox_cycles=[b.cycle_start for b, _ in meters],
+        outbox_totals=[b.used for b, _ in meters],
+        outbox_at=[at for _, at in meters],
         sample_units=[key[0] for key in sampled],
         sample_jobs=[key[1] for key in sampled],
         sample_models=[key[2] for key in sampled],

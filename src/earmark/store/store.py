@@ -17,7 +17,8 @@ from earmark.core.model import Budget, EstimatePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
-from earmark.store import pricebook, queries
+from earmark.store import cycles, pricebook, queries
+from earmark.store.cycles import Report
 from earmark.store.lanes import Lanes
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
@@ -193,6 +194,49 @@ class Store:
         with mapped_db_errors():
             async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
                 return await pricebook.list_prices(conn, provider, model)
+
+    # Accounts' billing cycles and the meter outbox.
+
+    async def ensure_cycle(self, spec: Budget) -> Budget | None:
+        """Creates an account's cycle budget, or gives it a newer limit read; None when the
+        row already held a newer read. READ COMMITTED, like PutBudget, and outside the
+        batches: it runs about once per account and minute."""
+
+        async def work(conn: Conn) -> Budget | None:
+            await queries.admit_unit(conn, spec.unit)
+            return await cycles.upsert_cycle(conn, spec)
+
+        return await self._transaction(work, "read_committed")
+
+    async def cycles_of(self, account: str) -> list[Budget]:
+        with mapped_db_errors():
+            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                return await cycles.cycles_of(conn, account)
+
+    async def claim_reports(self, count: int = limits.report_batch_size_max) -> list[Report]:
+        """Totals due for the meter, claimed for limits.report_claim_seconds (skipping
+        those another reporter holds), so that sidecars never send one at the same time."""
+
+        async def work(conn: Conn) -> list[Report]:
+            return await cycles.claim_reports(conn, self._clock(), count)
+
+        return await self._transaction(work, "read_committed")
+
+    async def mark_report(self, report: Report, next_attempt_at: datetime | None) -> None:
+        """Records a report as sent (next_attempt_at None) or failed (tried again then)."""
+
+        async def work(conn: Conn) -> None:
+            if next_attempt_at is None:
+                await cycles.mark_sent(conn, report, self._clock())
+            else:
+                await cycles.mark_failed(conn, report, next_attempt_at)
+
+        await self._transaction(work, "read_committed")
+
+    async def outbox_state(self) -> tuple[int, datetime | None]:
+        with mapped_db_errors():
+            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                return await cycles.outbox_state(conn)
 
     # What operators watch.
 

@@ -1,0 +1,108 @@
+"""The gate in front of Reserve by account: which budget an (account, feature) Reserve
+counts against now, with the limit of the account's plan.
+
+The budget is the account's current billing cycle for the feature, named
+ACCOUNT/FEATURE/CYCLE-START and created by the first Reserve of the cycle. Its limit is the
+plan's maximum as the limit cache last read it; the row keeps the read's time, so that a
+restarted or second sidecar starts from it instead of from nothing. A newer read is written
+to the row once per read, not once per Reserve.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
+
+from earmark import limits
+from earmark.core.cycles import cycle_at
+from earmark.core.model import Budget
+from earmark.errors import FailedPrecondition
+from earmark.plans.cache import LimitCache, LimitRead
+from earmark.store import Store
+
+
+class PlanGate:
+    def __init__(
+        self,
+        store: Store,
+        cache: LimitCache,
+        clock: Callable[[], datetime],
+        *,
+        anchor_day: int,
+        unit: str,
+        admissions_per_minute: int,
+        default_feature: str,
+    ) -> None:
+        self._store = store
+        self._cache = cache
+        self._clock = clock
+        self._anchor_day = anchor_day
+        self._unit = unit
+        self.admissions_per_minute = admissions_per_minute
+        self.default_feature = default_feature
+        # budget id -> the read_at this sidecar last wrote to it.
+        self._written: OrderedDict[str, datetime] = OrderedDict()
+
+    async def budget_for(self, account: str, feature: str) -> str:
+        """The id of the account's current cycle budget for feature, made or updated from
+        the plan; LimitUnavailable when no read is recent enough."""
+        if not self._cache.knows(account):
+            await self._seed(account)
+        read = await self._cache.get(account)
+        if feature not in read.limits:
+            # A read seeded from rows knows only the features used so far: ask the provider.
+            read = await self._cache.get(account, force=True)
+        if feature not in read.limits:
+            raise FailedPrecondition(
+                f"feature: the plan of account {account!r} has no feature {feature!r}"
+            )
+        return await self._apply(account, feature, read)
+
+    async def refresh(self, account: str) -> list[Budget]:
+        """Reads the account's plan now and applies it to the features it has used."""
+        read = await self._cache.get(account, force=True)
+        now = self._clock()
+        current = cycle_at(now, self._anchor_day).start
+        for budget in await self._store.cycles_of(account):
+            feature = budget.feature
+            if budget.cycle_start == current and feature is not None and feature in read.limits:
+                await self._apply(account, feature, read)
+        return await self._store.cycles_of(account)
+
+    async def _apply(self, account: str, feature: str, read: LimitRead) -> str:
+        cycle = cycle_at(self._clock(), self._anchor_day)
+        budget_id = f"{account}/{feature}/{cycle.key()}"
+        written = self._written.get(budget_id)
+        if written is None or written < read.read_at:
+            await self._store.ensure_cycle(
+                Budget(
+                    budget_id=budget_id,
+                    limit=read.limits[feature],
+                    unit=self._unit,
+                    account=account,
+                    feature=feature,
+                    cycle_start=cycle.start,
+                    cycle_end=cycle.end,
+                    limit_read_at=read.read_at,
+                )
+            )
+            self._written[budget_id] = read.read_at
+            self._written.move_to_end(budget_id)
+            while len(self._written) > limits.limit_cache_accounts_max:
+                self._written.popitem(last=False)
+        return budget_id
+
+    async def _seed(self, account: str) -> None:
+        """Starts from the limits the current cycle's rows hold, with their age."""
+        current = cycle_at(self._clock(), self._anchor_day).start
+        rows = [
+            b
+            for b in await self._store.cycles_of(account)
+            if b.cycle_start == current and b.limit_read_at is not None and b.feature
+        ]
+        if rows:
+            read_at = min(b.limit_read_at for b in rows if b.limit_read_at is not None)
+            self._cache.seed(
+                account, LimitRead({b.feature: b.limit for b in rows if b.feature}, read_at)
+            )

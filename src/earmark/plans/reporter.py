@@ -1,0 +1,86 @@
+"""The meter reporter: sends each account's newest used total per feature and cycle to the
+provider's meter, from the outbox the batches write.
+
+Every sidecar runs one. A claim is a lease on the outbox row (FOR UPDATE SKIP LOCKED in a
+short transaction, then claimed for limits.report_claim_seconds), so that no transaction
+stays open across an HTTP call and two reporters never send one total at once. A report is
+absolute, so sending one twice (after a crash between the call and its record) changes
+nothing. A failed report is tried again with full-jitter backoff.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import structlog
+
+from earmark import limits
+from earmark.metrics import Metrics
+from earmark.plans.provider import LimitsProvider, ProviderUnavailable
+from earmark.store import Store
+
+log = structlog.get_logger("earmark.reporter")
+
+
+class Reporter:
+    def __init__(
+        self,
+        store: Store,
+        provider: LimitsProvider,
+        metrics: Metrics,
+        clock: Callable[[], datetime],
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._provider = provider
+        self._metrics = metrics
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    def backoff(self, attempts: int) -> timedelta:
+        ceiling = min(
+            limits.report_backoff_seconds_max,
+            limits.report_backoff_seconds_base * 2 ** min(attempts, 30),
+        )
+        return timedelta(seconds=self._rng.uniform(0.0, ceiling))
+
+    async def report_once(self) -> int:
+        """Sends what is due, at most limits.report_batch_size_max totals; returns how many
+        were sent."""
+        sent = 0
+        for report in await self._store.claim_reports():
+            try:
+                await self._provider.report_usage(
+                    report.account, report.feature, report.total, report.at
+                )
+            except ProviderUnavailable as error:
+                self._metrics.meter_reports.labels("failed").inc()
+                log.warning(
+                    "meter_report_failed",
+                    account=report.account,
+                    feature=report.feature,
+                    attempts=report.attempts + 1,
+                    error=str(error),
+                )
+                await self._store.mark_report(report, self._clock() + self.backoff(report.attempts))
+            else:
+                sent += 1
+                self._metrics.meter_reports.labels("sent").inc()
+                log.info(
+                    "meter_reported",
+                    account=report.account,
+                    feature=report.feature,
+                    cycle_start=report.cycle_start.isoformat(),
+                    total=report.total,
+                )
+                await self._store.mark_report(report, None)
+        await self.refresh_gauges()
+        return sent
+
+    async def refresh_gauges(self) -> None:
+        depth, oldest = await self._store.outbox_state()
+        self._metrics.meter_outbox_depth.set(depth)
+        lag = 0.0 if oldest is None else (self._clock() - oldest).total_seconds()
+        self._metrics.meter_report_lag.set(max(0.0, lag))

@@ -1,0 +1,140 @@
+"""The SQL of plans: accounts' billing-cycle budgets and the meter outbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from earmark import limits
+from earmark.core.model import Budget
+from earmark.store.named import NamedQuery
+from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
+from earmark.store.tx import Conn
+
+# A new cycle budget, or a newer limit read for one: a read older than the row's changes
+# nothing, so sidecars that read at different moments never move a limit backwards.
+# Running holds keep their amounts; the next admission sees the new limit.
+UPSERT_CYCLE = NamedQuery(f"""
+INSERT INTO budgets (budget_id, limit_units, unit, account, feature, cycle_start, cycle_end,
+                     limit_read_at)
+VALUES ($budget_id, $limit, $unit, $account, $feature, $cycle_start, $cycle_end, $read_at)
+ON CONFLICT (budget_id) DO UPDATE
+SET limit_units = EXCLUDED.limit_units, limit_read_at = EXCLUDED.limit_read_at,
+    updated_at = now()
+WHERE budgets.limit_read_at IS NULL OR budgets.limit_read_at < EXCLUDED.limit_read_at
+RETURNING {BUDGET_COLUMNS}
+""")
+
+ENSURE_ACCOUNT = "INSERT INTO accounts (account) VALUES ($1) ON CONFLICT (account) DO NOTHING"
+
+CYCLES_OF = f"""
+SELECT {BUDGET_COLUMNS} FROM budgets
+WHERE account = $1
+ORDER BY cycle_start DESC, feature
+LIMIT $2
+"""
+
+CLAIM_REPORTS = NamedQuery("""
+UPDATE meter_outbox AS o SET claimed_until = $claimed_until
+FROM (
+    SELECT account, feature, cycle_start FROM meter_outbox
+    WHERE version > sent_version AND next_attempt_at <= $now
+      AND (claimed_until IS NULL OR claimed_until <= $now)
+    ORDER BY next_attempt_at
+    LIMIT $limit
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE (o.account, o.feature, o.cycle_start) = (due.account, due.feature, due.cycle_start)
+RETURNING o.account, o.feature, o.cycle_start, o.total, o.at, o.version, o.attempts
+""")
+
+# A report that succeeded: the version it carried is sent; a newer total stays due.
+MARK_SENT = NamedQuery("""
+UPDATE meter_outbox SET sent_version = greatest(sent_version, $version), sent_total = $total,
+    sent_at = $now, attempts = 0, next_attempt_at = $now, claimed_until = NULL
+WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
+""")
+
+MARK_FAILED = NamedQuery("""
+UPDATE meter_outbox SET attempts = attempts + 1, next_attempt_at = $next_attempt_at,
+    claimed_until = NULL
+WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
+""")
+
+OUTBOX_STATE = """
+SELECT count(*) FILTER (WHERE version > sent_version) AS depth,
+       min(at) FILTER (WHERE version > sent_version) AS oldest
+FROM meter_outbox
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A total the provider's meter must be told, claimed by one reporter."""
+
+    account: str
+    feature: str
+    cycle_start: datetime
+    total: int
+    at: datetime
+    version: int
+    attempts: int
+
+
+async def upsert_cycle(conn: Conn, spec: Budget) -> Budget | None:
+    """The cycle budget as written, or None when the row already had a newer read."""
+    assert spec.account is not None
+    await conn.execute(ENSURE_ACCOUNT, spec.account)
+    args = UPSERT_CYCLE.args(
+        budget_id=spec.budget_id,
+        limit=spec.limit,
+        unit=spec.unit,
+        account=spec.account,
+        feature=spec.feature,
+        cycle_start=spec.cycle_start,
+        cycle_end=spec.cycle_end,
+        read_at=spec.limit_read_at,
+    )
+    row = await conn.fetchrow(UPSERT_CYCLE.sql, *args)
+    return None if row is None else budget_from_row(row)
+
+
+async def cycles_of(conn: Conn, account: str) -> list[Budget]:
+    rows = await conn.fetch(CYCLES_OF, account, limits.cycles_listed_max)
+    return [budget_from_row(row) for row in rows]
+
+
+async def claim_reports(conn: Conn, now: datetime, count: int) -> list[Report]:
+    args = CLAIM_REPORTS.args(
+        now=now, claimed_until=now + timedelta(seconds=limits.report_claim_seconds), limit=count
+    )
+    return [Report(**dict(row)) for row in await conn.fetch(CLAIM_REPORTS.sql, *args)]
+
+
+async def mark_sent(conn: Conn, report: Report, now: datetime) -> None:
+    args = MARK_SENT.args(
+        version=report.version,
+        total=report.total,
+        now=now,
+        account=report.account,
+        feature=report.feature,
+        cycle_start=report.cycle_start,
+    )
+    await conn.execute(MARK_SENT.sql, *args)
+
+
+async def mark_failed(conn: Conn, report: Report, next_attempt_at: datetime) -> None:
+    args = MARK_FAILED.args(
+        next_attempt_at=next_attempt_at,
+        account=report.account,
+        feature=report.feature,
+        cycle_start=report.cycle_start,
+    )
+    await conn.execute(MARK_FAILED.sql, *args)
+
+
+async def outbox_state(conn: Conn) -> tuple[int, datetime | None]:
+    """(totals waiting to be reported, the time of the oldest of them)."""
+    row = await conn.fetchrow(OUTBOX_STATE)
+    assert row is not None
+    return row["depth"], row["oldest"]
