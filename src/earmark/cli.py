@@ -172,6 +172,11 @@ def _lab_arguments(lab_command: argparse.ArgumentParser) -> None:
     lab_command.add_argument(
         "--step-seconds", type=float, default=0.05, help="each step's duration"
     )
+    lab_command.add_argument(
+        "--account",
+        default="",
+        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde)",
+    )
     lab_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -186,6 +191,11 @@ def _load_arguments(load_command: argparse.ArgumentParser) -> None:
     )
     load_command.add_argument(
         "--budget", default="", help="an existing budget (default: a fresh one)"
+    )
+    load_command.add_argument(
+        "--account",
+        default="",
+        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde)",
     )
     load_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -243,6 +253,7 @@ def run_lab(args: argparse.Namespace) -> str:
         actual=args.actual,
         steps=args.steps,
         step_seconds=args.step_seconds,
+        account=args.account,
     )
     return lab.main(args.target, args.admin_target, params, args.json)
 
@@ -255,6 +266,7 @@ def run_load(args: argparse.Namespace) -> str:
         concurrency=args.concurrency,
         actual=args.actual,
         budget_id=args.budget,
+        account=args.account,
     )
     return load.main(args.target, args.admin_target, params, args.json)
 

@@ -19,6 +19,7 @@ from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.helpers import FakeClock, assert_invariants, eventually, fetch_budget_row
+from tests.workloads.test_commands import run_json
 
 START = datetime(2026, 8, 15, 12, tzinfo=UTC)
 CYCLE = "acct/tokens/2026-08-01"
@@ -248,3 +249,36 @@ async def test_secrets_reach_no_log_line_or_error(
     text = repr(logs) + refused.message
     secrets = [CLIENT_SECRET, *kinde.state.tokens]
     assert [] == [secret for secret in secrets if secret in text]
+
+
+def targets(s: Running) -> tuple[str, ...]:
+    return ("--target", s.target, "--admin-target", s.admin_target)
+
+
+async def test_lab_and_load_run_through_the_plan(
+    dsn: str, socket_dir: Path, kinde: FakeKinde
+) -> None:
+    """`earmark lab --account` (5 jobs of 40,000 on the fake's plan of 100,000): 2 started,
+    3 refused, 80,000 spent. `earmark load --account` (120 jobs of 1,000 at 50 in flight
+    on a fresh plan of 100,000): 100 admitted, 20 refused, and the meter ends at 100,000."""
+    kinde.state.limits["lab"] = {"tokens": 100_000}
+    kinde.state.limits["load"] = {"tokens": 100_000}
+    clock = FakeClock(datetime.now(UTC))
+    async with running(
+        plans_sidecar(dsn, socket_dir, kinde, clock, admissions_per_minute=1_000), dsn
+    ) as s:
+        lab = await run_json("lab", *targets(s), "--account", "lab")
+        load = await run_json("load", *targets(s), "--account", "load")
+
+        async def metered() -> bool:
+            return kinde.state.meters.get(("agreement_load", "tokens")) == 100_000
+
+        await eventually(metered, within_seconds=10, what="the load's meter at 100,000")
+        await assert_invariants(dsn)
+    assert {"started": 2, "refused": 3, "capped": 0, "spent": 80_000, "over_plan": 0} == lab["hold"]
+    assert (100, 20, 100_000, 0) == (
+        load["admitted"],
+        load["refused"],
+        load["spent"],
+        load["held_at_end"],
+    )

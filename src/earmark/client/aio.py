@@ -232,17 +232,22 @@ class AsyncClient:
         *,
         shape: Shape | None = None,
         job: str = "",
+        account: str = "",
+        feature: str = "",
         idempotency_key: str | None = None,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> Reservation | Refusal:
-        """Checks and holds part of budget_id: amount, or what shape may cost at the
-        price in effect, or (neither) the sidecar's estimate for job. A refusal is
+        """Checks and holds part of budget_id (or, with account and budget_id "", of the
+        account's current billing cycle for feature): amount, or what shape may cost at
+        the price in effect, or (neither) the sidecar's estimate for job. A refusal is
         returned, not raised."""
         request = pb.ReserveRequest(
             budget_id=budget_id,
             amount=amount,
             job=job,
+            account=account,
+            feature=feature,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             labels=dict(labels or {}),
         )
@@ -258,11 +263,15 @@ class AsyncClient:
         remaining = reply.remaining if reply.HasField("remaining") else None
         if not reply.admitted:
             return Refusal(
-                budget_id, reply.amount, RefusalReason(reply.reason), remaining, reply.message
+                reply.budget_id or budget_id,
+                reply.amount,
+                RefusalReason(reply.reason),
+                remaining,
+                reply.message,
             )
         return Reservation(
             reservation_id=reply.reservation_id,
-            budget_id=budget_id,
+            budget_id=reply.budget_id or budget_id,
             amount=reply.amount,
             remaining=remaining,
             expires_at=reply.expires_at.ToDatetime(),
@@ -353,9 +362,11 @@ class AsyncClient:
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
         raise_on_refusal: bool = True,
+        account: str = "",
     ) -> Hold:
         """A hold as an async context manager: reserve on enter, renew while the block
-        runs, settle on exit (see earmark.client.hold.Hold)."""
+        runs, settle on exit (see earmark.client.hold.Hold). With account (and budget_id
+        ""), the hold is on the account's current billing cycle."""
         return Hold(
             self,
             budget_id,
@@ -363,6 +374,7 @@ class AsyncClient:
             lease_seconds=lease_seconds,
             labels=labels,
             raise_on_refusal=raise_on_refusal,
+            account=account,
         )
 
     # Admin.

@@ -63,8 +63,10 @@ class Hold:
         lease_seconds: float | None,
         labels: Mapping[str, str] | None,
         raise_on_refusal: bool,
+        account: str = "",
     ) -> None:
         self.client = client
+        self.account = account
         self.budget_id = budget_id
         self.amount = amount
         self.lease_seconds = lease_seconds or limits.lease_seconds_default
@@ -97,6 +99,7 @@ class Hold:
             idempotency_key=self.idempotency_key,
             lease_seconds=self.lease_seconds,
             labels=self.labels,
+            account=self.account,
         )
         if isinstance(result, Refusal):
             self.refusal = result

@@ -30,6 +30,9 @@ class LabParams:
     actual: int = 0  # 0: each job costs its estimate
     steps: int = 4
     step_seconds: float = 0.05
+    # Set: the hold mode runs on the account's current billing cycle, whose limit is the
+    # plan's at the limits provider (then `limit` is the plain check's plan only).
+    account: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.jobs <= 100_000:
@@ -111,15 +114,22 @@ async def plain_check(client: AsyncClient, params: LabParams) -> ModeResult:
 
 async def earmark_hold(client: AsyncClient, params: LabParams) -> ModeResult:
     """Reserve the estimate, charge each step before it runs, settle what was used."""
-    budget = f"lab-hold-{uuid.uuid4().hex[:8]}"
-    await client.put_budget(budget, params.limit, "units")
+    budget = "" if params.account else f"lab-hold-{uuid.uuid4().hex[:8]}"
+    if not params.account:
+        await client.put_budget(budget, params.limit, "units")
     result = ModeResult()
+    held_on: set[str] = set()
 
     async def job() -> None:
-        async with client.hold(budget, params.estimate, raise_on_refusal=False) as h:
-            if not h.admitted:
+        async with client.hold(
+            budget, params.estimate, raise_on_refusal=False, account=params.account
+        ) as h:
+            if h.reservation is None:
                 result.refused += 1
+                if h.refusal is not None and h.refusal.budget_id:
+                    held_on.add(h.refusal.budget_id)
                 return
+            held_on.add(h.reservation.budget_id)
             result.started += 1
             for cost in step_costs(params.cost, params.steps):
                 step = await h.charge(cost)
@@ -129,8 +139,10 @@ async def earmark_hold(client: AsyncClient, params: LabParams) -> ModeResult:
                 await asyncio.sleep(params.step_seconds)
 
     await _run_jobs(params, job, "earmark hold")
-    result.spent = (await client.get_budget(budget)).used
-    result.over_plan = max(0, result.spent - params.limit)
+    (budget,) = held_on or {budget}
+    state = await client.get_budget(budget)
+    result.spent = state.used
+    result.over_plan = max(0, result.spent - (state.limit if state.limit is not None else 0))
     return result
 
 

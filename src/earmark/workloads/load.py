@@ -22,6 +22,8 @@ class LoadParams:
     concurrency: int = 50
     actual: int = 0  # 0: each job uses its estimate
     budget_id: str = ""  # empty: a fresh budget with the given limit
+    # Set: the jobs hold on the account's current billing cycle, its limit the plan's.
+    account: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.jobs <= 1_000_000:
@@ -53,11 +55,11 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 async def run_load(target: Target, params: LoadParams) -> LoadReport:
-    budget_id = params.budget_id or f"load-{uuid.uuid4().hex[:8]}"
+    budget_id = params.budget_id or ("" if params.account else f"load-{uuid.uuid4().hex[:8]}")
     report = LoadReport(budget_id=budget_id)
     latencies: list[float] = []
     async with AsyncClient(target.worker, admin_target=target.admin, timeout_seconds=30) as client:
-        if not params.budget_id:
+        if not params.budget_id and not params.account:
             await client.put_budget(budget_id, params.limit, "units")
         gate = asyncio.Semaphore(params.concurrency)
         progress = Progress("load", params.jobs)
@@ -66,8 +68,11 @@ async def run_load(target: Target, params: LoadParams) -> LoadReport:
             async with gate:
                 try:
                     started = time.perf_counter()
-                    decision = await client.reserve(budget_id, params.estimate)
+                    decision = await client.reserve(
+                        budget_id, params.estimate, account=params.account
+                    )
                     latencies.append(time.perf_counter() - started)
+                    report.budget_id = report.budget_id or decision.budget_id
                     if isinstance(decision, Refusal):
                         report.refused += 1
                     else:
@@ -84,7 +89,7 @@ async def run_load(target: Target, params: LoadParams) -> LoadReport:
         finally:
             progress.close()
         report.seconds = time.perf_counter() - started
-        state = await client.get_budget(budget_id)
+        state = await client.get_budget(report.budget_id)
     report.spent, report.held_at_end = state.used, state.held
     report.jobs_per_second = params.jobs / report.seconds
     report.admit_ms = {
