@@ -21,8 +21,10 @@ import psutil
 
 from bench import growth, scenarios
 from bench.harness import Figure
+from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
+from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, fake_kinde
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +77,10 @@ def targets(by_name: dict[str, Figure]) -> list[tuple[str, bool]]:
             m("store alone: admissions/s (500 submitters)") >= 20_000,
         ),
         (
+            "the rate-limit counter and the outbox add no retries (account hot budget)",
+            m("account hot budget: serialization retries per admission") == 0,
+        ),
+        (
             "zero retries exhausted (grouped scenarios)",
             max(m("hot budget: retries exhausted"), m("1,000 budgets: retries exhausted")) == 0,
         ),
@@ -116,6 +122,16 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
         results += await scenarios.two_sidecars(env, sidecar("second", "bench"))
         print("running 7. single in flight ...", flush=True)
         results += await scenarios.single_in_flight(env)
+        print("running 9. account hot budget ...", flush=True)
+        with fake_kinde() as kinde:
+            kinde.state.unlimited = True
+            os.environ[KINDE_CLIENT_ID], os.environ[KINDE_CLIENT_SECRET] = CLIENT_ID, CLIENT_SECRET
+            account_sidecar = sidecar(
+                "account", "bench", "--limits-provider", "kinde", "--kinde-domain", kinde.url,
+                "--admissions-per-minute", "1000000",
+            )  # fmt: skip
+            results += await scenarios.account_hot_budget(env, account_sidecar)
+            account_sidecar.stop()
         print("running 8. growth ...", flush=True)
         growth_sidecar = sidecar("growth", "growth")
         results += await growth.growth(env, growth_sidecar, pg.uri("growth"), args.reservations)

@@ -294,6 +294,51 @@ async def hot_budget(env: Env) -> list[Figure]:
     return [*out, paired]
 
 
+def reserve_settle_account(s: Stubs, account: str) -> Step:
+    """One job on an account's billing cycle: Reserve 1 by account, then Settle it at 1."""
+
+    async def step(loop: Loop) -> None:
+        request = pb.ReserveRequest(account=account, amount=1, idempotency_key=uuid.uuid4().hex)
+        started = time.perf_counter()
+        try:
+            reply = await s.budget.Reserve(request, timeout=30)
+            loop.record("reserve", started)
+            if not reply.admitted:
+                loop.record("refused", started)
+                return
+            loop.record("admitted", started)
+            started = time.perf_counter()
+            await s.budget.Settle(pb.SettleRequest(reservation_id=reply.reservation_id, used=1))
+            loop.record("settle", started)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            loop.record("unavailable", started)
+
+    return step
+
+
+async def account_hot_budget(env: Env, sidecar: SpawnedSidecar) -> list[Figure]:
+    """9. One hot account through the limits provider (a fake Kinde on loopback): every
+    admission also counts on the account's rate-limit row and every settle writes the
+    meter outbox, in the same transaction as the hold."""
+    label = "account hot budget"
+    out = hot_figures(label)
+    s = stubs(sidecar)
+    try:
+        for run in range(env.runs):
+            step = reserve_settle_account(s, f"bench-{run}")
+            await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
+            measured = Measured()
+            await measure(sidecar, step, env.seconds, measured)
+            for figure, value in zip(out, measured.values(), strict=True):
+                figure.values.append(value)
+        await check_invariants(env, label)
+    finally:
+        await s.close()
+    return out
+
+
 async def many_budgets(env: Env) -> list[Figure]:
     """3. 1,000 budgets drawn at random."""
     return await hot_loop(env, env.grouped, Variant("1,000 budgets", 1_000))

@@ -34,6 +34,8 @@ class KindeState:
     requests: Counter[str] = field(default_factory=Counter)
     tokens: set[str] = field(default_factory=set)
     page_size: int = 2
+    # True: every account's plan has one feature, "tokens", with no maximum.
+    unlimited: bool = False
     failing: bool = False
     stall: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -124,6 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             with state.lock:
                 features = dict(state.limits.get(query["customer_id"], {}))
+                if state.unlimited:
+                    features.setdefault("tokens", None)
                 size = state.page_size
             items = [
                 {"id": f"entitlement_{code}", "feature_code": code, "entitlement_limit_max": limit}
