@@ -89,13 +89,21 @@ async def test_a_failed_report_backs_off_and_succeeds_later(
     store, provider = parts
     await settle_one(store, 300)
     kinde.state.failing = True
-    reporter = Reporter(store, provider, Metrics(), clock)
+    metrics = Metrics()
+    reporter = Reporter(store, provider, metrics, clock)
     first = await reporter.report_once()
+    depth_while_failing = metrics.registry.get_sample_value("earmark_meter_outbox_depth")
     again_at_once = await reporter.report_once()
     kinde.state.failing = False
     clock.advance(timedelta(seconds=2))
     later = await reporter.report_once()
+    counts = {
+        result: metrics.registry.get_sample_value("earmark_meter_reports_total", {"result": result})
+        for result in ("sent", "failed")
+    }
     assert ([0, 0, 1], 300) == (
         [first, again_at_once, later],
         kinde.state.meters[("agreement_acct", "tokens")],
     )
+    assert ({"sent": 1.0, "failed": 1.0}, 1.0) == (counts, depth_while_failing)
+    assert 0.0 == metrics.registry.get_sample_value("earmark_meter_outbox_depth")

@@ -35,7 +35,9 @@ EXPECTED = {
     grpc.StatusCode.FAILED_PRECONDITION,
 }
 BUDGETS = ("fz/a", "fz/b", "fz/usd")
-ADMIN_METHODS = ("PutBudget", "GetBudget", "PutPrice", "ListPrices")
+ADMIN_METHODS = (
+    "PutBudget", "GetBudget", "PutPrice", "ListPrices", "ListCycles", "RefreshLimits",
+)  # fmt: skip
 PROVIDERS = ("openai", "anthropic")
 MODELS = ("gpt-4o", "claude")
 
@@ -173,6 +175,8 @@ def requests(f: Fuzzed) -> st.SearchStrategy[tuple[str, Any]]:
             lease=st.one_of(st.none(), durations),
             labels=st.dictionaries(text, text, max_size=20),
             shape=st.one_of(st.none(), shapes), job=st.one_of(st.just("job"), text),
+            account=st.one_of(st.just(""), st.just("acct"), text),
+            feature=st.one_of(st.just(""), text),
         )),
         st.tuples(st.just("Charge"), st.builds(
             pb.ChargeRequest, reservation_id=reservation_ids, amount=amounts, idempotency_key=keys,
@@ -193,6 +197,8 @@ def requests(f: Fuzzed) -> st.SearchStrategy[tuple[str, Any]]:
         st.tuples(st.just("PutPrice"), st.builds(
             pb.PutPriceRequest, price=st.one_of(st.none(), prices),
         )),
+        st.tuples(st.just("ListCycles"), st.builds(pb.ListCyclesRequest, account=text)),
+        st.tuples(st.just("RefreshLimits"), st.builds(pb.RefreshLimitsRequest, account=text)),
         st.tuples(st.just("ListPrices"), st.builds(
             pb.ListPricesRequest, provider=st.one_of(st.just(""), providers),
             model=st.one_of(st.just(""), models),

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import grpc
 import pytest
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -281,4 +282,53 @@ async def test_lab_and_load_run_through_the_plan(
         load["refused"],
         load["spent"],
         load["held_at_end"],
+    )
+
+
+async def test_a_second_sidecar_knows_how_stale_the_limit_is(
+    dsn: str, socket_dir: Path, kinde: FakeKinde, clock: FakeClock
+) -> None:
+    """The read's time lives on the budget row: a new sidecar started while Kinde is down
+    admits on the row's limit until it is 10 minutes old, then refuses."""
+    async with running(plans_sidecar(dsn, socket_dir, kinde, clock), dsn) as first:
+        await first.budget.Reserve(reserve("acct", 1_000, "a"))
+    kinde.state.failing = True
+    clock.advance(timedelta(minutes=5))
+    async with running(plans_sidecar(dsn, socket_dir, kinde, clock), dsn) as second:
+        calls_before = sum(kinde.state.requests.values())
+        within = await second.budget.Reserve(reserve("acct", 1_000, "b"))
+        clock.advance(timedelta(minutes=5, seconds=1))
+        past = await second.budget.Reserve(reserve("acct", 1_000, "c"))
+    assert (True, False) == (within.admitted, past.admitted)
+    assert pb.REFUSAL_REASON_LIMIT_UNAVAILABLE == past.reason
+    # The second sidecar asked Kinde (and failed), rather than trusting the row blindly.
+    assert sum(kinde.state.requests.values()) > calls_before
+
+
+async def test_refresh_limits_applies_a_plan_change_at_once(
+    side: Running, kinde: FakeKinde
+) -> None:
+    """Admin.RefreshLimits reads the plan now and sets the current cycle's limit, without
+    waiting for the cache's minute; a static sidecar answers FAILED_PRECONDITION."""
+    await side.budget.Reserve(reserve("acct", 1_000, "a"))
+    kinde.state.limits["acct"] = {"tokens": 5_000}
+    refreshed = await side.admin.RefreshLimits(pb.RefreshLimitsRequest(account="acct"))
+    (cycle,) = refreshed.cycles
+    assert (CYCLE, 5_000, 4_000) == (cycle.budget_id, cycle.limit, cycle.remaining)
+
+
+async def test_a_static_sidecar_refuses_reserve_by_account(sidecar: Running) -> None:
+    """Without a limits provider a Reserve by account is FAILED_PRECONDITION naming
+    account, and account with budget_id is INVALID_ARGUMENT."""
+    with pytest.raises(grpc.aio.AioRpcError) as static:
+        await sidecar.budget.Reserve(reserve("acct", 1, "k"))
+    with pytest.raises(grpc.aio.AioRpcError) as both:
+        await sidecar.budget.Reserve(reserve("acct", 1, "k", budget_id="b"))
+    assert (grpc.StatusCode.FAILED_PRECONDITION, "account") == (
+        static.value.code(),
+        (static.value.details() or "").split(":")[0],
+    )
+    assert (grpc.StatusCode.INVALID_ARGUMENT, "budget_id") == (
+        both.value.code(),
+        (both.value.details() or "").split(":")[0],
     )

@@ -67,14 +67,16 @@ class PlanGate:
         for budget in await self._store.cycles_of(account):
             feature = budget.feature
             if budget.cycle_start == current and feature is not None and feature in read.limits:
-                await self._apply(account, feature, read)
+                await self._apply(account, feature, read, force=True)
         return await self._store.cycles_of(account)
 
-    async def _apply(self, account: str, feature: str, read: LimitRead) -> str:
+    async def _apply(
+        self, account: str, feature: str, read: LimitRead, *, force: bool = False
+    ) -> str:
         cycle = cycle_at(self._clock(), self._anchor_day)
         budget_id = f"{account}/{feature}/{cycle.key()}"
         written = self._written.get(budget_id)
-        if written is None or written < read.read_at:
+        if force or written is None or written < read.read_at:
             await self._store.ensure_cycle(
                 Budget(
                     budget_id=budget_id,
