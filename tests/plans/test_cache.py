@@ -4,6 +4,7 @@ one provider read per account at a time however many ask."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -12,7 +13,7 @@ import pytest
 from earmark.plans.cache import LimitCache, LimitRead, LimitUnavailable
 from earmark.plans.kinde import KindeProvider
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, eventually
 
 START = datetime(2026, 8, 15, 12, tzinfo=UTC)
 
@@ -103,3 +104,24 @@ async def test_a_seeded_read_tells_its_age(
     with pytest.raises(LimitUnavailable):
         await cache.get("old")
     assert (7, 0) == (seeded.limits["tokens"], kinde.state.requests["entitlements"])
+
+
+async def test_a_caller_that_gives_up_does_not_cancel_the_shared_read(
+    kinde: FakeKinde, cache: LimitCache
+) -> None:
+    """Two callers share a slow read; the first is cancelled, and the second still gets
+    the read, from the one GET."""
+    kinde.state.stall = threading.Event()
+    first = asyncio.create_task(cache.get("acct"))
+    second = asyncio.create_task(cache.get("acct"))
+
+    async def stalled() -> bool:
+        return kinde.state.requests["token"] == 1
+
+    await eventually(stalled, within_seconds=10, what="the read reaching the fake")
+    first.cancel()
+    kinde.state.stall.set()
+    read = await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert (100_000, 1) == (read.limits["tokens"], kinde.state.requests["entitlements"])

@@ -332,3 +332,25 @@ async def test_a_static_sidecar_refuses_reserve_by_account(sidecar: Running) -> 
         both.value.code(),
         (both.value.details() or "").split(":")[0],
     )
+
+
+async def test_two_sidecars_open_one_cycle_at_once(
+    dsn: str, socket_dir: Path, kinde: FakeKinde, clock: FakeClock
+) -> None:
+    """Two sidecars, both cold, each sent 50 Reserves at once for the same new account,
+    make one cycle budget between them and answer every Reserve."""
+    second_dir = socket_dir / "second"
+    second_dir.mkdir()
+    async with (
+        running(plans_sidecar(dsn, socket_dir, kinde, clock), dsn) as a,
+        running(plans_sidecar(dsn, second_dir, kinde, clock), dsn) as b,
+    ):
+        replies = await asyncio.gather(
+            *((a if i % 2 else b).budget.Reserve(reserve("acct", 100, f"k{i}")) for i in range(100))
+        )
+        cycles = await a.admin.ListCycles(pb.ListCyclesRequest(account="acct"))
+    assert (100, [CYCLE]) == (
+        sum(r.admitted for r in replies),
+        [c.budget_id for c in cycles.cycles],
+    )
+    await assert_invariants(dsn)

@@ -53,7 +53,7 @@ class LimitCache:
         self._accounts_max = accounts_max
         self._reads: OrderedDict[str, LimitRead] = OrderedDict()
         self._failed_at: dict[str, datetime] = {}
-        self._inflight: dict[str, asyncio.Future[LimitRead]] = {}
+        self._inflight: dict[str, asyncio.Task[LimitRead]] = {}
 
     def seed(self, account: str, read: LimitRead) -> None:
         """Remembers a read made elsewhere, unless a newer one is known."""
@@ -91,26 +91,29 @@ class LimitCache:
         )
 
     async def _read_once(self, account: str) -> LimitRead:
-        """One provider read per account at a time: concurrent callers share it."""
-        future = self._inflight.get(account)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._inflight[account] = future
-            try:
-                read = LimitRead(await self._provider.read_limits(account), self._clock())
-            except BaseException as error:
-                future.set_exception(error)
-                # Mark it retrieved: the callers that shared it each get it re-raised.
-                future.exception()
-                raise
-            else:
-                self._remember(account, read)
-                self._failed_at.pop(account, None)
-                future.set_result(read)
-                return read
-            finally:
-                del self._inflight[account]
-        return await asyncio.shield(future)
+        """One provider read per account at a time: concurrent callers share it. The read
+        is a task of its own, so that a caller that gives up (a deadline, a cancellation)
+        does not cancel it for the others."""
+        task = self._inflight.get(account)
+        if task is None:
+            task = asyncio.create_task(self._read(account), name=f"earmark-limits-{account}")
+            self._inflight[account] = task
+            task.add_done_callback(lambda done: self._finished(account, done))
+        return await asyncio.shield(task)
+
+    async def _read(self, account: str) -> LimitRead:
+        read = LimitRead(await self._provider.read_limits(account), self._clock())
+        self._remember(account, read)
+        self._failed_at.pop(account, None)
+        return read
+
+    def _finished(self, account: str, task: asyncio.Task[LimitRead]) -> None:
+        if self._inflight.get(account) is task:
+            del self._inflight[account]
+        # Retrieved here, so that a failure every caller gave up on is not reported as
+        # never retrieved; the callers that waited get it re-raised from shield().
+        if not task.cancelled():
+            task.exception()
 
     def _remember(self, account: str, read: LimitRead) -> None:
         self._reads[account] = read

@@ -10,6 +10,7 @@ to the row once per read, not once per Reserve.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
@@ -43,6 +44,8 @@ class PlanGate:
         self.default_feature = default_feature
         # budget id -> the read_at this sidecar last wrote to it.
         self._written: OrderedDict[str, datetime] = OrderedDict()
+        # One write per budget at a time: the Reserves that find a cycle new all wait on it.
+        self._writing: dict[str, asyncio.Lock] = {}
 
     async def budget_for(self, account: str, feature: str) -> str:
         """The id of the account's current cycle budget for feature, made or updated from
@@ -75,25 +78,34 @@ class PlanGate:
     ) -> str:
         cycle = cycle_at(self._clock(), self._anchor_day)
         budget_id = f"{account}/{feature}/{cycle.key()}"
-        written = self._written.get(budget_id)
-        if force or written is None or written < read.read_at:
-            await self._store.ensure_cycle(
-                Budget(
-                    budget_id=budget_id,
-                    limit=read.limits[feature],
-                    unit=self._unit,
-                    account=account,
-                    feature=feature,
-                    cycle_start=cycle.start,
-                    cycle_end=cycle.end,
-                    limit_read_at=read.read_at,
+        if not force and self._is_written(budget_id, read):
+            return budget_id
+        lock = self._writing.setdefault(budget_id, asyncio.Lock())
+        async with lock:
+            if force or not self._is_written(budget_id, read):
+                await self._store.ensure_cycle(
+                    Budget(
+                        budget_id=budget_id,
+                        limit=read.limits[feature],
+                        unit=self._unit,
+                        account=account,
+                        feature=feature,
+                        cycle_start=cycle.start,
+                        cycle_end=cycle.end,
+                        limit_read_at=read.read_at,
+                    )
                 )
-            )
-            self._written[budget_id] = read.read_at
-            self._written.move_to_end(budget_id)
-            while len(self._written) > limits.limit_cache_accounts_max:
-                self._written.popitem(last=False)
+                self._written[budget_id] = read.read_at
+                self._written.move_to_end(budget_id)
+                while len(self._written) > limits.limit_cache_accounts_max:
+                    self._written.popitem(last=False)
+        if not lock.locked():
+            self._writing.pop(budget_id, None)
         return budget_id
+
+    def _is_written(self, budget_id: str, read: LimitRead) -> bool:
+        written = self._written.get(budget_id)
+        return written is not None and written >= read.read_at
 
     async def _seed(self, account: str) -> None:
         """Starts from the limits the current cycle's rows hold, with their age."""

@@ -85,7 +85,6 @@ class Report:
 async def upsert_cycle(conn: Conn, spec: Budget) -> Budget | None:
     """The cycle budget as written, or None when the row already had a newer read."""
     assert spec.account is not None
-    await conn.execute(ENSURE_ACCOUNT, spec.account)
     args = UPSERT_CYCLE.args(
         budget_id=spec.budget_id,
         limit=spec.limit,
@@ -97,6 +96,8 @@ async def upsert_cycle(conn: Conn, spec: Budget) -> Budget | None:
         read_at=spec.limit_read_at,
     )
     row = await conn.fetchrow(UPSERT_CYCLE.sql, *args)
+    # The account's counter row after its budget: the order every batch locks them in.
+    await conn.execute(ENSURE_ACCOUNT, spec.account)
     return None if row is None else budget_from_row(row)
 
 

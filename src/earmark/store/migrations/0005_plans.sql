@@ -21,7 +21,10 @@ ALTER TABLE budgets
         (account IS NULL AND feature IS NULL AND cycle_start IS NULL AND cycle_end IS NULL)
         OR (account IS NOT NULL AND feature IS NOT NULL AND cycle_start < cycle_end));
 
-CREATE UNIQUE INDEX budgets_account_cycle ON budgets (account, feature, cycle_start)
+-- Not unique: budget_id already names (account, feature, cycle), and a second unique index
+-- would not be an arbiter of the cycle's upsert, so that two sidecars creating one cycle at
+-- once could fail on it instead of one of them updating the row.
+CREATE INDEX budgets_account_cycle ON budgets (account, cycle_start)
     WHERE account IS NOT NULL;
 
 CREATE TABLE accounts (
