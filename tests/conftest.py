@@ -25,7 +25,7 @@ from earmark.v1 import budget_pb2_grpc
 TEST_DATABASE = "earmark_test"
 TABLES = (
     "ledger, charges, open_holds, reservations, budgets, units, prices, job_samples, "
-    "accounts, meter_outbox"
+    "accounts, meter_outbox, meter_sent"
 )
 
 

@@ -35,37 +35,52 @@ ORDER BY cycle_start DESC, feature
 LIMIT $2
 """
 
+# A claim is a conditional upsert of the reporter's own row: a row another reporter claimed
+# (and whose claim has not run out) is left alone, and not returned.
 CLAIM_REPORTS = NamedQuery("""
-UPDATE meter_outbox AS o SET claimed_until = $claimed_until
-FROM (
-    SELECT account, feature, cycle_start FROM meter_outbox
-    WHERE version > sent_version AND next_attempt_at <= $now
-      AND (claimed_until IS NULL OR claimed_until <= $now)
-    ORDER BY next_attempt_at
+WITH due AS (
+    SELECT o.account, o.feature, o.cycle_start
+    FROM meter_outbox o
+    LEFT JOIN meter_sent s USING (account, feature, cycle_start)
+    WHERE o.version > coalesce(s.sent_version, 0)
+      AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $now)
+      AND (s.claimed_until IS NULL OR s.claimed_until <= $now)
+    ORDER BY o.at
     LIMIT $limit
-    FOR UPDATE SKIP LOCKED
-) AS due
-WHERE (o.account, o.feature, o.cycle_start) = (due.account, due.feature, due.cycle_start)
-RETURNING o.account, o.feature, o.cycle_start, o.total, o.at, o.version, o.attempts
+)
+INSERT INTO meter_sent (account, feature, cycle_start, claimed_until)
+SELECT account, feature, cycle_start, $claimed_until FROM due
+ON CONFLICT (account, feature, cycle_start) DO UPDATE
+SET claimed_until = EXCLUDED.claimed_until
+WHERE meter_sent.claimed_until IS NULL OR meter_sent.claimed_until <= $now
+RETURNING account, feature, cycle_start, attempts
 """)
+
+CLAIMED_TOTALS = """
+SELECT o.account, o.feature, o.cycle_start, o.total, o.at, o.version
+FROM meter_outbox o
+JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS k(account, feature, cycle_start)
+    USING (account, feature, cycle_start)
+"""
 
 # A report that succeeded: the version it carried is sent; a newer total stays due.
 MARK_SENT = NamedQuery("""
-UPDATE meter_outbox SET sent_version = greatest(sent_version, $version), sent_total = $total,
-    sent_at = $now, attempts = 0, next_attempt_at = $now, claimed_until = NULL
+UPDATE meter_sent SET sent_version = greatest(sent_version, $version), sent_total = $total,
+    sent_at = $now, attempts = 0, next_attempt_at = NULL, claimed_until = NULL
 WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
 """)
 
 MARK_FAILED = NamedQuery("""
-UPDATE meter_outbox SET attempts = attempts + 1, next_attempt_at = $next_attempt_at,
+UPDATE meter_sent SET attempts = attempts + 1, next_attempt_at = $next_attempt_at,
     claimed_until = NULL
 WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
 """)
 
 OUTBOX_STATE = """
-SELECT count(*) FILTER (WHERE version > sent_version) AS depth,
-       min(at) FILTER (WHERE version > sent_version) AS oldest
-FROM meter_outbox
+SELECT count(*) AS depth, min(o.at) AS oldest
+FROM meter_outbox o
+LEFT JOIN meter_sent s USING (account, feature, cycle_start)
+WHERE o.version > coalesce(s.sent_version, 0)
 """
 
 
@@ -110,7 +125,28 @@ async def claim_reports(conn: Conn, now: datetime, count: int) -> list[Report]:
     args = CLAIM_REPORTS.args(
         now=now, claimed_until=now + timedelta(seconds=limits.report_claim_seconds), limit=count
     )
-    return [Report(**dict(row)) for row in await conn.fetch(CLAIM_REPORTS.sql, *args)]
+    claimed = await conn.fetch(CLAIM_REPORTS.sql, *args)
+    if not claimed:
+        return []
+    attempts = {(r["account"], r["feature"], r["cycle_start"]): r["attempts"] for r in claimed}
+    rows = await conn.fetch(
+        CLAIMED_TOTALS,
+        [key[0] for key in attempts],
+        [key[1] for key in attempts],
+        [key[2] for key in attempts],
+    )
+    return [
+        Report(
+            account=row["account"],
+            feature=row["feature"],
+            cycle_start=row["cycle_start"],
+            total=row["total"],
+            at=row["at"],
+            version=row["version"],
+            attempts=attempts[(row["account"], row["feature"], row["cycle_start"])],
+        )
+        for row in rows
+    ]
 
 
 async def mark_sent(conn: Conn, report: Report, now: datetime) -> None:

@@ -139,9 +139,8 @@ WITH new_holds AS (
     ON CONFLICT (account) DO UPDATE
     SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions
 ), outbox AS (
-    INSERT INTO meter_outbox (account, feature, cycle_start, total, at, version,
-                              next_attempt_at)
-    SELECT u.account, u.feature, u.cycle_start, u.total, u.at, 1, u.at
+    INSERT INTO meter_outbox (account, feature, cycle_start, total, at, version)
+    SELECT u.account, u.feature, u.cycle_start, u.total, u.at, 1
     FROM unnest($outbox_accounts::text[], $outbox_features::text[],
                 $outbox_cycles::timestamptz[], $outbox_totals::bigint[],
                 $outbox_at::timestamptz[])

@@ -9,7 +9,9 @@
 --
 -- meter_outbox holds, per (account, feature, cycle), the newest used total the provider's
 -- meter must be told: the article's second rule, report state off the budget row. version
--- grows with each new total; sent_version is the newest one reported.
+-- grows with each new total. Only the batches write it; what the reporters did (the
+-- newest version sent, attempts, claims) is in meter_sent, which only reporters write, so
+-- that a report never conflicts with a serializable batch.
 
 ALTER TABLE budgets
     ADD COLUMN account text,
@@ -40,14 +42,18 @@ CREATE TABLE meter_outbox (
     total            bigint NOT NULL CHECK (total >= 0),
     at               timestamptz NOT NULL,
     version          bigint NOT NULL,
+    PRIMARY KEY (account, feature, cycle_start)
+);
+
+CREATE TABLE meter_sent (
+    account          text NOT NULL,
+    feature          text NOT NULL,
+    cycle_start      timestamptz NOT NULL,
     sent_version     bigint NOT NULL DEFAULT 0,
     sent_total       bigint,
     sent_at          timestamptz,
     attempts         integer NOT NULL DEFAULT 0,
-    next_attempt_at  timestamptz NOT NULL,
+    next_attempt_at  timestamptz,
     claimed_until    timestamptz,
     PRIMARY KEY (account, feature, cycle_start)
 );
-
--- The reporter's scan: only what is still to send.
-CREATE INDEX meter_outbox_due ON meter_outbox (next_attempt_at) WHERE version > sent_version;
