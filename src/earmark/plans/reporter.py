@@ -1,9 +1,10 @@
 """The meter reporter: sends each account's newest used total per feature and cycle to the
 provider's meter, from the outbox the batches write.
 
-Every sidecar runs one. A claim is a lease on the outbox row (FOR UPDATE SKIP LOCKED in a
-short transaction, then claimed for limits.report_claim_seconds), so that no transaction
-stays open across an HTTP call and two reporters never send one total at once. A report is
+Every sidecar runs one. A claim is a lease on the reporter's own row in meter_sent (a
+conditional upsert in a short transaction, for limits.report_claim_seconds), so that no
+transaction stays open across an HTTP call, two reporters never send one total at once,
+and the batches that write meter_outbox never conflict with a report. A report is
 absolute, so sending one twice (after a crash between the call and its record) changes
 nothing. A failed report is tried again with full-jitter backoff.
 """

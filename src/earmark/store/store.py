@@ -214,7 +214,7 @@ class Store:
                 return await cycles.cycles_of(conn, account)
 
     async def claim_reports(self, count: int = limits.report_batch_size_max) -> list[Report]:
-        """Totals due for the meter, claimed for limits.report_claim_seconds (skipping
+        """Totals due for the meter, claimed for limits.report_claim_seconds (leaving
         those another reporter holds), so that sidecars never send one at the same time."""
 
         async def work(conn: Conn) -> list[Report]:
