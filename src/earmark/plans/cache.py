@@ -78,7 +78,10 @@ class LimitCache:
             try:
                 return await self._read_once(account)
             except ProviderUnavailable as error:
+                self._failed_at.pop(account, None)
                 self._failed_at[account] = self._clock()
+                while len(self._failed_at) > self._accounts_max:
+                    self._failed_at.pop(next(iter(self._failed_at)))
                 reason = str(error)
         else:
             reason = "the provider failed moments ago"
