@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from earmark import limits
-from earmark.core.model import Budget
+from earmark.core.batch import BatchDecision, BatchState
+from earmark.core.model import Budget, LedgerKind
+from earmark.core.ops import Op, ReserveOp
+from earmark.core.ratelimit import AdmissionWindow
 from earmark.store.named import NamedQuery
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
 from earmark.store.tx import Conn
@@ -25,6 +29,13 @@ SET limit_units = EXCLUDED.limit_units, limit_read_at = EXCLUDED.limit_read_at,
 WHERE budgets.limit_read_at IS NULL OR budgets.limit_read_at <= EXCLUDED.limit_read_at
 RETURNING {BUDGET_COLUMNS}
 """)
+
+LOCK_ACCOUNTS = """
+SELECT account, window_start, admissions FROM accounts
+WHERE account = ANY($1::text[])
+ORDER BY account
+FOR UPDATE
+"""
 
 ENSURE_ACCOUNT = "INSERT INTO accounts (account) VALUES ($1) ON CONFLICT (account) DO NOTHING"
 
@@ -176,3 +187,39 @@ async def outbox_state(conn: Conn) -> tuple[int, datetime | None]:
     row = await conn.fetchrow(OUTBOX_STATE)
     assert row is not None
     return row["depth"], row["oldest"]
+
+
+async def lock_windows(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[str, AdmissionWindow]:
+    """The admission counters of the accounts whose Reserves are rate limited, locked after
+    the budgets (the order every transaction takes); an account without a row gets a new
+    counter, written by the batch."""
+    accounts = sorted(
+        {op.account for _, op in entries if isinstance(op, ReserveOp) and op.admissions_per_minute}
+    )
+    if not accounts:
+        return {}
+    windows = {account: AdmissionWindow(account) for account in accounts}
+    for row in await conn.fetch(LOCK_ACCOUNTS, accounts):
+        windows[row["account"]] = AdmissionWindow(
+            row["account"], row["window_start"], row["admissions"]
+        )
+    return windows
+
+
+# What a meter must hear about: the cycle's used moved by a settle, a late settle or expiry.
+_REPORTED_KINDS = frozenset({LedgerKind.SETTLE, LedgerKind.LATE_SETTLE, LedgerKind.EXPIRE})
+
+
+def meter_totals(
+    decided: Sequence[tuple[BatchState, BatchDecision]],
+) -> list[tuple[Budget, datetime]]:
+    """The cycle budgets whose used total must go to the provider's meter, with when."""
+    found = []
+    for state, decision in decided:
+        budget = state.budget
+        if budget is None or budget.account is None or budget.cycle_start is None:
+            continue
+        moments = [e.at for e in decision.ledger if e.kind in _REPORTED_KINDS]
+        if moments:
+            found.append((budget, max(moments)))
+    return found

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, sample_keys
 from earmark.core.estimates import SampleKey
-from earmark.core.model import Budget, Hold, HoldState, LedgerKind
+from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.core.prices import PriceBook
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.errors import FailedPrecondition
+from earmark.store import cycles
 from earmark.store.named import NamedQuery
 from earmark.store.rows import (
     BUDGET_COLUMNS,
@@ -62,13 +62,6 @@ FROM budgets
 WHERE budget_id = ANY($1::text[])
 ORDER BY budget_id
 FOR NO KEY UPDATE
-"""
-
-LOCK_ACCOUNTS = """
-SELECT account, window_start, admissions FROM accounts
-WHERE account = ANY($1::text[])
-ORDER BY account
-FOR UPDATE
 """
 
 LOAD_PRICES = f"SELECT {PRICE_COLUMNS} FROM prices ORDER BY price_id"
@@ -287,50 +280,12 @@ async def load_batches(
     if budgets:
         prices = await load_price_book(conn, prices, price_seq)
     samples = await _load_samples(conn, states, entries)
-    windows = await _lock_windows(conn, entries)
+    windows = await cycles.lock_windows(conn, entries)
     for state in states.values():
         state.prices = prices
         state.samples = samples
         state.windows = windows
     return states, prices
-
-
-async def _lock_windows(
-    conn: Conn, entries: Sequence[tuple[str, Op]]
-) -> dict[str, AdmissionWindow]:
-    """The admission counters of the accounts whose Reserves are rate limited, locked after
-    the budgets (the order every transaction takes); an account without a row gets a new
-    counter, written by the batch."""
-    accounts = sorted(
-        {op.account for _, op in entries if isinstance(op, ReserveOp) and op.admissions_per_minute}
-    )
-    if not accounts:
-        return {}
-    windows = {account: AdmissionWindow(account) for account in accounts}
-    for row in await conn.fetch(LOCK_ACCOUNTS, accounts):
-        windows[row["account"]] = AdmissionWindow(
-            row["account"], row["window_start"], row["admissions"]
-        )
-    return windows
-
-
-# What a meter must hear about: the cycle's used moved by a settle, a late settle or expiry.
-_REPORTED_KINDS = frozenset({LedgerKind.SETTLE, LedgerKind.LATE_SETTLE, LedgerKind.EXPIRE})
-
-
-def _meter_totals(
-    decided: Sequence[tuple[BatchState, BatchDecision]],
-) -> list[tuple[Budget, datetime]]:
-    """The cycle budgets whose used total must go to the provider's meter, with when."""
-    found = []
-    for state, decision in decided:
-        budget = state.budget
-        if budget is None or budget.account is None or budget.cycle_start is None:
-            continue
-        moments = [e.at for e in decision.ledger if e.kind in _REPORTED_KINDS]
-        if moments:
-            found.append((budget, max(moments)))
-    return found
 
 
 async def _load_samples(
@@ -376,7 +331,7 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
             sampled[key] = state.samples[key]
         for account in decision.windows:
             windows[account] = state.windows[account]
-    meters = _meter_totals(decided)
+    meters = cycles.meter_totals(decided)
     if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
         return
     opened = [h for h in new_holds if h.state is HoldState.HELD]

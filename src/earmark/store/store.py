@@ -191,9 +191,7 @@ class Store:
         return await self._transaction(work, "read_committed")
 
     async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
-        with mapped_db_errors():
-            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                return await pricebook.list_prices(conn, provider, model)
+        return await self._read(lambda conn: pricebook.list_prices(conn, provider, model))
 
     # Accounts' billing cycles and the meter outbox.
 
@@ -209,9 +207,7 @@ class Store:
         return await self._transaction(work, "read_committed")
 
     async def cycles_of(self, account: str) -> list[Budget]:
-        with mapped_db_errors():
-            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                return await cycles.cycles_of(conn, account)
+        return await self._read(lambda conn: cycles.cycles_of(conn, account))
 
     async def claim_reports(self, count: int = limits.report_batch_size_max) -> list[Report]:
         """Totals due for the meter, claimed for limits.report_claim_seconds (leaving
@@ -234,9 +230,7 @@ class Store:
         await self._transaction(work, "read_committed")
 
     async def outbox_state(self) -> tuple[int, datetime | None]:
-        with mapped_db_errors():
-            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                return await cycles.outbox_state(conn)
+        return await self._read(lambda conn: cycles.outbox_state(conn))
 
     # What operators watch.
 
@@ -357,6 +351,12 @@ class Store:
         if closed and self._observer.on_expired is not None:
             self._observer.on_expired(closed)
         return closed
+
+    async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:
+        """A read outside any batch, on a connection of the pool."""
+        with mapped_db_errors():
+            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                return await query(conn)
 
     async def _serializable(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         return await self._transaction(work, "serializable")
