@@ -80,7 +80,7 @@ class Figure:
 
     def row(self) -> str:
         # A ratio near 1 needs its second decimal; everything else reads well with one.
-        d = 2 if self.unit == "ratio" else 1
+        d = 2 if self.unit in ("ratio", "retries") else 1
         spread = f"[{min(self.values):,.{d}f} .. {max(self.values):,.{d}f}]"
         return f"  {self.name:<44}{self.median:>12,.{d}f} {self.unit:<8}{spread}"
 

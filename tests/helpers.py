@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 import asyncpg
 import grpc
 import psutil
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.store.audit import audit
@@ -111,3 +113,19 @@ def stop_leftover_postgres(data_dir: Path) -> None:
     if psutil.pid_exists(pid):
         os.kill(pid, signal.SIGCONT)
         psutil.Process(pid).terminate()
+
+
+# Set by .ci/run: there a server binary the tests need is installed, and its absence is a
+# failure, not a skip.
+REQUIRE_SERVERS = "EARMARK_TEST_REQUIRE_SERVERS"
+
+
+def binary_missing(name: str, package: str) -> str | None:
+    """Why a test cannot run without the Debian package's binary name (None if it can);
+    fails the test instead where .ci/run requires every server."""
+    if shutil.which(name) is not None:
+        return None
+    why = f"{name}: .ci/run installs Debian's {package}"
+    if os.environ.get(REQUIRE_SERVERS):
+        pytest.fail(why)
+    return why

@@ -75,6 +75,11 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         help=f"how often database gauges refresh [{env['metrics_refresh_seconds']}, 10]",
     )
     s.add_argument(
+        "--database-pooler",
+        help="none, or pgbouncer when --database-url is a PgBouncer in transaction pooling "
+        f"[{env['database_pooler']}, none]",
+    )
+    s.add_argument(
         "--admission",
         choices=["grouped", "naive"],
         help=f"grouped, or naive for comparison [{env['admission']}, grouped]",

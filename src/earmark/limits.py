@@ -94,6 +94,12 @@ lanes_max = 64
 batch_size_max = 256
 lane_queue_depth_max = 10_000
 
+# A batch first locks its budgets' stripes, before its snapshot, so that batches of
+# sidecars on one budget wait for each other instead of aborting (migration 0006 creates
+# exactly this many stripe tables). More stripes let more disjoint budgets proceed side by
+# side; a batch locks at most one stripe per budget in it.
+budget_stripes = 64
+
 # Serializable transactions: retried with full-jitter exponential backoff.
 tx_attempts_max = 8
 tx_backoff_seconds_base = 0.005
@@ -130,8 +136,13 @@ units_max = 64
 streams_max = 256
 streams_per_connection_max = 16
 
-# The database pool.
-pool_size_min = 2
+# The database pool: one connection kept open while idle (a sidecar per pod makes idle
+# connections add up), more opened on demand up to the maximum and closed again after
+# pool_idle_seconds_max idle. Prepared statements cached per connection (none behind
+# PgBouncer's transaction pooling).
+pool_size_min = 1
+pool_idle_seconds_max = 30.0
+statement_cache_size_default = 100
 pool_size_max_default = 10
 pool_acquire_timeout_seconds = 5.0
 db_command_timeout_seconds = 10.0
@@ -184,6 +195,7 @@ assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_defau
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
 assert 1 <= lanes_default <= lanes_max
 assert 1 <= batch_size_max <= lane_queue_depth_max <= rpc_concurrency_max
+assert budget_stripes == 64, "migration 0006 creates 64 stripe tables"
 assert tx_attempts_max >= 1
 assert 0 < tx_backoff_seconds_base <= tx_backoff_seconds_max
 assert 1 <= sweep_batch_size_max <= 10_000

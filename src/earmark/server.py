@@ -117,6 +117,7 @@ class Sidecar:
             clock=self.clock,
             observer=observer,
             admission="naive" if self.settings.admission == "naive" else "grouped",
+            prepared_statements=self.settings.database_pooler != "pgbouncer",
         )
         self._start_plans(self.store)
         self.server, self.port = await self._serve_workers(self.store)

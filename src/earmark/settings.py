@@ -64,6 +64,9 @@ class Settings:
     metrics_refresh_seconds: float = limits.metrics_refresh_interval_seconds
     # grouped (the default) or naive: see Store; naive is kept for benchmarks and tests.
     admission: str = "grouped"
+    # none, or pgbouncer: the database URL is a PgBouncer in transaction pooling, where a
+    # prepared statement must not outlive its transaction (PgBouncer < 1.21 cannot route it).
+    database_pooler: str = "none"
     log_level: str = "info"
     log_format: str = "auto"
     # Admin's own listener: unix:PATH or HOST:PORT; empty is unix:DATA_DIR/admin.sock.
@@ -152,6 +155,8 @@ class Settings:
             )
         if self.admission not in {"grouped", "naive"}:
             raise ValueError(f"admission: {self.admission!r} is not grouped or naive")
+        if self.database_pooler not in {"none", "pgbouncer"}:
+            raise ValueError(f"database_pooler: {self.database_pooler!r} is not none or pgbouncer")
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
         if self.log_format not in {"auto", "json", "console"}:
@@ -214,6 +219,7 @@ ENV = {
     "metrics_budgets_max": "EARMARK_METRICS_BUDGETS_MAX",
     "metrics_refresh_seconds": "EARMARK_METRICS_REFRESH_SECONDS",
     "admission": "EARMARK_ADMISSION",
+    "database_pooler": "EARMARK_DATABASE_POOLER",
     "log_level": "EARMARK_LOG_LEVEL",
     "log_format": "EARMARK_LOG_FORMAT",
     "admin_listen": "EARMARK_ADMIN_LISTEN",

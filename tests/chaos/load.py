@@ -4,6 +4,7 @@ was told, and the checks every fault test ends on."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +33,16 @@ class Told:
     reserved: dict[str, str] = field(default_factory=dict)  # reservation id -> key
     settled: dict[str, int] = field(default_factory=dict)  # reservation id -> used
     codes: dict[grpc.StatusCode, int] = field(default_factory=dict)
+    # When callers were first and last told UNAVAILABLE (time.monotonic()).
+    unavailable_from: float | None = None
+    unavailable_to: float | None = None
 
     def count(self, code: grpc.StatusCode) -> None:
         self.codes[code] = self.codes.get(code, 0) + 1
+        if code == grpc.StatusCode.UNAVAILABLE:
+            now = time.monotonic()
+            self.unavailable_from = self.unavailable_from or now
+            self.unavailable_to = now
 
 
 async def run_load(

@@ -53,6 +53,24 @@ async def test_forty_reserves_on_a_million(sidecar: Running, amount: int, expect
     await assert_invariants(sidecar.dsn)
 
 
+async def test_four_hundred_reserves_admit_exactly_the_limit(sidecar: Running) -> None:
+    """400 Reserves of 1,000 at once on 100,000 admit exactly 100: none UNAVAILABLE (any
+    error fails the gather), and every hold acknowledged exists once and is held."""
+    await put(sidecar, 100_000)
+    replies = await reserve_all(sidecar, 400, 1_000)
+    admitted = sorted(r.reservation_id for r in replies if r.admitted)
+    conn = await asyncpg.connect(sidecar.dsn)
+    try:
+        rows = await conn.fetch("SELECT reservation_id::text AS id, state FROM reservations")
+    finally:
+        await conn.close()
+    assert 100 == len(admitted)
+    assert admitted == sorted(r["id"] for r in rows)
+    assert {1} == {r["state"] for r in rows}
+    assert 100_000 == (await fetch_budget_row(sidecar.dsn, "acme/tokens"))["held"]
+    await assert_invariants(sidecar.dsn)
+
+
 async def test_load_120_jobs_at_50_in_flight(sidecar: Running) -> None:
     """120 jobs of 1,000 at 50 in flight with room for 100 admit 100, and settling all at
     1,000 leaves used = 100,000 and held = 0."""

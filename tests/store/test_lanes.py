@@ -9,7 +9,7 @@ import pytest
 
 from earmark.core.ops import Op, RenewOp, RenewResult, Result
 from earmark.errors import EarmarkError, Unavailable
-from earmark.store.lanes import Lanes
+from earmark.store.lanes import Lanes, TopUp
 
 
 class Recorder:
@@ -18,10 +18,16 @@ class Recorder:
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
         self.release = asyncio.Event()
+        # The budgets whose later operations the batch takes in once its locks are held.
+        self.locked: set[str] | None = None
 
-    async def __call__(self, entries: list[tuple[str, Op]]) -> list[Result | EarmarkError]:
-        self.batches.append([op.reservation_id for _, op in entries if isinstance(op, RenewOp)])
+    async def __call__(
+        self, entries: list[tuple[str, Op]], top_up: TopUp | None
+    ) -> list[Result | EarmarkError]:
         await self.release.wait()
+        if top_up is not None and self.locked is not None:
+            top_up(lambda budget_id: budget_id in self.locked)  # type: ignore[operator]
+        self.batches.append([op.reservation_id for _, op in entries if isinstance(op, RenewOp)])
         return [RenewResult(expires_at=datetime.now(UTC)) for _ in entries]
 
 
@@ -40,6 +46,24 @@ async def test_waiting_operations_share_the_next_batch_in_arrival_order() -> Non
     run.release.set()
     await asyncio.gather(first, *rest)
     assert [["r0"], ["r1", "r2", "r3"]] == run.batches
+
+
+async def test_a_batch_takes_in_what_arrived_on_its_locked_budgets() -> None:
+    """Operations that arrive while a batch waits for its locks join it if their budget is
+    locked; the others wait for the next batch, each budget's in arrival order."""
+    run = Recorder()
+    run.locked = {"hot"}
+    lanes = Lanes(run, lanes=1)
+    first = asyncio.create_task(lanes.submit("hot", renew("h0")))
+    await asyncio.sleep(0)
+    later = [
+        asyncio.create_task(lanes.submit(budget_id, renew(name)))
+        for budget_id, name in (("hot", "h1"), ("cold", "c1"), ("hot", "h2"), ("cold", "c2"))
+    ]
+    await asyncio.sleep(0)
+    run.release.set()
+    await asyncio.gather(first, *later)
+    assert [["h0", "h1", "h2"], ["c1", "c2"]] == run.batches
 
 
 async def test_a_full_queue_answers_unavailable() -> None:
@@ -90,7 +114,9 @@ class Poisoned:
         self.error = error
         self.batches: list[list[str]] = []
 
-    async def __call__(self, entries: list[tuple[str, Op]]) -> list[Result | EarmarkError]:
+    async def __call__(
+        self, entries: list[tuple[str, Op]], top_up: TopUp | None
+    ) -> list[Result | EarmarkError]:
         names = [op.reservation_id for _, op in entries if isinstance(op, RenewOp)]
         self.batches.append(names)
         if any(name.startswith("poison") for name in names):

@@ -32,8 +32,12 @@ log = structlog.get_logger("earmark.lanes")
 # An operation's answer, or the error that is its alone (an EarmarkError, or a bug's).
 Outcome = Result | Exception
 Entry = tuple[str, Op, "asyncio.Future[Outcome]"]
-# Decides [(budget_id, op), ...] in one transaction; one outcome per entry, in order.
-RunBatch = Callable[[list[tuple[str, Op]]], Awaitable[Sequence[Outcome]]]
+# Given which budgets a transaction has locked, moves the operations on them that arrived
+# since the batch was taken from the lane's queue to the end of the batch; returns how many.
+TopUp = Callable[[Callable[[str], bool]], int]
+# Decides [(budget_id, op), ...] in one transaction, one outcome per entry, in order; it may
+# call the TopUp (when given) once its locks are held, and then decides the longer list.
+RunBatch = Callable[[list[tuple[str, Op]], TopUp | None], Awaitable[Sequence[Outcome]]]
 
 
 @dataclass(slots=True)
@@ -92,7 +96,7 @@ class Lanes:
             while lane.queue:
                 batch = self._take_batch(lane)
                 if batch:
-                    await self._decide(batch)
+                    await self._decide(lane, batch)
         finally:
             # Whatever is still queued (the task was cancelled) must not wait forever.
             while lane.queue:
@@ -110,21 +114,48 @@ class Lanes:
                 batch.append(entry)
         return batch
 
-    async def _decide(self, batch: list[Entry]) -> None:
+    def _top_up(self, lane: _Lane, batch: list[Entry], entries: list[tuple[str, Op]]) -> TopUp:
+        """A batch's TopUp: it takes from the lane's queue, in order, the operations on the
+        budgets the transaction locked (a budget's operations stay in arrival order: all
+        of them are taken or none), up to the batch's size bound."""
+
+        def top_up(locked: Callable[[str], bool]) -> int:
+            kept: deque[Entry] = deque()
+            added = 0
+            while lane.queue:
+                entry = lane.queue.popleft()
+                if entry[2].done():
+                    continue  # its caller gave up
+                if len(batch) < self._batch_size_max and locked(entry[0]):
+                    batch.append(entry)
+                    entries.append((entry[0], entry[1]))
+                    added += 1
+                else:
+                    kept.append(entry)
+            lane.queue.extendleft(reversed(kept))
+            return added
+
+        return top_up
+
+    async def _decide(self, lane: _Lane, batch: list[Entry]) -> None:
+        entries = [(budget_id, op) for budget_id, op, _ in batch]
+        outcomes = await self._outcomes(entries, self._top_up(lane, batch, entries))
         if self._on_batch is not None:
             self._on_batch(len(batch))
-        outcomes = await self._outcomes([(budget_id, op) for budget_id, op, _ in batch])
         assert len(outcomes) == len(batch)
         for (_, _, future), outcome in zip(batch, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)
 
-    async def _outcomes(self, entries: list[tuple[str, Op]]) -> list[Outcome]:
-        """Every entry's answer. A transaction that fails as a whole is split in halves
-        and each decided again (at most log2(batch) deep), unless the database itself is
-        unavailable: then every operation in it shares that answer."""
+    async def _outcomes(
+        self, entries: list[tuple[str, Op]], top_up: TopUp | None = None
+    ) -> list[Outcome]:
+        """Every entry's answer (entries may grow by top_up first). A transaction that
+        fails as a whole is split in halves and each decided again (at most log2(batch)
+        deep), unless the database itself is unavailable: then every operation in it
+        shares that answer."""
         try:
-            return list(await self._run_batch(entries))
+            return list(await self._run_batch(entries, top_up))
         except Unavailable as exc:
             return [exc for _ in entries]
         except Exception as exc:

@@ -29,7 +29,11 @@ class DatabaseProbe:
         try:
             if self._conn is None or self._conn.is_closed():
                 self._conn = None
-                self._conn = await asyncpg.connect(self._dsn, timeout=self._timeout_seconds)
+                # No prepared statement outlives its query: the probe works the same
+                # through PgBouncer's transaction pooling.
+                self._conn = await asyncpg.connect(
+                    self._dsn, timeout=self._timeout_seconds, statement_cache_size=0
+                )
             query = asyncio.ensure_future(self._conn.fetchval("SELECT 1"))
             done, _ = await asyncio.wait({query}, timeout=self._timeout_seconds)
             if not done:

@@ -48,9 +48,12 @@ ORDER BY reservation_id
 FOR UPDATE
 """)
 
+# Each statement of a batch names its rows by an `= ANY(array)` condition on an index, even
+# where a join already says which: that is what makes every plan an index lookup (see
+# stripes.BATCH_SETTINGS), whatever the planner guesses of a table's size.
 LOAD_CHARGES = f"""
 SELECT {CHARGE_COLUMNS} FROM charges
-WHERE (reservation_id, idempotency_key) IN (
+WHERE reservation_id = ANY($1::uuid[]) AND (reservation_id, idempotency_key) IN (
     SELECT * FROM unnest($1::uuid[], $2::text[]))
 """
 
@@ -103,6 +106,7 @@ WITH new_holds AS (
     FROM unnest($changed_reservation_id::uuid[], {_CHANGED_HOLD_ARRAYS})
         AS u(reservation_id, {", ".join(UPDATABLE_HOLD_COLUMNS)})
     WHERE r.reservation_id = u.reservation_id
+        AND r.reservation_id = ANY($changed_reservation_id::uuid[])
 ), new_charges AS (
     INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
                          total_charged, hold_remaining, price_version)
@@ -122,7 +126,7 @@ WITH new_holds AS (
     UPDATE open_holds AS o SET expires_at = u.expires_at
     FROM unnest($extended_ids::uuid[], $extended_expires_at::timestamptz[])
         AS u(reservation_id, expires_at)
-    WHERE o.reservation_id = u.reservation_id
+    WHERE o.reservation_id = u.reservation_id AND o.reservation_id = ANY($extended_ids::uuid[])
 ), closed AS (
     DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
 ), windows AS (
@@ -152,7 +156,7 @@ UPDATE budgets AS b SET used = u.used, held = u.held,
 FROM unnest($budget_ids::text[], $budget_used::bigint[], $budget_held::bigint[],
             $budget_open::bigint[])
     AS u(budget_id, used, held, open_reservations)
-WHERE b.budget_id = u.budget_id
+WHERE b.budget_id = u.budget_id AND b.budget_id = ANY($budget_ids::text[])
 """)
 
 

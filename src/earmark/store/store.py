@@ -17,12 +17,12 @@ from earmark.core.model import Budget, EstimatePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
-from earmark.store import cycles, pricebook, queries
+from earmark.store import cycles, pricebook, queries, stripes
 from earmark.store.cycles import Report
-from earmark.store.lanes import Lanes
+from earmark.store.lanes import Lanes, TopUp
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
-from earmark.store.tx import Conn, Isolation, mapped_db_errors, run_transaction
+from earmark.store.tx import Conn, Isolation, mapped_db_errors, roll_back, run_transaction
 
 Clock = Callable[[], datetime]
 # grouped: a lane per budget, one transaction per batch; naive: one per request.
@@ -31,9 +31,11 @@ T = TypeVar("T")
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
-    """The pool's reset on release, as a no-op: Earmark keeps no session state (no LISTEN,
-    no session advisory locks, no SET, no cursors), so asyncpg's default reset would be a
-    round trip per transaction for nothing."""
+    """The pool's reset on release: Earmark keeps no session state (no LISTEN, no session
+    advisory locks, no SET but SET LOCAL, no cursors), so asyncpg's default reset would be
+    a round trip per transaction for nothing. Only a transaction left open (which
+    tx.transaction never leaves) is ended, at no cost when there is none."""
+    await roll_back(conn)
 
 
 def utc_now() -> datetime:
@@ -90,15 +92,24 @@ class Store:
         batch_size_max: int = limits.batch_size_max,
         lanes: int = limits.lanes_default,
         admission: Admission = "grouped",
+        prepared_statements: bool = True,
     ) -> Store:
-        """Connects a pool to dsn and applies the migrations the database lacks."""
+        """Connects a pool to dsn and applies the migrations the database lacks. Without
+        prepared_statements (behind PgBouncer's transaction pooling) every statement is
+        prepared unnamed, within its own transaction, and planned each time."""
         with mapped_db_errors():
             pool = await asyncpg.create_pool(
                 dsn,
                 min_size=min(limits.pool_size_min, pool_size_max),
                 max_size=pool_size_max,
+                # Connections beyond min_size close after this long idle: a pod's idle
+                # sidecar holds one connection (see README, Scaling out).
+                max_inactive_connection_lifetime=limits.pool_idle_seconds_max,
                 timeout=limits.db_connect_timeout_seconds,
                 command_timeout=limits.db_command_timeout_seconds,
+                statement_cache_size=(
+                    limits.statement_cache_size_default if prepared_statements else 0
+                ),
                 reset=_keep_session,
             )
             async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
@@ -294,13 +305,23 @@ class Store:
         if len(self._routes) > limits.route_cache_size_max:
             self._routes.popitem(last=False)
 
-    async def _run_batch(self, entries: list[tuple[str, Op]]) -> list[Result | EarmarkError]:
-        """Decides entries, per budget in their order, in one serializable transaction."""
+    async def _run_batch(
+        self, entries: list[tuple[str, Op]], top_up: TopUp | None = None
+    ) -> list[Result | EarmarkError]:
+        """Decides entries, per budget in their order, in one serializable transaction.
+        Its first statement locks the budgets' stripes, before the snapshot (migration
+        0006): another sidecar's batch on these budgets is waited for, not aborted against;
+        once they are held, top_up adds what arrived on them meanwhile, so that the wait
+        grows the batch instead of the queue."""
+        locked = {stripes.stripe_of(budget_id) for budget_id, _ in entries}
         by_budget: dict[str, list[int]] = {}
-        for index, (budget_id, _) in enumerate(entries):
-            by_budget.setdefault(budget_id, []).append(index)
 
         async def work(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
+            if top_up is not None:
+                top_up(lambda budget_id: stripes.stripe_of(budget_id) in locked)
+            by_budget.clear()
+            for index, (budget_id, _) in enumerate(entries):
+                by_budget.setdefault(budget_id, []).append(index)
             states, self._prices = await queries.load_batches(conn, entries, self._prices)
             now = self._clock()
             decided = [
@@ -310,7 +331,9 @@ class Store:
             await queries.write_decisions(conn, decided)
             return decided
 
-        decided = await self._serializable(work)
+        decided = await self._serializable(
+            work, first=stripes.first_statement(budget_id for budget_id, _ in entries)
+        )
         slots: list[Result | EarmarkError | None] = [None] * len(entries)
         for (_, decision), indices in zip(decided, by_budget.values(), strict=True):
             for index, result in zip(indices, decision.results, strict=True):
@@ -358,14 +381,22 @@ class Store:
             async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
                 return await query(conn)
 
-    async def _serializable(self, work: Callable[[Conn], Awaitable[T]]) -> T:
-        return await self._transaction(work, "serializable")
+    async def _serializable(
+        self, work: Callable[[Conn], Awaitable[T]], first: str | None = None
+    ) -> T:
+        return await self._transaction(work, "serializable", first or stripes.first_statement())
 
-    async def _transaction(self, work: Callable[[Conn], Awaitable[T]], isolation: Isolation) -> T:
+    async def _transaction(
+        self,
+        work: Callable[[Conn], Awaitable[T]],
+        isolation: Isolation,
+        first: str | None = None,
+    ) -> T:
         return await run_transaction(
             self._pool,
             work,
             isolation=isolation,
+            first=first,
             rng=self._rng,
             on_retry=self._observer.on_retry,
             on_exhausted=self._observer.on_exhausted,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Literal, TypeAlias, TypeVar
 
 import asyncpg
@@ -68,6 +68,34 @@ def backoff_seconds(attempt: int, rng: random.Random) -> float:
 
 
 Isolation = Literal["serializable", "read_committed"]
+_BEGIN: dict[Isolation, str] = {
+    "serializable": "BEGIN ISOLATION LEVEL SERIALIZABLE",
+    "read_committed": "BEGIN ISOLATION LEVEL READ COMMITTED",
+}
+
+
+async def roll_back(conn: Conn) -> None:
+    """Ends the connection's open transaction, if any; a connection that cannot is closed
+    (the pool replaces it), so that none goes back to the pool inside a transaction."""
+    if conn.is_closed() or not conn.is_in_transaction():
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except (Exception, asyncio.CancelledError):
+        conn.terminate()
+
+
+@contextlib.asynccontextmanager
+async def transaction(conn: Conn, isolation: Isolation, first: str | None) -> AsyncIterator[None]:
+    """BEGIN and first in one round trip (the simple query protocol runs several statements
+    without parameters), the body, then COMMIT; ROLLBACK if anything fails on the way."""
+    try:
+        await conn.execute(_BEGIN[isolation] if first is None else f"{_BEGIN[isolation]}; {first}")
+        yield
+    except BaseException:
+        await roll_back(conn)
+        raise
+    await conn.execute("COMMIT")
 
 
 async def run_serializable(
@@ -78,6 +106,7 @@ async def run_serializable(
     rng: random.Random | None = None,
     on_retry: Callable[[], None] | None = None,
     on_exhausted: Callable[[], None] | None = None,
+    first: str | None = None,
 ) -> T:
     """Runs work in one serializable transaction, again after a conflict, at most
     attempts_max times; then raises RetryExhausted having committed nothing."""
@@ -85,6 +114,7 @@ async def run_serializable(
         pool,
         work,
         isolation="serializable",
+        first=first,
         attempts_max=attempts_max,
         rng=rng,
         on_retry=on_retry,
@@ -101,9 +131,11 @@ async def run_transaction(
     rng: random.Random | None = None,
     on_retry: Callable[[], None] | None = None,
     on_exhausted: Callable[[], None] | None = None,
+    first: str | None = None,
 ) -> T:
     """Runs work in one transaction at isolation, again after a conflict (a deadlock or a
-    lost key race at any level), at most attempts_max times."""
+    lost key race at any level), at most attempts_max times. first, a statement that takes
+    no snapshot (LOCK TABLE), runs before work: what it waits for, the snapshot sees."""
     assert attempts_max >= 1
     rng = rng or random.Random()
     for attempt in range(attempts_max):
@@ -111,8 +143,10 @@ async def run_transaction(
             with mapped_db_errors():
                 async with (
                     pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn,
-                    conn.transaction(isolation=isolation),
+                    transaction(conn, isolation, first),
                 ):
+                    if first is not None:
+                        await conn.execute(first)
                     return await work(conn)
         except asyncpg.PostgresError as exc:
             if not is_conflict(exc):
