@@ -14,11 +14,14 @@ import contextlib
 import dataclasses
 import itertools
 import shutil
+import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 
 import asyncpg
 import psutil
+from grpc_health.v1 import health_pb2
 
 from bench.harness import Figure, Loop, Step, closed_loop, scrape
 from bench.scenarios import UNLIMITED_ENOUGH, Env, Stubs, check_invariants, reserve_settle, stubs
@@ -103,6 +106,26 @@ def k_figures(pooled: bool) -> dict[tuple[str, str], list[Figure]]:
     return out
 
 
+def check_step(s: Stubs) -> Step:
+    """One health Check: an RPC that does nothing, the floor of any call."""
+    request = health_pb2.HealthCheckRequest(service="")
+
+    async def step(loop: Loop) -> None:
+        started = time.perf_counter()
+        await s.health.Check(request, timeout=30)
+        loop.record("check", started)
+
+    return step
+
+
+async def floor_run(all_stubs: list[Stubs], k: int, seconds: float) -> float:
+    """calls/s of health Check spread over K sidecars: what K processes on this machine
+    can serve at all, whatever they do behind it."""
+    step = spread([check_step(s) for s in all_stubs[:k]])
+    await closed_loop(WORKERS, 0.5, step)
+    return (await closed_loop(WORKERS, seconds, step)).rate("check")
+
+
 def cpu_seconds(postmaster: psutil.Process) -> float:
     """CPU used so far by PostgreSQL: the postmaster and every backend and worker."""
     total = 0.0
@@ -174,11 +197,15 @@ async def k_sidecars(
     all_stubs = [stubs(s) for s in sidecars]
     pooled = shutil.which("pgbouncer") is not None
     out = k_figures(pooled)
+    floors = {
+        k: Figure(f"{k} sidecar{'s' if k > 1 else ''}, health Check: calls/s", "calls/s")
+        for k in (1, max(KS))
+    }
     try:
         with contextlib.ExitStack() as stack:
             behind: list[SpawnedSidecar] = []
             if pooled:
-                database = dsn.rsplit("/", 1)[1].split("?")[0]
+                database = urllib.parse.urlsplit(dsn).path.lstrip("/")
                 bouncer = stack.enter_context(pgbouncer(dsn, database, pool_size=POOLED * 2))
                 behind = [
                     spawn(f"p{i}", "--database-url", bouncer.url(database),
@@ -188,6 +215,8 @@ async def k_sidecars(
                 stack.callback(lambda: [s.stop() for s in behind])
             behind_stubs = [stubs(s) for s in behind]
             for _ in range(env.runs):
+                for k, figure in floors.items():
+                    figure.values.append(await floor_run(all_stubs, k, env.seconds))
                 for shape in ("hot", "disjoint"):
                     for k in KS:
                         values = await one_run(
@@ -209,11 +238,14 @@ async def k_sidecars(
             await each.close()
         for sidecar in sidecars:
             sidecar.stop()
-    ratios = []
+    ceiling = Figure(f"{max(KS)} sidecars / 1, health Check, run by run", "ratio")
+    one, eight = floors[1].values, floors[max(KS)].values
+    ceiling.values = [e / max(1e-9, o) for e, o in zip(eight, one, strict=True)]
+    ratios = [ceiling]
     for shape in ("hot", "disjoint"):
         one = out[(shape, "1")][0].values
         eight = out[(shape, str(max(KS)))][0].values
         ratio = Figure(f"{max(KS)} sidecars / 1, {SHAPES[shape]}, run by run", "ratio")
         ratio.values = [e / max(1e-9, o) for e, o in zip(eight, one, strict=True)]
         ratios.append(ratio)
-    return [f for figs in out.values() for f in figs] + ratios
+    return [*floors.values(), *(f for figs in out.values() for f in figs), *ratios]

@@ -8,6 +8,7 @@ folder of its own, removed with it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import pwd
 import shutil
@@ -97,7 +98,12 @@ pidfile =
         command[1:1] = ["-u", SERVICE_USER]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        asyncio.run(_wait_listening(process, listen, folder / "pgbouncer.log"))
+        # In a thread of its own, so that callers with an event loop running (the
+        # benchmark) and without one (session fixtures) wait alike.
+        with concurrent.futures.ThreadPoolExecutor(1) as waiter:
+            waiter.submit(
+                asyncio.run, _wait_listening(process, listen, folder / "pgbouncer.log")
+            ).result()
         yield Bouncer(listen, folder, process)
     finally:
         if process.poll() is None:

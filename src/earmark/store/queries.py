@@ -16,6 +16,7 @@ from earmark.errors import FailedPrecondition
 from earmark.store import cycles
 from earmark.store.named import NamedQuery
 from earmark.store.rows import (
+    BUDGET_COLUMN_TYPES,
     BUDGET_COLUMNS,
     CHARGE_COLUMNS,
     HOLD_COLUMN_NAMES,
@@ -37,7 +38,7 @@ from earmark.store.tx import Conn
 # The keyed lookups resolve to ids first, one index probe per key, so that the whole
 # statement is index lookups: an OR of the two conditions plans as a scan of every
 # reservation, and under SERIALIZABLE a scan also conflicts with every other writer.
-LOCK_HOLDS = NamedQuery(f"""
+_LOCK_HOLDS = f"""
 SELECT {HOLD_COLUMNS} FROM reservations
 WHERE reservation_id = ANY($ids::uuid[] || ARRAY(
     SELECT r.reservation_id
@@ -46,25 +47,42 @@ WHERE reservation_id = ANY($ids::uuid[] || ARRAY(
     JOIN reservations r USING (budget_id, owner, idempotency_key)))
 ORDER BY reservation_id
 FOR UPDATE
-""")
-
-# Each statement of a batch names its rows by an `= ANY(array)` condition on an index, even
-# where a join already says which: that is what makes every plan an index lookup (see
-# stripes.BATCH_SETTINGS), whatever the planner guesses of a table's size.
-LOAD_CHARGES = f"""
-SELECT {CHARGE_COLUMNS} FROM charges
-WHERE reservation_id = ANY($1::uuid[]) AND (reservation_id, idempotency_key) IN (
-    SELECT * FROM unnest($1::uuid[], $2::text[]))
 """
 
 # price_seq, the newest price's id (one probe of the primary key's last page), tells a
 # batch whether its cached price book is still every version there is, for no round trip.
-LOCK_BUDGETS = f"""
+_LOCK_BUDGETS = f"""
 SELECT {BUDGET_COLUMNS}, (SELECT coalesce(max(price_id), 0) FROM prices) AS price_seq
 FROM budgets
-WHERE budget_id = ANY($1::text[])
+WHERE budget_id = ANY($budget_ids::text[])
 ORDER BY budget_id
 FOR NO KEY UPDATE
+"""
+LOCK_BUDGETS = NamedQuery(_LOCK_BUDGETS).sql
+
+# A batch's holds and then its budgets, locked in that order, in one round trip: the rows
+# of the two differ, so each arm fills the other's columns with typed NULLs, and is_budget
+# says which a row is. Every round trip inside a batch's transaction is time its stripes
+# stay locked.
+_BUDGET_ONLY = [name for name in BUDGET_COLUMN_TYPES if name not in HOLD_COLUMN_TYPES]
+LOCK_BATCH = NamedQuery(f"""
+WITH holds AS ({_LOCK_HOLDS}), locked AS ({_LOCK_BUDGETS})
+SELECT false AS is_budget, {", ".join(f"h.{name}" for name in HOLD_COLUMN_NAMES)},
+    {", ".join(f"NULL::{BUDGET_COLUMN_TYPES[name]} AS {name}" for name in _BUDGET_ONLY)},
+    NULL::bigint AS price_seq
+FROM holds h
+UNION ALL
+SELECT true, {", ".join(
+    f"b.{name}" if name == "budget_id" else f"NULL::{HOLD_COLUMN_TYPES[name]}"
+    for name in HOLD_COLUMN_NAMES)},
+    {", ".join(f"b.{name}" for name in _BUDGET_ONLY)}, b.price_seq
+FROM locked b
+""")
+
+LOAD_CHARGES = f"""
+SELECT {CHARGE_COLUMNS} FROM charges
+WHERE reservation_id = ANY($1::uuid[]) AND (reservation_id, idempotency_key) IN (
+    SELECT * FROM unnest($1::uuid[], $2::text[]))
 """
 
 LOAD_PRICES = f"SELECT {PRICE_COLUMNS} FROM prices ORDER BY price_id"
@@ -246,20 +264,26 @@ async def load_price_book(conn: Conn, cached: PriceBook, seq: int) -> PriceBook:
 async def load_batches(
     conn: Conn, entries: Sequence[tuple[str, Op]], prices: PriceBook
 ) -> tuple[dict[str, BatchState], PriceBook]:
-    """Locks the holds the operations name, reads earlier charge answers, then locks the
-    budgets in id order, then reads the job samples the batch needs; returns one state per
-    budget named, each with the price book (reloaded if a price was added) and the shared
-    samples, and the price book."""
+    """Locks the holds the operations name, then the budgets in id order (one round trip),
+    reads earlier charge answers, then the job samples the batch needs; returns one state
+    per budget named, each with the price book (reloaded if a price was added) and the
+    shared samples, and the price book."""
     ids = [op.reservation_id for _, op in entries if not isinstance(op, ReserveOp)]
     keyed = [op for _, op in entries if isinstance(op, ReserveOp)]
     states = {budget_id: BatchState(budget_id=budget_id, budget=None) for budget_id, _ in entries}
-    args = LOCK_HOLDS.args(
+    args = LOCK_BATCH.args(
         ids=ids,
         key_budget_ids=[op.budget_id for op in keyed],
         key_owners=[op.owner for op in keyed],
         keys=[op.idempotency_key for op in keyed],
+        budget_ids=sorted(states),
     )
-    for row in await conn.fetch(LOCK_HOLDS.sql, *args):
+    price_seq: int | None = None
+    for row in await conn.fetch(LOCK_BATCH.sql, *args):
+        if row["is_budget"]:
+            states[row["budget_id"]].budget = budget_from_row(row)
+            price_seq = row["price_seq"]
+            continue
         hold = hold_from_row(row)
         state = states.get(hold.budget_id)
         if state is None:
@@ -278,10 +302,7 @@ async def load_batches(
             record = charge_from_row(row)
             state = states[charged_budget[record.reservation_id]]
             state.charges[(record.reservation_id, record.idempotency_key)] = record
-    budgets, price_seq = await lock_budgets(conn, sorted(states))
-    for budget_id, budget in budgets.items():
-        states[budget_id].budget = budget
-    if budgets:
+    if price_seq is not None:
         prices = await load_price_book(conn, prices, price_seq)
     samples = await _load_samples(conn, states, entries)
     windows = await cycles.lock_windows(conn, entries)

@@ -24,6 +24,13 @@ BUDGET_COLUMNS = (
     "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, "
     "estimate_policy, account, feature, cycle_start, cycle_end, limit_read_at"
 )
+BUDGET_COLUMN_TYPES = {
+    "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
+    "held": "bigint", "open_reservations": "bigint", "default_estimate": "bigint",
+    "estimate_policy": "smallint", "account": "text", "feature": "text",
+    "cycle_start": "timestamptz", "cycle_end": "timestamptz", "limit_read_at": "timestamptz",
+}  # fmt: skip
+assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
     "price_id, provider, model, version, effective_from, effective_to, input_per_mtok, "
     "output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at, "
