@@ -72,9 +72,12 @@ SELECT false AS is_budget, {", ".join(f"h.{name}" for name in HOLD_COLUMN_NAMES)
     NULL::bigint AS price_seq
 FROM holds h
 UNION ALL
-SELECT true, {", ".join(
-    f"b.{name}" if name == "budget_id" else f"NULL::{HOLD_COLUMN_TYPES[name]}"
-    for name in HOLD_COLUMN_NAMES)},
+SELECT true, {
+    ", ".join(
+        f"b.{name}" if name == "budget_id" else f"NULL::{HOLD_COLUMN_TYPES[name]}"
+        for name in HOLD_COLUMN_NAMES
+    )
+},
     {", ".join(f"b.{name}" for name in _BUDGET_ONLY)}, b.price_seq
 FROM locked b
 """)
