@@ -19,6 +19,14 @@ def test_flag_beats_environment_beats_default() -> None:
     )  # fmt: skip
 
 
+def test_the_pooler_comes_from_the_environment() -> None:
+    """EARMARK_DATABASE_POOLER=pgbouncer is read; without it there is no pooler."""
+    assert ("pgbouncer", "none") == (
+        settings.load({}, {"EARMARK_DATABASE_POOLER": "pgbouncer"}).database_pooler,
+        settings.load({}, {}).database_pooler,
+    )
+
+
 def test_environment_numbers_are_parsed() -> None:
     """Numeric variables become numbers."""
     loaded = settings.load({}, {"EARMARK_LEASE_SECONDS_MAX": "600", "EARMARK_POOL_SIZE_MAX": "4"})
@@ -32,6 +40,7 @@ def test_environment_numbers_are_parsed() -> None:
         ({"EARMARK_POOL_SIZE_MAX": "many"}, "pool_size_max"),
         ({"EARMARK_LEASE_SECONDS_MAX": "0"}, "lease_seconds_max"),
         ({"EARMARK_ADMISSION": "optimistic"}, "admission"),
+        ({"EARMARK_DATABASE_POOLER": "pgpool"}, "database_pooler"),
         ({"EARMARK_METRICS_BUDGETS_MAX": "100000"}, "metrics_budgets_max"),
     ],
 )
