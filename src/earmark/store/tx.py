@@ -134,8 +134,9 @@ async def run_transaction(
     first: str | None = None,
 ) -> T:
     """Runs work in one transaction at isolation, again after a conflict (a deadlock or a
-    lost key race at any level), at most attempts_max times. first, a statement that takes
-    no snapshot (LOCK TABLE), runs before work: what it waits for, the snapshot sees."""
+    lost key race at any level), at most attempts_max times. first, statements that take no
+    snapshot (SET LOCAL, LOCK TABLE), run before work in BEGIN's round trip: what they wait
+    for, the transaction's snapshot sees."""
     assert attempts_max >= 1
     rng = rng or random.Random()
     for attempt in range(attempts_max):
@@ -145,8 +146,6 @@ async def run_transaction(
                     pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn,
                     transaction(conn, isolation, first),
                 ):
-                    if first is not None:
-                        await conn.execute(first)
                     return await work(conn)
         except asyncpg.PostgresError as exc:
             if not is_conflict(exc):
