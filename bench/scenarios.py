@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import time
 import uuid
@@ -98,13 +99,19 @@ async def put_bench_price(s: Stubs) -> None:
     await s.admin.PutPrice(pb.PutPriceRequest(price=price))
 
 
-def reserve_settle(s: Stubs, pick_budget: object, *, priced: bool = False) -> object:
+def reserve_settle(
+    s: Stubs, pick_budget: object = "", *, priced: bool = False, account: str = ""
+) -> Step:
     """One job: Reserve 1 unit, then Settle it at 1 (priced: Reserve by shape, Settle by
-    usage); UNAVAILABLE is counted, not raised."""
+    usage); UNAVAILABLE is counted, not raised. With account, the Reserve names the account
+    (its billing cycle's budget) instead of a budget."""
 
     async def step(loop: Loop) -> None:
-        budget_id = pick_budget() if callable(pick_budget) else pick_budget
-        request = pb.ReserveRequest(budget_id=budget_id, idempotency_key=uuid.uuid4().hex)
+        request = pb.ReserveRequest(idempotency_key=uuid.uuid4().hex)
+        if account:
+            request.account = account
+        else:
+            request.budget_id = pick_budget() if callable(pick_budget) else pick_budget
         if priced:
             request.shape.CopyFrom(PRICED_SHAPE)
         else:
@@ -141,12 +148,8 @@ def reserve_settle(s: Stubs, pick_budget: object, *, priced: bool = False) -> ob
     return step
 
 
-async def floor(env: Env) -> list[Figure]:
-    """1. An RPC that does nothing: grpc.health Check at 50 in flight."""
-    out = figures(
-        ("floor: health Check calls/s", "calls/s"), ("floor: p50", "ms"), ("floor: p99", "ms")
-    )
-    s = stubs(env.grouped)
+def check_step(s: Stubs) -> Step:
+    """One health Check: an RPC that does nothing, the floor of any call."""
     request = health_pb2.HealthCheckRequest(service="")
 
     async def step(loop: Loop) -> None:
@@ -154,6 +157,16 @@ async def floor(env: Env) -> list[Figure]:
         await s.health.Check(request, timeout=30)
         loop.record("check", started)
 
+    return step
+
+
+async def floor(env: Env) -> list[Figure]:
+    """1. An RPC that does nothing: grpc.health Check at 50 in flight."""
+    out = figures(
+        ("floor: health Check calls/s", "calls/s"), ("floor: p50", "ms"), ("floor: p99", "ms")
+    )
+    s = stubs(env.grouped)
+    step = check_step(s)
     try:
         await closed_loop(IN_FLIGHT, 1.0, step)  # warm-up
         for _ in range(env.runs):
@@ -294,30 +307,6 @@ async def hot_budget(env: Env) -> list[Figure]:
     return [*out, paired]
 
 
-def reserve_settle_account(s: Stubs, account: str) -> Step:
-    """One job on an account's billing cycle: Reserve 1 by account, then Settle it at 1."""
-
-    async def step(loop: Loop) -> None:
-        request = pb.ReserveRequest(account=account, amount=1, idempotency_key=uuid.uuid4().hex)
-        started = time.perf_counter()
-        try:
-            reply = await s.budget.Reserve(request, timeout=30)
-            loop.record("reserve", started)
-            if not reply.admitted:
-                loop.record("refused", started)
-                return
-            loop.record("admitted", started)
-            started = time.perf_counter()
-            await s.budget.Settle(pb.SettleRequest(reservation_id=reply.reservation_id, used=1))
-            loop.record("settle", started)
-        except grpc.aio.AioRpcError as error:
-            if error.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-            loop.record("unavailable", started)
-
-    return step
-
-
 async def account_hot_budget(env: Env, sidecar: SpawnedSidecar) -> list[Figure]:
     """9. One hot account through the limits provider (a fake Kinde on loopback): every
     admission also counts on the account's rate-limit row and every settle writes the
@@ -327,7 +316,7 @@ async def account_hot_budget(env: Env, sidecar: SpawnedSidecar) -> list[Figure]:
     s = stubs(sidecar)
     try:
         for run in range(env.runs):
-            step = reserve_settle_account(s, f"bench-{run}")
+            step = reserve_settle(s, account=f"bench-{run}")
             await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
             measured = Measured()
             await measure(sidecar, step, env.seconds, measured)
@@ -397,7 +386,7 @@ async def two_sidecars(env: Env, second: SpawnedSidecar) -> list[Figure]:
         for _ in range(env.runs):
             budget_id = f"two-{uuid.uuid4().hex[:6]}"
             await a.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit="t"))
-            step = alternate(reserve_settle(a, budget_id), reserve_settle(b, budget_id))
+            step = spread([reserve_settle(a, budget_id), reserve_settle(b, budget_id)])
             loop = await closed_loop(IN_FLIGHT, env.seconds, step)
             state = await a.admin.GetBudget(pb.GetBudgetRequest(budget_id=budget_id))
             admitted = loop.counts.get("admitted", 0)
@@ -421,13 +410,13 @@ async def two_sidecars(env: Env, second: SpawnedSidecar) -> list[Figure]:
     return out
 
 
-def alternate(first: object, second: object) -> object:
-    """A step that sends every other job to each sidecar."""
-    turn = [0]
+def spread(steps: list[Step]) -> Step:
+    """A step that sends each job to the next of several steps in turn (each a sidecar's: a
+    job's Reserve and Settle go to the same one), so that each gets its share of the work."""
+    turn = itertools.count()
 
     async def step(loop: Loop) -> None:
-        turn[0] += 1
-        await (first if turn[0] % 2 else second)(loop)  # type: ignore[operator]
+        await steps[next(turn) % len(steps)](loop)
 
     return step
 

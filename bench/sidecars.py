@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import shutil
-import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
 
 import asyncpg
 import psutil
-from grpc_health.v1 import health_pb2
 
-from bench.harness import Figure, Loop, Step, closed_loop, scrape
-from bench.scenarios import UNLIMITED_ENOUGH, Env, Stubs, check_invariants, reserve_settle, stubs
+from bench.harness import Figure, closed_loop, scrape
+from bench.scenarios import (
+    UNLIMITED_ENOUGH,
+    Env,
+    Stubs,
+    check_invariants,
+    check_step,
+    reserve_settle,
+    spread,
+    stubs,
+)
 from earmark.spawn import SpawnedSidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.pgbouncer import pgbouncer
@@ -74,17 +80,6 @@ async def warm(dsn: str, count: int = WARM_RESERVATIONS, budgets: int = WARM_BUD
         await conn.close()
 
 
-def spread(steps: list[Step]) -> Step:
-    """A step that sends each job to the next sidecar in turn (a job's Reserve and Settle
-    go to the same one), so that each of K sidecars gets 1/K of the work."""
-    turn = itertools.count()
-
-    async def step(loop: Loop) -> None:
-        await steps[next(turn) % len(steps)](loop)
-
-    return step
-
-
 def k_figures(pooled: bool) -> dict[tuple[str, str], list[Figure]]:
     """Each shape and way of connecting: K directly, and POOLED through PgBouncer."""
     out: dict[tuple[str, str], list[Figure]] = {}
@@ -104,18 +99,6 @@ def k_figures(pooled: bool) -> dict[tuple[str, str], list[Figure]]:
                 Figure(f"{label}: PostgreSQL CPU per transaction", "ms"),
             ]
     return out
-
-
-def check_step(s: Stubs) -> Step:
-    """One health Check: an RPC that does nothing, the floor of any call."""
-    request = health_pb2.HealthCheckRequest(service="")
-
-    async def step(loop: Loop) -> None:
-        started = time.perf_counter()
-        await s.health.Check(request, timeout=30)
-        loop.record("check", started)
-
-    return step
 
 
 async def floor_run(all_stubs: list[Stubs], k: int, seconds: float) -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.pgbouncer import free_port
+from tests.helpers import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 USER = "postgres"

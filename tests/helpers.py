@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import urllib.request
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -129,3 +130,10 @@ def binary_missing(name: str, package: str) -> str | None:
     if os.environ.get(REQUIRE_SERVERS):
         pytest.fail(why)
     return why
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on at this moment."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import urllib.parse
@@ -22,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import eventually
+from tests.helpers import eventually, free_port
 
 BINARY = "pgbouncer"
 START_SECONDS_MAX = 10.0
@@ -42,12 +41,6 @@ class Bouncer:
 
     def log(self) -> str:
         return (self.folder / "pgbouncer.log").read_text(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def server_address(uri: str) -> tuple[str, str]:

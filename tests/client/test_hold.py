@@ -4,7 +4,6 @@ long blocks, lost holds, refusals, and the synchronous Client."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from earmark.client import (
 )
 from earmark.server import Sidecar
 from tests.conftest import Running, sidecar_settings
-from tests.helpers import assert_invariants, fetch_budget_row
+from tests.helpers import assert_invariants, fetch_budget_row, free_port
 
 
 @pytest.fixture
@@ -178,12 +177,6 @@ async def test_charge_capping_through_the_sdk(client: AsyncClient) -> None:
         assert not (await h.charge(4_000)).capped
         last = await h.charge(4_000)
         assert (1_000, True, 0) == (last.charged, last.capped, last.hold_remaining)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_unavailable_is_retried_until_the_sidecar_is_up(dsn: str, socket_dir: Path) -> None:

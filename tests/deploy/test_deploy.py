@@ -14,13 +14,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.metrics import Metrics
+from tests.helpers import binary_missing
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMETHEUS = DEPLOY / "prometheus"
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool: .ci/run installs prometheus"
-)
+MISSING = binary_missing("promtool", "prometheus")
+needs_promtool = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 METRIC = re.compile(r"\bearmark_[a-z_]*[a-z]\b")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,21 +17,15 @@ import pytest
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
+from tests.helpers import binary_missing, free_port
 
 PROMETHEUS_BIN = shutil.which("prometheus")
 PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 READY_SECONDS_MAX = 60.0
 QUERY_SECONDS_MAX = 60.0
 
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS_BIN is None, reason="prometheus: .ci/run installs Debian's prometheus"
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+MISSING = binary_missing("prometheus", "prometheus")
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 
 
 def get_json(url: str) -> dict[str, object]:
