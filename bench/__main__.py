@@ -113,6 +113,10 @@ def targets(by_name: dict[str, Figure]) -> list[tuple[str, bool]]:
         ),
         lambda: ("K sidecars: no UNAVAILABLE in any run", worst(": UNAVAILABLE") == 0),
         lambda: (
+            "nested holds on a hot parent: calls/s >= 0.8 x the plain hot budget's (median ratio)",
+            m("nested / plain hot budget calls/s, run by run") >= 0.8,
+        ),
+        lambda: (
             "K sidecars: serialization retries < 0.05 per admission in every run",
             worst(": retries per admission") < 0.05,
         ),
@@ -137,6 +141,7 @@ SCENARIOS = (
     "account",
     "growth",
     "sidecars",
+    "nested",
 )
 
 
@@ -191,6 +196,8 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
             ("sidecars", "10. K sidecars", lambda: k_sidecars(
                 env, lambda name, *flags: sidecar(name, "sidecars", *flags), pg.uri("sidecars"),
                 int((pg.pgdata / "postmaster.pid").read_text().split()[0]))),
+            ("nested", "11. nested holds on a hot parent", lambda: scenarios.nested_hot_parent(
+                env)),
         ]  # fmt: skip
         for key, label, start in steps:
             if key in only:

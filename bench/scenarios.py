@@ -100,14 +100,19 @@ async def put_bench_price(s: Stubs) -> None:
 
 
 def reserve_settle(
-    s: Stubs, pick_budget: object = "", *, priced: bool = False, account: str = ""
+    s: Stubs,
+    pick_budget: object = "",
+    *,
+    priced: bool = False,
+    account: str = "",
+    also: tuple[str, ...] = (),
 ) -> Step:
     """One job: Reserve 1 unit, then Settle it at 1 (priced: Reserve by shape, Settle by
     usage); UNAVAILABLE is counted, not raised. With account, the Reserve names the account
-    (its billing cycle's budget) instead of a budget."""
+    (its billing cycle's budget) instead of a budget; with also, it holds on those too."""
 
     async def step(loop: Loop) -> None:
-        request = pb.ReserveRequest(idempotency_key=uuid.uuid4().hex)
+        request = pb.ReserveRequest(idempotency_key=uuid.uuid4().hex, also_budget_ids=also)
         if account:
             request.account = account
         else:
@@ -190,6 +195,8 @@ class Variant:
     label: str
     budgets: int
     priced: bool = False
+    # Each Reserve also holds on one parent budget shared by all (a task in an account).
+    nested: bool = False
 
 
 def hot_figures(label: str) -> list[Figure]:
@@ -239,8 +246,14 @@ async def fresh_step(s: Stubs, variant: Variant) -> Step:
         await s.admin.PutBudget(
             pb.PutBudgetRequest(budget_id=budget_id, limit=UNLIMITED_ENOUGH, unit=unit)
         )
+    also: tuple[str, ...] = ()
+    if variant.nested:
+        also = (f"{prefix}-parent",)
+        await s.admin.PutBudget(
+            pb.PutBudgetRequest(budget_id=also[0], limit=UNLIMITED_ENOUGH, unit=unit)
+        )
     pick = ids[0] if variant.budgets == 1 else functools.partial(random.choice, ids)
-    return reserve_settle(s, pick, priced=variant.priced)
+    return reserve_settle(s, pick, priced=variant.priced, also=also)
 
 
 async def measure(sidecar: SpawnedSidecar, step: Step, seconds: float, into: Measured) -> None:
@@ -287,24 +300,27 @@ async def hot_loop(
     return [figure for v in variants for figure in out[v.label]]
 
 
+async def paired(env: Env, base: Variant, other: Variant, ratio: str) -> list[Figure]:
+    """Two variants taking turns in halves (ABBA) in every run, and other / base calls/s run
+    by run: within a run that ratio is the least noisy comparison there is."""
+    out = await hot_loop(env, env.grouped, base, other, runs=max(env.runs, PAIRED_RUNS_MIN))
+    by_name = {figure.name: figure for figure in out}
+    under = by_name[f"{base.label}: calls/s (Reserve + Settle)"].values
+    over = by_name[f"{other.label}: calls/s (Reserve + Settle)"].values
+    (pair,) = figures((ratio, "ratio"))
+    pair.values = [o / max(1e-9, u) for o, u in zip(over, under, strict=True)]
+    return [*out, pair]
+
+
 async def hot_budget(env: Env) -> list[Figure]:
     """2. One hot budget, group admission, in plain amounts and in money (2b: Reserves by
     shape, Settles by usage, priced each time), taking turns."""
-    out = await hot_loop(
+    return await paired(
         env,
-        env.grouped,
         Variant("hot budget", 1),
         Variant("priced hot budget", 1, priced=True),
-        runs=max(env.runs, PAIRED_RUNS_MIN),
+        "priced / plain hot budget calls/s, run by run",
     )
-    by_name = {figure.name: figure for figure in out}
-    plain = by_name["hot budget: calls/s (Reserve + Settle)"].values
-    priced = by_name["priced hot budget: calls/s (Reserve + Settle)"].values
-    # Within a run the two took turns in halves (ABBA), so their ratio is the least noisy
-    # comparison there is.
-    (paired,) = figures(("priced / plain hot budget calls/s, run by run", "ratio"))
-    paired.values = [p / max(1e-9, q) for p, q in zip(priced, plain, strict=True)]
-    return [*out, paired]
 
 
 async def account_hot_budget(env: Env, sidecar: SpawnedSidecar) -> list[Figure]:
@@ -326,6 +342,17 @@ async def account_hot_budget(env: Env, sidecar: SpawnedSidecar) -> list[Figure]:
     finally:
         await s.close()
     return out
+
+
+async def nested_hot_parent(env: Env) -> list[Figure]:
+    """11. Nested holds: each Reserve on one of 100 task budgets also holds on one parent
+    (an account), against the plain hot budget, taking turns in each run."""
+    return await paired(
+        env,
+        Variant("plain hot budget", 1),
+        Variant("nested on a hot parent", 100, nested=True),
+        "nested / plain hot budget calls/s, run by run",
+    )
 
 
 async def many_budgets(env: Env) -> list[Figure]:

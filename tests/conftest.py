@@ -24,7 +24,8 @@ from earmark.v1 import budget_pb2_grpc
 
 TEST_DATABASE = "earmark_test"
 TABLES = (
-    "ledger, charges, open_holds, reservations, budgets, units, prices, job_samples, "
+    "ledger, charges, open_holds, in_doubt_holds, hold_scopes, reservations, budgets, units, "
+    "prices, job_samples, "
     "accounts, meter_outbox, meter_sent"
 )
 

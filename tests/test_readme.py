@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Running
+from tests.helpers import assert_invariants
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -19,13 +20,26 @@ SEARCH_PATH = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)
 
 
-def walkthrough() -> str:
+def walkthrough(name: str = "walkthrough") -> str:
     text = (ROOT / "README.md").read_text()
-    block = re.search(
-        r"<!-- walkthrough:start -->\n```sh\n(.*?)```\n<!-- walkthrough:end -->", text, re.S
-    )
-    assert block is not None, "the README lost its walkthrough markers"
+    block = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", text, re.S)
+    assert block is not None, f"the README lost its {name} markers"
     return block.group(1)
+
+
+async def run_block(sidecar: Running, tmp_path: Path, name: str) -> str:
+    """Runs the README's block as bash would, with grpcurl on PATH; returns what it printed."""
+    admin = sidecar.admin_target.removeprefix("unix:")
+    env = {**os.environ, "EARMARK": sidecar.target, "ADMIN": admin, "PATH": SEARCH_PATH}
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-euo", "pipefail", "-c", walkthrough(name),
+        cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
+    out = stdout.decode() + stderr.decode()
+    assert 0 == process.returncode, out
+    return out
 
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
@@ -33,16 +47,7 @@ async def test_readme_walkthrough_runs(sidecar: Running, tmp_path: Path) -> None
     """list, describe, PutBudget, Reserve, Charge, Settle and GetBudget, then PutPrice, a
     Reserve by shape and a Settle by usage, as the README types them, succeed and show the
     answers the README promises."""
-    admin = sidecar.admin_target.removeprefix("unix:")
-    env = {**os.environ, "EARMARK": sidecar.target, "ADMIN": admin, "PATH": SEARCH_PATH}
-    process = await asyncio.create_subprocess_exec(
-        "bash", "-euo", "pipefail", "-c", walkthrough(),
-        cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    out = stdout.decode() + stderr.decode()
-    assert 0 == process.returncode, out
+    out = await run_block(sidecar, tmp_path, "walkthrough")
     for expected in (
         "earmark.v1.Budget",
         "earmark.v1.Admin",
@@ -63,3 +68,22 @@ async def test_readme_walkthrough_runs(sidecar: Running, tmp_path: Path) -> None
         '"released": "8000"',
     ):
         assert expected in out, expected
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
+async def test_readme_scopes_run(sidecar: Running, tmp_path: Path) -> None:
+    """The Scopes block: a nested Reserve and the account's refusal, the escrow, a SOFT
+    admission, ListHolds, ListLedger, ReleaseHold and DeleteBudget answer as the README says."""
+    out = await run_block(sidecar, tmp_path, "scopes")
+    for expected in (
+        '"remaining": "100000"',
+        '"refused_budget_id": "acme"',
+        "needs 9000000, 8500000 left (the rest is its output escrow, for PHASE_FINAL)",
+        '"over_limit": true',
+        '"also_budget_ids": [\n        "acme"\n      ]',
+        '"kind": "hold"',
+        '"released": "400000"',
+        '"archived_at"',
+    ):
+        assert expected in out, expected
+    await assert_invariants(sidecar.dsn)

@@ -149,6 +149,10 @@ class Background:
         while not self._stopping["gauges"].is_set():
             try:
                 self._metrics.set_open_holds(await self._store.open_holds_by_unit())
+                watched = await self._store.watch_totals()
+                self._metrics.in_doubt_holds.set(watched.in_doubt)
+                self._metrics.in_doubt_oldest_seconds.set(watched.in_doubt_oldest_seconds)
+                self._metrics.budgets_in_overage.set(watched.budgets_in_overage)
                 self._metrics.set_budgets(
                     await self._store.most_used_budgets(self._settings.metrics_budgets_max)
                 )

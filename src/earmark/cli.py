@@ -24,6 +24,7 @@ from earmark.client.aio import DEFAULT_ADMIN_TARGET
 from earmark.errors import EarmarkError
 from earmark.server import serve
 from earmark.spawn import SpawnError
+from earmark.store.audit import audit_database
 from earmark.workloads import lab, load
 
 
@@ -38,6 +39,14 @@ def parser() -> argparse.ArgumentParser:
     )
     _load_arguments(
         commands.add_parser("load", help="many jobs racing on one budget, with latencies")
+    )
+    audit_command = commands.add_parser(
+        "audit", help="check every budget's invariants in a database; exit 1 on a violation"
+    )
+    audit_command.add_argument(
+        "--database-url",
+        default=os.environ.get("EARMARK_DATABASE_URL", ""),
+        help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL]",
     )
     return root
 
@@ -226,8 +235,16 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "load":
             print(run_load(args))
             return
+        if args.command == "audit":
+            report, clean = run_audit(args.database_url)
+            print(report)
+            if not clean:
+                sys.exit(1)
+            return
     except (ValueError, ClientError, SpawnError) as error:
         sys.exit(f"earmark {args.command}: {error}")
+    except EarmarkError as error:
+        sys.exit(f"earmark {args.command}: {error.message}")
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = earmark_settings.load(flags)
@@ -274,6 +291,16 @@ def run_load(args: argparse.Namespace) -> str:
         account=args.account,
     )
     return load.main(args.target, args.admin_target, params, args.json)
+
+
+def run_audit(database_url: str) -> tuple[str, bool]:
+    """The audit's report and whether the database is clean."""
+    if not database_url:
+        raise ValueError("--database-url (or EARMARK_DATABASE_URL) is required")
+    problems, budgets = asyncio.run(audit_database(database_url))
+    if problems:
+        return "\n".join([f"audit: {len(problems)} violations", *problems]), False
+    return f"audit: clean ({budgets} budgets)", True
 
 
 if __name__ == "__main__":

@@ -77,6 +77,17 @@ report_backoff_seconds_max = 300.0
 # ListCycles answers at most this many cycle budgets of an account.
 cycles_listed_max = 120
 
+# Scopes and the operator's view. A Reserve may also hold on at most also_budget_ids_max
+# other budgets (an organization, a team, a user...): each is one more budget row locked in
+# its transaction. Output escrow is a share of the limit in basis points, below the whole.
+# ListHolds and ListLedger answer pages of page_size_default rows, page_size_max at most,
+# and take back page tokens of at most page_token_length_max characters.
+also_budget_ids_max = 8
+escrow_bps_max = 9_999
+page_size_default = 100
+page_size_max = 1_000
+page_token_length_max = 1_024
+
 # Leases.
 lease_seconds_default = 120.0
 lease_seconds_min = 1.0
@@ -191,6 +202,10 @@ assert account_length_max + feature_length_max + 12 <= budget_id_length_max
 assert 1 <= admissions_per_minute_default <= admissions_per_minute_max
 assert 0 < report_backoff_seconds_base <= report_backoff_seconds_max
 assert provider_timeout_seconds < report_claim_seconds
+assert 1 <= also_budget_ids_max <= 64
+assert 0 <= escrow_bps_max < bps_per_unit
+assert 1 <= page_size_default <= page_size_max <= 10_000
+assert page_token_length_max >= 2 * (idempotency_key_length_max + token_name_length_max) + 64
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling
 assert 1 <= lanes_default <= lanes_max

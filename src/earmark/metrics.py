@@ -95,6 +95,14 @@ class Metrics:
         self.late_settles = Counter(
             "earmark_late_settles", "Settles that arrived after their hold expired.", registry=r
         )
+        self.in_doubt_closed = Counter(
+            "earmark_in_doubt_closed", "In-doubt holds closed, by how (settle, resolve, release).",
+            ["how"], registry=r,
+        )  # fmt: skip
+        self.overage_admissions = Counter(
+            "earmark_overage_admissions", "Holds a SOFT budget admitted past its limit.",
+            registry=r,
+        )  # fmt: skip
         self.tx_retries = Counter(
             "earmark_tx_serialization_retries", "Transactions run again after a conflict.",
             registry=r,
@@ -147,6 +155,18 @@ class Metrics:
         self.open_holds = Gauge(
             "earmark_open_holds", "Open holds in the database, by unit.", ["unit"], registry=r
         )
+        self.in_doubt_holds = Gauge(
+            "earmark_in_doubt_holds", "Holds in doubt: dispatched, their lease passed, unsettled.",
+            registry=r,
+        )  # fmt: skip
+        self.in_doubt_oldest_seconds = Gauge(
+            "earmark_in_doubt_oldest_seconds",
+            "How long the oldest in-doubt hold has been in doubt (0 without one).", registry=r,
+        )  # fmt: skip
+        self.budgets_in_overage = Gauge(
+            "earmark_budgets_in_overage",
+            "SOFT budgets that admitted past their limit since their last PutBudget.", registry=r,
+        )  # fmt: skip
         self.open_held_units = Gauge(
             "earmark_open_held_units", "Units held by open holds, by unit.", ["unit"], registry=r
         )

@@ -120,3 +120,19 @@ async def held(dsn: str, budget_id: str) -> int:
         return int(await conn.fetchval("SELECT held FROM budgets WHERE budget_id = $1", budget_id))
     finally:
         await conn.close()
+
+
+async def held_beyond_doubt(dsn: str, budget_id: str) -> int:
+    """What the budget holds beyond its in-doubt holds: holds a sweeper still has to close.
+    A dispatched hold whose worker died stays held, in doubt, for an operator."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        doubted = await conn.fetchval(
+            "SELECT coalesce(sum(amount - charged), 0) FROM reservations "
+            "WHERE budget_id = $1 AND state = 4",
+            budget_id,
+        )
+        total = await conn.fetchval("SELECT held FROM budgets WHERE budget_id = $1", budget_id)
+        return int(total - doubted)
+    finally:
+        await conn.close()

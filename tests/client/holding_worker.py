@@ -1,4 +1,5 @@
-"""A worker that takes a hold, says so, and works forever: the crash test kills it."""
+"""A worker that takes two holds, charges one (its provider call is out), says so, and works
+forever: the crash test kills it."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from earmark.client import Client
 
 
 def main(target: str, budget_id: str) -> None:
-    with Client(target) as client, client.hold(budget_id, 25_000, lease_seconds=1) as h:
-        h.charge(5_000)
-        print(h.reservation_id, flush=True)
+    with (
+        Client(target) as client,
+        client.hold(budget_id, 25_000, lease_seconds=1) as dispatched,
+        client.hold(budget_id, 10_000, lease_seconds=1) as idle,
+    ):
+        dispatched.charge(5_000)
+        print(dispatched.reservation_id, idle.reservation_id, flush=True)
         while True:
             time.sleep(1)
 

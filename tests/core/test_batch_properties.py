@@ -8,7 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from earmark.core.batch import BatchState, decide_batch, expire_due
-from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, Outcome
+from earmark.core.model import (
+    OPEN_STATES,
+    Budget,
+    Hold,
+    HoldState,
+    LedgerEntry,
+    LedgerKind,
+    Outcome,
+)
 from earmark.core.ops import ChargeOp, Op, RenewOp, ReserveOp, ReserveResult, SettleOp
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -73,7 +81,7 @@ def test_invariants_hold_after_every_batch(
                 assert result.admitted or result.remaining is not None
         if sweep:
             ledger += expire_due(state, now).ledger
-        open_holds = [h for h in holds.values() if h.state is HoldState.HELD]
+        open_holds = [h for h in holds.values() if h.state in OPEN_STATES]
         assert budget.held == sum(h.amount - h.charged for h in open_holds)
         assert budget.held == sum(e.held_delta for e in ledger)
         assert budget.used == sum(e.used_delta for e in ledger)

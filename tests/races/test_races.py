@@ -209,3 +209,40 @@ async def test_priced_holds_race_a_price_change(sidecar: Running) -> None:
     assert {2} == {r["state"] for r in rows}
     assert (sum(told.values()), 0) == (row["used"], row["held"])
     await assert_invariants(s.dsn)
+
+
+async def test_nested_reserves_in_opposite_orders(sidecar: Running) -> None:
+    """200 nested Reserves of 20, alternately on x (also y) and on y (also x), so that
+    neighbouring sidecars lock the pair named in opposite orders: no deadlock and no error
+    (any fails the gather), exactly y's 600 admitted, each refusal naming y, every hold
+    acknowledged present once on both budgets, and the settles move both alike."""
+    await put(sidecar, 1_000, "x")
+    await put(sidecar, 600, "y")
+    requests = [
+        pb.ReserveRequest(
+            budget_id="x" if i % 2 else "y",
+            also_budget_ids=["y" if i % 2 else "x"],
+            amount=20,
+            idempotency_key=uuid.uuid4().hex,
+        )
+        for i in range(200)
+    ]
+    replies = await asyncio.gather(*[sidecar.budget.Reserve(r) for r in requests])
+    admitted = sorted(r.reservation_id for r in replies if r.admitted)
+    assert 30 == len(admitted)
+    assert {"y"} == {r.refused_budget_id for r in replies if not r.admitted}
+    conn = await asyncpg.connect(sidecar.dsn)
+    try:
+        rows = await conn.fetch("SELECT reservation_id::text AS id FROM reservations")
+    finally:
+        await conn.close()
+    assert admitted == sorted(r["id"] for r in rows)
+    await asyncio.gather(
+        *[
+            sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=5 + i % 2))
+            for i, rid in enumerate(admitted)
+        ]
+    )
+    x, y = [await fetch_budget_row(sidecar.dsn, b) for b in ("x", "y")]
+    assert (0, 165, 0, 165) == (x["held"], x["used"], y["held"], y["used"])
+    await assert_invariants(sidecar.dsn)

@@ -11,7 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import assert_invariants, charge_or_renew_error, fetch_budget_row
+from tests.helpers import assert_invariants, charge_or_renew_error, eventually, fetch_budget_row
 
 
 async def held_for(s: Running, amount: int, lease_seconds: int = 1) -> str:
@@ -38,25 +38,38 @@ async def wait_for_sweep(s: Running, deadline_seconds: float = 10.0) -> None:
 
 
 async def test_sweeper_returns_a_dead_workers_hold(sidecar: Running) -> None:
-    """A hold whose lease passed is closed by the sweeper: charges stay, the rest returns."""
-    rid = await held_for(sidecar, 10_000)
-    await sidecar.budget.Charge(
-        pb.ChargeRequest(reservation_id=rid, amount=3_000, idempotency_key="s1")
-    )
+    """An undispatched hold whose lease passed is closed by the sweeper: all of it returns."""
+    await held_for(sidecar, 10_000)
     await wait_for_sweep(sidecar)
     row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
-    assert (3_000, 0) == (row["used"], row["held"])
+    assert (0, 0) == (row["used"], row["held"])
     await assert_invariants(sidecar.dsn)
 
 
-async def test_late_settle_after_the_sweeper(sidecar: Running) -> None:
-    """A Settle after expiry answers EXPIRED, charges the spend beyond what was charged, and
-    returns nothing a second time."""
-    rid = await held_for(sidecar, 10_000)
-    await sidecar.budget.Charge(
-        pb.ChargeRequest(reservation_id=rid, amount=3_000, idempotency_key="s1")
+async def released_after_doubt(s: Running, charged: int) -> str:
+    """A hold charged `charged`, left to go into doubt, then released by an operator: an
+    EXPIRED hold that keeps its charges."""
+    rid = await held_for(s, 10_000)
+    await s.budget.Charge(
+        pb.ChargeRequest(reservation_id=rid, amount=charged, idempotency_key="s1")
     )
-    await wait_for_sweep(sidecar)
+
+    async def in_doubt() -> bool:
+        page = await s.admin.ListHolds(
+            pb.ListHoldsRequest(budget_id="acme/tokens", state=pb.RESERVATION_STATE_IN_DOUBT)
+        )
+        return 1 == len(page.holds)
+
+    await eventually(in_doubt, within_seconds=10, what="the charged hold in doubt")
+    released = await s.admin.ReleaseHold(pb.ReleaseHoldRequest(reservation_id=rid))
+    assert (charged, 10_000 - charged) == (released.charged, released.released)
+    return rid
+
+
+async def test_late_settle_after_the_sweeper(sidecar: Running) -> None:
+    """A Settle after the hold was closed (released by an operator once in doubt) answers
+    EXPIRED, charges the spend beyond what was charged, and returns nothing a second time."""
+    rid = await released_after_doubt(sidecar, 3_000)
     reply = await sidecar.budget.Settle(
         pb.SettleRequest(reservation_id=rid, used=4_500, outcome=pb.OUTCOME_SUCCEEDED)
     )
@@ -77,11 +90,7 @@ async def test_late_settle_after_the_sweeper(sidecar: Running) -> None:
 
 async def test_late_settle_below_charges_changes_nothing(sidecar: Running) -> None:
     """A late Settle reporting less than was charged keeps the charges and returns nothing."""
-    rid = await held_for(sidecar, 10_000)
-    await sidecar.budget.Charge(
-        pb.ChargeRequest(reservation_id=rid, amount=3_000, idempotency_key="s1")
-    )
-    await wait_for_sweep(sidecar)
+    rid = await released_after_doubt(sidecar, 3_000)
     reply = await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=1_000))
     assert (3_000, 0) == (reply.charged, reply.released)
     assert 3_000 == (await fetch_budget_row(sidecar.dsn, "acme/tokens"))["used"]

@@ -9,7 +9,7 @@ import pytest
 
 from earmark.core.ops import Op, RenewOp, RenewResult, Result
 from earmark.errors import EarmarkError, Unavailable
-from earmark.store.lanes import Lanes, TopUp
+from earmark.store.lanes import Lanes, Route, TopUp
 
 
 class Recorder:
@@ -22,11 +22,11 @@ class Recorder:
         self.locked: set[str] | None = None
 
     async def __call__(
-        self, entries: list[tuple[str, Op]], top_up: TopUp | None
+        self, entries: list[tuple[Route, Op]], top_up: TopUp | None
     ) -> list[Result | EarmarkError]:
         await self.release.wait()
         if top_up is not None and self.locked is not None:
-            top_up(lambda budget_id: budget_id in self.locked)  # type: ignore[operator]
+            top_up(lambda route: route[0] in self.locked)  # type: ignore[operator]
         self.batches.append([op.reservation_id for _, op in entries if isinstance(op, RenewOp)])
         return [RenewResult(expires_at=datetime.now(UTC)) for _ in entries]
 
@@ -39,9 +39,9 @@ async def test_waiting_operations_share_the_next_batch_in_arrival_order() -> Non
     """While one batch runs, later operations queue and go together into the next, in order."""
     run = Recorder()
     lanes = Lanes(run, lanes=1)
-    first = asyncio.create_task(lanes.submit("b", renew("r0")))
+    first = asyncio.create_task(lanes.submit(("b",), renew("r0")))
     await asyncio.sleep(0)
-    rest = [asyncio.create_task(lanes.submit("b", renew(f"r{i}"))) for i in range(1, 4)]
+    rest = [asyncio.create_task(lanes.submit(("b",), renew(f"r{i}"))) for i in range(1, 4)]
     await asyncio.sleep(0)
     run.release.set()
     await asyncio.gather(first, *rest)
@@ -54,10 +54,10 @@ async def test_a_batch_takes_in_what_arrived_on_its_locked_budgets() -> None:
     run = Recorder()
     run.locked = {"hot"}
     lanes = Lanes(run, lanes=1)
-    first = asyncio.create_task(lanes.submit("hot", renew("h0")))
+    first = asyncio.create_task(lanes.submit(("hot",), renew("h0")))
     await asyncio.sleep(0)
     later = [
-        asyncio.create_task(lanes.submit(budget_id, renew(name)))
+        asyncio.create_task(lanes.submit((budget_id,), renew(name)))
         for budget_id, name in (("hot", "h1"), ("cold", "c1"), ("hot", "h2"), ("cold", "c2"))
     ]
     await asyncio.sleep(0)
@@ -70,12 +70,12 @@ async def test_a_full_queue_answers_unavailable() -> None:
     """Beyond the queue bound a submit fails UNAVAILABLE at once instead of waiting."""
     run = Recorder()
     lanes = Lanes(run, lanes=1, batch_size_max=1, queue_depth_max=2)
-    running = asyncio.create_task(lanes.submit("b", renew("r0")))
+    running = asyncio.create_task(lanes.submit(("b",), renew("r0")))
     await asyncio.sleep(0)
-    queued = [asyncio.create_task(lanes.submit("b", renew(f"r{i}"))) for i in (1, 2)]
+    queued = [asyncio.create_task(lanes.submit(("b",), renew(f"r{i}"))) for i in (1, 2)]
     await asyncio.sleep(0)
     with pytest.raises(Unavailable):
-        await lanes.submit("b", renew("r3"))
+        await lanes.submit(("b",), renew("r3"))
     run.release.set()
     await asyncio.gather(running, *queued)
     assert [["r0"], ["r1"], ["r2"]] == run.batches
@@ -85,10 +85,10 @@ async def test_a_caller_that_gave_up_is_not_decided() -> None:
     """An operation whose caller was cancelled while it queued never reaches a batch."""
     run = Recorder()
     lanes = Lanes(run, lanes=1)
-    running = asyncio.create_task(lanes.submit("b", renew("r0")))
+    running = asyncio.create_task(lanes.submit(("b",), renew("r0")))
     await asyncio.sleep(0)
-    gave_up = asyncio.create_task(lanes.submit("b", renew("r1")))
-    kept = asyncio.create_task(lanes.submit("b", renew("r2")))
+    gave_up = asyncio.create_task(lanes.submit(("b",), renew("r1")))
+    kept = asyncio.create_task(lanes.submit(("b",), renew("r2")))
     await asyncio.sleep(0)
     gave_up.cancel()
     run.release.set()
@@ -103,7 +103,7 @@ async def test_closing_refuses_new_operations() -> None:
     lanes = Lanes(run, lanes=1)
     await lanes.close()
     with pytest.raises(Unavailable, match="shutting down"):
-        await lanes.submit("b", renew("r0"))
+        await lanes.submit(("b",), renew("r0"))
 
 
 class Poisoned:
@@ -115,7 +115,7 @@ class Poisoned:
         self.batches: list[list[str]] = []
 
     async def __call__(
-        self, entries: list[tuple[str, Op]], top_up: TopUp | None
+        self, entries: list[tuple[Route, Op]], top_up: TopUp | None
     ) -> list[Result | EarmarkError]:
         names = [op.reservation_id for _, op in entries if isinstance(op, RenewOp)]
         self.batches.append(names)
@@ -126,7 +126,7 @@ class Poisoned:
 
 async def submit_all(lanes: Lanes, names: list[str]) -> list[object]:
     """Submits every name at once, so that they share batches; returns answers or errors."""
-    tasks = [asyncio.create_task(lanes.submit("b", renew(name))) for name in names]
+    tasks = [asyncio.create_task(lanes.submit(("b",), renew(name))) for name in names]
     return list(await asyncio.gather(*tasks, return_exceptions=True))
 
 

@@ -7,9 +7,12 @@ import json
 import sys
 from typing import Any
 
+import asyncpg
+
+from earmark.v1 import budget_pb2 as pb
 from earmark.workloads.lab import step_costs
 from tests.conftest import Running
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, fetch_budget_row, free_port
 
 
 async def earmark(*args: str) -> tuple[int, str, str]:
@@ -93,7 +96,37 @@ async def test_load_admits_exactly_what_fits(sidecar: Running) -> None:
         report["spent"], report["held_at_end"],
     )  # fmt: skip
     assert {"p50", "p95", "p99"} == set(report["admit_ms"])
+    archived = await fetch_budget_row(sidecar.dsn, report["budget_id"])
+    assert (True, True) == (report["deleted"], archived["archived_at"] is not None)
     await assert_invariants(sidecar.dsn)
+
+
+async def test_audit_exits_nonzero_on_a_violation(sidecar: Running) -> None:
+    """`earmark audit` says clean on a consistent database, and on a budget whose held
+    counter drifted names it and exits 1."""
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="aud", limit=100, unit="t"))
+    clean = await earmark("audit", "--database-url", sidecar.dsn)
+    assert (0, "audit: clean (1 budgets)\n") == clean[:2]
+    conn = await asyncpg.connect(sidecar.dsn)
+    try:
+        await conn.execute("UPDATE budgets SET held = 7 WHERE budget_id = 'aud'")
+        code, out, _ = await earmark("audit", "--database-url", sidecar.dsn)
+    finally:
+        await conn.execute("UPDATE budgets SET held = 0 WHERE budget_id = 'aud'")
+        await conn.close()
+    assert (1, "audit: 2 violations") == (code, out.splitlines()[0])
+    assert "aud: held 7 != open holds 0" in out
+
+
+async def test_audit_names_an_unreachable_database() -> None:
+    """A database that is not there is a one-line error, exit 1, and no password in it."""
+    port = free_port()
+    code, out, err = await earmark(
+        "audit", "--database-url", f"postgresql://u:hunter2@127.0.0.1:{port}/x"
+    )
+    assert (1, "", 1) == (code, out, len(err.strip().splitlines()))
+    assert "earmark audit: database unavailable" in err
+    assert "hunter2" not in err
 
 
 async def test_bad_workload_flag_exits_with_its_name() -> None:

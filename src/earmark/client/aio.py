@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -237,11 +237,14 @@ class AsyncClient:
         idempotency_key: str | None = None,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
+        also_budget_ids: Sequence[str] = (),
+        final: bool = False,
     ) -> Reservation | Refusal:
         """Checks and holds part of budget_id (or, with account and budget_id "", of the
         account's current billing cycle for feature): amount, or what shape may cost at
-        the price in effect, or (neither) the sidecar's estimate for job. A refusal is
-        returned, not raised."""
+        the price in effect, or (neither) the sidecar's estimate for job; the same on each
+        of also_budget_ids, all or nothing. final marks the job's final phase, which may
+        use a budget's output escrow. A refusal is returned, not raised."""
         request = pb.ReserveRequest(
             budget_id=budget_id,
             amount=amount,
@@ -250,6 +253,8 @@ class AsyncClient:
             feature=feature,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             labels=dict(labels or {}),
+            also_budget_ids=list(also_budget_ids),
+            phase=pb.PHASE_FINAL if final else pb.PHASE_WORK,
         )
         if shape is not None:
             request.shape.CopyFrom(_shape(shape))
@@ -268,6 +273,7 @@ class AsyncClient:
                 RefusalReason(reply.reason),
                 remaining,
                 reply.message,
+                reply.refused_budget_id,
             )
         return Reservation(
             reservation_id=reply.reservation_id,
@@ -399,6 +405,16 @@ class AsyncClient:
             request.default_estimate = default_estimate
         reply = await self._call(
             lambda: self._admin().PutBudget(
+                request, timeout=self.timeout_seconds, metadata=self._admin_metadata
+            )
+        )
+        return _budget_state(reply)
+
+    async def delete_budget(self, budget_id: str) -> BudgetState:
+        """Archives a budget with no open holds (its ledger stays readable)."""
+        request = pb.DeleteBudgetRequest(budget_id=budget_id)
+        reply = await self._call(
+            lambda: self._admin().DeleteBudget(
                 request, timeout=self.timeout_seconds, metadata=self._admin_metadata
             )
         )

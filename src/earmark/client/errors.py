@@ -81,6 +81,8 @@ class Refusal:
     reason: RefusalReason
     remaining: int | None
     message: str
+    # Which budget refused: budget_id, or one of a nested Reserve's also_budget_ids.
+    refused_budget_id: str = ""
 
     admitted = False
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -89,6 +89,8 @@ class Client:
         idempotency_key: str | None = None,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
+        also_budget_ids: Sequence[str] = (),
+        final: bool = False,
     ) -> Reservation | Refusal:
         return self._run(
             self._client.reserve(
@@ -99,6 +101,8 @@ class Client:
                 idempotency_key=idempotency_key,
                 lease_seconds=lease_seconds,
                 labels=labels,
+                also_budget_ids=also_budget_ids,
+                final=final,
             )
         )
 
@@ -150,6 +154,9 @@ class Client:
 
     def get_budget(self, budget_id: str) -> BudgetState:
         return self._run(self._client.get_budget(budget_id))
+
+    def delete_budget(self, budget_id: str) -> BudgetState:
+        return self._run(self._client.delete_budget(budget_id))
 
     def hold(
         self,

@@ -12,28 +12,39 @@ from typing import assert_never
 
 from earmark.core import amounts, ratelimit, rules
 from earmark.core.estimates import SampleKey
-from earmark.core.model import ESTIMATED, EstimateSource, Hold, LedgerKind, Outcome, RefusalReason
+from earmark.core.model import (
+    ESTIMATED,
+    Budget,
+    EstimateSource,
+    Hold,
+    LedgerKind,
+    Outcome,
+    OveragePolicy,
+    RefusalReason,
+)
 from earmark.core.ops import (
     ChargeOp,
     Op,
+    ReleaseOp,
     RenewOp,
     RenewResult,
     ReserveOp,
     ReserveResult,
+    ResolveOp,
     Result,
     SettleOp,
 )
-from earmark.core.spend import charge, sample_model, settle
+from earmark.core.spend import charge, flag_overage, release, resolve, sample_model, settle
 from earmark.core.state import (
     BatchDecision,
     BatchState,
     budget_of,
-    expire,
     hold_of,
-    ledger_entry,
+    lapse,
+    move,
     require_live,
 )
-from earmark.errors import AlreadyExists, EarmarkError, FailedPrecondition
+from earmark.errors import AlreadyExists, EarmarkError, FailedPrecondition, NotFound
 
 __all__ = ["BatchDecision", "BatchState", "decide_batch", "expire_due", "sample_keys"]
 
@@ -67,9 +78,9 @@ def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecisi
             decision.results.append(_decide_one(state, decision, op, now))
         except EarmarkError as error:
             decision.results.append(error)
-    if state.budget is not None:
-        assert state.budget.held >= 0, "held went negative"
-        assert state.budget.open_reservations >= 0, "open_reservations went negative"
+    for budget in decision.touched.values():
+        assert budget.held >= 0, "held went negative"
+        assert budget.open_reservations >= 0, "open_reservations went negative"
     return decision
 
 
@@ -83,6 +94,10 @@ def _decide_one(state: BatchState, decision: BatchDecision, op: Op, now: datetim
             return _renew(state, decision, op, now)
         case SettleOp():
             return settle(state, decision, op, now)
+        case ResolveOp():
+            return resolve(state, decision, op, now)
+        case ReleaseOp():
+            return release(state, decision, op, now)
         case _:
             assert_never(op)
 
@@ -95,7 +110,8 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
             # The other reservation's request is not the caller's business: name nothing.
             raise AlreadyExists(
                 f"idempotency_key {op.idempotency_key!r} was already used on budget "
-                f"{budget.budget_id!r} for a reservation of another amount, shape or job"
+                f"{budget.budget_id!r} for a reservation of another amount, shape, job, "
+                "phase or set of budgets"
             )
         return ReserveResult(
             admitted=True,
@@ -109,13 +125,15 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
             source=existing.source,
             price_version=existing.price_version,
         )
+    scope = _scope(state, budget, op)
     priced = amounts.reserve_amount(budget, op, state.prices, state.samples, now)
     amount = max(1, priced.amount)
-    if not rules.counters_fit(budget, 0, amount):
-        raise FailedPrecondition(
-            f"budget {budget.budget_id!r}: a hold of {amount} would carry its counters "
-            "past 2^63-1; settle holds or start a new budget"
-        )
+    for each in scope:
+        if not rules.counters_fit(each, 0, amount):
+            raise FailedPrecondition(
+                f"budget {each.budget_id!r}: a hold of {amount} would carry its counters "
+                "past 2^63-1; settle holds or start a new budget"
+            )
     window = state.windows.get(op.account) if op.admissions_per_minute else None
     if window is not None:
         rate = ratelimit.admit_rate(window, now, op.admissions_per_minute)
@@ -134,21 +152,30 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
                 price_version=priced.price_version,
                 retry_after=rate.retry_after,
             )
-    admission = rules.admit(budget, amount)
-    if not admission.admitted:
-        if window is not None:
-            ratelimit.give_back(window)
-        return ReserveResult(
-            admitted=False,
-            reservation_id="",
-            amount=amount,
-            remaining=admission.remaining,
-            reason=RefusalReason.INSUFFICIENT_BUDGET,
-            message=admission.message,
-            expires_at=None,
-            source=priced.source,
-            price_version=priced.price_version,
-        )
+    admissions = []
+    for each in scope:
+        admission = rules.admit(each, amount, op.phase)
+        if not admission.admitted:
+            # All or nothing: the first budget without room refuses, and nothing is held.
+            if window is not None:
+                ratelimit.give_back(window)
+            nested = len(scope) > 1
+            return ReserveResult(
+                admitted=False,
+                reservation_id="",
+                amount=amount,
+                remaining=admission.remaining,
+                reason=RefusalReason.INSUFFICIENT_BUDGET,
+                message=f"budget {each.budget_id!r}: {admission.message}"
+                if nested
+                else admission.message,
+                expires_at=None,
+                source=priced.source,
+                price_version=priced.price_version,
+                refused_budget_id=each.budget_id,
+                policy=admission.policy,
+            )
+        admissions.append(admission)
     hold = Hold(
         reservation_id=op.new_reservation_id,
         budget_id=budget.budget_id,
@@ -163,30 +190,59 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         price_version=priced.price_version,
         shape=op.shape,
         job=op.job,
+        also_budget_ids=op.also_budget_ids,
+        phase=op.phase,
     )
-    budget.held += amount
-    budget.open_reservations += 1
     state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
     state.holds_by_id[hold.reservation_id] = hold
     decision.new_holds.append(hold)
-    ledger_entry(decision, hold, LedgerKind.HOLD, held_delta=amount, used_delta=0, now=now)
+    move(state, decision, hold, LedgerKind.HOLD, amount, 0, now, opened=1)
+    over_limit = False
+    for each, admission in zip(scope, admissions, strict=True):
+        if admission.over_limit:
+            over_limit = True
+            flag_overage(decision, each, now)
+    left = [a.remaining for a in admissions if a.remaining is not None]
     return ReserveResult(
         admitted=True,
         reservation_id=hold.reservation_id,
         amount=hold.amount,
-        remaining=admission.remaining,
+        remaining=min(left) if left else None,
         reason=RefusalReason.UNSPECIFIED,
-        message=admission.message,
+        message=next((a.message for a in admissions if a.over_limit), admissions[0].message),
         expires_at=hold.expires_at,
         source=hold.source,
         price_version=hold.price_version,
+        policy=OveragePolicy.SOFT if over_limit else budget.overage_policy,
+        over_limit=over_limit,
     )
+
+
+def _scope(state: BatchState, budget: Budget, op: ReserveOp) -> list[Budget]:
+    """The Reserve's budgets, its own first, each found, of its unit and not archived."""
+    scope = [budget]
+    for budget_id in op.also_budget_ids:
+        other = state.budgets.get(budget_id)
+        if other is None:
+            raise NotFound(f"also_budget_ids: budget {budget_id!r} not found")
+        if other.unit != budget.unit:
+            raise FailedPrecondition(
+                f"also_budget_ids: budget {budget_id!r} is in {other.unit!r}, "
+                f"not {budget.unit!r} like {budget.budget_id!r}"
+            )
+        scope.append(other)
+    for each in scope:
+        if each.archived_at is not None:
+            raise FailedPrecondition(f"budget {each.budget_id!r} is archived")
+    return scope
 
 
 def _same_request(hold: Hold, op: ReserveOp) -> bool:
     """A retried Reserve asks what the first asked: the same amount, the same shape (its
     price may have moved since), or an estimate for the same job."""
     if hold.shape != op.shape or hold.job != op.job:
+        return False
+    if hold.also_budget_ids != op.also_budget_ids or hold.phase is not op.phase:
         return False
     if op.amount > 0:
         return hold.source is EstimateSource.CALLER and hold.amount == op.amount
@@ -205,12 +261,13 @@ def _renew(state: BatchState, decision: BatchDecision, op: RenewOp, now: datetim
 
 
 def expire_due(state: BatchState, now: datetime) -> BatchDecision:
-    """The sweeper's rule: every live hold in state whose lease passed is closed; the job
-    keeps what it charged and the rest of the hold returns to the budget."""
+    """The sweeper's rule: every live hold in state whose lease passed lapses. An
+    undispatched one is closed (the job keeps what it charged, the rest returns to its
+    budgets); a dispatched one goes into doubt, still held."""
     decision = BatchDecision()
     for hold in state.holds_by_id.values():
         if rules.lease_passed(hold, now):
-            expire(state, decision, hold, now)
-    if state.budget is not None:
-        assert state.budget.held >= 0, "held went negative"
+            lapse(state, decision, hold, now)
+    for budget in decision.touched.values():
+        assert budget.held >= 0, "held went negative"
     return decision

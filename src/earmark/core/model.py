@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from earmark import limits
 from earmark.core.prices import Shape
 
 
@@ -15,6 +16,29 @@ class HoldState(enum.IntEnum):
     HELD = 1
     SETTLED = 2
     EXPIRED = 3
+    # The lease passed after a Charge: the provider may have accepted the call, so the hold
+    # stays held until the worker settles it late or an operator resolves or releases it.
+    IN_DOUBT = 4
+
+
+# The states in which a hold still keeps its amount (less its charges) from its budgets.
+OPEN_STATES = frozenset({HoldState.HELD, HoldState.IN_DOUBT})
+
+
+class Phase(enum.IntEnum):
+    """Which part of a job a hold pays for; the numbers are the wire enum's (unspecified is
+    WORK). Only FINAL holds may reach a budget's output escrow."""
+
+    WORK = 1
+    FINAL = 2
+
+
+class OveragePolicy(enum.IntEnum):
+    """What a budget does past its limit; the numbers are the wire enum's (unspecified is
+    HARD)."""
+
+    HARD = 1
+    SOFT = 2
 
 
 class Outcome(enum.IntEnum):
@@ -75,6 +99,11 @@ class LedgerKind(enum.StrEnum):
     LATE_SETTLE = "late_settle"
     # A hold reserved by shape, moved to the price in effect at its first Charge.
     REPRICE = "reprice"
+    # A dispatched hold's lease passed: nothing moves, the row marks when.
+    IN_DOUBT = "in_doubt"
+    # An operator settled an in-doubt hold, or released a stuck one.
+    RESOLVE = "resolve"
+    RELEASE = "release"
 
 
 @dataclass(slots=True)
@@ -96,6 +125,14 @@ class Budget:
     cycle_start: datetime | None = None
     cycle_end: datetime | None = None
     limit_read_at: datetime | None = None
+    # The share of the limit (basis points) that only FINAL holds may reach.
+    escrow_bps: int = 0
+    overage_policy: OveragePolicy = OveragePolicy.HARD
+    # With SOFT: how far past the limit holds may go (None: without bound).
+    overage_limit: int | None = None
+    # When a SOFT admission first went past the limit (cleared by PutBudget).
+    overage_since: datetime | None = None
+    archived_at: datetime | None = None
 
     def exceeded(self) -> bool:
         """Spend past the limit is recorded in full; this says it happened."""
@@ -106,6 +143,23 @@ class Budget:
         if self.limit is None:
             return None
         return max(0, self.limit - self.used - self.held)
+
+    def cap(self, phase: Phase) -> int | None:
+        """What used + held may reach for a hold of phase under a HARD policy: the limit,
+        less the output escrow for WORK; None for an unlimited budget."""
+        if self.limit is None:
+            return None
+        if phase is Phase.FINAL:
+            return self.limit
+        return self.limit * (limits.bps_per_unit - self.escrow_bps) // limits.bps_per_unit
+
+    def ceiling(self, phase: Phase) -> int | None:
+        """What used + held may reach for a hold of phase: the cap, and under SOFT the
+        overage beyond it; None when nothing bounds it."""
+        cap = self.cap(phase)
+        if cap is None or self.overage_policy is OveragePolicy.HARD:
+            return cap
+        return None if self.overage_limit is None else cap + self.overage_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +210,19 @@ class Hold:
     # What a hold reserved by shape may consume, kept so that it can be repriced.
     shape: Shape | None = None
     job: str = ""
+    # The other budgets it holds the same amount on, in the order the Reserve named them.
+    also_budget_ids: tuple[str, ...] = ()
+    # A Charge was made: from then on the provider may have accepted the call.
+    dispatched: bool = False
+    phase: Phase = Phase.WORK
 
     def held(self) -> int:
-        """What this hold still keeps from its budget."""
-        return self.amount - self.charged if self.state is HoldState.HELD else 0
+        """What this hold still keeps from each of its budgets."""
+        return self.amount - self.charged if self.state in OPEN_STATES else 0
+
+    def budget_ids(self) -> tuple[str, ...]:
+        """Every budget this hold holds on: its own first."""
+        return (self.budget_id, *self.also_budget_ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from earmark.core.model import EstimateSource, HoldState, Outcome, RefusalReason
+from earmark.core.model import (
+    EstimateSource,
+    HoldState,
+    Outcome,
+    OveragePolicy,
+    Phase,
+    RefusalReason,
+)
 from earmark.core.prices import Shape, Usage
 
 
@@ -26,6 +33,9 @@ class ReserveOp:
     # An account's Reserve counts against its admission rate (0: no rate limit).
     account: str = ""
     admissions_per_minute: int = 0
+    # Hold the same amount on these budgets too, all or nothing.
+    also_budget_ids: tuple[str, ...] = ()
+    phase: Phase = Phase.WORK
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +65,23 @@ class SettleOp:
     usage: Usage | None = None
 
 
-Op = ReserveOp | ChargeOp | RenewOp | SettleOp
+@dataclass(frozen=True, slots=True)
+class ResolveOp:
+    """An operator settles an in-doubt hold at what the provider billed."""
+
+    reservation_id: str
+    used: int
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseOp:
+    """An operator closes a stuck hold: it keeps its charges, the rest returns."""
+
+    reservation_id: str
+
+
+Op = ReserveOp | ChargeOp | RenewOp | SettleOp | ResolveOp | ReleaseOp
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +99,11 @@ class ReserveResult:
     price_version: int = 0
     # With RefusalReason.RATE_LIMITED: how long until the account's window has room.
     retry_after: timedelta | None = None
+    # The budget that refused (the Reserve's own, or one of its also_budget_ids).
+    refused_budget_id: str = ""
+    # The refusing budget's policy; on an admission, SOFT when it went past a limit.
+    policy: OveragePolicy = OveragePolicy.HARD
+    over_limit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +138,8 @@ class SettleResult:
     price_version: int = 0
     # Where the hold's amount came from, for estimate quality by source.
     source: EstimateSource = EstimateSource.CALLER
+    # The hold was in doubt until this answer.
+    was_in_doubt: bool = False
 
 
 Result = ReserveResult | ChargeResult | RenewResult | SettleResult

@@ -6,16 +6,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from earmark import limits
-from earmark.core.model import Budget, Hold, HoldState
+from earmark.core.model import OPEN_STATES, Budget, Hold, HoldState, OveragePolicy, Phase
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """admitted iff used + held + amount <= limit; remaining is what is left afterwards."""
+    """admitted iff used + held + amount <= the budget's ceiling for the phase; remaining is
+    what is left below its cap afterwards; over_limit says a SOFT budget admitted past its
+    cap."""
 
     admitted: bool
     remaining: int | None
     message: str
+    over_limit: bool = False
+    policy: OveragePolicy = OveragePolicy.HARD
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +43,39 @@ class SettleStep:
     held_delta: int
 
 
-def admit(budget: Budget, amount: int) -> Admission:
-    """Decides whether a hold of amount fits in what the budget has left."""
+def admit(budget: Budget, amount: int, phase: Phase = Phase.WORK) -> Admission:
+    """Decides whether a hold of amount fits in what the budget lets a hold of phase reach:
+    under HARD its cap (the limit, less the output escrow for WORK); under SOFT the cap and
+    then its overage limit, flagged as over_limit."""
     assert amount > 0
-    room = budget.remaining()
-    if room is None:
+    cap = budget.cap(phase)
+    policy = budget.overage_policy
+    if cap is None:
         return Admission(admitted=True, remaining=None, message="admitted: budget is unlimited")
-    if amount > room:
-        return Admission(admitted=False, remaining=room, message=f"needs {amount}, {room} left")
-    return Admission(admitted=True, remaining=room - amount, message="admitted")
+    after = budget.used + budget.held + amount
+    escrowed = phase is Phase.WORK and budget.escrow_bps > 0
+    escrow = " (the rest is its output escrow, for PHASE_FINAL)" if escrowed else ""
+    room = max(0, cap - budget.used - budget.held)
+    if after <= cap:
+        return Admission(admitted=True, remaining=cap - after, message="admitted", policy=policy)
+    ceiling = budget.ceiling(phase)
+    if ceiling is None or after <= ceiling:
+        return Admission(
+            admitted=True,
+            remaining=0,
+            message=f"admitted past the limit by {after - cap} (overage policy SOFT)",
+            over_limit=True,
+            policy=policy,
+        )
+    if policy is OveragePolicy.SOFT:
+        beyond = max(0, ceiling - budget.used - budget.held)
+        message = (
+            f"needs {amount}, {beyond} left of the {ceiling - cap} that the overage policy "
+            f"SOFT admits past {cap}{escrow}"
+        )
+    else:
+        message = f"needs {amount}, {room} left{escrow}"
+    return Admission(admitted=False, remaining=room, message=message, policy=policy)
 
 
 def counters_fit(budget: Budget, used_delta: int, held_delta: int) -> bool:
@@ -72,8 +100,9 @@ def charge_step(hold: Hold, amount: int) -> ChargeStep:
 
 
 def settle_held(hold: Hold, used: int) -> SettleStep:
-    """Settles a live hold: the job is charged what it used, the rest of the hold returns."""
-    assert hold.state is HoldState.HELD
+    """Settles an open hold (held or in doubt): the job is charged what it used, the rest of
+    the hold returns."""
+    assert hold.state in OPEN_STATES
     assert used >= 0
     return SettleStep(
         charged=used,
@@ -100,8 +129,9 @@ def settle_expired(hold: Hold, used: int) -> SettleStep:
 
 
 def expire_held(hold: Hold) -> int:
-    """Closes a hold whose lease passed: the job keeps what it charged; returns held_delta."""
-    assert hold.state is HoldState.HELD
+    """Closes an open hold (its lease passed, or an operator released it): the job keeps
+    what it charged; returns held_delta."""
+    assert hold.state in OPEN_STATES
     return -(hold.amount - hold.charged)
 
 

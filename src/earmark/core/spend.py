@@ -8,6 +8,7 @@ from datetime import datetime
 from earmark.core import amounts, estimates, rules
 from earmark.core.amounts import Priced
 from earmark.core.model import (
+    OPEN_STATES,
     Budget,
     ChargeRecord,
     Hold,
@@ -16,14 +17,25 @@ from earmark.core.model import (
     Outcome,
     Settlement,
 )
-from earmark.core.ops import ChargeOp, ChargeResult, Result, SettleOp, SettleResult
+from earmark.core.ops import (
+    ChargeOp,
+    ChargeResult,
+    ReleaseOp,
+    ResolveOp,
+    Result,
+    SettleOp,
+    SettleResult,
+)
+from earmark.core.prices import Usage
 from earmark.core.state import (
     BatchDecision,
     BatchState,
     budget_of,
-    expire,
+    budgets_of,
+    close,
     hold_of,
-    ledger_entry,
+    lapse,
+    move,
     require_live,
 )
 from earmark.errors import AlreadyExists, FailedPrecondition
@@ -57,17 +69,18 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
         budget, op.amount, op.usage, hold, state.prices, now
     )
     repriced = amounts.repriced(budget, hold, state.prices, now)
-    if repriced is not None and not _reprice(decision, budget, hold, repriced, now):
+    if repriced is not None and not _reprice(state, decision, hold, repriced, now):
         # The new price does not fit: nothing is charged, and the worker must not dispatch.
         return _record_charge(state, decision, hold, op, requested, usage_version, None)
     step = rules.charge_step(hold, requested)
     hold.charged = step.total_charged
     hold.expires_at = rules.renewed_deadline(hold, now, hold.lease)
-    budget.held -= step.charged
-    budget.used += step.charged
+    # From here the worker may call the provider, unless it was told to stop before any of
+    # it (capped at nothing): a hold whose lease passes after this goes into doubt.
+    hold.dispatched = hold.dispatched or step.charged > 0 or not step.capped
     decision.changed_holds[hold.reservation_id] = hold
     if step.charged:
-        ledger_entry(decision, hold, LedgerKind.CHARGE, -step.charged, step.charged, now)
+        move(state, decision, hold, LedgerKind.CHARGE, -step.charged, step.charged, now)
     return _record_charge(state, decision, hold, op, requested, usage_version, step)
 
 
@@ -111,81 +124,47 @@ def _record_charge(
 
 
 def _reprice(
-    decision: BatchDecision, budget: Budget, hold: Hold, priced: Priced, now: datetime
+    state: BatchState, decision: BatchDecision, hold: Hold, priced: Priced, now: datetime
 ) -> bool:
-    """Moves a hold to its new ceiling if the budget has room for the difference."""
+    """Moves a hold to its new ceiling if every one of its budgets has room for the
+    difference (in the hold's phase)."""
     amount = max(1, priced.amount)
     delta = amount - hold.amount
-    if delta > 0 and not (
-        rules.counters_fit(budget, 0, delta) and rules.admit(budget, delta).admitted
-    ):
-        return False
+    budgets = budgets_of(state, hold)
+    if delta > 0:
+        for budget in budgets:
+            if not rules.counters_fit(budget, 0, delta):
+                return False
+            admission = rules.admit(budget, delta, hold.phase)
+            if not admission.admitted:
+                return False
+        for budget in budgets:
+            if rules.admit(budget, delta, hold.phase).over_limit:
+                flag_overage(decision, budget, now)
     hold.amount = amount
     hold.price_version = priced.price_version
-    budget.held += delta
     decision.changed_holds[hold.reservation_id] = hold
     if delta:
-        ledger_entry(decision, hold, LedgerKind.REPRICE, delta, 0, now)
+        move(state, decision, hold, LedgerKind.REPRICE, delta, 0, now)
     return True
+
+
+def flag_overage(decision: BatchDecision, budget: Budget, now: datetime) -> None:
+    """A SOFT budget admitted past its limit: it says since when, until PutBudget clears it."""
+    if budget.overage_since is None:
+        budget.overage_since = now
+        decision.touched[budget.budget_id] = budget
 
 
 def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: datetime) -> Result:
     hold = hold_of(state, op.reservation_id, op.owner)
     budget = budget_of(state)
-    settled = hold.settlement
-    if settled is not None:
-        again = amounts.spent_again(
-            budget, op.used, op.usage, hold, state.prices, settled.price_version
-        )
-        if settled.used != again:
-            raise FailedPrecondition(
-                f"reservation {hold.reservation_id} is {hold.state.name}: it was settled "
-                f"with used={settled.used}, not {again}"
-            )
-        return SettleResult(
-            amount=hold.amount,
-            charged=settled.charged,
-            released=settled.released,
-            overshoot=settled.overshoot,
-            state=hold.state,
-            duplicate=True,
-            used=settled.used,
-            price_version=settled.price_version,
-            source=hold.source,
-        )
+    if hold.settlement is not None:
+        return _settled_again(state, hold, op.used, op.usage)
     used, version = amounts.spent_amount(budget, op.used, op.usage, hold, state.prices, now)
     if rules.lease_passed(hold, now):
-        expire(state, decision, hold, now)
-    step = (
-        rules.settle_held(hold, used)
-        if hold.state is HoldState.HELD
-        else rules.settle_expired(hold, used)
-    )
-    if not rules.counters_fit(budget, step.used_delta, step.held_delta):
-        raise FailedPrecondition(
-            f"budget {budget.budget_id!r}: a settle with used={used} would carry its "
-            "counters past 2^63-1"
-        )
-    if hold.state is HoldState.HELD:
-        hold.state = HoldState.SETTLED
-        hold.closed_at = now
-        budget.open_reservations -= 1
-        kind = LedgerKind.SETTLE
-    else:
-        kind = LedgerKind.LATE_SETTLE
-    budget.held += step.held_delta
-    budget.used += step.used_delta
-    hold.charged = step.charged
-    hold.settlement = Settlement(
-        used=used,
-        outcome=op.outcome,
-        charged=step.charged,
-        released=step.released,
-        overshoot=step.overshoot,
-        price_version=version,
-    )
-    decision.changed_holds[hold.reservation_id] = hold
-    ledger_entry(decision, hold, kind, step.held_delta, step.used_delta, now)
+        lapse(state, decision, hold, now)
+    result = _close_with(state, decision, hold, used, version, op.outcome, LedgerKind.SETTLE, now)
     if op.outcome is Outcome.SUCCEEDED and hold.job:
         for key in amounts.sample_keys(budget.unit, hold.job, sample_model(op, hold)):
             # The store loaded every key that sample_keys() named for this batch. A hold made
@@ -196,6 +175,122 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
             if history is not None:
                 estimates.remember(history, used)
                 decision.samples.add(key)
+    return result
+
+
+def resolve(state: BatchState, decision: BatchDecision, op: ResolveOp, now: datetime) -> Result:
+    """An operator settles an in-doubt hold at what the provider billed: like a Settle,
+    what it used is charged to every budget of the hold and the rest returns."""
+    hold = hold_of(state, op.reservation_id, None)
+    budget = budget_of(state)
+    if hold.settlement is not None:
+        return _settled_again(state, hold, op.used, op.usage)
+    if rules.lease_passed(hold, now):
+        lapse(state, decision, hold, now)
+    if hold.state is not HoldState.IN_DOUBT:
+        hint = " (ReleaseHold closes a HELD one)" if hold.state is HoldState.HELD else ""
+        raise FailedPrecondition(
+            f"reservation {hold.reservation_id} is {hold.state.name}: only an IN_DOUBT hold "
+            f"is resolved{hint}"
+        )
+    used, version = amounts.spent_amount(budget, op.used, op.usage, hold, state.prices, now)
+    return _close_with(
+        state, decision, hold, used, version, Outcome.UNSPECIFIED, LedgerKind.RESOLVE, now
+    )
+
+
+def release(state: BatchState, decision: BatchDecision, op: ReleaseOp, now: datetime) -> Result:
+    """An operator closes an open hold that nobody will settle: it keeps what was charged,
+    the rest returns. A worker's Settle after this is a late settle, as after an expiry."""
+    hold = hold_of(state, op.reservation_id, None)
+    if hold.state not in OPEN_STATES:
+        raise FailedPrecondition(
+            f"reservation {hold.reservation_id} is {hold.state.name}: nothing to release"
+        )
+    was_in_doubt = hold.state is HoldState.IN_DOUBT
+    released = close(state, decision, hold, LedgerKind.RELEASE, now)
+    return SettleResult(
+        amount=hold.amount,
+        charged=hold.charged,
+        released=released,
+        overshoot=0,
+        state=hold.state,
+        used=hold.charged,
+        price_version=hold.price_version,
+        source=hold.source,
+        was_in_doubt=was_in_doubt,
+    )
+
+
+def _settled_again(state: BatchState, hold: Hold, used: int, usage: Usage | None) -> SettleResult:
+    """A repeated Settle (or resolve) answers what the first did, if it says the same."""
+    settled = hold.settlement
+    assert settled is not None
+    again = amounts.spent_again(
+        budget_of(state), used, usage, hold, state.prices, settled.price_version
+    )
+    if settled.used != again:
+        raise FailedPrecondition(
+            f"reservation {hold.reservation_id} is {hold.state.name}: it was settled "
+            f"with used={settled.used}, not {again}"
+        )
+    return SettleResult(
+        amount=hold.amount,
+        charged=settled.charged,
+        released=settled.released,
+        overshoot=settled.overshoot,
+        state=hold.state,
+        duplicate=True,
+        used=settled.used,
+        price_version=settled.price_version,
+        source=hold.source,
+    )
+
+
+def _close_with(
+    state: BatchState,
+    decision: BatchDecision,
+    hold: Hold,
+    used: int,
+    version: int,
+    outcome: Outcome,
+    kind: LedgerKind,
+    now: datetime,
+) -> SettleResult:
+    """Settles the hold at used: an open one is charged it on every budget and the rest
+    returns (kind); an expired one records the spend beyond its charges (a late settle)."""
+    step = (
+        rules.settle_held(hold, used)
+        if hold.state in OPEN_STATES
+        else rules.settle_expired(hold, used)
+    )
+    for budget in budgets_of(state, hold):
+        if not rules.counters_fit(budget, step.used_delta, step.held_delta):
+            raise FailedPrecondition(
+                f"budget {budget.budget_id!r}: a settle with used={used} would carry its "
+                "counters past 2^63-1"
+            )
+    was_in_doubt = hold.state is HoldState.IN_DOUBT
+    opened = 0
+    if hold.state in OPEN_STATES:
+        hold.state = HoldState.SETTLED
+        hold.closed_at = now
+        opened = -1
+        if was_in_doubt:
+            decision.undoubted.append(hold.reservation_id)
+    else:
+        kind = LedgerKind.LATE_SETTLE
+    hold.charged = step.charged
+    hold.settlement = Settlement(
+        used=used,
+        outcome=outcome,
+        charged=step.charged,
+        released=step.released,
+        overshoot=step.overshoot,
+        price_version=version,
+    )
+    decision.changed_holds[hold.reservation_id] = hold
+    move(state, decision, hold, kind, step.held_delta, step.used_delta, now, opened=opened)
     return SettleResult(
         amount=hold.amount,
         charged=step.charged,
@@ -205,6 +300,7 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
         used=used,
         price_version=version,
         source=hold.source,
+        was_in_doubt=was_in_doubt,
     )
 
 

@@ -27,10 +27,13 @@ class BatchState:
     """What the store loaded for one batch: the budget (None if it does not exist),
     the holds the batch names, by id and by (owner, idempotency key), earlier charge
     answers, the price book, and the job samples the batch reads or adds to (shared by the
-    states of one transaction, since jobs span budgets of one unit)."""
+    states of one transaction, since jobs span budgets of one unit). budgets holds every
+    budget the transaction locked, this one among them, shared by the states of one
+    transaction: a hold on nested budgets moves them all."""
 
     budget_id: str
     budget: Budget | None
+    budgets: dict[str, Budget] = field(default_factory=dict)
     holds_by_id: dict[str, Hold] = field(default_factory=dict)
     holds_by_key: dict[tuple[str, str], Hold] = field(default_factory=dict)
     charges: dict[tuple[str, str], ChargeRecord] = field(default_factory=dict)
@@ -38,6 +41,10 @@ class BatchState:
     samples: dict[SampleKey, list[int]] = field(default_factory=dict)
     # Admission counters of the accounts the batch's Reserves name, shared like samples.
     windows: dict[str, AdmissionWindow] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.budget is not None:
+            assert self.budgets.setdefault(self.budget_id, self.budget) is self.budget
 
 
 @dataclass(slots=True)
@@ -53,28 +60,92 @@ class BatchDecision:
     samples: set[SampleKey] = field(default_factory=set)
     # Accounts whose admission counters moved.
     windows: set[str] = field(default_factory=set)
+    # Every budget whose row changed, by id.
+    touched: dict[str, Budget] = field(default_factory=dict)
+    # Holds that went into doubt, and the ids of holds that came out of it.
+    doubted: list[Hold] = field(default_factory=list)
+    undoubted: list[str] = field(default_factory=list)
 
     def writes_anything(self) -> bool:
         return bool(self.new_holds or self.changed_holds or self.new_charges or self.ledger)
 
 
 def require_live(state: BatchState, decision: BatchDecision, hold: Hold, now: datetime) -> None:
-    """Charge and Renew need a live hold; one whose lease passed is closed here and now."""
+    """Charge and Renew need a live hold; one whose lease passed lapses here and now."""
     if rules.lease_passed(hold, now):
-        expire(state, decision, hold, now)
+        lapse(state, decision, hold, now)
     if hold.state is not HoldState.HELD:
         raise FailedPrecondition(f"reservation {hold.reservation_id} is {hold.state.name}")
 
 
-def expire(state: BatchState, decision: BatchDecision, hold: Hold, now: datetime) -> None:
-    budget = budget_of(state)
+def lapse(state: BatchState, decision: BatchDecision, hold: Hold, now: datetime) -> None:
+    """A live hold whose lease passed. Undispatched, it expires: the job keeps what it
+    charged, the rest returns. Dispatched, the provider may have accepted the call (and
+    bill for it), so returning the hold could let the budget be spent twice: it goes into
+    doubt, still held, until the worker settles it late or an operator resolves it."""
+    if not hold.dispatched:
+        close(state, decision, hold, LedgerKind.EXPIRE, now)
+        return
+    hold.state = HoldState.IN_DOUBT
+    decision.changed_holds[hold.reservation_id] = hold
+    decision.doubted.append(hold)
+    move(state, decision, hold, LedgerKind.IN_DOUBT, 0, 0, now)
+
+
+def close(
+    state: BatchState, decision: BatchDecision, hold: Hold, kind: LedgerKind, now: datetime
+) -> int:
+    """Closes an open hold without a Settle (expiry, or an operator's release): the job
+    keeps what it charged and the rest returns to every budget of the hold; returns what
+    returned."""
     held_delta = rules.expire_held(hold)
-    budget.held += held_delta
-    budget.open_reservations -= 1
+    if hold.state is HoldState.IN_DOUBT:
+        decision.undoubted.append(hold.reservation_id)
     hold.state = HoldState.EXPIRED
     hold.closed_at = now
     decision.changed_holds[hold.reservation_id] = hold
-    ledger_entry(decision, hold, LedgerKind.EXPIRE, held_delta, 0, now)
+    move(state, decision, hold, kind, held_delta, 0, now, opened=-1)
+    return -held_delta
+
+
+def budgets_of(state: BatchState, hold: Hold) -> list[Budget]:
+    """Every budget of the hold, its own first; the store locked them all."""
+    found = []
+    for budget_id in hold.budget_ids():
+        budget = state.budgets.get(budget_id)
+        if budget is None:
+            raise NotFound(f"budget {budget_id!r} not found")
+        found.append(budget)
+    return found
+
+
+def move(
+    state: BatchState,
+    decision: BatchDecision,
+    hold: Hold,
+    kind: LedgerKind,
+    held_delta: int,
+    used_delta: int,
+    now: datetime,
+    *,
+    opened: int = 0,
+) -> None:
+    """Moves every budget of the hold by the same deltas, with a ledger entry on each."""
+    for budget in budgets_of(state, hold):
+        budget.held += held_delta
+        budget.used += used_delta
+        budget.open_reservations += opened
+        decision.touched[budget.budget_id] = budget
+        decision.ledger.append(
+            LedgerEntry(
+                budget_id=budget.budget_id,
+                reservation_id=hold.reservation_id,
+                kind=kind,
+                held_delta=held_delta,
+                used_delta=used_delta,
+                at=now,
+            )
+        )
 
 
 def budget_of(state: BatchState) -> Budget:
@@ -83,30 +154,11 @@ def budget_of(state: BatchState) -> Budget:
     return state.budget
 
 
-def hold_of(state: BatchState, reservation_id: str, owner: str) -> Hold:
+def hold_of(state: BatchState, reservation_id: str, owner: str | None) -> Hold:
+    """The hold an operation names; owner None is an operator's, who may act on any."""
     hold = state.holds_by_id.get(reservation_id)
     if hold is None or hold.budget_id != state.budget_id:
         raise NotFound(f"reservation {reservation_id} not found")
-    if hold.owner != owner:
+    if owner is not None and hold.owner != owner:
         raise PermissionDenied(f"reservation {reservation_id} belongs to another caller")
     return hold
-
-
-def ledger_entry(
-    decision: BatchDecision,
-    hold: Hold,
-    kind: LedgerKind,
-    held_delta: int,
-    used_delta: int,
-    now: datetime,
-) -> None:
-    decision.ledger.append(
-        LedgerEntry(
-            budget_id=hold.budget_id,
-            reservation_id=hold.reservation_id,
-            kind=kind,
-            held_delta=held_delta,
-            used_delta=used_delta,
-            at=now,
-        )
-    )

@@ -1,15 +1,17 @@
-"""The Admin service: what operators call to set and read budgets."""
+"""The Admin service: what operators call to set and read budgets, prices and holds,
+and to resolve what workers left behind."""
 
 from __future__ import annotations
 
 import structlog
 
 from earmark import limits
+from earmark.core.ops import ReleaseOp, ResolveOp, SettleResult
 from earmark.errors import FailedPrecondition, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import convert, validate
+from earmark.service import convert, validate, validate_scopes
 from earmark.service.drain import Drain
 from earmark.service.errors import Context, rpc
 from earmark.store import Store
@@ -37,8 +39,20 @@ class AdminService(pb_grpc.AdminServicer):
             request.HasField("default_estimate"), request.default_estimate
         )
         policy = validate.estimate_policy(request.estimate_policy)
+        escrow_bps = validate_scopes.escrow_bps(request.escrow_bps, limit is not None)
+        overage_policy = validate_scopes.overage_policy(request.overage_policy)
+        overage_limit = validate_scopes.overage_limit(
+            request.HasField("overage_limit"), request.overage_limit, overage_policy
+        )
         budget = await self.store.put_budget(
-            budget_id, limit, unit, default_estimate=default_estimate, estimate_policy=policy
+            budget_id,
+            limit,
+            unit,
+            default_estimate=default_estimate,
+            estimate_policy=policy,
+            escrow_bps=escrow_bps,
+            overage_policy=overage_policy,
+            overage_limit=overage_limit,
         )
         log.info(
             "put_budget",
@@ -47,6 +61,9 @@ class AdminService(pb_grpc.AdminServicer):
             unit=budget.unit,
             default_estimate=default_estimate,
             estimate_policy=policy.name,
+            escrow_bps=escrow_bps or None,
+            overage_policy=overage_policy.name,
+            overage_limit=overage_limit,
         )
         return convert.budget_state(budget)
 
@@ -100,3 +117,84 @@ class AdminService(pb_grpc.AdminServicer):
             raise Unavailable(str(unknown)) from None
         log.info("refresh_limits", account=account, cycles=len(found))
         return pb.ListCyclesResponse(cycles=[convert.budget_state(b) for b in found])
+
+    @rpc("ListHolds")
+    async def ListHolds(
+        self, request: pb.ListHoldsRequest, context: Context
+    ) -> pb.ListHoldsResponse:
+        page = await self.store.list_holds(
+            validate.budget_id(request.budget_id),
+            validate_scopes.hold_state(request.state),
+            validate_scopes.page_size(request.page_size),
+            validate_scopes.page_token(request.page_token),
+        )
+        return pb.ListHoldsResponse(
+            holds=[convert.hold_message(h) for h in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    @rpc("ListLedger")
+    async def ListLedger(
+        self, request: pb.ListLedgerRequest, context: Context
+    ) -> pb.ListLedgerResponse:
+        page = await self.store.list_ledger(
+            validate.budget_id(request.budget_id),
+            validate_scopes.page_size(request.page_size),
+            validate_scopes.page_token(request.page_token),
+        )
+        return pb.ListLedgerResponse(
+            entries=[convert.ledger_message(row) for row in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    @rpc("ResolveHold")
+    async def ResolveHold(
+        self, request: pb.ResolveHoldRequest, context: Context
+    ) -> pb.SettleResponse:
+        used, usage = validate.amount_or_usage(
+            "used", request.used, request.HasField("usage"), request.usage
+        )
+        op = ResolveOp(
+            reservation_id=validate.reservation_id(request.reservation_id),
+            used=used,
+            usage=usage,
+        )
+        result = await self.store.submit(op)
+        assert isinstance(result, SettleResult)
+        if not result.duplicate:
+            self.metrics.in_doubt_closed.labels("resolve").inc()
+        log.info(
+            "resolve_hold",
+            reservation_id=op.reservation_id,
+            used=result.used,
+            charged=result.charged,
+            released=result.released,
+            duplicate=result.duplicate,
+        )
+        return convert.settle_response(result)
+
+    @rpc("ReleaseHold")
+    async def ReleaseHold(
+        self, request: pb.ReleaseHoldRequest, context: Context
+    ) -> pb.SettleResponse:
+        op = ReleaseOp(reservation_id=validate.reservation_id(request.reservation_id))
+        result = await self.store.submit(op)
+        assert isinstance(result, SettleResult)
+        if result.was_in_doubt:
+            self.metrics.in_doubt_closed.labels("release").inc()
+        log.info(
+            "release_hold",
+            reservation_id=op.reservation_id,
+            charged=result.charged,
+            released=result.released,
+            was_in_doubt=result.was_in_doubt,
+        )
+        return convert.settle_response(result)
+
+    @rpc("DeleteBudget")
+    async def DeleteBudget(
+        self, request: pb.DeleteBudgetRequest, context: Context
+    ) -> pb.BudgetState:
+        budget = await self.store.archive_budget(validate.budget_id(request.budget_id))
+        log.info("delete_budget", budget_id=budget.budget_id)
+        return convert.budget_state(budget)

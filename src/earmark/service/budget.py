@@ -21,7 +21,7 @@ from earmark.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import convert, validate
+from earmark.service import convert, validate, validate_scopes
 from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
 from earmark.service.errors import Context, rpc
@@ -94,6 +94,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         key = validate.idempotency_key(request.idempotency_key)
         lease = validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max)
         labels = validate.labels(dict(request.labels))
+        phase = validate_scopes.phase(request.phase)
+        also = validate_scopes.also_budget_ids(request.also_budget_ids, budget_id)
         if account:
             target = await self._cycle_budget(account, feature, amount)
             if isinstance(target, ReserveResult):
@@ -102,11 +104,19 @@ class BudgetService(pb_grpc.BudgetServicer):
                          reason=target.reason.name, message=target.message)  # fmt: skip
                 return convert.reserve_response(target, "")
             budget_id = target
-        caller = CALLER.get()
-        if caller is not None and not caller.may_use(budget_id):
-            raise PermissionDenied(
-                f"budget_id: the token named {caller.name!r} may not use budget {budget_id!r}"
+        if budget_id in also:
+            raise InvalidArgument(
+                "also_budget_ids", f"names the account's cycle budget {budget_id!r} again"
             )
+        caller = CALLER.get()
+        if caller is not None:
+            for field, named in [("budget_id", budget_id)] + [
+                (f"also_budget_ids[{i}]", b) for i, b in enumerate(also)
+            ]:
+                if not caller.may_use(named):
+                    raise PermissionDenied(
+                        f"{field}: the token named {caller.name!r} may not use budget {named!r}"
+                    )
         rate = self.plans.admissions_per_minute if account and self.plans else 0
         op = ReserveOp(
             budget_id=budget_id,
@@ -120,6 +130,8 @@ class BudgetService(pb_grpc.BudgetServicer):
             owner=_owner(),
             account=account,
             admissions_per_minute=rate,
+            also_budget_ids=also,
+            phase=phase,
         )
         result = await self.store.submit(op)
         assert isinstance(result, ReserveResult)
@@ -135,6 +147,10 @@ class BudgetService(pb_grpc.BudgetServicer):
             job=op.job or None,
             decision="admitted" if result.admitted else "refused",
             reason=result.reason.name if not result.admitted else None,
+            also_budget_ids=list(op.also_budget_ids) or None,
+            phase=op.phase.name,
+            refused_budget_id=result.refused_budget_id or None,
+            over_limit=result.over_limit or None,
             remaining=result.remaining,
             duplicate=result.duplicate,
         )
@@ -215,6 +231,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         elif result.admitted:
             self.metrics.reservations.labels("admitted", "").inc()
             self.metrics.reserved_units.inc(result.amount)
+            if result.over_limit:
+                self.metrics.overage_admissions.inc()
         else:
             self.metrics.reservations.labels("refused", result.reason.name.lower()).inc()
 
@@ -226,6 +244,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         m.estimate_ratio.labels(result.source.name.lower()).observe(result.used / result.amount)
         if result.state is HoldState.EXPIRED:
             m.late_settles.inc()
+        if result.was_in_doubt:
+            m.in_doubt_closed.labels("settle").inc()
         if result.overshoot:
             m.overshoot_events.inc()
             m.overshoot_units.inc(result.overshoot)

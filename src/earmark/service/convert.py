@@ -6,9 +6,10 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from earmark.core.model import Budget
+from earmark.core.model import Budget, Hold
 from earmark.core.ops import ChargeResult, RenewResult, ReserveResult, SettleResult
 from earmark.core.prices import Price
+from earmark.store.operator import LedgerRow
 from earmark.v1 import budget_pb2 as pb
 
 
@@ -28,6 +29,9 @@ def reserve_response(result: ReserveResult, budget_id: str) -> pb.ReserveRespons
         message=result.message,
         estimate_source=int(result.source),  # type: ignore[arg-type]
         price_version=result.price_version,
+        refused_budget_id=result.refused_budget_id,
+        overage_policy=int(result.policy),  # type: ignore[arg-type]
+        over_limit=result.over_limit,
     )
     if result.remaining is not None:
         reply.remaining = result.remaining
@@ -73,13 +77,17 @@ def budget_state(budget: Budget) -> pb.BudgetState:
         open_reservations=budget.open_reservations,
         estimate_policy=int(budget.estimate_policy),  # type: ignore[arg-type]
         exceeded=budget.exceeded(),
+        escrow_bps=budget.escrow_bps,
+        overage_policy=int(budget.overage_policy),  # type: ignore[arg-type]
     )
+    if budget.overage_limit is not None:
+        reply.overage_limit = budget.overage_limit
     if budget.default_estimate is not None:
         reply.default_estimate = budget.default_estimate
     if budget.account is not None:
         reply.account = budget.account
         reply.feature = budget.feature or ""
-    for name in ("cycle_start", "cycle_end", "limit_read_at"):
+    for name in ("cycle_start", "cycle_end", "limit_read_at", "overage_since", "archived_at"):
         at = getattr(budget, name)
         if at is not None:
             getattr(reply, name).CopyFrom(timestamp(at))
@@ -110,3 +118,40 @@ def price_message(price: Price) -> pb.Price:
     if price.captured_at is not None:
         reply.captured_at.CopyFrom(timestamp(price.captured_at))
     return reply
+
+
+def hold_message(hold: Hold) -> pb.Hold:
+    reply = pb.Hold(
+        reservation_id=hold.reservation_id,
+        budget_id=hold.budget_id,
+        also_budget_ids=list(hold.also_budget_ids),
+        state=int(hold.state),  # type: ignore[arg-type]
+        amount=hold.amount,
+        charged=hold.charged,
+        dispatched=hold.dispatched,
+        phase=int(hold.phase),  # type: ignore[arg-type]
+        idempotency_key=hold.idempotency_key,
+        owner=hold.owner,
+        job=hold.job,
+        labels=hold.labels,
+        created_at=timestamp(hold.created_at),
+        expires_at=timestamp(hold.expires_at),
+    )
+    if hold.closed_at is not None:
+        reply.closed_at.CopyFrom(timestamp(hold.closed_at))
+    if hold.settlement is not None:
+        reply.settled_used = hold.settlement.used
+    return reply
+
+
+def ledger_message(row: LedgerRow) -> pb.LedgerEntry:
+    entry = row.entry
+    return pb.LedgerEntry(
+        entry_id=row.entry_id,
+        budget_id=entry.budget_id,
+        reservation_id=entry.reservation_id or "",
+        kind=str(entry.kind),
+        held_delta=entry.held_delta,
+        used_delta=entry.used_delta,
+        at=timestamp(entry.at),
+    )

@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
-from earmark.store.tx import Conn
+import asyncpg
 
+from earmark import limits
+from earmark.errors import Unavailable
+from earmark.store.tx import Conn, mapped_db_errors
+
+# A budget's holds are those it is the budget_id of and those naming it in also_budget_ids
+# (migration 0007): every sum below is over both. Open holds are states 1 (held) and 4 (in
+# doubt). ceiling_max is the highest ceiling the budget ever had (its limit, and under
+# SOFT the overage limit past it; NULL once unbounded), kept by a trigger: a limit lowered
+# below what was admitted under the old one is no violation.
 AUDIT = """
+WITH members AS (
+    SELECT budget_id, reservation_id FROM reservations
+    UNION ALL
+    SELECT unnest(also_budget_ids), reservation_id FROM reservations
+    WHERE cardinality(also_budget_ids) > 0
+), holds AS (
+    SELECT m.budget_id,
+           sum(r.amount - r.charged) FILTER (WHERE r.state IN (1, 4)) AS open_held,
+           count(*) FILTER (WHERE r.state IN (1, 4)) AS open_count,
+           sum(greatest(0, r.settled_used - r.amount)) FILTER (WHERE r.state = 2) AS overshoot
+    FROM members m JOIN reservations r USING (reservation_id)
+    GROUP BY m.budget_id
+)
 SELECT b.budget_id, b.limit_units, b.used, b.held, b.open_reservations,
-       coalesce(r.open_held, 0) AS open_held,
-       coalesce(r.open_count, 0) AS open_count,
-       coalesce(r.overshoot, 0) AS overshoot,
+       b.ceiling_max AS ceiling,
+       coalesce(h.open_held, 0) AS open_held,
+       coalesce(h.open_count, 0) AS open_count,
+       coalesce(h.overshoot, 0) AS overshoot,
        coalesce(l.used, 0) AS ledger_used,
        coalesce(l.held, 0) AS ledger_held,
        coalesce(l.late, 0) AS late
 FROM budgets b
-LEFT JOIN (
-    SELECT budget_id,
-           sum(amount - charged) FILTER (WHERE state = 1) AS open_held,
-           count(*) FILTER (WHERE state = 1) AS open_count,
-           sum(greatest(0, settled_used - amount)) FILTER (WHERE state = 2) AS overshoot
-    FROM reservations GROUP BY budget_id
-) r USING (budget_id)
+LEFT JOIN holds h USING (budget_id)
 LEFT JOIN (
     SELECT budget_id, sum(used_delta) AS used, sum(held_delta) AS held,
            sum(used_delta) FILTER (WHERE kind = 'late_settle') AS late
@@ -37,12 +54,31 @@ WHERE (r.state = 1) IS DISTINCT FROM (o.reservation_id IS NOT NULL)
    OR (r.state = 1 AND r.expires_at <> o.expires_at)
 """
 
+# in_doubt_holds must list exactly the reservations in doubt.
+IN_DOUBT_DRIFT = """
+SELECT count(*) FROM reservations r
+FULL JOIN in_doubt_holds d USING (reservation_id)
+WHERE (r.state = 4) IS DISTINCT FROM (d.reservation_id IS NOT NULL)
+"""
+
+# hold_scopes must hold exactly one row per entry of a reservation's also_budget_ids.
+SCOPES_DRIFT = """
+SELECT count(*) FROM (
+    SELECT unnest(also_budget_ids) AS budget_id, owner, idempotency_key, reservation_id
+    FROM reservations WHERE cardinality(also_budget_ids) > 0
+) a
+FULL JOIN hold_scopes s USING (budget_id, owner, idempotency_key, reservation_id)
+WHERE a.reservation_id IS NULL OR s.reservation_id IS NULL
+"""
+
 
 async def audit(conn: Conn) -> list[str]:
-    """Every broken invariant, one sentence each; an empty list means all hold:
-    held = sum of open holds = sum of ledger held deltas, used = sum of ledger charges,
-    open_reservations = count of open holds, and nothing beyond the limit but what
-    settles reported past their holds."""
+    """Every broken invariant, one sentence each; an empty list means all hold, for each
+    budget over its own holds and those nested under it: held = sum of open holds = sum of
+    ledger held deltas, used = sum of ledger charges, open_reservations = count of open
+    holds, and nothing beyond the ceiling (the limit, and a SOFT budget's overage limit)
+    but what settles reported past their holds; and the side tables (open_holds,
+    in_doubt_holds, hold_scopes) agree with the reservations."""
     problems = []
     for row in await conn.fetch(AUDIT):
         name = row["budget_id"]
@@ -54,11 +90,34 @@ async def audit(conn: Conn) -> list[str]:
             problems.append(f"{name}: used {row['used']} != ledger {row['ledger_used']}")
         if row["open_count"] != row["open_reservations"]:
             problems.append(f"{name}: open_reservations drifted")
-        limit = row["limit_units"]
+        ceiling = row["ceiling"]
         spent = row["used"] + row["held"] - row["overshoot"] - row["late"]
-        if limit is not None and spent > limit:
-            problems.append(f"{name}: {spent} admitted on a limit of {limit}")
-    drift = await conn.fetchval(OPEN_HOLDS_DRIFT)
-    if drift:
-        problems.append(f"open_holds differs from the held reservations in {drift} rows")
+        if ceiling is not None and spent > ceiling:
+            problems.append(f"{name}: {spent} admitted on a ceiling of {ceiling}")
+    for query, table, what in (
+        (OPEN_HOLDS_DRIFT, "open_holds", "held reservations"),
+        (IN_DOUBT_DRIFT, "in_doubt_holds", "reservations in doubt"),
+        (SCOPES_DRIFT, "hold_scopes", "reservations' also_budget_ids"),
+    ):
+        drift = await conn.fetchval(query)
+        if drift:
+            problems.append(f"{table} differs from the {what} in {drift} rows")
     return problems
+
+
+async def audit_database(url: str) -> tuple[list[str], int]:
+    """`earmark audit`: the audit of the database at url, and how many budgets it covered.
+    It reads in one REPEATABLE READ transaction, so that a live sidecar's writes cannot make
+    one table disagree with another mid-audit."""
+    with mapped_db_errors():
+        try:
+            conn = await asyncpg.connect(url, timeout=limits.db_connect_timeout_seconds)
+        except asyncpg.PostgresError as refused:
+            raise Unavailable(f"the database refused: {type(refused).__name__}") from None
+        try:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                problems = await audit(conn)
+                budgets = await conn.fetchval("SELECT count(*) FROM budgets")
+        finally:
+            await conn.close()
+    return problems, int(budgets)

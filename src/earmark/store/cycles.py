@@ -189,7 +189,9 @@ async def outbox_state(conn: Conn) -> tuple[int, datetime | None]:
     return row["depth"], row["oldest"]
 
 
-async def lock_windows(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[str, AdmissionWindow]:
+async def lock_windows(
+    conn: Conn, entries: Sequence[tuple[tuple[str, ...], Op]]
+) -> dict[str, AdmissionWindow]:
     """The admission counters of the accounts whose Reserves are rate limited, locked after
     the budgets (the order every transaction takes); an account without a row gets a new
     counter, written by the batch."""
@@ -206,20 +208,33 @@ async def lock_windows(conn: Conn, entries: Sequence[tuple[str, Op]]) -> dict[st
     return windows
 
 
-# What a meter must hear about: the cycle's used moved by a settle, a late settle or expiry.
-_REPORTED_KINDS = frozenset({LedgerKind.SETTLE, LedgerKind.LATE_SETTLE, LedgerKind.EXPIRE})
+# What a meter must hear about: the cycle's used moved by a settle, a late settle, an
+# expiry, or an operator's resolve or release.
+_REPORTED_KINDS = frozenset(
+    {
+        LedgerKind.SETTLE,
+        LedgerKind.LATE_SETTLE,
+        LedgerKind.EXPIRE,
+        LedgerKind.RESOLVE,
+        LedgerKind.RELEASE,
+    }
+)
 
 
 def meter_totals(
     decided: Sequence[tuple[BatchState, BatchDecision]],
 ) -> list[tuple[Budget, datetime]]:
-    """The cycle budgets whose used total must go to the provider's meter, with when."""
-    found = []
-    for state, decision in decided:
-        budget = state.budget
-        if budget is None or budget.account is None or budget.cycle_start is None:
-            continue
-        moments = [e.at for e in decision.ledger if e.kind in _REPORTED_KINDS]
-        if moments:
-            found.append((budget, max(moments)))
-    return found
+    """The cycle budgets whose used total must go to the provider's meter, with when: a
+    hold's own budget, or one it also holds on."""
+    moments: dict[str, datetime] = {}
+    budgets: dict[str, Budget] = {}
+    for _, decision in decided:
+        for entry in decision.ledger:
+            if entry.kind not in _REPORTED_KINDS:
+                continue
+            budget = decision.touched.get(entry.budget_id)
+            if budget is None or budget.account is None or budget.cycle_start is None:
+                continue
+            budgets[budget.budget_id] = budget
+            moments[budget.budget_id] = max(entry.at, moments.get(budget.budget_id, entry.at))
+    return [(budgets[budget_id], moments[budget_id]) for budget_id in sorted(budgets)]

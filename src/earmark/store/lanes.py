@@ -31,13 +31,17 @@ log = structlog.get_logger("earmark.lanes")
 
 # An operation's answer, or the error that is its alone (an EarmarkError, or a bug's).
 Outcome = Result | Exception
-Entry = tuple[str, Op, "asyncio.Future[Outcome]"]
-# Given which budgets a transaction has locked, moves the operations on them that arrived
-# since the batch was taken from the lane's queue to the end of the batch; returns how many.
-TopUp = Callable[[Callable[[str], bool]], int]
-# Decides [(budget_id, op), ...] in one transaction, one outcome per entry, in order; it may
+# The budgets an operation acts on: the one it is decided with (its lane's key) first, then
+# those a nested hold also holds on.
+Route = tuple[str, ...]
+Entry = tuple[Route, Op, "asyncio.Future[Outcome]"]
+# Given which routes a transaction has locked every budget of, moves the operations on
+# them that arrived since the batch was taken from the lane's queue to the end of the
+# batch; returns how many.
+TopUp = Callable[[Callable[[Route], bool]], int]
+# Decides [(route, op), ...] in one transaction, one outcome per entry, in order; it may
 # call the TopUp (when given) once its locks are held, and then decides the longer list.
-RunBatch = Callable[[list[tuple[str, Op]], TopUp | None], Awaitable[Sequence[Outcome]]]
+RunBatch = Callable[[list[tuple[Route, Op]], TopUp | None], Awaitable[Sequence[Outcome]]]
 
 
 @dataclass(slots=True)
@@ -67,17 +71,18 @@ class Lanes:
         self._lanes = [_Lane() for _ in range(lanes)]
         self._closing = False
 
-    async def submit(self, budget_id: str, op: Op) -> Result:
-        """Queues op on its budget's lane and waits for its own answer."""
+    async def submit(self, route: Route, op: Op) -> Result:
+        """Queues op on its budget's lane (route[0]'s) and waits for its own answer."""
         if self._closing:
             raise Unavailable("the sidecar is shutting down")
         # Python's string hash is stable within a process, which is all a lane needs: one
         # budget's operations always meet in the same lane, in arrival order.
-        lane = self._lanes[hash(budget_id) % len(self._lanes)]
+        assert route, "an operation acts on at least one budget"
+        lane = self._lanes[hash(route[0]) % len(self._lanes)]
         if len(lane.queue) >= self._queue_depth_max:
             raise Unavailable(f"{len(lane.queue)} operations are waiting; try again")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        lane.queue.append((budget_id, op, future))
+        lane.queue.append((route, op, future))
         if lane.task is None:
             lane.task = asyncio.create_task(self._drain(lane))
         outcome = await future
@@ -114,12 +119,12 @@ class Lanes:
                 batch.append(entry)
         return batch
 
-    def _top_up(self, lane: _Lane, batch: list[Entry], entries: list[tuple[str, Op]]) -> TopUp:
+    def _top_up(self, lane: _Lane, batch: list[Entry], entries: list[tuple[Route, Op]]) -> TopUp:
         """A batch's TopUp: it takes from the lane's queue, in order, the operations on the
         budgets the transaction locked (a budget's operations stay in arrival order: all
         of them are taken or none), up to the batch's size bound."""
 
-        def top_up(locked: Callable[[str], bool]) -> int:
+        def top_up(locked: Callable[[Route], bool]) -> int:
             kept: deque[Entry] = deque()
             added = 0
             while lane.queue:
@@ -138,7 +143,7 @@ class Lanes:
         return top_up
 
     async def _decide(self, lane: _Lane, batch: list[Entry]) -> None:
-        entries = [(budget_id, op) for budget_id, op, _ in batch]
+        entries = [(route, op) for route, op, _ in batch]
         outcomes = await self._outcomes(entries, self._top_up(lane, batch, entries))
         if self._on_batch is not None:
             self._on_batch(len(batch))
@@ -148,7 +153,7 @@ class Lanes:
                 future.set_result(outcome)
 
     async def _outcomes(
-        self, entries: list[tuple[str, Op]], top_up: TopUp | None = None
+        self, entries: list[tuple[Route, Op]], top_up: TopUp | None = None
     ) -> list[Outcome]:
         """Every entry's answer (entries may grow by top_up first). A transaction that
         fails as a whole is split in halves and each decided again (at most log2(batch)
@@ -160,8 +165,8 @@ class Lanes:
             return [exc for _ in entries]
         except Exception as exc:
             if len(entries) == 1:
-                budget_id, op = entries[0]
-                log.exception("operation_failed", budget_id=budget_id, op=type(op).__name__)
+                route, op = entries[0]
+                log.exception("operation_failed", budget_id=route[0], op=type(op).__name__)
                 return [exc]
             half = len(entries) // 2
             return await self._outcomes(entries[:half]) + await self._outcomes(entries[half:])

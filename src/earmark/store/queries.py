@@ -1,4 +1,5 @@
-"""The SQL of group admission and the sweeper: loads for one batch, and its writes."""
+"""The SQL of group admission and the sweeper: what a batch locks and loads (its writes
+are in writes.py), and PutBudget's rows."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import json
 from collections.abc import Sequence
 
 from earmark import limits
-from earmark.core.batch import BatchDecision, BatchState, sample_keys
+from earmark.core.batch import BatchState, sample_keys
 from earmark.core.estimates import SampleKey
-from earmark.core.model import Budget, Hold, HoldState
+from earmark.core.model import Budget, Hold
 from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.core.prices import PriceBook
-from earmark.core.ratelimit import AdmissionWindow
 from earmark.errors import FailedPrecondition
 from earmark.store import cycles
+from earmark.store.lanes import Route
 from earmark.store.named import NamedQuery
 from earmark.store.rows import (
     BUDGET_COLUMN_TYPES,
@@ -23,10 +24,8 @@ from earmark.store.rows import (
     HOLD_COLUMN_TYPES,
     HOLD_COLUMNS,
     PRICE_COLUMNS,
-    UPDATABLE_HOLD_COLUMNS,
     budget_from_row,
     charge_from_row,
-    hold_columns,
     hold_from_row,
     price_from_row,
 )
@@ -105,82 +104,6 @@ LIMIT $2
 FOR UPDATE OF r SKIP LOCKED
 """
 
-# Every write of a batch in one statement, one round trip: each CTE takes its rows from
-# arrays (empty arrays write nothing). The CTEs touch disjoint rows, so that they cannot
-# see each other's changes does not matter, and foreign keys are checked at the end of
-# the statement, after every CTE has run.
-_NEW_HOLD_ARRAYS = ", ".join(
-    f"$new_{name}::{HOLD_COLUMN_TYPES[name]}[]" for name in HOLD_COLUMN_NAMES
-)
-_CHANGED_HOLD_ARRAYS = ", ".join(
-    f"$changed_{name}::{HOLD_COLUMN_TYPES[name]}[]" for name in UPDATABLE_HOLD_COLUMNS
-)
-_CHANGED_HOLD_SET = ", ".join(f"{name} = u.{name}" for name in UPDATABLE_HOLD_COLUMNS)
-
-WRITE_BATCH = NamedQuery(f"""
-WITH new_holds AS (
-    INSERT INTO reservations ({HOLD_COLUMNS})
-    SELECT * FROM unnest({_NEW_HOLD_ARRAYS})
-), changed_holds AS (
-    UPDATE reservations AS r SET
-        {_CHANGED_HOLD_SET}
-    FROM unnest($changed_reservation_id::uuid[], {_CHANGED_HOLD_ARRAYS})
-        AS u(reservation_id, {", ".join(UPDATABLE_HOLD_COLUMNS)})
-    WHERE r.reservation_id = u.reservation_id
-        AND r.reservation_id = ANY($changed_reservation_id::uuid[])
-), new_charges AS (
-    INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
-                         total_charged, hold_remaining, price_version)
-    SELECT * FROM unnest($charge_reservation_ids::uuid[], $charge_keys::text[],
-                         $charge_amounts::bigint[], $charge_charged::bigint[],
-                         $charge_capped::boolean[], $charge_totals::bigint[],
-                         $charge_hold_remaining::bigint[], $charge_price_versions::bigint[])
-), new_ledger AS (
-    INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
-    SELECT * FROM unnest($ledger_budget_ids::text[], $ledger_reservation_ids::uuid[],
-                         $ledger_kinds::text[], $ledger_held_deltas::bigint[],
-                         $ledger_used_deltas::bigint[], $ledger_at::timestamptz[])
-), opened AS (
-    INSERT INTO open_holds (reservation_id, expires_at)
-    SELECT * FROM unnest($opened_ids::uuid[], $opened_expires_at::timestamptz[])
-), extended AS (
-    UPDATE open_holds AS o SET expires_at = u.expires_at
-    FROM unnest($extended_ids::uuid[], $extended_expires_at::timestamptz[])
-        AS u(reservation_id, expires_at)
-    WHERE o.reservation_id = u.reservation_id AND o.reservation_id = ANY($extended_ids::uuid[])
-), closed AS (
-    DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
-), windows AS (
-    INSERT INTO accounts (account, window_start, admissions)
-    SELECT * FROM unnest($window_accounts::text[], $window_starts::timestamptz[],
-                         $window_admissions::integer[])
-    ON CONFLICT (account) DO UPDATE
-    SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions
-), outbox AS (
-    INSERT INTO meter_outbox (account, feature, cycle_start, total, at, version)
-    SELECT u.account, u.feature, u.cycle_start, u.total, u.at, 1
-    FROM unnest($outbox_accounts::text[], $outbox_features::text[],
-                $outbox_cycles::timestamptz[], $outbox_totals::bigint[],
-                $outbox_at::timestamptz[])
-        AS u(account, feature, cycle_start, total, at)
-    ON CONFLICT (account, feature, cycle_start) DO UPDATE
-    SET total = EXCLUDED.total, at = EXCLUDED.at, version = meter_outbox.version + 1
-), samples AS (
-    INSERT INTO job_samples (unit, job, model, samples)
-    SELECT * FROM unnest($sample_units::text[], $sample_jobs::text[], $sample_models::text[],
-                         $sample_lists::jsonb[])
-    ON CONFLICT (unit, job, model)
-    DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()
-)
-UPDATE budgets AS b SET used = u.used, held = u.held,
-    open_reservations = u.open_reservations, updated_at = now()
-FROM unnest($budget_ids::text[], $budget_used::bigint[], $budget_held::bigint[],
-            $budget_open::bigint[])
-    AS u(budget_id, used, held, open_reservations)
-WHERE b.budget_id = u.budget_id AND b.budget_id = ANY($budget_ids::text[])
-""")
-
-
 # Every Earmark process takes this transaction-scoped advisory lock before it adds a unit,
 # so that two new units cannot both pass the count.
 _UNITS_LOCK_KEY = 0x45554E54  # "EUNT"
@@ -194,15 +117,19 @@ async def lock_budget_for_update(conn: Conn, budget_id: str) -> Budget | None:
 
 
 INSERT_BUDGET = NamedQuery(f"""
-INSERT INTO budgets (budget_id, limit_units, unit, default_estimate, estimate_policy)
-VALUES ($budget_id, $limit, $unit, $default_estimate, $estimate_policy)
+INSERT INTO budgets (budget_id, limit_units, unit, default_estimate, estimate_policy,
+                     escrow_bps, overage_policy, overage_limit)
+VALUES ($budget_id, $limit, $unit, $default_estimate, $estimate_policy, $escrow_bps,
+        $overage_policy, $overage_limit)
 ON CONFLICT (budget_id) DO NOTHING
 RETURNING {BUDGET_COLUMNS}
 """)
 
 UPDATE_BUDGET = NamedQuery(f"""
 UPDATE budgets SET limit_units = $limit, unit = $unit, default_estimate = $default_estimate,
-    estimate_policy = $estimate_policy, updated_at = now()
+    estimate_policy = $estimate_policy, escrow_bps = $escrow_bps,
+    overage_policy = $overage_policy, overage_limit = $overage_limit, overage_since = NULL,
+    updated_at = now()
 WHERE budget_id = $budget_id
 RETURNING {BUDGET_COLUMNS}
 """)
@@ -215,6 +142,9 @@ def _budget_args(query: NamedQuery, spec: Budget) -> list[object]:
         unit=spec.unit,
         default_estimate=spec.default_estimate,
         estimate_policy=int(spec.estimate_policy),
+        escrow_bps=spec.escrow_bps,
+        overage_policy=int(spec.overage_policy),
+        overage_limit=spec.overage_limit,
     )
 
 
@@ -225,7 +155,8 @@ async def insert_budget(conn: Conn, spec: Budget) -> Budget | None:
 
 
 async def update_budget(conn: Conn, spec: Budget) -> Budget:
-    """Sets what an operator sets (limit, unit, estimates); the counters stay."""
+    """Sets what an operator sets (limit, unit, estimates, escrow and policy) and clears
+    the overage flag; the counters stay."""
     row = await conn.fetchrow(UPDATE_BUDGET.sql, *_budget_args(UPDATE_BUDGET, spec))
     assert row is not None
     return budget_from_row(row)
@@ -265,35 +196,42 @@ async def load_price_book(conn: Conn, cached: PriceBook, seq: int) -> PriceBook:
 
 
 async def load_batches(
-    conn: Conn, entries: Sequence[tuple[str, Op]], prices: PriceBook
+    conn: Conn, entries: Sequence[tuple[Route, Op]], prices: PriceBook
 ) -> tuple[dict[str, BatchState], PriceBook]:
-    """Locks the holds the operations name, then the budgets in id order (one round trip),
-    reads earlier charge answers, then the job samples the batch needs; returns one state
-    per budget named, each with the price book (reloaded if a price was added) and the
-    shared samples, and the price book."""
+    """Locks the holds the operations name, then every budget their routes name in id
+    order (one round trip), reads earlier charge answers, then the job samples the batch
+    needs; returns one state per budget the operations are routed by, sharing the locked
+    budgets, the price book (reloaded if a price was added) and the samples, and the price
+    book."""
     ids = [op.reservation_id for _, op in entries if not isinstance(op, ReserveOp)]
     keyed = [op for _, op in entries if isinstance(op, ReserveOp)]
-    states = {budget_id: BatchState(budget_id=budget_id, budget=None) for budget_id, _ in entries}
+    states = {route[0]: BatchState(budget_id=route[0], budget=None) for route, _ in entries}
     args = LOCK_BATCH.args(
         ids=ids,
         key_budget_ids=[op.budget_id for op in keyed],
         key_owners=[op.owner for op in keyed],
         keys=[op.idempotency_key for op in keyed],
-        budget_ids=sorted(states),
+        budget_ids=sorted({budget_id for route, _ in entries for budget_id in route}),
     )
     price_seq: int | None = None
+    budgets: dict[str, Budget] = {}
+    holds: list[Hold] = []
     for row in await conn.fetch(LOCK_BATCH.sql, *args):
         if row["is_budget"]:
-            states[row["budget_id"]].budget = budget_from_row(row)
+            budgets[row["budget_id"]] = budget_from_row(row)
             price_seq = row["price_seq"]
-            continue
-        hold = hold_from_row(row)
-        state = states.get(hold.budget_id)
-        if state is None:
+        else:
+            holds.append(hold_from_row(row))
+    for budget_id, state in states.items():
+        state.budget = budgets.get(budget_id)
+        state.budgets = budgets
+    for hold in holds:
+        owner = states.get(hold.budget_id)
+        if owner is None:
             continue  # a reservation id routed to the wrong budget: NotFound in the rules
-        state.holds_by_id[hold.reservation_id] = hold
-        state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
-    charged_budget = {op.reservation_id: b for b, op in entries if isinstance(op, ChargeOp)}
+        owner.holds_by_id[hold.reservation_id] = hold
+        owner.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
+    charged_budget = {op.reservation_id: r[0] for r, op in entries if isinstance(op, ChargeOp)}
     if charged_budget:
         charges = [op for _, op in entries if isinstance(op, ChargeOp)]
         rows = await conn.fetch(
@@ -317,11 +255,11 @@ async def load_batches(
 
 
 async def _load_samples(
-    conn: Conn, states: dict[str, BatchState], entries: Sequence[tuple[str, Op]]
+    conn: Conn, states: dict[str, BatchState], entries: Sequence[tuple[Route, Op]]
 ) -> dict[SampleKey, list[int]]:
     ops_by_budget: dict[str, list[Op]] = {}
-    for budget_id, op in entries:
-        ops_by_budget.setdefault(budget_id, []).append(op)
+    for route, op in entries:
+        ops_by_budget.setdefault(route[0], []).append(op)
     keys: set[SampleKey] = set()
     for budget_id, ops in ops_by_budget.items():
         keys |= sample_keys(states[budget_id], ops)
@@ -340,71 +278,3 @@ async def _load_samples(
 async def claim_due(conn: Conn, now: object, limit: int) -> list[Hold]:
     """Locks live holds whose lease passed, skipping those another transaction holds."""
     return [hold_from_row(row) for row in await conn.fetch(CLAIM_DUE, now, limit)]
-
-
-async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchDecision]]) -> None:
-    """Writes what the decisions changed in one statement, whatever the batch size."""
-    new_holds = [h for _, d in decided for h in d.new_holds]
-    new_ids = {h.reservation_id for h in new_holds}
-    changed = [
-        h for _, d in decided for h in d.changed_holds.values() if h.reservation_id not in new_ids
-    ]
-    charges = [c for _, d in decided for c in d.new_charges]
-    ledger = [e for _, d in decided for e in d.ledger]
-    budgets = [s.budget for s, d in decided if s.budget is not None and d.writes_anything()]
-    sampled: dict[SampleKey, list[int]] = {}
-    windows: dict[str, AdmissionWindow] = {}
-    for state, decision in decided:
-        for key in decision.samples:
-            sampled[key] = state.samples[key]
-        for account in decision.windows:
-            windows[account] = state.windows[account]
-    meters = cycles.meter_totals(decided)
-    if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
-        return
-    opened = [h for h in new_holds if h.state is HoldState.HELD]
-    extended = [h for h in changed if h.state is HoldState.HELD]
-    closed = [h.reservation_id for h in changed if h.state is not HoldState.HELD]
-    new_columns = hold_columns(new_holds)
-    changed_columns = hold_columns(changed)
-    args = WRITE_BATCH.args(
-        **{f"new_{name}": array for name, array in new_columns.items()},
-        changed_reservation_id=changed_columns["reservation_id"],
-        **{f"changed_{name}": changed_columns[name] for name in UPDATABLE_HOLD_COLUMNS},
-        charge_reservation_ids=[c.reservation_id for c in charges],
-        charge_keys=[c.idempotency_key for c in charges],
-        charge_amounts=[c.amount for c in charges],
-        charge_charged=[c.charged for c in charges],
-        charge_capped=[c.capped for c in charges],
-        charge_totals=[c.total_charged for c in charges],
-        charge_hold_remaining=[c.hold_remaining for c in charges],
-        charge_price_versions=[c.price_version for c in charges],
-        ledger_budget_ids=[e.budget_id for e in ledger],
-        ledger_reservation_ids=[e.reservation_id for e in ledger],
-        ledger_kinds=[str(e.kind) for e in ledger],
-        ledger_held_deltas=[e.held_delta for e in ledger],
-        ledger_used_deltas=[e.used_delta for e in ledger],
-        ledger_at=[e.at for e in ledger],
-        budget_ids=[b.budget_id for b in budgets],
-        budget_used=[b.used for b in budgets],
-        budget_held=[b.held for b in budgets],
-        budget_open=[b.open_reservations for b in budgets],
-        opened_ids=[h.reservation_id for h in opened],
-        opened_expires_at=[h.expires_at for h in opened],
-        extended_ids=[h.reservation_id for h in extended],
-        extended_expires_at=[h.expires_at for h in extended],
-        closed_ids=closed,
-        window_accounts=list(windows),
-        window_starts=[w.window_start for w in windows.values()],
-        window_admissions=[w.admissions for w in windows.values()],
-        outbox_accounts=[b.account for b, _ in meters],
-        outbox_features=[b.feature for b, _ in meters],
-        outbox_cycles=[b.cycle_start for b, _ in meters],
-        outbox_totals=[b.used for b, _ in meters],
-        outbox_at=[at for _, at in meters],
-        sample_units=[key[0] for key in sampled],
-        sample_jobs=[key[1] for key in sampled],
-        sample_models=[key[2] for key in sampled],
-        sample_lists=[json.dumps(values) for values in sampled.values()],
-    )
-    await conn.execute(WRITE_BATCH.sql, *args)

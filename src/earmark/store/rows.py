@@ -16,19 +16,24 @@ from earmark.core.model import (
     Hold,
     HoldState,
     Outcome,
+    OveragePolicy,
+    Phase,
     Settlement,
 )
 from earmark.core.prices import Price, Shape
 
 BUDGET_COLUMNS = (
     "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, "
-    "estimate_policy, account, feature, cycle_start, cycle_end, limit_read_at"
+    "estimate_policy, account, feature, cycle_start, cycle_end, limit_read_at, escrow_bps, "
+    "overage_policy, overage_limit, overage_since, archived_at"
 )
 BUDGET_COLUMN_TYPES = {
     "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
     "held": "bigint", "open_reservations": "bigint", "default_estimate": "bigint",
     "estimate_policy": "smallint", "account": "text", "feature": "text",
     "cycle_start": "timestamptz", "cycle_end": "timestamptz", "limit_read_at": "timestamptz",
+    "escrow_bps": "integer", "overage_policy": "smallint", "overage_limit": "bigint",
+    "overage_since": "timestamptz", "archived_at": "timestamptz",
 }  # fmt: skip
 assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
@@ -41,7 +46,8 @@ HOLD_COLUMN_NAMES = (
     "reservation_id", "budget_id", "idempotency_key", "amount", "charged", "state", "lease_ms",
     "expires_at", "created_at", "closed_at", "labels", "settled_used", "settled_outcome",
     "settled_charged", "settled_released", "settled_overshoot", "owner", "source",
-    "price_version", "shape", "job", "settled_price_version",
+    "price_version", "shape", "job", "settled_price_version", "also_budget_ids", "dispatched",
+    "phase",
 )  # fmt: skip
 HOLD_COLUMNS = ", ".join(HOLD_COLUMN_NAMES)
 HOLD_COLUMN_TYPES = {
@@ -51,13 +57,14 @@ HOLD_COLUMN_TYPES = {
     "labels": "jsonb", "settled_used": "bigint", "settled_outcome": "smallint",
     "settled_charged": "bigint", "settled_released": "bigint", "settled_overshoot": "bigint",
     "owner": "text", "source": "smallint", "price_version": "bigint", "shape": "text",
-    "job": "text", "settled_price_version": "bigint",
+    "job": "text", "settled_price_version": "bigint", "also_budget_ids": "text[]",
+    "dispatched": "boolean", "phase": "smallint",
 }  # fmt: skip
 # What a decision may change in a reservation that exists.
 UPDATABLE_HOLD_COLUMNS = (
     "amount", "price_version", "settled_price_version", "charged", "state", "lease_ms",
     "expires_at", "closed_at", "settled_used", "settled_outcome", "settled_charged",
-    "settled_released", "settled_overshoot",
+    "settled_released", "settled_overshoot", "dispatched",
 )  # fmt: skip
 assert set(HOLD_COLUMN_TYPES) == set(HOLD_COLUMN_NAMES)
 assert set(UPDATABLE_HOLD_COLUMNS) < set(HOLD_COLUMN_NAMES)
@@ -83,6 +90,11 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         cycle_start=row["cycle_start"],
         cycle_end=row["cycle_end"],
         limit_read_at=row["limit_read_at"],
+        escrow_bps=row["escrow_bps"],
+        overage_policy=OveragePolicy(row["overage_policy"]),
+        overage_limit=row["overage_limit"],
+        overage_since=row["overage_since"],
+        archived_at=row["archived_at"],
     )
 
 
@@ -150,6 +162,9 @@ def hold_from_row(row: asyncpg.Record) -> Hold:
         price_version=row["price_version"],
         shape=shape_from_text(row["shape"]),
         job=row["job"],
+        also_budget_ids=tuple(row["also_budget_ids"]),
+        dispatched=row["dispatched"],
+        phase=Phase(row["phase"]),
     )
 
 
@@ -193,6 +208,9 @@ def hold_columns(holds: list[Hold]) -> dict[str, list[Any]]:
         "settled_price_version": [
             h.settlement.price_version if h.settlement else None for h in holds
         ],
+        "also_budget_ids": [list(h.also_budget_ids) for h in holds],
+        "dispatched": [h.dispatched for h in holds],
+        "phase": [int(h.phase) for h in holds],
     }
     assert columns.keys() == set(HOLD_COLUMN_NAMES)
     return columns

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
@@ -13,13 +13,13 @@ import asyncpg
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
-from earmark.core.model import Budget, EstimatePolicy, UnitTotals
+from earmark.core.model import Budget, EstimatePolicy, Hold, HoldState, OveragePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
-from earmark.store import cycles, pricebook, queries, stripes
+from earmark.store import cycles, operator, pricebook, queries, stripes, writes
 from earmark.store.cycles import Report
-from earmark.store.lanes import Lanes, TopUp
+from earmark.store.lanes import Lanes, Route, TopUp
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
 from earmark.store.tx import Conn, Isolation, mapped_db_errors, roll_back, run_transaction
@@ -73,7 +73,7 @@ class Store:
         self._rng = random.Random()
         # Every price version, reloaded by a batch that finds a newer one in the database.
         self._prices = PriceBook()
-        self._routes: OrderedDict[str, str] = OrderedDict()
+        self._routes: OrderedDict[str, Route] = OrderedDict()
         self._lanes = Lanes(
             self._run_batch,
             lanes=lanes,
@@ -138,9 +138,13 @@ class Store:
         *,
         default_estimate: int | None = None,
         estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
+        escrow_bps: int = 0,
+        overage_policy: OveragePolicy = OveragePolicy.HARD,
+        overage_limit: int | None = None,
     ) -> Budget:
-        """Creates the budget or sets its limit and estimates; unit may change only while
-        it is unused.
+        """Creates the budget or sets what an operator sets (limit, estimates, escrow,
+        policy) and clears its overage flag; unit ("" keeps it) may change only while the
+        budget is unused. An archived budget is not put again.
 
         READ COMMITTED with row locks, not SERIALIZABLE: creates of distinct budgets
         insert into the same index pages, and under SSI they aborted one another (15% of
@@ -149,35 +153,41 @@ class Store:
         anything else that holds it, so a concurrent Reserve still sees one limit or the
         other, never a mixture."""
 
+        spec = Budget(
+            budget_id=budget_id,
+            limit=limit,
+            unit=unit,
+            default_estimate=default_estimate,
+            estimate_policy=estimate_policy,
+            escrow_bps=escrow_bps,
+            overage_policy=overage_policy,
+            overage_limit=overage_limit,
+        )
+
         async def work(conn: Conn) -> Budget:
             budget = await queries.lock_budget_for_update(conn, budget_id)
             if budget is None:
-                if not unit:
+                if not spec.unit:
                     raise InvalidArgument("unit", f"is required: budget {budget_id!r} is new")
-                await queries.admit_unit(conn, unit)
-                created = await queries.insert_budget(conn, spec(unit))
+                await queries.admit_unit(conn, spec.unit)
+                created = await queries.insert_budget(conn, spec)
                 if created is not None:
                     return created
                 # Another sidecar created it since: update the row that won.
                 budget = await queries.lock_budget_for_update(conn, budget_id)
                 assert budget is not None
-            new_unit = unit or budget.unit
+            if budget.archived_at is not None:
+                raise FailedPrecondition(
+                    f"budget {budget_id!r} was archived; a new budget needs a new id"
+                )
+            new_unit = spec.unit or budget.unit
             if new_unit != budget.unit:
                 if budget.used or budget.held or budget.open_reservations:
                     raise FailedPrecondition(
                         f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}"
                     )
                 await queries.admit_unit(conn, new_unit)
-            return await queries.update_budget(conn, spec(new_unit))
-
-        def spec(with_unit: str) -> Budget:
-            return Budget(
-                budget_id=budget_id,
-                limit=limit,
-                unit=with_unit,
-                default_estimate=default_estimate,
-                estimate_policy=estimate_policy,
-            )
+            return await queries.update_budget(conn, replace(spec, unit=new_unit))
 
         return await self._transaction(work, "read_committed")
 
@@ -243,103 +253,111 @@ class Store:
     async def outbox_state(self) -> tuple[int, datetime | None]:
         return await self._read(lambda conn: cycles.outbox_state(conn))
 
+    # What operators read and do.
+
+    async def list_holds(
+        self, budget_id: str, state: HoldState | None, size: int, token: str
+    ) -> operator.Page[Hold]:
+        return await self._read(lambda c: operator.list_holds(c, budget_id, state, size, token))
+
+    async def list_ledger(
+        self, budget_id: str, size: int, token: str
+    ) -> operator.Page[operator.LedgerRow]:
+        return await self._read(lambda c: operator.list_ledger(c, budget_id, size, token))
+
+    async def archive_budget(self, budget_id: str) -> Budget:
+        async def work(conn: Conn) -> Budget:
+            return await operator.archive_budget(conn, budget_id, self._clock())
+
+        return await self._transaction(work, "read_committed")
+
+    async def watch_totals(self) -> operator.WatchTotals:
+        return await self._read(lambda conn: operator.watch_totals(conn, self._clock()))
+
     # What operators watch.
 
     async def open_holds_by_unit(self) -> list[UnitTotals]:
-        """Open holds, held and used units, summed over the budgets of each unit."""
-        with mapped_db_errors():
-            rows = await self._pool.fetch(
-                "SELECT unit, sum(open_reservations)::float8 AS holds, "
-                "sum(held)::float8 AS held, sum(used)::float8 AS used "
-                "FROM budgets GROUP BY unit ORDER BY unit"
-            )
-        return [UnitTotals(r["unit"], r["holds"], r["held"], r["used"]) for r in rows]
+        return await self._read(operator.open_holds_by_unit)
 
     async def most_used_budgets(self, count: int) -> list[Budget]:
-        """The count budgets with the highest (used + held) / limit; unlimited ones last."""
         assert 0 <= count <= limits.metrics_budgets_max_ceiling
-        with mapped_db_errors():
-            rows = await self._pool.fetch(
-                f"SELECT {BUDGET_COLUMNS} FROM budgets "
-                "ORDER BY (used + held)::float8 / nullif(limit_units, 0) DESC NULLS LAST, "
-                "budget_id LIMIT $1",
-                count,
-            )
-        return [budget_from_row(row) for row in rows]
+        return await self._read(lambda conn: operator.most_used_budgets(conn, count))
 
     # Holds: every operation goes through its budget's lane.
 
     async def submit(self, op: Op) -> Result:
         """Decides op with whatever else is waiting on its budget, in one transaction."""
         if isinstance(op, ReserveOp):
-            budget_id = op.budget_id
+            route = (op.budget_id, *op.also_budget_ids)
         else:
-            budget_id = await self._budget_of(op.reservation_id)
+            route = await self._route_of(op.reservation_id)
         if self._admission == "naive":
-            return await self._decide_alone(budget_id, op)
-        return await self._lanes.submit(budget_id, op)
+            return await self._decide_alone(route, op)
+        return await self._lanes.submit(route, op)
 
-    async def _decide_alone(self, budget_id: str, op: Op) -> Result:
+    async def _decide_alone(self, route: Route, op: Op) -> Result:
         """Naive admission: one serializable transaction per request, retried on conflict,
         nothing coalesced. Kept as the baseline that group admission is measured against."""
-        (result,) = await self._run_batch([(budget_id, op)])
+        (result,) = await self._run_batch([(route, op)])
         if isinstance(result, EarmarkError):
             raise result
         return result
 
-    async def _budget_of(self, reservation_id: str) -> str:
-        budget_id = self._routes.get(reservation_id)
-        if budget_id is None:
+    async def _route_of(self, reservation_id: str) -> Route:
+        """The reservation's budget, then those it also holds on."""
+        route = self._routes.get(reservation_id)
+        if route is None:
             with mapped_db_errors():
-                budget_id = await self._pool.fetchval(
-                    "SELECT budget_id FROM reservations WHERE reservation_id = $1", reservation_id
+                row = await self._pool.fetchrow(
+                    "SELECT budget_id, also_budget_ids FROM reservations WHERE reservation_id = $1",
+                    reservation_id,
                 )
-            if budget_id is None:
+            if row is None:
                 raise NotFound(f"reservation {reservation_id} not found")
-            self._remember_route(reservation_id, budget_id)
-        return budget_id
+            route = (row["budget_id"], *row["also_budget_ids"])
+            self._remember_route(reservation_id, route)
+        return route
 
-    def _remember_route(self, reservation_id: str, budget_id: str) -> None:
-        # A reservation never changes budget, so a cached route is never stale.
-        self._routes[reservation_id] = budget_id
+    def _remember_route(self, reservation_id: str, route: Route) -> None:
+        # A reservation never changes budgets, so a cached route is never stale.
+        self._routes[reservation_id] = route
         if len(self._routes) > limits.route_cache_size_max:
             self._routes.popitem(last=False)
 
     async def _run_batch(
-        self, entries: list[tuple[str, Op]], top_up: TopUp | None = None
+        self, entries: list[tuple[Route, Op]], top_up: TopUp | None = None
     ) -> list[Result | EarmarkError]:
         """Decides entries, per budget in their order, in one serializable transaction.
-        Its first statement locks the budgets' stripes, before the snapshot (migration
-        0006): another sidecar's batch on these budgets is waited for, not aborted against;
-        once they are held, top_up adds what arrived on them meanwhile, so that the wait
-        grows the batch instead of the queue."""
-        locked = {stripes.stripe_of(budget_id) for budget_id, _ in entries}
+        Its first statement locks the stripes of every budget the entries' routes name,
+        before the snapshot (migration 0006): another sidecar's batch on these budgets is
+        waited for, not aborted against; once they are held, top_up adds what arrived on
+        them meanwhile, so that the wait grows the batch instead of the queue."""
+        named = {budget_id for route, _ in entries for budget_id in route}
+        locked = {stripes.stripe_of(budget_id) for budget_id in named}
         by_budget: dict[str, list[int]] = {}
 
         async def work(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
             if top_up is not None:
-                top_up(lambda budget_id: stripes.stripe_of(budget_id) in locked)
+                top_up(lambda route: all(stripes.stripe_of(b) in locked for b in route))
             by_budget.clear()
-            for index, (budget_id, _) in enumerate(entries):
-                by_budget.setdefault(budget_id, []).append(index)
+            for index, (route, _) in enumerate(entries):
+                by_budget.setdefault(route[0], []).append(index)
             states, self._prices = await queries.load_batches(conn, entries, self._prices)
             now = self._clock()
             decided = [
                 (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
                 for b, indices in by_budget.items()
             ]
-            await queries.write_decisions(conn, decided)
+            await writes.write_decisions(conn, decided)
             return decided
 
-        decided = await self._serializable(
-            work, first=stripes.first_statement(budget_id for budget_id, _ in entries)
-        )
+        decided = await self._serializable(work, first=stripes.first_statement(named))
         slots: list[Result | EarmarkError | None] = [None] * len(entries)
         for (_, decision), indices in zip(decided, by_budget.values(), strict=True):
             for index, result in zip(indices, decision.results, strict=True):
                 slots[index] = result
             for hold in decision.new_holds:
-                self._remember_route(hold.reservation_id, hold.budget_id)
+                self._remember_route(hold.reservation_id, hold.budget_ids())
         outcomes = [slot for slot in slots if slot is not None]
         assert len(outcomes) == len(entries)
         for (_, op), outcome in zip(entries, outcomes, strict=True):
@@ -361,13 +379,16 @@ class Store:
             due = await queries.claim_due(conn, now, batch_size)
             if not due:
                 return 0
-            budgets, _ = await queries.lock_budgets(conn, sorted({h.budget_id for h in due}))
+            named = sorted({b for h in due for b in h.budget_ids()})
+            budgets, _ = await queries.lock_budgets(conn, named)
             decided = []
-            for budget_id, budget in budgets.items():
-                state = BatchState(budget_id=budget_id, budget=budget)
+            for budget_id in sorted({h.budget_id for h in due}):
+                state = BatchState(
+                    budget_id=budget_id, budget=budgets.get(budget_id), budgets=budgets
+                )
                 state.holds_by_id = {h.reservation_id: h for h in due if h.budget_id == budget_id}
                 decided.append((state, expire_due(state, now)))
-            await queries.write_decisions(conn, decided)
+            await writes.write_decisions(conn, decided)
             return sum(len(d.changed_holds) for _, d in decided)
 
         closed = await self._serializable(work)

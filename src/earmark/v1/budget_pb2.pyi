@@ -11,6 +11,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PHASE_UNSPECIFIED: _ClassVar[Phase]
+    PHASE_WORK: _ClassVar[Phase]
+    PHASE_FINAL: _ClassVar[Phase]
+
+class OveragePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERAGE_POLICY_UNSPECIFIED: _ClassVar[OveragePolicy]
+    OVERAGE_POLICY_HARD: _ClassVar[OveragePolicy]
+    OVERAGE_POLICY_SOFT: _ClassVar[OveragePolicy]
+
 class RefusalReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     REFUSAL_REASON_UNSPECIFIED: _ClassVar[RefusalReason]
@@ -31,6 +43,7 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESERVATION_STATE_HELD: _ClassVar[ReservationState]
     RESERVATION_STATE_SETTLED: _ClassVar[ReservationState]
     RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
+    RESERVATION_STATE_IN_DOUBT: _ClassVar[ReservationState]
 
 class EstimateSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -47,6 +60,12 @@ class EstimatePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ESTIMATE_POLICY_UNSPECIFIED: _ClassVar[EstimatePolicy]
     ESTIMATE_POLICY_MEDIAN: _ClassVar[EstimatePolicy]
     ESTIMATE_POLICY_P75: _ClassVar[EstimatePolicy]
+PHASE_UNSPECIFIED: Phase
+PHASE_WORK: Phase
+PHASE_FINAL: Phase
+OVERAGE_POLICY_UNSPECIFIED: OveragePolicy
+OVERAGE_POLICY_HARD: OveragePolicy
+OVERAGE_POLICY_SOFT: OveragePolicy
 REFUSAL_REASON_UNSPECIFIED: RefusalReason
 REFUSAL_REASON_INSUFFICIENT_BUDGET: RefusalReason
 REFUSAL_REASON_LIMIT_UNAVAILABLE: RefusalReason
@@ -59,6 +78,7 @@ RESERVATION_STATE_UNSPECIFIED: ReservationState
 RESERVATION_STATE_HELD: ReservationState
 RESERVATION_STATE_SETTLED: ReservationState
 RESERVATION_STATE_EXPIRED: ReservationState
+RESERVATION_STATE_IN_DOUBT: ReservationState
 ESTIMATE_SOURCE_UNSPECIFIED: EstimateSource
 ESTIMATE_SOURCE_CALLER: EstimateSource
 ESTIMATE_SOURCE_SHAPE: EstimateSource
@@ -71,7 +91,7 @@ ESTIMATE_POLICY_MEDIAN: EstimatePolicy
 ESTIMATE_POLICY_P75: EstimatePolicy
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job", "account", "feature")
+    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job", "account", "feature", "also_budget_ids", "phase")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +108,8 @@ class ReserveRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     FEATURE_FIELD_NUMBER: _ClassVar[int]
+    ALSO_BUDGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     amount: int
     idempotency_key: str
@@ -97,10 +119,12 @@ class ReserveRequest(_message.Message):
     job: str
     account: str
     feature: str
-    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ...) -> None: ...
+    also_budget_ids: _containers.RepeatedScalarFieldContainer[str]
+    phase: Phase
+    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., phase: _Optional[_Union[Phase, str]] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id")
+    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id", "refused_budget_id", "overage_policy", "over_limit")
     ADMITTED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     AMOUNT_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +136,9 @@ class ReserveResponse(_message.Message):
     PRICE_VERSION_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERAGE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
     admitted: bool
     reservation_id: str
     amount: int
@@ -123,7 +150,10 @@ class ReserveResponse(_message.Message):
     price_version: int
     retry_after: _duration_pb2.Duration
     budget_id: str
-    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ...) -> None: ...
+    refused_budget_id: str
+    overage_policy: OveragePolicy
+    over_limit: bool
+    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ..., refused_budget_id: _Optional[str] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., over_limit: _Optional[bool] = ...) -> None: ...
 
 class ChargeRequest(_message.Message):
     __slots__ = ("reservation_id", "amount", "idempotency_key", "usage")
@@ -196,18 +226,24 @@ class SettleResponse(_message.Message):
     def __init__(self, charged: _Optional[int] = ..., released: _Optional[int] = ..., overshoot: _Optional[int] = ..., state: _Optional[_Union[ReservationState, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
 
 class PutBudgetRequest(_message.Message):
-    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy")
+    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     ESTIMATE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    ESCROW_BPS_FIELD_NUMBER: _ClassVar[int]
+    OVERAGE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    OVERAGE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     unit: str
     default_estimate: int
     estimate_policy: EstimatePolicy
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ...) -> None: ...
+    escrow_bps: int
+    overage_policy: OveragePolicy
+    overage_limit: int
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
     __slots__ = ("budget_id",)
@@ -216,7 +252,7 @@ class GetBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class BudgetState(_message.Message):
-    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at")
+    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +268,11 @@ class BudgetState(_message.Message):
     CYCLE_START_FIELD_NUMBER: _ClassVar[int]
     CYCLE_END_FIELD_NUMBER: _ClassVar[int]
     LIMIT_READ_AT_FIELD_NUMBER: _ClassVar[int]
+    ESCROW_BPS_FIELD_NUMBER: _ClassVar[int]
+    OVERAGE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    OVERAGE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OVERAGE_SINCE_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_AT_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     used: int
@@ -247,7 +288,12 @@ class BudgetState(_message.Message):
     cycle_start: _timestamp_pb2.Timestamp
     cycle_end: _timestamp_pb2.Timestamp
     limit_read_at: _timestamp_pb2.Timestamp
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    escrow_bps: int
+    overage_policy: OveragePolicy
+    overage_limit: int
+    overage_since: _timestamp_pb2.Timestamp
+    archived_at: _timestamp_pb2.Timestamp
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListCyclesRequest(_message.Message):
     __slots__ = ("account",)
@@ -348,3 +394,124 @@ class TokenUsage(_message.Message):
     provider: str
     model: str
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class Hold(_message.Message):
+    __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "state", "amount", "charged", "dispatched", "phase", "idempotency_key", "owner", "job", "labels", "created_at", "expires_at", "closed_at", "settled_used")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    ALSO_BUDGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_USED_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    budget_id: str
+    also_budget_ids: _containers.RepeatedScalarFieldContainer[str]
+    state: ReservationState
+    amount: int
+    charged: int
+    dispatched: bool
+    phase: Phase
+    idempotency_key: str
+    owner: str
+    job: str
+    labels: _containers.ScalarMap[str, str]
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    closed_at: _timestamp_pb2.Timestamp
+    settled_used: int
+    def __init__(self, reservation_id: _Optional[str] = ..., budget_id: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., amount: _Optional[int] = ..., charged: _Optional[int] = ..., dispatched: _Optional[bool] = ..., phase: _Optional[_Union[Phase, str]] = ..., idempotency_key: _Optional[str] = ..., owner: _Optional[str] = ..., job: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., closed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settled_used: _Optional[int] = ...) -> None: ...
+
+class ListHoldsRequest(_message.Message):
+    __slots__ = ("budget_id", "state", "page_size", "page_token")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    state: ReservationState
+    page_size: int
+    page_token: str
+    def __init__(self, budget_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListHoldsResponse(_message.Message):
+    __slots__ = ("holds", "next_page_token")
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    holds: _containers.RepeatedCompositeFieldContainer[Hold]
+    next_page_token: str
+    def __init__(self, holds: _Optional[_Iterable[_Union[Hold, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class LedgerEntry(_message.Message):
+    __slots__ = ("entry_id", "budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    HELD_DELTA_FIELD_NUMBER: _ClassVar[int]
+    USED_DELTA_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    budget_id: str
+    reservation_id: str
+    kind: str
+    held_delta: int
+    used_delta: int
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, entry_id: _Optional[int] = ..., budget_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., kind: _Optional[str] = ..., held_delta: _Optional[int] = ..., used_delta: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListLedgerRequest(_message.Message):
+    __slots__ = ("budget_id", "page_size", "page_token")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, budget_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListLedgerResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[LedgerEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[LedgerEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ResolveHoldRequest(_message.Message):
+    __slots__ = ("reservation_id", "used", "usage")
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    used: int
+    usage: TokenUsage
+    def __init__(self, reservation_id: _Optional[str] = ..., used: _Optional[int] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+
+class ReleaseHoldRequest(_message.Message):
+    __slots__ = ("reservation_id",)
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    def __init__(self, reservation_id: _Optional[str] = ...) -> None: ...
+
+class DeleteBudgetRequest(_message.Message):
+    __slots__ = ("budget_id",)
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    def __init__(self, budget_id: _Optional[str] = ...) -> None: ...

@@ -274,6 +274,31 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.RefreshLimitsRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.FromString,
                 _registered_method=True)
+        self.ListHolds = channel.unary_unary(
+                '/earmark.v1.Admin/ListHolds',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListHoldsRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListHoldsResponse.FromString,
+                _registered_method=True)
+        self.ListLedger = channel.unary_unary(
+                '/earmark.v1.Admin/ListLedger',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListLedgerRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListLedgerResponse.FromString,
+                _registered_method=True)
+        self.ResolveHold = channel.unary_unary(
+                '/earmark.v1.Admin/ResolveHold',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ResolveHoldRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.SettleResponse.FromString,
+                _registered_method=True)
+        self.ReleaseHold = channel.unary_unary(
+                '/earmark.v1.Admin/ReleaseHold',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ReleaseHoldRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.SettleResponse.FromString,
+                _registered_method=True)
+        self.DeleteBudget = channel.unary_unary(
+                '/earmark.v1.Admin/DeleteBudget',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -322,6 +347,45 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHolds(self, request, context):
+        """A budget's holds (those it is the budget_id of, and those that name it in
+        also_budget_ids), in one state or in all, a page at a time in reservation id order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLedger(self, request, context):
+        """A budget's ledger, oldest entry first, a page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveHold(self, request, context):
+        """Settles an in-doubt hold at what the operator says was spent; the rest returns to
+        every budget of the hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseHold(self, request, context):
+        """Closes a held or in-doubt hold that nobody will settle: it keeps what was charged and
+        the rest returns. A worker's late Settle is still recorded, as after an expiry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteBudget(self, request, context):
+        """Archives a budget with no open holds: it takes no Reserves and no PutBudget any more;
+        its holds and ledger stay readable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -354,6 +418,31 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RefreshLimits,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.RefreshLimitsRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.SerializeToString,
+            ),
+            'ListHolds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHolds,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListHoldsRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListHoldsResponse.SerializeToString,
+            ),
+            'ListLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLedger,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListLedgerRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListLedgerResponse.SerializeToString,
+            ),
+            'ResolveHold': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveHold,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ResolveHoldRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.SettleResponse.SerializeToString,
+            ),
+            'ReleaseHold': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseHold,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ReleaseHoldRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.SettleResponse.SerializeToString,
+            ),
+            'DeleteBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteBudget,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -519,6 +608,141 @@ class Admin:
             '/earmark.v1.Admin/RefreshLimits',
             earmark_dot_v1_dot_budget__pb2.RefreshLimitsRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.ListCyclesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHolds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListHolds',
+            earmark_dot_v1_dot_budget__pb2.ListHoldsRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListHoldsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListLedger',
+            earmark_dot_v1_dot_budget__pb2.ListLedgerRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListLedgerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveHold(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ResolveHold',
+            earmark_dot_v1_dot_budget__pb2.ResolveHoldRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.SettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseHold(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ReleaseHold',
+            earmark_dot_v1_dot_budget__pb2.ReleaseHoldRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.SettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/DeleteBudget',
+            earmark_dot_v1_dot_budget__pb2.DeleteBudgetRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
             options,
             channel_credentials,
             insecure,

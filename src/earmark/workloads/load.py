@@ -42,6 +42,8 @@ class LoadReport:
     failed: int = 0
     spent: int = 0
     held_at_end: int = 0
+    # The budget this run made was archived at the end (it had no open holds left).
+    deleted: bool = False
     seconds: float = 0.0
     jobs_per_second: float = 0.0
     admit_ms: dict[str, float] = field(default_factory=dict)
@@ -58,8 +60,9 @@ async def run_load(target: Target, params: LoadParams) -> LoadReport:
     budget_id = params.budget_id or ("" if params.account else f"load-{uuid.uuid4().hex[:8]}")
     report = LoadReport(budget_id=budget_id)
     latencies: list[float] = []
+    created = not params.budget_id and not params.account
     async with AsyncClient(target.worker, admin_target=target.admin, timeout_seconds=30) as client:
-        if not params.budget_id and not params.account:
+        if created:
             await client.put_budget(budget_id, params.limit, "units")
         gate = asyncio.Semaphore(params.concurrency)
         progress = Progress("load", params.jobs)
@@ -90,6 +93,10 @@ async def run_load(target: Target, params: LoadParams) -> LoadReport:
             progress.close()
         report.seconds = time.perf_counter() - started
         state = await client.get_budget(report.budget_id)
+        if created and not state.open_reservations:
+            # A load test leaves nothing behind but the archived budget's ledger.
+            await client.delete_budget(budget_id)
+            report.deleted = True
     report.spent, report.held_at_end = state.used, state.held
     report.jobs_per_second = params.jobs / report.seconds
     report.admit_ms = {
@@ -109,6 +116,7 @@ def render(params: LoadParams, report: LoadReport) -> str:
             f"failed          {report.failed:>10,}",
             f"spent           {report.spent:>10,}",
             f"held at end     {report.held_at_end:>10,}",
+            f"budget          {'deleted' if report.deleted else 'kept':>10}",
             f"took            {report.seconds:>10.2f} s",
             f"jobs/s          {report.jobs_per_second:>10.1f}",
             f"time to admit   p50 {ms['p50']} ms, p95 {ms['p95']} ms, p99 {ms['p99']} ms",

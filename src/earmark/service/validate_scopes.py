@@ -1,0 +1,96 @@
+"""Checks of the scopes, phases, policies and pages fields; each failure names its field."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from earmark import limits
+from earmark.core.model import HoldState, OveragePolicy, Phase
+from earmark.errors import InvalidArgument
+from earmark.service.validate import identifier
+
+
+def also_budget_ids(values: Sequence[str], own: str) -> tuple[str, ...]:
+    """The other budgets of a nested Reserve: at most limits.also_budget_ids_max, each a
+    budget id, distinct, and none the Reserve's own budget_id."""
+    if len(values) > limits.also_budget_ids_max:
+        raise InvalidArgument(
+            "also_budget_ids", f"has {len(values)} entries; at most {limits.also_budget_ids_max}"
+        )
+    seen: set[str] = set()
+    for index, value in enumerate(values):
+        found = identifier(f"also_budget_ids[{index}]", value, limits.budget_id_length_max)
+        if found == own:
+            raise InvalidArgument(f"also_budget_ids[{index}]", f"is budget_id {own!r} again")
+        if found in seen:
+            raise InvalidArgument(f"also_budget_ids[{index}]", f"names {found!r} twice")
+        seen.add(found)
+    return tuple(values)
+
+
+def phase(value: int) -> Phase:
+    if value == 0:
+        return Phase.WORK
+    try:
+        return Phase(value)
+    except ValueError:
+        raise InvalidArgument("phase", f"{value} is not a known Phase") from None
+
+
+def escrow_bps(value: int, has_limit: bool) -> int:
+    if value < 0 or value > limits.escrow_bps_max:
+        raise InvalidArgument(
+            "escrow_bps", f"is {value}; it must lie between 0 and {limits.escrow_bps_max}"
+        )
+    if value and not has_limit:
+        raise InvalidArgument("escrow_bps", "needs a limit: an unlimited budget keeps no escrow")
+    return value
+
+
+def overage_policy(value: int) -> OveragePolicy:
+    if value == 0:
+        return OveragePolicy.HARD
+    try:
+        return OveragePolicy(value)
+    except ValueError:
+        raise InvalidArgument("overage_policy", f"{value} is not a known OveragePolicy") from None
+
+
+def overage_limit(present: bool, value: int, policy: OveragePolicy) -> int | None:
+    """How far past its limit a SOFT budget may go; only SOFT takes one."""
+    if not present:
+        return None
+    if policy is not OveragePolicy.SOFT:
+        raise InvalidArgument("overage_limit", "is only for overage_policy OVERAGE_POLICY_SOFT")
+    if value < 0 or value > limits.limit_units_max:
+        raise InvalidArgument(
+            "overage_limit", f"is {value}; it must lie between 0 and {limits.limit_units_max}"
+        )
+    return value
+
+
+def page_size(value: int) -> int:
+    if value == 0:
+        return limits.page_size_default
+    if value < 0 or value > limits.page_size_max:
+        raise InvalidArgument(
+            "page_size", f"is {value}; it must lie between 1 and {limits.page_size_max}"
+        )
+    return value
+
+
+def page_token(value: str) -> str:
+    """An opaque token from a previous page, bounded; its contents are checked where read."""
+    if len(value) > limits.page_token_length_max:
+        raise InvalidArgument("page_token", "is not a token this sidecar gave")
+    return value
+
+
+def hold_state(value: int) -> HoldState | None:
+    """A state to list holds in; unspecified lists every state."""
+    if value == 0:
+        return None
+    try:
+        return HoldState(value)
+    except ValueError:
+        raise InvalidArgument("state", f"{value} is not a known ReservationState") from None

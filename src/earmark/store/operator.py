@@ -1,0 +1,223 @@
+"""The operator's reads and hands outside the batches: pages of a budget's holds and
+ledger, archiving a budget, and the totals the in-doubt and overage alerts watch."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, UnitTotals
+from earmark.errors import FailedPrecondition, InvalidArgument, NotFound
+from earmark.store import queries
+from earmark.store.named import NamedQuery
+from earmark.store.rows import BUDGET_COLUMNS, HOLD_COLUMN_NAMES, budget_from_row, hold_from_row
+from earmark.store.tx import Conn
+
+_NIL = str(uuid.UUID(int=0))
+T = TypeVar("T")
+
+# A budget's holds in keyset order (owner, idempotency_key, reservation_id): its own, by
+# the reservations' unique index, and those nested under it, by hold_scopes' primary key
+# (migration 0007). Each arm reads at most a page and one row; the union is cut to that.
+LIST_HOLDS = NamedQuery(f"""
+WITH page AS (
+    (SELECT owner, idempotency_key, reservation_id FROM reservations
+     WHERE budget_id = $budget_id
+         AND (owner, idempotency_key, reservation_id) > ($owner, $key, $after::uuid)
+         AND ($state::smallint IS NULL OR state = $state::smallint)
+     ORDER BY owner, idempotency_key, reservation_id
+     LIMIT $rows)
+    UNION ALL
+    (SELECT s.owner, s.idempotency_key, s.reservation_id
+     FROM hold_scopes s JOIN reservations r USING (reservation_id)
+     WHERE s.budget_id = $budget_id
+         AND (s.owner, s.idempotency_key, s.reservation_id) > ($owner, $key, $after::uuid)
+         AND ($state::smallint IS NULL OR r.state = $state::smallint)
+     ORDER BY s.owner, s.idempotency_key, s.reservation_id
+     LIMIT $rows)
+)
+SELECT {", ".join(f"r.{name}" for name in HOLD_COLUMN_NAMES)}
+FROM page p JOIN reservations r USING (reservation_id)
+ORDER BY p.owner, p.idempotency_key, p.reservation_id
+LIMIT $rows
+""")
+
+LIST_LEDGER = NamedQuery("""
+SELECT entry_id, budget_id, reservation_id, kind, held_delta, used_delta, at FROM ledger
+WHERE budget_id = $budget_id AND entry_id > $after
+ORDER BY entry_id
+LIMIT $rows
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; next_page_token is empty on the last."""
+
+    items: list[T]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    entry_id: int
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTotals:
+    """What the in-doubt and overage alerts watch, over every budget."""
+
+    in_doubt: int
+    # How long the oldest in-doubt hold has been in doubt; 0 without one.
+    in_doubt_oldest_seconds: float
+    budgets_in_overage: int
+
+
+def _encode(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+def _decode(token: str) -> object:
+    try:
+        return json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError):
+        raise InvalidArgument("page_token", "is not a token this sidecar gave") from None
+
+
+def _hold_cursor(token: str) -> tuple[str, str, str]:
+    if not token:
+        return "", "", _NIL
+    found = _decode(token)
+    if isinstance(found, list) and len(found) == 3 and all(isinstance(part, str) for part in found):
+        owner, key, after = found
+        try:
+            return owner, key, str(uuid.UUID(after))
+        except ValueError:
+            pass
+    raise InvalidArgument("page_token", "is not a token this sidecar gave")
+
+
+def _ledger_cursor(token: str) -> int:
+    if not token:
+        return 0
+    found = _decode(token)
+    if isinstance(found, int) and not isinstance(found, bool) and found >= 0:
+        return found
+    raise InvalidArgument("page_token", "is not a token this sidecar gave")
+
+
+async def _require_budget(conn: Conn, budget_id: str) -> None:
+    if await conn.fetchval("SELECT 1 FROM budgets WHERE budget_id = $1", budget_id) is None:
+        raise NotFound(f"budget {budget_id!r} not found")
+
+
+async def list_holds(
+    conn: Conn, budget_id: str, state: HoldState | None, size: int, token: str
+) -> Page[Hold]:
+    """One page of the budget's holds (its own and those nested under it), in keyset order;
+    the next page's token is empty on the last page."""
+    owner, key, after = _hold_cursor(token)
+    await _require_budget(conn, budget_id)
+    args = LIST_HOLDS.args(
+        budget_id=budget_id,
+        owner=owner,
+        key=key,
+        after=after,
+        state=None if state is None else int(state),
+        rows=size + 1,
+    )
+    holds = [hold_from_row(row) for row in await conn.fetch(LIST_HOLDS.sql, *args)]
+    if len(holds) <= size:
+        return Page(holds, "")
+    last = holds[size - 1]
+    return Page(holds[:size], _encode([last.owner, last.idempotency_key, last.reservation_id]))
+
+
+async def list_ledger(conn: Conn, budget_id: str, size: int, token: str) -> Page[LedgerRow]:
+    """One page of the budget's ledger, oldest first."""
+    after = _ledger_cursor(token)
+    await _require_budget(conn, budget_id)
+    args = LIST_LEDGER.args(budget_id=budget_id, after=after, rows=size + 1)
+    rows = [
+        LedgerRow(
+            entry_id=row["entry_id"],
+            entry=LedgerEntry(
+                budget_id=row["budget_id"],
+                reservation_id=None
+                if row["reservation_id"] is None
+                else str(row["reservation_id"]),
+                kind=LedgerKind(row["kind"]),
+                held_delta=row["held_delta"],
+                used_delta=row["used_delta"],
+                at=row["at"],
+            ),
+        )
+        for row in await conn.fetch(LIST_LEDGER.sql, *args)
+    ]
+    if len(rows) <= size:
+        return Page(rows, "")
+    return Page(rows[:size], _encode(rows[size - 1].entry_id))
+
+
+async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:
+    """Archives a budget with no open holds (READ COMMITTED, the row locked FOR UPDATE, so
+    that a batch holding it is waited for and its holds counted); archiving twice answers
+    the first archive."""
+    budget = await queries.lock_budget_for_update(conn, budget_id)
+    if budget is None:
+        raise NotFound(f"budget {budget_id!r} not found")
+    if budget.archived_at is not None:
+        return budget
+    if budget.open_reservations:
+        raise FailedPrecondition(
+            f"budget {budget_id!r} has {budget.open_reservations} open holds; settle, "
+            "resolve or release them first"
+        )
+    row = await conn.fetchrow(
+        "UPDATE budgets SET archived_at = $2, updated_at = now() WHERE budget_id = $1 "
+        f"RETURNING {BUDGET_COLUMNS}",
+        budget_id,
+        now,
+    )
+    assert row is not None
+    return budget_from_row(row)
+
+
+async def watch_totals(conn: Conn, now: datetime) -> WatchTotals:
+    row = await conn.fetchrow(
+        "SELECT (SELECT count(*) FROM in_doubt_holds) AS in_doubt, "
+        "(SELECT min(since) FROM in_doubt_holds) AS oldest, "
+        "(SELECT count(*) FROM budgets WHERE overage_since IS NOT NULL "
+        "AND archived_at IS NULL) AS overage"
+    )
+    assert row is not None
+    oldest = row["oldest"]
+    age = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+    return WatchTotals(row["in_doubt"], age, row["overage"])
+
+
+async def open_holds_by_unit(conn: Conn) -> list[UnitTotals]:
+    """Open holds, held and used units, summed over the budgets of each unit."""
+    rows = await conn.fetch(
+        "SELECT unit, sum(open_reservations)::float8 AS holds, "
+        "sum(held)::float8 AS held, sum(used)::float8 AS used "
+        "FROM budgets GROUP BY unit ORDER BY unit"
+    )
+    return [UnitTotals(r["unit"], r["holds"], r["held"], r["used"]) for r in rows]
+
+
+async def most_used_budgets(conn: Conn, count: int) -> list[Budget]:
+    """The count live budgets with the highest (used + held) / limit; unlimited ones last."""
+    rows = await conn.fetch(
+        f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE archived_at IS NULL "
+        "ORDER BY (used + held)::float8 / nullif(limit_units, 0) DESC NULLS LAST, "
+        "budget_id LIMIT $1",
+        count,
+    )
+    return [budget_from_row(row) for row in rows]
