@@ -7,10 +7,11 @@ same transaction. Each operation gets its own answer or its own error.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import assert_never
 
 from earmark.core import amounts, ratelimit, rules
+from earmark.core.amounts import Priced
 from earmark.core.estimates import SampleKey
 from earmark.core.model import (
     ESTIMATED,
@@ -106,25 +107,7 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     budget = budget_of(state)
     existing = state.holds_by_key.get((op.owner, op.idempotency_key))
     if existing is not None:
-        if not _same_request(existing, op):
-            # The other reservation's request is not the caller's business: name nothing.
-            raise AlreadyExists(
-                f"idempotency_key {op.idempotency_key!r} was already used on budget "
-                f"{budget.budget_id!r} for a reservation of another amount, shape, job, "
-                "phase or set of budgets"
-            )
-        return ReserveResult(
-            admitted=True,
-            reservation_id=existing.reservation_id,
-            amount=existing.amount,
-            remaining=budget.remaining(),
-            reason=RefusalReason.UNSPECIFIED,
-            message="admitted earlier with this idempotency_key",
-            expires_at=existing.expires_at,
-            duplicate=True,
-            source=existing.source,
-            price_version=existing.price_version,
-        )
+        return _again(existing, op, budget)
     scope = _scope(state, budget, op)
     priced = amounts.reserve_amount(budget, op, state.prices, state.samples, now)
     amount = max(1, priced.amount)
@@ -139,19 +122,11 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         rate = ratelimit.admit_rate(window, now, op.admissions_per_minute)
         decision.windows.add(op.account)
         if not rate.allowed:
-            return ReserveResult(
-                admitted=False,
-                reservation_id="",
-                amount=amount,
-                remaining=budget.remaining(),
-                reason=RefusalReason.RATE_LIMITED,
-                message=f"account {op.account!r} has made {op.admissions_per_minute} "
-                "admissions this minute",
-                expires_at=None,
-                source=priced.source,
-                price_version=priced.price_version,
-                retry_after=rate.retry_after,
-            )
+            message = f"account {op.account!r} has made {op.admissions_per_minute} admissions"
+            return _refused(
+                amount, priced, RefusalReason.RATE_LIMITED, budget.remaining(),
+                f"{message} this minute", retry_after=rate.retry_after,
+            )  # fmt: skip
     admissions = []
     for each in scope:
         admission = rules.admit(each, amount, op.phase)
@@ -160,23 +135,76 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
             if window is not None:
                 ratelimit.give_back(window)
             nested = len(scope) > 1
-            return ReserveResult(
-                admitted=False,
-                reservation_id="",
-                amount=amount,
-                remaining=admission.remaining,
-                reason=RefusalReason.INSUFFICIENT_BUDGET,
-                message=f"budget {each.budget_id!r}: {admission.message}"
-                if nested
-                else admission.message,
-                expires_at=None,
-                source=priced.source,
-                price_version=priced.price_version,
-                refused_budget_id=each.budget_id,
-                policy=admission.policy,
-            )
+            message = f"budget {each.budget_id!r}: {admission.message}"
+            return _refused(
+                amount, priced, RefusalReason.INSUFFICIENT_BUDGET, admission.remaining,
+                message if nested else admission.message,
+                refused_budget_id=each.budget_id, policy=admission.policy,
+            )  # fmt: skip
         admissions.append(admission)
-    hold = Hold(
+    hold = _new_hold(op, budget, amount, priced, now)
+    state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
+    state.holds_by_id[hold.reservation_id] = hold
+    decision.new_holds.append(hold)
+    move(state, decision, hold, LedgerKind.HOLD, amount, 0, now, opened=1)
+    for each, admission in zip(scope, admissions, strict=True):
+        if admission.over_limit:
+            flag_overage(decision, each, now)
+    return _admitted(hold, budget, admissions)
+
+
+def _again(existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:
+    """A retried Reserve: the first one's reservation, if it asked the same."""
+    if not _same_request(existing, op):
+        # The other reservation's request is not the caller's business: name nothing.
+        raise AlreadyExists(
+            f"idempotency_key {op.idempotency_key!r} was already used on budget "
+            f"{budget.budget_id!r} for a reservation of another amount, shape, job, "
+            "phase or set of budgets"
+        )
+    return ReserveResult(
+        admitted=True,
+        reservation_id=existing.reservation_id,
+        amount=existing.amount,
+        remaining=budget.remaining(),
+        reason=RefusalReason.UNSPECIFIED,
+        message="admitted earlier with this idempotency_key",
+        expires_at=existing.expires_at,
+        duplicate=True,
+        source=existing.source,
+        price_version=existing.price_version,
+    )
+
+
+def _refused(
+    amount: int,
+    priced: Priced,
+    reason: RefusalReason,
+    remaining: int | None,
+    message: str,
+    *,
+    retry_after: timedelta | None = None,
+    refused_budget_id: str = "",
+    policy: OveragePolicy = OveragePolicy.HARD,
+) -> ReserveResult:
+    return ReserveResult(
+        admitted=False,
+        reservation_id="",
+        amount=amount,
+        remaining=remaining,
+        reason=reason,
+        message=message,
+        expires_at=None,
+        source=priced.source,
+        price_version=priced.price_version,
+        retry_after=retry_after,
+        refused_budget_id=refused_budget_id,
+        policy=policy,
+    )
+
+
+def _new_hold(op: ReserveOp, budget: Budget, amount: int, priced: Priced, now: datetime) -> Hold:
+    return Hold(
         reservation_id=op.new_reservation_id,
         budget_id=budget.budget_id,
         idempotency_key=op.idempotency_key,
@@ -193,15 +221,12 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         also_budget_ids=op.also_budget_ids,
         phase=op.phase,
     )
-    state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
-    state.holds_by_id[hold.reservation_id] = hold
-    decision.new_holds.append(hold)
-    move(state, decision, hold, LedgerKind.HOLD, amount, 0, now, opened=1)
-    over_limit = False
-    for each, admission in zip(scope, admissions, strict=True):
-        if admission.over_limit:
-            over_limit = True
-            flag_overage(decision, each, now)
+
+
+def _admitted(hold: Hold, budget: Budget, admissions: list[rules.Admission]) -> ReserveResult:
+    """What is left is the least any of the hold's budgets has left; a hold that went past a
+    SOFT budget's limit says so."""
+    over = [a for a in admissions if a.over_limit]
     left = [a.remaining for a in admissions if a.remaining is not None]
     return ReserveResult(
         admitted=True,
@@ -209,12 +234,12 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         amount=hold.amount,
         remaining=min(left) if left else None,
         reason=RefusalReason.UNSPECIFIED,
-        message=next((a.message for a in admissions if a.over_limit), admissions[0].message),
+        message=(over or admissions)[0].message,
         expires_at=hold.expires_at,
         source=hold.source,
         price_version=hold.price_version,
-        policy=OveragePolicy.SOFT if over_limit else budget.overage_policy,
-        over_limit=over_limit,
+        policy=OveragePolicy.SOFT if over else budget.overage_policy,
+        over_limit=bool(over),
     )
 
 
