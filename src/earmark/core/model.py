@@ -149,7 +149,7 @@ class Budget:
         less the output escrow for WORK; None for an unlimited budget."""
         if self.limit is None:
             return None
-        if phase is Phase.FINAL:
+        if phase is Phase.FINAL or not self.escrow_bps:
             return self.limit
         return self.limit * (limits.bps_per_unit - self.escrow_bps) // limits.bps_per_unit
 

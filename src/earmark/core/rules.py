@@ -53,11 +53,11 @@ def admit(budget: Budget, amount: int, phase: Phase = Phase.WORK) -> Admission:
     if cap is None:
         return Admission(admitted=True, remaining=None, message="admitted: budget is unlimited")
     after = budget.used + budget.held + amount
+    if after <= cap:
+        return Admission(admitted=True, remaining=cap - after, message="admitted", policy=policy)
     escrowed = phase is Phase.WORK and budget.escrow_bps > 0
     escrow = " (the rest is its output escrow, for PHASE_FINAL)" if escrowed else ""
     room = max(0, cap - budget.used - budget.held)
-    if after <= cap:
-        return Admission(admitted=True, remaining=cap - after, message="admitted", policy=policy)
     ceiling = budget.ceiling(phase)
     if ceiling is None or after <= ceiling:
         return Admission(

@@ -110,13 +110,14 @@ def close(
 
 def budgets_of(state: BatchState, hold: Hold) -> list[Budget]:
     """Every budget of the hold, its own first; the store locked them all."""
-    found = []
-    for budget_id in hold.budget_ids():
-        budget = state.budgets.get(budget_id)
-        if budget is None:
-            raise NotFound(f"budget {budget_id!r} not found")
-        found.append(budget)
-    return found
+    return [_locked(state, budget_id) for budget_id in hold.budget_ids()]
+
+
+def _locked(state: BatchState, budget_id: str) -> Budget:
+    budget = state.budgets.get(budget_id)
+    if budget is None:
+        raise NotFound(f"budget {budget_id!r} not found")
+    return budget
 
 
 def move(
@@ -131,20 +132,15 @@ def move(
     opened: int = 0,
 ) -> None:
     """Moves every budget of the hold by the same deltas, with a ledger entry on each."""
-    for budget in budgets_of(state, hold):
+    ids = hold.budget_ids() if hold.also_budget_ids else (hold.budget_id,)
+    for budget_id in ids:
+        budget = _locked(state, budget_id)
         budget.held += held_delta
         budget.used += used_delta
         budget.open_reservations += opened
-        decision.touched[budget.budget_id] = budget
+        decision.touched[budget_id] = budget
         decision.ledger.append(
-            LedgerEntry(
-                budget_id=budget.budget_id,
-                reservation_id=hold.reservation_id,
-                kind=kind,
-                held_delta=held_delta,
-                used_delta=used_delta,
-                at=now,
-            )
+            LedgerEntry(budget_id, hold.reservation_id, kind, held_delta, used_delta, now)
         )
 
 

@@ -152,7 +152,10 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     changed_columns = hold_columns(changed)
     args = WRITE_BATCH.args(
         **{
-            f"new_{name}": [json.dumps(v) for v in array] if name in _JSON_ARRAY_COLUMNS else array
+            # An empty list travels as NULL, which the statement turns into '{}'.
+            f"new_{name}": [json.dumps(v) if v else None for v in array]
+            if name in _JSON_ARRAY_COLUMNS
+            else array
             for name, array in new_columns.items()
         },
         scope_budget_ids=[b for b, _ in scopes],
