@@ -21,7 +21,7 @@ $(NODE_STAMP): $(NODE_WORKER)/package.json $(NODE_WORKER)/package-lock.json
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[server,dev]'
 	touch $(STAMP)
 
 run: venv

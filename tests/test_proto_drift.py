@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_generated_code_matches_protos(tmp_path: Path) -> None:
-    """Regenerating into a temporary folder gives byte-identical files in src/earmark/v1."""
+    """Regenerating into a temporary folder gives byte-identical code and .proto copies in
+    src/earmark/v1."""
     subprocess.run(
         [sys.executable, str(ROOT / "tools" / "protogen.py"), "--out", str(tmp_path)],
         check=True,
@@ -20,7 +21,7 @@ def test_generated_code_matches_protos(tmp_path: Path) -> None:
     checked_in = {
         p.name: p.read_bytes()
         for p in (ROOT / "src" / "earmark" / "v1").iterdir()
-        if p.is_file() and p.suffix in {".py", ".pyi"}
+        if p.is_file() and p.suffix in {".py", ".pyi", ".proto"}
     }
     assert sorted(generated) == sorted(checked_in)
     for name, content in generated.items():

@@ -1,4 +1,5 @@
-"""Generates the Python code for protos/ into src/ (or into --out for the drift test).
+"""Generates the Python code for protos/ into src/ (or into --out for the drift test), and
+copies the .proto files beside it.
 
 The generated files are checked in so that a user never needs grpcio-tools; the
 test suite regenerates them into a temporary folder and fails when they differ.
@@ -36,6 +37,10 @@ def generate(out: Path) -> None:
     code = protoc.main(args)
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")
+    # The .proto files travel in the package too, beside their code, at the paths they
+    # import each other by: `earmark protos` prints the folder to pass to protoc -I.
+    for proto in proto_files():
+        (out / proto.relative_to(PROTO_ROOT)).write_bytes(proto.read_bytes())
     for package in {p.parent.relative_to(PROTO_ROOT) for p in proto_files()}:
         init = out / package / "__init__.py"
         if not init.exists():

