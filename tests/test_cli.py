@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import earmark
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.store.audit import audit
 from earmark.store.embedded import EmbeddedPostgres
@@ -179,3 +181,35 @@ def test_sigterm_flips_health_before_stopping(served: SpawnedSidecar) -> None:
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
     assert [serving, not_serving] == statuses[:2]
     assert 0 == served.process.wait(timeout=60)
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--metrics-listen"])
+def test_a_port_in_use_is_one_line(flag: str, database_url: str, tmp_path: Path) -> None:
+    """A port another process listens on stops `earmark serve` with one line naming the
+    setting and the address, not a traceback, and exit status 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        listen = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0"}
+        listen[flag] = f"127.0.0.1:{port}"
+        result = subprocess.run(
+            [sys.executable, "-m", "earmark", "serve", "--database-url", database_url,
+             "--listen", listen["--listen"], "--metrics-listen", listen["--metrics-listen"],
+             "--admin-listen", f"unix:{tmp_path / 'a.sock'}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert (1, 1) == (result.returncode, len(lines)), result.stderr
+    assert (
+        f"{flag.removeprefix('--').replace('-', '_')}: cannot listen on 127.0.0.1:{port}"
+        in lines[0]
+    )
+
+
+def test_version() -> None:
+    """`earmark --version` prints the package's version."""
+    result = subprocess.run(
+        [sys.executable, "-m", "earmark", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (0, f"earmark {earmark.__version__}\n") == (result.returncode, result.stdout)

@@ -14,9 +14,13 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
 )
 
+import earmark
 from earmark.core.model import Budget, UnitTotals
 from earmark.core.prices import MICROS_PER_DOLLAR, USD_MICROS
 
@@ -36,6 +40,13 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # The process's CPU, memory and file descriptors (process_*) and the Python it runs
+        # on, beside the build's version: what a dashboard needs to tell sidecars apart.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        Info("earmark_build", "The running sidecar's version.", registry=self.registry).info(
+            {"version": earmark.__version__}
+        )
         self._decisions(self.registry)
         self._internals(self.registry)
         self._gauges(self.registry)
@@ -56,8 +67,9 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.charged_units = Counter(
-            "earmark_charged_units", "Units charged by Charge and Settle.", registry=r
-        )
+            "earmark_charged_units",
+            "Units spent: charged by Charge, and by Settle beyond what Charges took.", registry=r,
+        )  # fmt: skip
         self.settles = Counter(
             "earmark_settles", "Settles by final state and the worker's outcome.",
             ["state", "outcome"], registry=r,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from typing import Any
 
 import grpc
@@ -124,7 +125,12 @@ class Sidecar:
         self.admin_server, self.admin_address = await self._serve_admin(self.store)
         if self.settings.metrics_listen:
             host, port = split_host_port(self.settings.metrics_listen, "metrics_listen")
-            self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
+            try:
+                self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
+            except OSError as error:
+                raise Unavailable(
+                    f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}"
+                ) from None
             self.metrics_port = self._metrics_httpd.server_port
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._set_health(True)
@@ -218,9 +224,18 @@ class Sidecar:
     def _add_tcp_port(self, server: grpc.aio.Server, address: str, name: str) -> int:
         host, port = split_host_port(address, name)
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if not self.settings.tls:
-            return server.add_insecure_port(target)
-        return server.add_secure_port(target, tls_credentials(self.settings))
+        if port:
+            _require_free(host, port, name)
+        try:
+            if not self.settings.tls:
+                return server.add_insecure_port(target)
+            return server.add_secure_port(target, tls_credentials(self.settings))
+        except RuntimeError:
+            # gRPC says only "Failed to bind"; the likely cause is worth naming.
+            raise Unavailable(
+                f"{name}: cannot listen on {target}: is another process (another sidecar?) "
+                "on that port, or is the host not this machine's?"
+            ) from None
 
     async def _serve_workers(self, store: Store) -> tuple[grpc.aio.Server, int]:
         """The workers' listener: Budget, health and reflection; Admin is not there."""
@@ -338,6 +353,17 @@ class Sidecar:
         )
         for name in SERVICE_NAMES:
             await self.health.set(name, status)
+
+
+def _require_free(host: str, port: int, name: str) -> None:
+    """Binds the address once and lets it go, so that a port in use is named in one line
+    here rather than after gRPC's own error log."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise Unavailable(f"{name}: cannot listen on {host}:{port}: {error.strerror}") from None
 
 
 async def serve(settings: Settings) -> None:

@@ -11,6 +11,7 @@ import pytest
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
+import earmark
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
@@ -101,6 +102,10 @@ async def test_metrics_catalogue_counts_a_run(sidecar: Running) -> None:
     assert 3_500 == m[("earmark_budget_remaining", (("budget_id", "b"), ("unit", "tokens")))]
     ok = ("earmark_rpc_duration_seconds_count", (("code", "OK"), ("method", "Reserve")))
     assert 3 == m[ok]
+    # Spend: the capped Charge's 4,000, the Settle's 2,000 more, the late settle's 500.
+    assert 6_500 == m[("earmark_charged_units_total", ())]
+    assert 1 == m[("earmark_build_info", (("version", earmark.__version__),))]
+    assert 0 < m[("process_resident_memory_bytes", ())]
 
 
 async def test_budget_gauges_are_capped_to_the_most_used(dsn: str, socket_dir: Path) -> None:

@@ -8,11 +8,13 @@ per logical call and sent again on each retry (Renew and Settle are idempotent a
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import grpc
@@ -30,6 +32,28 @@ T = TypeVar("T")
 DEFAULT_TARGET = "127.0.0.1:50051"
 # Where `make run` serves Admin: a Unix socket in its data dir.
 DEFAULT_ADMIN_TARGET = "unix:.earmark/admin.sock"
+# Where a worker finds its sidecar when the code names none (deploy/kubernetes sets them).
+TARGET_ENV = "EARMARK_TARGET"
+ADMIN_TARGET_ENV = "EARMARK_ADMIN_TARGET"
+
+# Every call waits for the channel to be ready, within its deadline, instead of failing at
+# once: a worker that starts before its sidecar (pods start containers in parallel) gets
+# its first answer as soon as the sidecar listens. Retries stay the client's own (below),
+# since they reuse the idempotency key a call was given.
+SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "earmark.v1.Budget"}, {"service": "earmark.v1.Admin"}],
+                "waitForReady": True,
+            }
+        ]
+    }
+)
+CHANNEL_OPTIONS = (("grpc.service_config", SERVICE_CONFIG),)
+# What is retried: the sidecar unreachable or shutting down, and a deadline that passed (the
+# call may have been decided; the same idempotency key makes a retry answer the same).
+RETRIED_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 def _bearer(token: str | None) -> tuple[tuple[str, str], ...] | None:
@@ -38,8 +62,9 @@ def _bearer(token: str | None) -> tuple[tuple[str, str], ...] | None:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How UNAVAILABLE is retried: at most attempts_max calls in all, with full-jitter
-    exponential backoff between backoff_seconds_base and backoff_seconds_max."""
+    """How UNAVAILABLE and DEADLINE_EXCEEDED are retried: at most attempts_max calls in
+    all, with full-jitter exponential backoff between backoff_seconds_base and
+    backoff_seconds_max."""
 
     attempts_max: int = 5
     backoff_seconds_base: float = 0.05
@@ -157,9 +182,9 @@ class AsyncClient:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str | None = None,
         *,
-        admin_target: str = DEFAULT_ADMIN_TARGET,
+        admin_target: str | None = None,
         token: str | None = None,
         admin_token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
@@ -168,16 +193,17 @@ class AsyncClient:
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         assert 0 < timeout_seconds <= 600
+        target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
         self.target = target
-        self.admin_target = admin_target
+        self.admin_target = admin_target or os.environ.get(ADMIN_TARGET_ENV) or DEFAULT_ADMIN_TARGET
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
         self._own_channel = channel is None
         if channel is None:
             channel = (
-                grpc.aio.secure_channel(target, credentials)
+                grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
                 if credentials is not None
-                else grpc.aio.insecure_channel(target)
+                else grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
             )
         self._channel = channel
         self._credentials = credentials
@@ -193,9 +219,11 @@ class AsyncClient:
         if self._admin_stub is None:
             target = self.admin_target
             if self._credentials is not None and not target.startswith("unix:"):
-                self._admin_channel = grpc.aio.secure_channel(target, self._credentials)
+                self._admin_channel = grpc.aio.secure_channel(
+                    target, self._credentials, options=CHANNEL_OPTIONS
+                )
             else:
-                self._admin_channel = grpc.aio.insecure_channel(target)
+                self._admin_channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
             self._admin_stub = pb_grpc.AdminStub(self._admin_channel)
         return self._admin_stub
 
@@ -212,13 +240,14 @@ class AsyncClient:
             await self._admin_channel.close(grace=None)
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Runs call, again after UNAVAILABLE, mapping a final failure to a ClientError."""
+        """Runs call, again after UNAVAILABLE or DEADLINE_EXCEEDED (with the same request,
+        so the same idempotency key), mapping a final failure to a ClientError."""
         for attempt in range(self.retry.attempts_max):
             try:
                 return await call()
             except grpc.aio.AioRpcError as error:
                 last_attempt = attempt + 1 == self.retry.attempts_max
-                if error.code() != grpc.StatusCode.UNAVAILABLE or last_attempt:
+                if error.code() not in RETRIED_CODES or last_attempt:
                     raise from_rpc_error(error) from None
             await asyncio.sleep(self.retry.backoff(attempt, self._rng))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -280,7 +309,7 @@ class AsyncClient:
             budget_id=reply.budget_id or budget_id,
             amount=reply.amount,
             remaining=remaining,
-            expires_at=reply.expires_at.ToDatetime(),
+            expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
             message=reply.message,
             estimate_source=EstimateSource(reply.estimate_source),
             price_version=reply.price_version,
@@ -313,7 +342,7 @@ class AsyncClient:
             capped=reply.capped,
             total_charged=reply.total_charged,
             hold_remaining=reply.hold_remaining,
-            expires_at=reply.expires_at.ToDatetime(),
+            expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
             price_version=reply.price_version,
             requested=reply.requested,
         )
@@ -328,7 +357,7 @@ class AsyncClient:
                 request, timeout=self.timeout_seconds, metadata=self._metadata
             )
         )
-        return reply.expires_at.ToDatetime()  # type: ignore[no-any-return]
+        return reply.expires_at.ToDatetime(tzinfo=UTC)  # type: ignore[no-any-return]
 
     async def settle(
         self,

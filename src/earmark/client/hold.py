@@ -25,6 +25,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,9 @@ class Hold:
         self.account = account
         self.budget_id = budget_id
         self.amount = amount
-        self.lease_seconds = lease_seconds or limits.lease_seconds_default
+        # None: the sidecar's default lease (bounded by its --lease-seconds-max), learned
+        # from the Reserve's answer for the renewals' pace.
+        self.lease_seconds = lease_seconds
         self.labels = dict(labels or {})
         self.raise_on_refusal = raise_on_refusal
         self.idempotency_key = uuid.uuid4().hex
@@ -123,10 +126,19 @@ class Hold:
         self.charged = result.total_charged
         return result
 
+    def _lease_length(self) -> float:
+        """The lease asked for, or what the sidecar granted (its default)."""
+        if self.lease_seconds is not None:
+            return self.lease_seconds
+        assert self.reservation is not None
+        granted = (self.reservation.expires_at - datetime.now(UTC)).total_seconds()
+        return max(limits.lease_seconds_min, granted)
+
     async def _renew_forever(self) -> None:
         assert self.reservation is not None
+        period = self._lease_length() * renew_fraction
         while True:
-            await asyncio.sleep(self.lease_seconds * renew_fraction)
+            await asyncio.sleep(period)
             try:
                 await self.client.renew(self.reservation.reservation_id, self.lease_seconds)
             except (FailedPreconditionError, NotFoundError) as error:

@@ -13,8 +13,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from earmark.client.aio import (
-    DEFAULT_ADMIN_TARGET,
-    DEFAULT_TARGET,
     AsyncClient,
     BudgetState,
     Charged,
@@ -35,9 +33,9 @@ class Client:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str | None = None,
         *,
-        admin_target: str = DEFAULT_ADMIN_TARGET,
+        admin_target: str | None = None,
         token: str | None = None,
         admin_token: str | None = None,
         timeout_seconds: float = 5.0,

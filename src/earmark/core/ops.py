@@ -140,6 +140,9 @@ class SettleResult:
     source: EstimateSource = EstimateSource.CALLER
     # The hold was in doubt until this answer.
     was_in_doubt: bool = False
+    # What this answer moved the budgets' used by: the spend beyond earlier charges
+    # (negative when a Settle reports less than was charged).
+    used_delta: int = 0
 
 
 Result = ReserveResult | ChargeResult | RenewResult | SettleResult

@@ -301,6 +301,7 @@ def _close_with(
         price_version=version,
         source=hold.source,
         was_in_doubt=was_in_doubt,
+        used_delta=step.used_delta,
     )
 
 

@@ -240,6 +240,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         m = self.metrics
         m.settles.labels(result.state.name.lower(), op.outcome.name.lower()).inc()
         m.released_units.inc(result.released)
+        # A counter only grows: a Settle below the charges refunds, which it does not count.
+        m.charged_units.inc(max(0, result.used_delta))
         m.used_ratio.observe(result.used / result.amount)
         m.estimate_ratio.labels(result.source.name.lower()).observe(result.used / result.amount)
         if result.state is HoldState.EXPIRED:

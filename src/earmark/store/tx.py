@@ -55,6 +55,10 @@ def mapped_db_errors() -> Iterator[None]:
         asyncpg.AdminShutdownError,
         asyncpg.CrashShutdownError,
         asyncpg.QueryCanceledError,
+        # The server refused who we are (a wrong or revoked password, an unknown role or
+        # database): the message names the user and the database, never the password.
+        asyncpg.InvalidAuthorizationSpecificationError,
+        asyncpg.InvalidCatalogNameError,
     ) as exc:
         raise Unavailable(f"database unavailable: {type(exc).__name__}: {exc}") from exc
     except asyncpg.NumericValueOutOfRangeError as exc:
