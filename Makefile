@@ -6,8 +6,11 @@ STAMP := $(VENV)/.installed
 
 NODE_WORKER := examples/node-worker
 NODE_STAMP := $(NODE_WORKER)/node_modules/.installed
+BUF_TOOLS := tools/buf
+BUF := $(BUF_TOOLS)/node_modules/.bin/buf
+BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
-.PHONY: venv node run test check lint typecheck proto bench clean
+.PHONY: venv node buf-tools buf run test check lint typecheck proto bench clean
 
 venv: $(STAMP)
 
@@ -18,6 +21,19 @@ $(NODE_STAMP): $(NODE_WORKER)/package.json $(NODE_WORKER)/package-lock.json
 	cd $(NODE_WORKER) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
+# buf (from npm, pinned in tools/buf) for the wire contract's lint and breaking checks.
+buf-tools: $(BUF_STAMP)
+
+$(BUF_STAMP): $(BUF_TOOLS)/package.json $(BUF_TOOLS)/package-lock.json
+	cd $(BUF_TOOLS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(BUF_STAMP)
+
+# The contract only grows: lint, and no breaking change against the baseline image of the
+# released contract (tools/buf/baseline.binpb).
+buf: buf-tools
+	$(BUF) lint
+	$(BUF) breaking --against $(BUF_TOOLS)/baseline.binpb
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -27,7 +43,7 @@ $(STAMP): pyproject.toml
 run: venv
 	$(BIN)/earmark serve
 
-test: venv node
+test: venv node buf-tools
 	$(BIN)/pytest
 
 lint: venv
@@ -47,4 +63,5 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules
+	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules \
+		$(BUF_TOOLS)/node_modules

@@ -40,3 +40,26 @@ async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
     assert (100_000, 0, 0, 0) == (state.used, state.held, state.remaining, state.open_reservations)
     assert state.used == summary["charged"]
     await assert_invariants(sidecar.dsn)
+
+
+def readme_typescript_command() -> str:
+    """The README's TypeScript command, joined from its continued lines."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("cd examples/node-worker && npx proto-loader-gen-types")
+    end = text.index("\n```", start)
+    return text[start:end].replace("\\\n", " ")
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not on this machine")
+async def test_the_readmes_typescript_command_generates_types(tmp_path: Path) -> None:
+    """The README's proto-loader-gen-types command, run as it stands from the repository's
+    root (with its output sent to a temporary folder), writes the contract's types."""
+    assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
+    command = readme_typescript_command().replace("--outDir=gen/ts", f"--outDir={tmp_path}")
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-euo", "pipefail", "-c", command, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert 0 == process.returncode, err.decode()
+    assert (tmp_path / "earmark" / "v1" / "ReserveRequest.ts").is_file()
