@@ -114,6 +114,9 @@ def sidecar_settings(dsn: str, socket_dir: Path, **overrides: object) -> Setting
         "sweep_interval_seconds": 0.2,
         "metrics_refresh_seconds": 0.2,
         "shutdown_grace_seconds": 2.0,
+        # Stopping does not wait for holds a test left open; tests/client/test_shutdown_order.py
+        # runs the wait itself, on processes.
+        "drain_holds_seconds": 0.0,
         "log_format": "json",
     }
     values.update(overrides)

@@ -81,6 +81,12 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--shutdown-grace-seconds", type=float, help=f"[{env['shutdown_grace_seconds']}, 10]"
     )
+    s.add_argument(
+        "--drain-holds-seconds",
+        type=float,
+        help="within the grace, how long holds admitted here may still be charged and settled "
+        f"[{env['drain_holds_seconds']}, 10]",
+    )
     s.add_argument("--pool-size-max", type=int, help=f"[{env['pool_size_max']}, 10]")
     s.add_argument(
         "--metrics-budgets-max",

@@ -174,6 +174,10 @@ metrics_refresh_interval_seconds = 10.0
 
 # Shutdown: in-flight RPCs get this long to finish after SIGTERM.
 shutdown_grace_seconds_default = 10.0
+# Within that grace, holds this sidecar admitted that are still open may be charged and
+# settled for this long (their workers are finishing); at most this many are tracked.
+drain_holds_seconds_default = 10.0
+drain_tracked_holds_max = 100_000
 # Draining ends once no call has arrived for this long (or the grace period ends).
 drain_quiet_seconds = 0.2
 drain_poll_seconds = 0.02
@@ -221,4 +225,6 @@ assert 1 <= embedded_restart_attempts_max <= 100
 assert 0 < embedded_restart_backoff_seconds_base <= embedded_restart_backoff_seconds_max
 assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default
 assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
+assert 0 <= drain_holds_seconds_default <= shutdown_grace_seconds_default
+assert 1 <= drain_tracked_holds_max <= route_cache_size_max
 assert db_command_timeout_seconds < background_stop_seconds_max

@@ -296,14 +296,19 @@ class Sidecar:
             return
         grace = self.settings.shutdown_grace_seconds
         started = asyncio.get_running_loop().time()
-        drained = await self.drain.drain(grace)
+        drained = await self.drain.drain(grace, self.settings.drain_holds_seconds)
         # Once Earmark's own calls are done, what still runs is streams that never end
         # by themselves (health Watch): they get a moment, not the rest of the grace.
         left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
         await asyncio.gather(
             *(s.stop(grace=min(left, limits.stream_grace_seconds)) for s in servers)
         )
-        log.info("drained", in_flight_left=self.drain.active, within_grace=drained)
+        log.info(
+            "drained",
+            in_flight_left=self.drain.active,
+            open_holds_left=len(self.drain.holds),
+            within_grace=drained,
+        )
         self.server = self.admin_server = None
 
     async def stop(self) -> None:

@@ -59,6 +59,8 @@ class Settings:
     lease_seconds_max: float = limits.lease_seconds_max_default
     sweep_interval_seconds: float = limits.sweep_interval_seconds_default
     shutdown_grace_seconds: float = limits.shutdown_grace_seconds_default
+    # How long, within the grace, open holds' Charges and Settles are still served.
+    drain_holds_seconds: float = limits.drain_holds_seconds_default
     pool_size_max: int = limits.pool_size_max_default
     metrics_budgets_max: int = limits.metrics_budgets_max_default
     metrics_refresh_seconds: float = limits.metrics_refresh_interval_seconds
@@ -140,6 +142,8 @@ class Settings:
             raise ValueError(
                 f"shutdown_grace_seconds: {self.shutdown_grace_seconds} is not in [0, 600]"
             )
+        if not 0 <= self.drain_holds_seconds <= 600:
+            raise ValueError(f"drain_holds_seconds: {self.drain_holds_seconds} is not in [0, 600]")
         if not limits.pool_size_min <= self.pool_size_max <= 100:
             raise ValueError(
                 f"pool_size_max: {self.pool_size_max} is not in [{limits.pool_size_min}, 100]"
@@ -215,6 +219,7 @@ ENV = {
     "lease_seconds_max": "EARMARK_LEASE_SECONDS_MAX",
     "sweep_interval_seconds": "EARMARK_SWEEP_INTERVAL_SECONDS",
     "shutdown_grace_seconds": "EARMARK_SHUTDOWN_GRACE_SECONDS",
+    "drain_holds_seconds": "EARMARK_DRAIN_HOLDS_SECONDS",
     "pool_size_max": "EARMARK_POOL_SIZE_MAX",
     "metrics_budgets_max": "EARMARK_METRICS_BUDGETS_MAX",
     "metrics_refresh_seconds": "EARMARK_METRICS_REFRESH_SECONDS",
@@ -266,6 +271,7 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "lease_seconds_max": float,
     "sweep_interval_seconds": float,
     "shutdown_grace_seconds": float,
+    "drain_holds_seconds": float,
     "pool_size_max": int,
     "metrics_budgets_max": int,
     "metrics_refresh_seconds": float,

@@ -90,8 +90,9 @@ def test_dashboard_is_grafana_json() -> None:
 
 
 def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret() -> None:
-    """The manifest runs a worker beside Earmark, with gRPC probes, resources, non-root
-    settings and the database URL from a Secret."""
+    """The manifest runs Earmark as the worker's native sidecar (started first, stopped
+    last), with gRPC probes, resources, non-root settings and the database URL from a
+    Secret; the worker finds it through EARMARK_TARGET."""
     docs = list(
         yaml.safe_load_all((DEPLOY / "kubernetes" / "worker-with-earmark.yaml").read_text())
     )
@@ -99,8 +100,13 @@ def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret() -> None:
     assert {"Secret", "Deployment", "NetworkPolicy"} == set(kinds)
     pod = kinds["Deployment"]["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
-    assert {"worker", "earmark"} == set(containers)
-    earmark = containers["earmark"]
+    sidecars = {c["name"]: c for c in pod["initContainers"]}
+    # A native sidecar: started before the worker, stopped after it.
+    assert ({"worker"}, {"earmark"}) == (set(containers), set(sidecars))
+    earmark = sidecars["earmark"]
+    assert "Always" == earmark["restartPolicy"]
+    worker_env = {e["name"]: e["value"] for e in containers["worker"]["env"]}
+    assert "127.0.0.1:50051" == worker_env["EARMARK_TARGET"]
     assert {"port": 50051, "service": "earmark.v1.Budget"} == earmark["readinessProbe"]["grpc"]
     assert "grpc" in earmark["livenessProbe"]
     assert earmark["resources"]["limits"]

@@ -135,6 +135,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         )
         result = await self.store.submit(op)
         assert isinstance(result, ReserveResult)
+        if result.admitted:
+            self.drain.track(result.reservation_id)
         self._count_reserve(result)
         log.info(
             "reserve",
@@ -209,6 +211,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         )
         result = await self.store.submit(op)
         assert isinstance(result, SettleResult)
+        self.drain.untrack(op.reservation_id)
         if not result.duplicate:
             self._count_settle(op, result)
         log.info(

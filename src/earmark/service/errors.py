@@ -89,7 +89,8 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
             entered = False
             try:
                 try:
-                    drain.enter()
+                    # A hold's own calls may still come in while draining (see Drain).
+                    drain.enter(getattr(request, "reservation_id", ""))
                     entered = True
                     return await handler(self, request, context)
                 except asyncio.CancelledError:
