@@ -73,14 +73,14 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
         # The new price does not fit: nothing is charged, and the worker must not dispatch.
         return _record_charge(state, decision, hold, op, requested, usage_version, None)
     step = rules.charge_step(hold, requested)
+    if step.charged:
+        move(state, decision, hold, LedgerKind.CHARGE, -step.charged, step.charged, now)
     hold.charged = step.total_charged
     hold.expires_at = rules.renewed_deadline(hold, now, hold.lease)
     # From here the worker may call the provider, unless it was told to stop before any of
     # it (capped at nothing): a hold whose lease passes after this goes into doubt.
     hold.dispatched = hold.dispatched or step.charged > 0 or not step.capped
     decision.changed_holds[hold.reservation_id] = hold
-    if step.charged:
-        move(state, decision, hold, LedgerKind.CHARGE, -step.charged, step.charged, now)
     return _record_charge(state, decision, hold, op, requested, usage_version, step)
 
 

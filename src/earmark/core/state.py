@@ -86,10 +86,10 @@ def lapse(state: BatchState, decision: BatchDecision, hold: Hold, now: datetime)
     if not hold.dispatched:
         close(state, decision, hold, LedgerKind.EXPIRE, now)
         return
+    move(state, decision, hold, LedgerKind.IN_DOUBT, 0, 0, now)
     hold.state = HoldState.IN_DOUBT
     decision.changed_holds[hold.reservation_id] = hold
     decision.doubted.append(hold)
-    move(state, decision, hold, LedgerKind.IN_DOUBT, 0, 0, now)
 
 
 def close(
@@ -99,12 +99,12 @@ def close(
     keeps what it charged and the rest returns to every budget of the hold; returns what
     returned."""
     held_delta = rules.expire_held(hold)
+    move(state, decision, hold, kind, held_delta, 0, now, opened=-1)
     if hold.state is HoldState.IN_DOUBT:
         decision.undoubted.append(hold.reservation_id)
     hold.state = HoldState.EXPIRED
     hold.closed_at = now
     decision.changed_holds[hold.reservation_id] = hold
-    move(state, decision, hold, kind, held_delta, 0, now, opened=-1)
     return -held_delta
 
 
@@ -131,10 +131,10 @@ def move(
     *,
     opened: int = 0,
 ) -> None:
-    """Moves every budget of the hold by the same deltas, with a ledger entry on each."""
-    ids = hold.budget_ids() if hold.also_budget_ids else (hold.budget_id,)
-    for budget_id in ids:
-        budget = _locked(state, budget_id)
+    """Moves every budget of the hold by the same deltas, with a ledger entry on each. Every
+    budget is found before any moves, so that a missing one changes nothing."""
+    for budget in budgets_of(state, hold):
+        budget_id = budget.budget_id
         budget.held += held_delta
         budget.used += used_delta
         budget.open_reservations += opened
