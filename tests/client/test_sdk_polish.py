@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from earmark.client import AsyncClient
+from earmark.client import AsyncClient, Client
 from earmark.client.aio import ADMIN_TARGET_ENV, TARGET_ENV, RetryPolicy
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
@@ -130,3 +130,51 @@ async def test_the_published_service_config_is_one_grpc_takes(sidecar: Running) 
             pb.ReserveRequest(budget_id="cfg", amount=3, idempotency_key="k")
         )
     assert (True, 7) == (reply.admitted, reply.remaining)
+
+
+class Recording(pb_grpc.BudgetServicer):
+    """A canned sidecar that admits every Reserve and records what each call carried: its
+    metadata and how long it had left."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, str], float]] = []
+
+    async def Reserve(
+        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReserveResponse:
+        metadata = {k: str(v) for k, v in context.invocation_metadata() or ()}
+        self.calls.append((metadata, context.time_remaining() or 0.0))
+        return pb.ReserveResponse(admitted=True, reservation_id="r", amount=request.amount)
+
+
+async def test_a_call_takes_its_own_deadline_and_metadata() -> None:
+    """options() gives some calls a deadline of their own and metadata (x-request-id,
+    traceparent) beside the client's token, while the client's other calls keep theirs;
+    the synchronous client's views do the same."""
+    server = grpc.aio.server()
+    recording = Recording()
+    pb_grpc.add_BudgetServicer_to_server(recording, server)
+    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    traced = [("x-request-id", "job-7-step-2"), ("traceparent", f"00-{'a' * 32}-{'b' * 16}-01")]
+    try:
+        async with AsyncClient(target, token="t" * 20, timeout_seconds=5) as client:
+            await client.options(timeout_seconds=120, metadata=traced).reserve("b", 1)
+            await client.reserve("b", 1)
+
+        def sync_calls() -> None:
+            with Client(target, timeout_seconds=5) as sync:
+                sync.options(metadata=traced[:1]).reserve("b", 1)
+
+        await asyncio.to_thread(sync_calls)
+    finally:
+        await server.stop(grace=None)
+    (viewed, viewed_left), (plain, plain_left), (synced, _) = recording.calls
+    assert ("job-7-step-2", f"Bearer {'t' * 20}") == (
+        viewed["x-request-id"],
+        viewed["authorization"],
+    )
+    assert viewed["traceparent"].startswith("00-")
+    assert ("x-request-id" in plain, "job-7-step-2") == (False, synced["x-request-id"])
+    # The deadlines as the server saw them: about 120 s and about 5 s.
+    assert (True, True) == (60 < viewed_left <= 121, 0 < plain_left < 60)

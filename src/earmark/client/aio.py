@@ -8,6 +8,7 @@ per logical call and sent again on each retry (Renew and Settle are idempotent a
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import random
@@ -212,10 +213,31 @@ class AsyncClient:
         self._budget = pb_grpc.BudgetStub(self._channel)
         self._metadata = _bearer(token)
         self._admin_metadata = _bearer(admin_token)
+        # The client whose admin channel this one uses (itself, unless it is a view).
+        self._admin_owner: AsyncClient = self
         self._rng = random.Random()
 
+    def options(
+        self, *, timeout_seconds: float | None = None, metadata: Sequence[tuple[str, str]] = ()
+    ) -> AsyncClient:
+        """A view of this client for some calls: another deadline, and metadata added to
+        every call (an `x-request-id`, which the sidecar logs; a W3C `traceparent`). It
+        shares this client's channels: close the client, not the view."""
+        view = copy.copy(self)
+        if timeout_seconds is not None:
+            assert 0 < timeout_seconds <= 600
+            view.timeout_seconds = timeout_seconds
+        extra = tuple((key, value) for key, value in metadata)
+        view._metadata = (*(self._metadata or ()), *extra) or None
+        view._admin_metadata = (*(self._admin_metadata or ()), *extra) or None
+        view._own_channel = False
+        return view
+
     def _admin(self) -> pb_grpc.AdminStub:
-        """Admin has its own listener; its channel opens on the first admin call."""
+        """Admin has its own listener; its channel opens on the first admin call (on the
+        client, when this is a view of it)."""
+        if self._admin_owner is not self:
+            return self._admin_owner._admin()
         if self._admin_stub is None:
             target = self.admin_target
             if self._credentials is not None and not target.startswith("unix:"):
@@ -236,7 +258,7 @@ class AsyncClient:
     async def close(self) -> None:
         if self._own_channel:
             await self._channel.close(grace=None)
-        if self._admin_channel is not None:
+        if self._admin_channel is not None and self._admin_owner is self:
             await self._admin_channel.close(grace=None)
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:

@@ -7,6 +7,7 @@ being renewed while the caller's thread is busy doing the expensive work.
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
@@ -59,6 +60,7 @@ class Client:
             )
 
         self._client = self._run(make())
+        self._view = False
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -69,8 +71,18 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def options(
+        self, *, timeout_seconds: float | None = None, metadata: Sequence[tuple[str, str]] = ()
+    ) -> Client:
+        """A view for some calls: another deadline, and metadata added to every call (see
+        AsyncClient.options). It shares this client's loop and channels: close the client."""
+        view = copy.copy(self)
+        view._client = self._client.options(timeout_seconds=timeout_seconds, metadata=metadata)
+        view._view = True
+        return view
+
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._view or self._loop.is_closed():
             return
         self._run(self._client.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
