@@ -132,14 +132,13 @@ def _reprice(
     delta = amount - hold.amount
     budgets = budgets_of(state, hold)
     if delta > 0:
-        for budget in budgets:
-            if not rules.counters_fit(budget, 0, delta):
-                return False
-            admission = rules.admit(budget, delta, hold.phase)
-            if not admission.admitted:
-                return False
-        for budget in budgets:
-            if rules.admit(budget, delta, hold.phase).over_limit:
+        if not all(rules.counters_fit(budget, 0, delta) for budget in budgets):
+            return False
+        admissions = [rules.admit(budget, delta, hold.phase) for budget in budgets]
+        if not all(admission.admitted for admission in admissions):
+            return False
+        for budget, admission in zip(budgets, admissions, strict=True):
+            if admission.over_limit:
                 flag_overage(decision, budget, now)
     hold.amount = amount
     hold.price_version = priced.price_version

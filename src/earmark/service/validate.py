@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -15,6 +17,8 @@ from earmark.core.model import EstimatePolicy, Outcome
 from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import InvalidArgument
 from earmark.v1 import budget_pb2 as pb
+
+E = TypeVar("E", bound=enum.IntEnum)
 
 # Printable ASCII without spaces: ids travel in logs, metrics and shell commands. Every
 # pattern is applied with fullmatch: `$` would also match before a trailing newline.
@@ -133,11 +137,16 @@ def labels(value: dict[str, str]) -> dict[str, str]:
     return dict(value)
 
 
-def outcome(value: int) -> Outcome:
+def known(field: str, value: int, kind: type[E], wire_name: str) -> E:
+    """A wire enum's number as the core's enum, or INVALID_ARGUMENT naming the field."""
     try:
-        return Outcome(value)
+        return kind(value)
     except ValueError:
-        raise InvalidArgument("outcome", f"{value} is not a known Outcome") from None
+        raise InvalidArgument(field, f"{value} is not a known {wire_name}") from None
+
+
+def outcome(value: int) -> Outcome:
+    return known("outcome", value, Outcome, "Outcome")
 
 
 def account(value: str) -> str:
@@ -246,10 +255,7 @@ def default_estimate(present: bool, value: int) -> int | None:
 def estimate_policy(value: int) -> EstimatePolicy:
     if value == 0:
         return EstimatePolicy.MEDIAN
-    try:
-        return EstimatePolicy(value)
-    except ValueError:
-        raise InvalidArgument("estimate_policy", f"{value} is not a known EstimatePolicy") from None
+    return known("estimate_policy", value, EstimatePolicy, "EstimatePolicy")
 
 
 def _timestamp(field: str, value: Timestamp) -> datetime:

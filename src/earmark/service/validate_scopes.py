@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from earmark import limits
 from earmark.core.model import HoldState, OveragePolicy, Phase
 from earmark.errors import InvalidArgument
-from earmark.service.validate import identifier
+from earmark.service.validate import identifier, known
 
 
 def also_budget_ids(values: Sequence[str], own: str) -> tuple[str, ...]:
@@ -29,12 +29,7 @@ def also_budget_ids(values: Sequence[str], own: str) -> tuple[str, ...]:
 
 
 def phase(value: int) -> Phase:
-    if value == 0:
-        return Phase.WORK
-    try:
-        return Phase(value)
-    except ValueError:
-        raise InvalidArgument("phase", f"{value} is not a known Phase") from None
+    return Phase.WORK if value == 0 else known("phase", value, Phase, "Phase")
 
 
 def escrow_bps(value: int, has_limit: bool) -> int:
@@ -50,10 +45,7 @@ def escrow_bps(value: int, has_limit: bool) -> int:
 def overage_policy(value: int) -> OveragePolicy:
     if value == 0:
         return OveragePolicy.HARD
-    try:
-        return OveragePolicy(value)
-    except ValueError:
-        raise InvalidArgument("overage_policy", f"{value} is not a known OveragePolicy") from None
+    return known("overage_policy", value, OveragePolicy, "OveragePolicy")
 
 
 def overage_limit(present: bool, value: int, policy: OveragePolicy) -> int | None:
@@ -88,9 +80,4 @@ def page_token(value: str) -> str:
 
 def hold_state(value: int) -> HoldState | None:
     """A state to list holds in; unspecified lists every state."""
-    if value == 0:
-        return None
-    try:
-        return HoldState(value)
-    except ValueError:
-        raise InvalidArgument("state", f"{value} is not a known ReservationState") from None
+    return None if value == 0 else known("state", value, HoldState, "ReservationState")
