@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -97,6 +99,14 @@ async def test_paging_returns_each_hold_and_ledger_row_once(sidecar: Running) ->
     await assert_invariants(sidecar.dsn)
 
 
+NIL_PLUS_ONE = str(uuid.UUID(int=1))
+
+
+def token(value: object) -> str:
+    """A page token as the sidecar encodes one, around a value it never gave."""
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
 async def test_page_requests_name_their_field(sidecar: Running) -> None:
     """A page size out of range, a token the sidecar never gave, an unknown state or budget
     are refused by status, naming what is wrong."""
@@ -114,6 +124,20 @@ async def test_page_requests_name_their_field(sidecar: Running) -> None:
         ),
         (
             sidecar.admin.ListLedger(pb.ListLedgerRequest(budget_id="p", page_token="WyJhIl0")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
+            sidecar.admin.ListLedger(pb.ListLedgerRequest(budget_id="p", page_token=token(2**64))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
+            sidecar.admin.ListHolds(
+                pb.ListHoldsRequest(
+                    budget_id="p", page_token=token(["\x00", "k", str(uuid.UUID(int=1))])
+                )
+            ),
             grpc.StatusCode.INVALID_ARGUMENT,
             "page_token",
         ),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from earmark import limits
 from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, UnitTotals
 from earmark.errors import FailedPrecondition, InvalidArgument, NotFound
 from earmark.store import queries
@@ -94,7 +95,12 @@ def _hold_cursor(token: str) -> tuple[str, str, str]:
     if not token:
         return "", "", _NIL
     found = _decode(token)
-    if isinstance(found, list) and len(found) == 3 and all(isinstance(part, str) for part in found):
+    # A forged token could carry what PostgreSQL refuses in text (NUL): refused here.
+    if (
+        isinstance(found, list)
+        and len(found) == 3
+        and all(isinstance(part, str) and "\x00" not in part for part in found)
+    ):
         owner, key, after = found
         try:
             return owner, key, str(uuid.UUID(after))
@@ -107,7 +113,7 @@ def _ledger_cursor(token: str) -> int:
     if not token:
         return 0
     found = _decode(token)
-    if isinstance(found, int) and not isinstance(found, bool) and found >= 0:
+    if isinstance(found, int) and not isinstance(found, bool) and 0 <= found <= limits.int64_max:
         return found
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
 
