@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from earmark.client import AsyncClient
@@ -32,7 +33,16 @@ async def test_sigkilled_worker_holds_are_swept_or_in_doubt(sidecar: Running) ->
             assert process.stdout is not None
             line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
             dispatched, idle = line.decode().split()
-            await asyncio.sleep(2.5)  # past two leases: only renewals keep the holds
+
+            async def renewed_twice() -> bool:
+                # Each lease is 1 s; a hold that lives past 2 s was kept only by renewals.
+                page = await sidecar.admin.ListHolds(
+                    pb.ListHoldsRequest(budget_id="crash", state=pb.RESERVATION_STATE_HELD)
+                )
+                lives = [h.expires_at.ToDatetime() - h.created_at.ToDatetime() for h in page.holds]
+                return 2 == len(lives) and all(life > timedelta(seconds=2) for life in lives)
+
+            await eventually(renewed_twice, within_seconds=15, what="both holds renewed twice")
             alive = await client.get_budget("crash")
             assert (30_000, 5_000, 2) == (alive.held, alive.used, alive.open_reservations)
             process.send_signal(signal.SIGKILL)
@@ -42,17 +52,22 @@ async def test_sigkilled_worker_holds_are_swept_or_in_doubt(sidecar: Running) ->
                 process.kill()
                 await process.wait()
 
-        async def doubted() -> bool:
+        async def in_state(state: pb.ReservationState.ValueType) -> list[str]:
             page = await sidecar.admin.ListHolds(
-                pb.ListHoldsRequest(budget_id="crash", state=pb.RESERVATION_STATE_IN_DOUBT)
+                pb.ListHoldsRequest(budget_id="crash", state=state)
             )
-            return [dispatched] == [h.reservation_id for h in page.holds]
+            return [h.reservation_id for h in page.holds]
 
-        await eventually(doubted, within_seconds=15, what="the charged hold in doubt")
-        swept = await sidecar.admin.ListHolds(
-            pb.ListHoldsRequest(budget_id="crash", state=pb.RESERVATION_STATE_EXPIRED)
-        )
-        assert [idle] == [h.reservation_id for h in swept.holds]
+        async def both_leases_passed() -> bool:
+            # The two leases were renewed at different moments, so one sweep may pass only
+            # one of them: wait for both before judging either.
+            return [dispatched, idle] == [
+                *await in_state(pb.RESERVATION_STATE_IN_DOUBT),
+                *await in_state(pb.RESERVATION_STATE_EXPIRED),
+            ]
+
+        await eventually(both_leases_passed, within_seconds=15, what="both leases swept")
+        assert [] == await in_state(pb.RESERVATION_STATE_HELD)
         state = await client.get_budget("crash")
         assert (20_000, 5_000, 1) == (state.held, state.used, state.open_reservations)
         resolved = await sidecar.admin.ResolveHold(
