@@ -13,14 +13,31 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import asyncpg
+import google.rpc.error_details_pb2 as error_details_pb2
 import grpc
 import psutil
 import pytest
+from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
+
+
+def reason_of(error: grpc.RpcError) -> tuple[str, dict[str, str]]:
+    """The ErrorInfo reason and metadata of a failed call, read with grpcio-status as any
+    gRPC client would (the SDK's own reader is what is under test elsewhere)."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, f"no status details on {error}"
+    infos = []
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            infos.append(info)
+    assert 1 == len(infos), f"expected one ErrorInfo, got {infos}"
+    assert "earmark" == infos[0].domain
+    return infos[0].reason, dict(infos[0].metadata)
 
 
 class FakeClock:

@@ -61,7 +61,8 @@ def test_the_wheel_carries_the_protos_the_license_and_client_dependencies(
     built: tuple[Path, Path],
 ) -> None:
     """The wheel holds budget.proto beside its code and the LICENSE, and requires only
-    grpcio and protobuf unless the `server` extra is asked for."""
+    grpcio, protobuf and the google.rpc messages (ErrorInfo) unless the `server` extra is
+    asked for."""
     whl, _ = built
     with zipfile.ZipFile(whl) as wheel:
         names = set(wheel.namelist())
@@ -71,7 +72,7 @@ def test_the_wheel_carries_the_protos_the_license_and_client_dependencies(
     plain = sorted(
         re.split(r"[<>=!~;\s]", r, maxsplit=1)[0] for r in required if "extra ==" not in r
     )
-    assert ["grpcio", "protobuf"] == plain
+    assert ["googleapis-common-protos", "grpcio", "protobuf"] == plain
     assert "earmark/v1/budget.proto" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "Apache-2.0" == metadata["License-Expression"]
@@ -101,7 +102,7 @@ async def test_the_client_alone_installs_and_works(
     assert 0 == installed.returncode, installed.stderr
     listed = await asyncio.to_thread(run, python, "-m", "pip", "list", "--format=freeze")
     packages = {line.split("==")[0].lower() for line in listed.stdout.split()}
-    assert {"earmark", "grpcio", "protobuf"} <= packages
+    assert {"earmark", "grpcio", "protobuf", "googleapis-common-protos"} <= packages
     assert set() == packages & SERVER_ONLY
     worker = await asyncio.to_thread(
         run, python, "-c", WORKER, sidecar.target, sidecar.admin_target, cwd=tmp_path

@@ -5,7 +5,8 @@
 //   node worker.js --target 127.0.0.1:50051 --budget acme/tokens --jobs 20 \
 //                  --estimate 10000 --actual 12000 --steps 4
 //
-// It prints one JSON line: admitted, refused, capped, charged (what it was charged in all).
+// It prints one JSON line: admitted, refused, capped, charged (what it was charged in all),
+// and errors: how many jobs failed, by the reason the sidecar gave (its google.rpc.ErrorInfo).
 'use strict';
 
 const crypto = require('node:crypto');
@@ -13,6 +14,7 @@ const path = require('node:path');
 const { parseArgs } = require('node:util');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const protobuf = require('protobufjs');
 
 const PROTO = path.join(__dirname, '..', '..', 'protos', 'earmark', 'v1', 'budget.proto');
 const DEADLINE_MS = 10_000;
@@ -41,6 +43,44 @@ const definition = protoLoader.loadSync(PROTO, {
 });
 const earmark = grpc.loadPackageDefinition(definition).earmark.v1;
 const budget = new earmark.Budget(args.target, grpc.credentials.createInsecure());
+
+// A failed call's status carries a google.rpc.Status in the grpc-status-details-bin trailer,
+// holding a google.rpc.ErrorInfo whose reason is stable (the README lists them). These are
+// the two messages (and Any) as the googleapis protos define them, field for field.
+const rpc = protobuf.Root.fromJSON({
+  nested: {
+    Any: { fields: { type_url: { type: 'string', id: 1 }, value: { type: 'bytes', id: 2 } } },
+    Status: {
+      fields: {
+        code: { type: 'int32', id: 1 },
+        message: { type: 'string', id: 2 },
+        details: { rule: 'repeated', type: 'Any', id: 3 },
+      },
+    },
+    ErrorInfo: {
+      fields: {
+        reason: { type: 'string', id: 1 },
+        domain: { type: 'string', id: 2 },
+        metadata: { keyType: 'string', type: 'string', id: 3 },
+      },
+    },
+  },
+});
+const Status = rpc.lookupType('Status');
+const ErrorInfo = rpc.lookupType('ErrorInfo');
+
+// The ErrorInfo of Earmark's domain in a failed call, or null.
+function errorInfo(error) {
+  const [details] = error.metadata ? error.metadata.get('grpc-status-details-bin') : [];
+  if (!details) return null;
+  for (const any of Status.decode(details).details) {
+    if (any.type_url.endsWith('/google.rpc.ErrorInfo')) {
+      const info = ErrorInfo.decode(any.value);
+      if (info.domain === 'earmark') return info;
+    }
+  }
+  return null;
+}
 
 // One promise per unary call, each with its own deadline.
 function call(method, request) {
@@ -86,10 +126,21 @@ async function job(summary) {
   summary.charged += settled.charged;
 }
 
+// A job that fails fails only itself: the others go on, and the reason is counted.
+async function guarded(summary) {
+  try {
+    await job(summary);
+  } catch (error) {
+    const info = errorInfo(error);
+    if (info === null) throw error;
+    summary.errors[info.reason] = (summary.errors[info.reason] ?? 0) + 1;
+  }
+}
+
 async function main() {
-  const summary = { admitted: 0, refused: 0, capped: 0, charged: 0 };
+  const summary = { admitted: 0, refused: 0, capped: 0, charged: 0, errors: {} };
   // Every job starts at once: they race on one budget.
-  await Promise.all(Array.from({ length: jobs }, () => job(summary)));
+  await Promise.all(Array.from({ length: jobs }, () => guarded(summary)));
   budget.close();
   console.log(JSON.stringify(summary));
 }

@@ -1,25 +1,90 @@
-"""Earmark's own error types.
+"""Earmark's own error types, and the stable reasons a caller can act on.
 
 Everything below service/ raises these; service/ maps each type to one gRPC status
-code in a single table. A refusal is not an error: it is a normal answer.
+code in a single table and sends the reason, with the fields it concerns, as a
+google.rpc.ErrorInfo. A refusal is not an error: it is a normal answer.
+
+Reasons are part of the wire contract: a reason is added, never renamed or removed.
+The SDK imports this module (it has no dependencies) to map reasons to exceptions.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+# ErrorInfo.domain: who defines the reasons.
+DOMAIN = "earmark"
+
+
+class Reason(StrEnum):
+    """Why a call failed, in the words a program can switch on (ErrorInfo.reason)."""
+
+    # INVALID_ARGUMENT: metadata `field` names the field.
+    INVALID_FIELD = "INVALID_FIELD"
+    # NOT_FOUND.
+    BUDGET_NOT_FOUND = "BUDGET_NOT_FOUND"
+    RESERVATION_NOT_FOUND = "RESERVATION_NOT_FOUND"
+    # ALREADY_EXISTS: an idempotency key came back with other arguments.
+    KEY_REUSED = "KEY_REUSED"
+    # FAILED_PRECONDITION: the hold is no longer HELD.
+    HOLD_EXPIRED = "HOLD_EXPIRED"
+    HOLD_SETTLED = "HOLD_SETTLED"
+    HOLD_IN_DOUBT = "HOLD_IN_DOUBT"
+    # ResolveHold on a hold that is not IN_DOUBT.
+    HOLD_NOT_IN_DOUBT = "HOLD_NOT_IN_DOUBT"
+    # A settled hold settled again with another `used`.
+    SETTLE_MISMATCH = "SETTLE_MISMATCH"
+    # PutBudget would change the unit of a budget in use.
+    UNIT_LOCKED = "UNIT_LOCKED"
+    # A nested Reserve names budgets in different units.
+    UNIT_MISMATCH = "UNIT_MISMATCH"
+    # The store holds as many distinct units as it may.
+    UNITS_FULL = "UNITS_FULL"
+    # The budget counts a unit that is not priced from tokens (a shape on a `tokens` budget).
+    UNIT_NOT_PRICED = "UNIT_NOT_PRICED"
+    PRICE_NOT_FOUND = "PRICE_NOT_FOUND"
+    PRICE_BOOK_FULL = "PRICE_BOOK_FULL"
+    BUDGET_ARCHIVED = "BUDGET_ARCHIVED"
+    BUDGET_HAS_OPEN_HOLDS = "BUDGET_HAS_OPEN_HOLDS"
+    # The change would carry a counter past 2^63-1.
+    COUNTER_OVERFLOW = "COUNTER_OVERFLOW"
+    # A plan's call on a sidecar started without --limits-provider.
+    NO_LIMITS_PROVIDER = "NO_LIMITS_PROVIDER"
+    FEATURE_NOT_IN_PLAN = "FEATURE_NOT_IN_PLAN"
+    # UNAUTHENTICATED and PERMISSION_DENIED.
+    TOKEN_UNKNOWN = "TOKEN_UNKNOWN"
+    BUDGET_NOT_PERMITTED = "BUDGET_NOT_PERMITTED"
+    HOLD_OF_ANOTHER_CALLER = "HOLD_OF_ANOTHER_CALLER"
+    # RESOURCE_EXHAUSTED: too many long-lived streams.
+    STREAMS_FULL = "STREAMS_FULL"
+    # UNAVAILABLE: each is safe to retry with the same idempotency key.
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    OVERLOADED = "OVERLOADED"
+    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    CONFLICT_RETRIES_EXHAUSTED = "CONFLICT_RETRIES_EXHAUSTED"
+    LIMITS_UNAVAILABLE = "LIMITS_UNAVAILABLE"
+    # The sidecar could not start listening (never sent to a caller: `earmark serve` prints it).
+    LISTEN_FAILED = "LISTEN_FAILED"
+    # Anything else is a bug in the sidecar: INTERNAL, logged.
+    INTERNAL = "INTERNAL"
+
 
 class EarmarkError(Exception):
-    """The base of every error a caller can be told about."""
+    """The base of every error a caller can be told about: a message for people, a
+    reason and the fields it concerns (`about`, ErrorInfo.metadata) for programs."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, reason: Reason, **about: str) -> None:
         super().__init__(message)
         self.message = message
+        self.reason = reason
+        self.about = about
 
 
 class InvalidArgument(EarmarkError):
     """The caller sent a value that can never be valid; the message names the field."""
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+        super().__init__(f"{field}: {problem}", Reason.INVALID_FIELD, field=field)
         self.field = field
 
 
@@ -42,3 +107,23 @@ class FailedPrecondition(EarmarkError):
 
 class Unavailable(EarmarkError):
     """The database is unreachable, overloaded or kept conflicting: safe to retry."""
+
+
+def budget_not_found(budget_id: str, field: str = "budget_id") -> NotFound:
+    """The one NotFound for a budget, so that every path names it alike."""
+    prefix = "" if field == "budget_id" else f"{field}: "
+    return NotFound(
+        f"{prefix}budget {budget_id!r} not found",
+        Reason.BUDGET_NOT_FOUND,
+        budget_id=budget_id,
+        field=field,
+    )
+
+
+def reservation_not_found(reservation_id: str) -> NotFound:
+    """The one NotFound for a reservation."""
+    return NotFound(
+        f"reservation {reservation_id} not found",
+        Reason.RESERVATION_NOT_FOUND,
+        reservation_id=reservation_id,
+    )

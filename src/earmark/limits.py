@@ -14,6 +14,11 @@ label_count_max = 16
 label_key_length_max = 64
 label_value_length_max = 256
 
+# An error's ErrorInfo names at most error_about_keys_max fields, each value cut to
+# error_about_chars_max characters (ids are shorter; a field's path may be longer).
+error_about_keys_max = 8
+error_about_chars_max = 256
+
 # Amounts, in the budget's unit. PostgreSQL's bigint holds 9.2e18: an amount or a
 # settle of at most 1e15 leaves room for millions of settles before a counter can
 # overflow, and a limit of at most 1e18 keeps limit + amount inside int64.
@@ -228,3 +233,5 @@ assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
 assert 0 <= drain_holds_seconds_default <= shutdown_grace_seconds_default
 assert 1 <= drain_tracked_holds_max <= route_cache_size_max
 assert db_command_timeout_seconds < background_stop_seconds_max
+assert budget_id_length_max <= error_about_chars_max
+assert error_about_keys_max >= 4

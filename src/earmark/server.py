@@ -16,7 +16,7 @@ from prometheus_client import start_http_server
 
 from earmark import limits
 from earmark.background import Background
-from earmark.errors import Unavailable
+from earmark.errors import Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitCache
 from earmark.plans.gate import PlanGate
@@ -129,7 +129,8 @@ class Sidecar:
                 self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
             except OSError as error:
                 raise Unavailable(
-                    f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}"
+                    f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}",
+                    Reason.LISTEN_FAILED,
                 ) from None
             self.metrics_port = self._metrics_httpd.server_port
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -234,7 +235,8 @@ class Sidecar:
             # gRPC says only "Failed to bind"; the likely cause is worth naming.
             raise Unavailable(
                 f"{name}: cannot listen on {target}: is another process (another sidecar?) "
-                "on that port, or is the host not this machine's?"
+                "on that port, or is the host not this machine's?",
+                Reason.LISTEN_FAILED,
             ) from None
 
     async def _serve_workers(self, store: Store) -> tuple[grpc.aio.Server, int]:
@@ -286,7 +288,7 @@ class Sidecar:
             bound = self._add_tcp_port(server, address, "admin_listen")
             address = f"{host}:{bound}"
         if not bound:
-            raise Unavailable(f"admin_listen: could not listen on {address}")
+            raise Unavailable(f"admin_listen: could not listen on {address}", Reason.LISTEN_FAILED)
         await server.start()
         return server, address
 
@@ -368,7 +370,9 @@ def _require_free(host: str, port: int, name: str) -> None:
         try:
             probe.bind((host, port))
         except OSError as error:
-            raise Unavailable(f"{name}: cannot listen on {host}:{port}: {error.strerror}") from None
+            raise Unavailable(
+                f"{name}: cannot listen on {host}:{port}: {error.strerror}", Reason.LISTEN_FAILED
+            ) from None
 
 
 async def serve(settings: Settings) -> None:

@@ -36,9 +36,33 @@ async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
         assert 0 == process.returncode, err.decode()
         summary = json.loads(out)
         state = await client.get_budget("node/tokens")
-    assert {"admitted": 10, "refused": 10, "capped": 10, "charged": 100_000} == summary
+    assert {
+        "admitted": 10,
+        "refused": 10,
+        "capped": 10,
+        "charged": 100_000,
+        "errors": {},
+    } == summary
     assert (100_000, 0, 0, 0) == (state.used, state.held, state.remaining, state.open_reservations)
     assert state.used == summary["charged"]
+    await assert_invariants(sidecar.dsn)
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not on this machine")
+async def test_node_worker_reads_the_error_reason(sidecar: Running) -> None:
+    """Jobs on a budget that does not exist fail NOT_FOUND, and the Node worker reads the
+    reason from the status details (google.rpc.ErrorInfo): BUDGET_NOT_FOUND for each."""
+    assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
+    assert NODE is not None
+    process = await asyncio.create_subprocess_exec(
+        NODE, str(WORKER), "--target", sidecar.target, "--budget", "node/missing",
+        "--jobs", "3",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert 0 == process.returncode, err.decode()
+    expected = {"admitted": 0, "refused": 0, "capped": 0, "charged": 0}
+    assert {**expected, "errors": {"BUDGET_NOT_FOUND": 3}} == json.loads(out)
     await assert_invariants(sidecar.dsn)
 
 

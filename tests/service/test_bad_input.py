@@ -13,6 +13,7 @@ from google.protobuf.duration_pb2 import Duration
 from earmark import limits
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
+from tests.helpers import reason_of
 
 BUDGET = "acme/tokens"
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
@@ -117,6 +118,7 @@ async def test_invalid_argument_names_the_field(
         await method(seeded, name)(request)
     assert grpc.StatusCode.INVALID_ARGUMENT == caught.value.code()
     assert (caught.value.details() or "").startswith(f"{field}:")
+    assert ("INVALID_FIELD", {"field": field}) == reason_of(caught.value)
     assert before == await snapshot(seeded.dsn)
 
 
@@ -129,6 +131,7 @@ async def test_unknown_budget_or_reservation_is_not_found(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await method(seeded, name)(request_)
     assert grpc.StatusCode.NOT_FOUND == caught.value.code()
+    assert reason_of(caught.value)[0] in {"BUDGET_NOT_FOUND", "RESERVATION_NOT_FOUND"}
     assert before == await snapshot(seeded.dsn)
 
 
@@ -151,6 +154,7 @@ async def test_an_undecodable_body_is_invalid_argument(seeded: Running, method_n
         await call(b"\xff\xff\xff")
     assert grpc.StatusCode.INVALID_ARGUMENT == caught.value.code()
     assert f"request: the body is not a valid message for {method_name}" == (caught.value.details())
+    assert ("INVALID_FIELD", {"field": "request"}) == reason_of(caught.value)
     assert before == await snapshot(seeded.dsn)
 
 
@@ -162,6 +166,7 @@ async def test_already_exists_names_no_other_amount(seeded: Running) -> None:
         )
     assert grpc.StatusCode.ALREADY_EXISTS == caught.value.code()
     assert "100" not in (caught.value.details() or "")
+    assert "KEY_REUSED" == reason_of(caught.value)[0]
 
 
 async def test_units_are_bounded(sidecar: Running) -> None:
@@ -173,5 +178,6 @@ async def test_units_are_bounded(sidecar: Running) -> None:
         await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="one-more", unit="fresh"))
     assert grpc.StatusCode.FAILED_PRECONDITION == caught.value.code()
     assert (caught.value.details() or "").startswith("unit:")
+    assert ("UNITS_FULL", {"field": "unit"}) == reason_of(caught.value)
     state = await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="one-more", unit="u0"))
     assert "u0" == state.unit

@@ -18,7 +18,7 @@ from earmark.settings import Settings
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, reason_of
 
 ADMIN_TOKEN = "admin-token-0123456789abcdef"
 ALICE = "alice-token-0123456789abcdef"
@@ -199,9 +199,13 @@ async def test_worker_tokens_are_required_and_scoped(tokened: Running) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await tokened.budget.Reserve(reserve, metadata=metadata)
         assert grpc.StatusCode.UNAUTHENTICATED == caught.value.code()
+        assert ("TOKEN_UNKNOWN", {"field": "authorization"}) == reason_of(caught.value)
     with pytest.raises(grpc.aio.AioRpcError) as denied:
         await tokened.budget.Reserve(reserve, metadata=bearer(ALICE))
     assert grpc.StatusCode.PERMISSION_DENIED == denied.value.code()
+    assert ("BUDGET_NOT_PERMITTED", {"field": "budget_id", "budget_id": "beta/t"}) == reason_of(
+        denied.value
+    )
     assert (denied.value.details() or "").startswith("budget_id:")
     state = await tokened.admin.GetBudget(pb.GetBudgetRequest(budget_id="beta/t"))
     assert 0 == state.held
@@ -230,6 +234,7 @@ async def test_a_hold_belongs_to_its_token(tokened: Running) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call
         assert grpc.StatusCode.PERMISSION_DENIED == caught.value.code()
+        assert ("HOLD_OF_ANOTHER_CALLER", {"reservation_id": rid}) == reason_of(caught.value)
     settled = await tokened.budget.Settle(
         pb.SettleRequest(reservation_id=rid, used=350), metadata=bearer(ALICE)
     )

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 from earmark import limits
 from earmark.client.errors import (
     ClientError,
-    FailedPreconditionError,
+    HoldClosedError,
     HoldLostError,
-    NotFoundError,
     Refusal,
     RefusedError,
+    ReservationNotFoundError,
 )
 from earmark.core.model import Outcome
 
@@ -48,6 +48,8 @@ log = logging.getLogger("earmark.client")
 # Renew when this fraction of the lease has passed, so two renewals can fail in a row
 # before the hold expires.
 renew_fraction = 1 / 3
+# A Charge or Renew failing with one of these finds the hold gone: stop spending on it.
+HOLD_GONE = (HoldClosedError, ReservationNotFoundError)
 # Settles still running after their caller was cancelled again, kept from the collector.
 _settling: set[asyncio.Task[Settled]] = set()
 
@@ -120,7 +122,7 @@ class Hold:
             raise HoldLostError(f"reservation {rid} is gone: {self._lost}") from self._lost
         try:
             result = await self.client.charge(rid, amount, idempotency_key=idempotency_key)
-        except (FailedPreconditionError, NotFoundError) as error:
+        except HOLD_GONE as error:
             self._lost = error
             raise HoldLostError(f"reservation {rid} is gone: {error.details}") from error
         self.charged = result.total_charged
@@ -141,7 +143,7 @@ class Hold:
             await asyncio.sleep(period)
             try:
                 await self.client.renew(self.reservation.reservation_id, self.lease_seconds)
-            except (FailedPreconditionError, NotFoundError) as error:
+            except HOLD_GONE as error:
                 self._lost = error
                 return
             except ClientError as error:

@@ -14,7 +14,7 @@ from earmark.core.estimates import SampleKey
 from earmark.core.model import Budget, EstimateSource, Hold
 from earmark.core.ops import ReserveOp
 from earmark.core.prices import Price, PriceBook, Shape, Usage
-from earmark.errors import FailedPrecondition, InvalidArgument
+from earmark.errors import FailedPrecondition, InvalidArgument, Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +140,11 @@ def _price_now(
     if price is None:
         raise FailedPrecondition(
             f"{field}: no price for provider {provider!r} model {model!r} in effect at "
-            f"{now.isoformat()}; an operator adds one with Admin.PutPrice"
+            f"{now.isoformat()}; an operator adds one with Admin.PutPrice",
+            Reason.PRICE_NOT_FOUND,
+            field=field,
+            provider=provider,
+            model=model,
         )
     return price
 
@@ -149,7 +153,11 @@ def _require_priced_unit(budget: Budget, field: str) -> None:
     if budget.unit not in prices.PRICED_UNITS:
         raise FailedPrecondition(
             f"{field}: budget {budget.budget_id!r} counts {budget.unit!r}; only "
-            f"{' and '.join(prices.PRICED_UNITS)} budgets are priced from tokens"
+            f"{' and '.join(prices.PRICED_UNITS)} budgets are priced from tokens",
+            Reason.UNIT_NOT_PRICED,
+            field=field,
+            budget_id=budget.budget_id,
+            unit=budget.unit,
         )
 
 

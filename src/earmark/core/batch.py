@@ -45,7 +45,13 @@ from earmark.core.state import (
     move,
     require_live,
 )
-from earmark.errors import AlreadyExists, EarmarkError, FailedPrecondition, NotFound
+from earmark.errors import (
+    AlreadyExists,
+    EarmarkError,
+    FailedPrecondition,
+    Reason,
+    budget_not_found,
+)
 
 __all__ = ["BatchDecision", "BatchState", "decide_batch", "expire_due", "sample_keys"]
 
@@ -115,7 +121,9 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         if not rules.counters_fit(each, 0, amount):
             raise FailedPrecondition(
                 f"budget {each.budget_id!r}: a hold of {amount} would carry its counters "
-                "past 2^63-1; settle holds or start a new budget"
+                "past 2^63-1; settle holds or start a new budget",
+                Reason.COUNTER_OVERFLOW,
+                budget_id=each.budget_id,
             )
     window = state.windows.get(op.account) if op.admissions_per_minute else None
     if window is not None:
@@ -160,7 +168,10 @@ def _again(existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:
         raise AlreadyExists(
             f"idempotency_key {op.idempotency_key!r} was already used on budget "
             f"{budget.budget_id!r} for a reservation of another amount, shape, job, "
-            "phase or set of budgets"
+            "phase or set of budgets",
+            Reason.KEY_REUSED,
+            field="idempotency_key",
+            budget_id=budget.budget_id,
         )
     return ReserveResult(
         admitted=True,
@@ -249,16 +260,23 @@ def _scope(state: BatchState, budget: Budget, op: ReserveOp) -> list[Budget]:
     for budget_id in op.also_budget_ids:
         other = state.budgets.get(budget_id)
         if other is None:
-            raise NotFound(f"also_budget_ids: budget {budget_id!r} not found")
+            raise budget_not_found(budget_id, "also_budget_ids")
         if other.unit != budget.unit:
             raise FailedPrecondition(
                 f"also_budget_ids: budget {budget_id!r} is in {other.unit!r}, "
-                f"not {budget.unit!r} like {budget.budget_id!r}"
+                f"not {budget.unit!r} like {budget.budget_id!r}",
+                Reason.UNIT_MISMATCH,
+                field="also_budget_ids",
+                budget_id=budget_id,
             )
         scope.append(other)
     for each in scope:
         if each.archived_at is not None:
-            raise FailedPrecondition(f"budget {each.budget_id!r} is archived")
+            raise FailedPrecondition(
+                f"budget {each.budget_id!r} is archived",
+                Reason.BUDGET_ARCHIVED,
+                budget_id=each.budget_id,
+            )
     return scope
 
 

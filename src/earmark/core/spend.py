@@ -36,9 +36,10 @@ from earmark.core.state import (
     hold_of,
     lapse,
     move,
+    not_held,
     require_live,
 )
-from earmark.errors import AlreadyExists, FailedPrecondition
+from earmark.errors import AlreadyExists, FailedPrecondition, Reason
 
 
 def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: datetime) -> Result:
@@ -52,7 +53,10 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
         if asked != earlier.amount:
             raise AlreadyExists(
                 f"idempotency_key {op.idempotency_key!r} was already used on this "
-                "reservation for a charge of another amount"
+                "reservation for a charge of another amount",
+                Reason.KEY_REUSED,
+                field="idempotency_key",
+                reservation_id=op.reservation_id,
             )
         return ChargeResult(
             charged=earlier.charged,
@@ -188,10 +192,7 @@ def resolve(state: BatchState, decision: BatchDecision, op: ResolveOp, now: date
         lapse(state, decision, hold, now)
     if hold.state is not HoldState.IN_DOUBT:
         hint = " (ReleaseHold closes a HELD one)" if hold.state is HoldState.HELD else ""
-        raise FailedPrecondition(
-            f"reservation {hold.reservation_id} is {hold.state.name}: only an IN_DOUBT hold "
-            f"is resolved{hint}"
-        )
+        raise not_held(hold, f": only an IN_DOUBT hold is resolved{hint}")
     used, version = amounts.spent_amount(budget, op.used, op.usage, hold, state.prices, now)
     return _close_with(
         state, decision, hold, used, version, Outcome.UNSPECIFIED, LedgerKind.RESOLVE, now
@@ -203,9 +204,7 @@ def release(state: BatchState, decision: BatchDecision, op: ReleaseOp, now: date
     the rest returns. A worker's Settle after this is a late settle, as after an expiry."""
     hold = hold_of(state, op.reservation_id, None)
     if hold.state not in OPEN_STATES:
-        raise FailedPrecondition(
-            f"reservation {hold.reservation_id} is {hold.state.name}: nothing to release"
-        )
+        raise not_held(hold, ": nothing to release")
     was_in_doubt = hold.state is HoldState.IN_DOUBT
     released = close(state, decision, hold, LedgerKind.RELEASE, now)
     return SettleResult(
@@ -231,7 +230,10 @@ def _settled_again(state: BatchState, hold: Hold, used: int, usage: Usage | None
     if settled.used != again:
         raise FailedPrecondition(
             f"reservation {hold.reservation_id} is {hold.state.name}: it was settled "
-            f"with used={settled.used}, not {again}"
+            f"with used={settled.used}, not {again}",
+            Reason.SETTLE_MISMATCH,
+            reservation_id=hold.reservation_id,
+            settled_used=str(settled.used),
         )
     return SettleResult(
         amount=hold.amount,
@@ -267,7 +269,9 @@ def _close_with(
         if not rules.counters_fit(budget, step.used_delta, step.held_delta):
             raise FailedPrecondition(
                 f"budget {budget.budget_id!r}: a settle with used={used} would carry its "
-                "counters past 2^63-1"
+                "counters past 2^63-1",
+                Reason.COUNTER_OVERFLOW,
+                budget_id=budget.budget_id,
             )
     was_in_doubt = hold.state is HoldState.IN_DOUBT
     opened = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import assert_never
 
 from earmark.core import rules
 from earmark.core.estimates import SampleKey
@@ -19,7 +20,14 @@ from earmark.core.model import (
 from earmark.core.ops import Result
 from earmark.core.prices import PriceBook
 from earmark.core.ratelimit import AdmissionWindow
-from earmark.errors import EarmarkError, FailedPrecondition, NotFound, PermissionDenied
+from earmark.errors import (
+    EarmarkError,
+    FailedPrecondition,
+    PermissionDenied,
+    Reason,
+    budget_not_found,
+    reservation_not_found,
+)
 
 
 @dataclass(slots=True)
@@ -75,7 +83,29 @@ def require_live(state: BatchState, decision: BatchDecision, hold: Hold, now: da
     if rules.lease_passed(hold, now):
         lapse(state, decision, hold, now)
     if hold.state is not HoldState.HELD:
-        raise FailedPrecondition(f"reservation {hold.reservation_id} is {hold.state.name}")
+        raise not_held(hold)
+
+
+def not_held(hold: Hold, why: str = "") -> FailedPrecondition:
+    """The error for a hold that is not in the state an operation needs, with the reason
+    its state gives (HOLD_EXPIRED, HOLD_SETTLED, HOLD_IN_DOUBT, HOLD_NOT_IN_DOUBT)."""
+    match hold.state:
+        case HoldState.HELD:
+            reason = Reason.HOLD_NOT_IN_DOUBT
+        case HoldState.SETTLED:
+            reason = Reason.HOLD_SETTLED
+        case HoldState.EXPIRED:
+            reason = Reason.HOLD_EXPIRED
+        case HoldState.IN_DOUBT:
+            reason = Reason.HOLD_IN_DOUBT
+        case unreachable:
+            assert_never(unreachable)
+    return FailedPrecondition(
+        f"reservation {hold.reservation_id} is {hold.state.name}{why}",
+        reason,
+        reservation_id=hold.reservation_id,
+        state=hold.state.name,
+    )
 
 
 def lapse(state: BatchState, decision: BatchDecision, hold: Hold, now: datetime) -> None:
@@ -116,7 +146,7 @@ def budgets_of(state: BatchState, hold: Hold) -> list[Budget]:
 def _locked(state: BatchState, budget_id: str) -> Budget:
     budget = state.budgets.get(budget_id)
     if budget is None:
-        raise NotFound(f"budget {budget_id!r} not found")
+        raise budget_not_found(budget_id)
     return budget
 
 
@@ -146,7 +176,7 @@ def move(
 
 def budget_of(state: BatchState) -> Budget:
     if state.budget is None:
-        raise NotFound(f"budget {state.budget_id!r} not found")
+        raise budget_not_found(state.budget_id)
     return state.budget
 
 
@@ -154,7 +184,11 @@ def hold_of(state: BatchState, reservation_id: str, owner: str | None) -> Hold:
     """The hold an operation names; owner None is an operator's, who may act on any."""
     hold = state.holds_by_id.get(reservation_id)
     if hold is None or hold.budget_id != state.budget_id:
-        raise NotFound(f"reservation {reservation_id} not found")
+        raise reservation_not_found(reservation_id)
     if owner is not None and hold.owner != owner:
-        raise PermissionDenied(f"reservation {reservation_id} belongs to another caller")
+        raise PermissionDenied(
+            f"reservation {reservation_id} belongs to another caller",
+            Reason.HOLD_OF_ANOTHER_CALLER,
+            reservation_id=reservation_id,
+        )
     return hold

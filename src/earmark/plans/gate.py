@@ -18,7 +18,7 @@ from datetime import datetime
 from earmark import limits
 from earmark.core.cycles import cycle_at
 from earmark.core.model import Budget
-from earmark.errors import FailedPrecondition
+from earmark.errors import FailedPrecondition, Reason
 from earmark.plans.cache import LimitCache, LimitRead
 from earmark.store import Store
 
@@ -58,7 +58,10 @@ class PlanGate:
             read = await self._cache.get(account, force=True)
         if feature not in read.limits:
             raise FailedPrecondition(
-                f"feature: the plan of account {account!r} has no feature {feature!r}"
+                f"feature: the plan of account {account!r} has no feature {feature!r}",
+                Reason.FEATURE_NOT_IN_PLAN,
+                field="feature",
+                account=account,
             )
         return await self._apply(account, feature, read)
 

@@ -7,7 +7,7 @@ import structlog
 
 from earmark import limits
 from earmark.core.ops import ReleaseOp, ResolveOp, SettleResult
-from earmark.errors import FailedPrecondition, Unavailable
+from earmark.errors import FailedPrecondition, Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
@@ -109,12 +109,14 @@ class AdminService(pb_grpc.AdminServicer):
         account = validate.account(request.account)
         if self.plans is None:
             raise FailedPrecondition(
-                "account: this sidecar reads no plans; start it with --limits-provider kinde"
+                "account: this sidecar reads no plans; start it with --limits-provider kinde",
+                Reason.NO_LIMITS_PROVIDER,
+                field="account",
             )
         try:
             found = await self.plans.refresh(account)
         except LimitUnavailable as unknown:
-            raise Unavailable(str(unknown)) from None
+            raise Unavailable(str(unknown), Reason.LIMITS_UNAVAILABLE, account=account) from None
         log.info("refresh_limits", account=account, cycles=len(found))
         return pb.ListCyclesResponse(cycles=[convert.budget_state(b) for b in found])
 

@@ -17,7 +17,7 @@ from earmark.core.ops import (
     SettleOp,
     SettleResult,
 )
-from earmark.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from earmark.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Reason
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
@@ -63,7 +63,9 @@ class BudgetService(pb_grpc.BudgetServicer):
             raise InvalidArgument("budget_id", "and account are both given; a Reserve names one")
         if self.plans is None:
             raise FailedPrecondition(
-                "account: this sidecar reads no plans; start it with --limits-provider kinde"
+                "account: this sidecar reads no plans; start it with --limits-provider kinde",
+                Reason.NO_LIMITS_PROVIDER,
+                field="account",
             )
         account = validate.account(request.account)
         return "", account, validate.feature(request.feature or self.plans.default_feature)
@@ -115,7 +117,10 @@ class BudgetService(pb_grpc.BudgetServicer):
             ]:
                 if not caller.may_use(named):
                     raise PermissionDenied(
-                        f"{field}: the token named {caller.name!r} may not use budget {named!r}"
+                        f"{field}: the token named {caller.name!r} may not use budget {named!r}",
+                        Reason.BUDGET_NOT_PERMITTED,
+                        field=field,
+                        budget_id=named,
                     )
         rate = self.plans.admissions_per_minute if account and self.plans else 0
         op = ReserveOp(

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from earmark import limits
-from earmark.errors import Unavailable
+from earmark.errors import Reason, Unavailable
 
 
 class Drain:
@@ -37,7 +37,7 @@ class Drain:
     def enter(self, reservation_id: str = "") -> None:
         self._last_call = time.monotonic()
         if self.draining and not (reservation_id and reservation_id in self.holds):
-            raise Unavailable("the sidecar is shutting down; retry")
+            raise Unavailable("the sidecar is shutting down; retry", Reason.SHUTTING_DOWN)
         self.active += 1
 
     def leave(self) -> None:

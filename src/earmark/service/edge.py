@@ -15,7 +15,9 @@ import grpc
 import structlog
 
 from earmark import limits
+from earmark.errors import Reason
 from earmark.service.auth import CALLER, Caller, Tokens, bearer
+from earmark.service.errors import abort
 
 log = structlog.get_logger("earmark.edge")
 
@@ -113,9 +115,12 @@ class EdgeInterceptor(_Interceptor):
         """Aborts the call unless its body decoded and, where required, its token is known."""
         if request is _UNDECODABLE:
             self._reject("undecodable", method)
-            await context.abort(
+            await abort(
+                context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request: the body is not a valid message for {method}",
+                Reason.INVALID_FIELD,
+                field="request",
             )
         if not guarded:
             return None
@@ -124,10 +129,13 @@ class EdgeInterceptor(_Interceptor):
         caller = self._tokens.find(token) if token else None
         if caller is None:
             self._reject("unauthenticated", method)
-            await context.abort(
+            await abort(
+                context,
                 grpc.StatusCode.UNAUTHENTICATED,
                 "authorization: this call needs metadata 'authorization: Bearer TOKEN' "
                 "with a token the sidecar knows",
+                Reason.TOKEN_UNKNOWN,
+                field="authorization",
             )
         return caller
 
@@ -140,10 +148,12 @@ class EdgeInterceptor(_Interceptor):
         peer = context.peer() or ""
         if not self._streams.take(peer):
             self._reject("streams", method)
-            await context.abort(
+            await abort(
+                context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"streams: at most {self._streams.per_connection_max} long-lived streams per "
                 f"connection and {self._streams.total_max} in all",
+                Reason.STREAMS_FULL,
             )
         try:
             yield

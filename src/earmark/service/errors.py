@@ -12,16 +12,22 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import google.rpc.error_details_pb2 as error_details_pb2
+import google.rpc.status_pb2 as status_pb2
 import grpc
 import structlog
+from grpc_status import rpc_status
 
+from earmark import limits
 from earmark.errors import (
+    DOMAIN,
     AlreadyExists,
     EarmarkError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    Reason,
     Unavailable,
 )
 from earmark.metrics import Metrics
@@ -43,6 +49,38 @@ def status_of(error: EarmarkError) -> grpc.StatusCode:
         if cls in STATUS_OF:
             return STATUS_OF[cls]
     raise AssertionError(f"no status code for {type(error).__name__}")
+
+
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+def error_details(
+    code: grpc.StatusCode, message: str, reason: Reason, about: dict[str, str]
+) -> Metadata:
+    """The trailing metadata that carries a google.rpc.Status with one ErrorInfo: the
+    stable reason and the fields it concerns, each value cut to a bounded length."""
+    info = error_details_pb2.ErrorInfo(
+        reason=reason.value,
+        domain=DOMAIN,
+        metadata={
+            key: value[: limits.error_about_chars_max]
+            for key, value in itertools.islice(about.items(), limits.error_about_keys_max)
+        },
+    )
+    status = status_pb2.Status(code=code.value[0], message=message)
+    status.details.add().Pack(info)
+    return tuple(rpc_status.to_status(status).trailing_metadata)
+
+
+async def abort(
+    context: Context,
+    code: grpc.StatusCode,
+    message: str,
+    reason: Reason,
+    **about: str,
+) -> None:
+    """Ends the call with code and message, and the reason as an ErrorInfo."""
+    await context.abort(code, message, error_details(code, message, reason, about))
 
 
 Req = TypeVar("Req")
@@ -99,13 +137,19 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
                     raise
                 except EarmarkError as error:
                     code = status_of(error)
-                    log.info("rpc_error", code=code.name, error=error.message)
-                    message = error.message
+                    log.info(
+                        "rpc_error", code=code.name, reason=error.reason.value, error=error.message
+                    )
+                    message, reason, about = error.message, error.reason, error.about
                 except Exception:
                     code = grpc.StatusCode.INTERNAL
                     log.exception("rpc_bug", code=code.name)
-                    message = "internal error; see the sidecar's log"
-                await context.abort(code, message)
+                    message, reason, about = (
+                        "internal error; see the sidecar's log",
+                        Reason.INTERNAL,
+                        {},
+                    )
+                await abort(context, code, message, reason, **about)
                 raise AssertionError("abort returned")  # pragma: no cover
             finally:
                 if entered:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from earmark import limits
-from earmark.errors import Unavailable
+from earmark.errors import Reason, Unavailable
 from earmark.store.tx import Conn, mapped_db_errors
 
 # A budget's holds are those it is the budget_id of and those naming it in also_budget_ids
@@ -113,7 +113,9 @@ async def audit_database(url: str) -> tuple[list[str], int]:
         try:
             conn = await asyncpg.connect(url, timeout=limits.db_connect_timeout_seconds)
         except asyncpg.PostgresError as refused:
-            raise Unavailable(f"the database refused: {type(refused).__name__}") from None
+            raise Unavailable(
+                f"the database refused: {type(refused).__name__}", Reason.DATABASE_UNAVAILABLE
+            ) from None
         try:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 problems = await audit(conn)

@@ -25,7 +25,7 @@ import structlog
 
 from earmark import limits
 from earmark.core.ops import Op, Result
-from earmark.errors import Unavailable
+from earmark.errors import Reason, Unavailable
 
 log = structlog.get_logger("earmark.lanes")
 
@@ -74,13 +74,15 @@ class Lanes:
     async def submit(self, route: Route, op: Op) -> Result:
         """Queues op on its budget's lane (route[0]'s) and waits for its own answer."""
         if self._closing:
-            raise Unavailable("the sidecar is shutting down")
+            raise Unavailable("the sidecar is shutting down", Reason.SHUTTING_DOWN)
         # Python's string hash is stable within a process, which is all a lane needs: one
         # budget's operations always meet in the same lane, in arrival order.
         assert route, "an operation acts on at least one budget"
         lane = self._lanes[hash(route[0]) % len(self._lanes)]
         if len(lane.queue) >= self._queue_depth_max:
-            raise Unavailable(f"{len(lane.queue)} operations are waiting; try again")
+            raise Unavailable(
+                f"{len(lane.queue)} operations are waiting; try again", Reason.OVERLOADED
+            )
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         lane.queue.append((route, op, future))
         if lane.task is None:
@@ -107,7 +109,9 @@ class Lanes:
             while lane.queue:
                 _, _, future = lane.queue.popleft()
                 if not future.done():
-                    future.set_result(Unavailable("the sidecar is shutting down"))
+                    future.set_result(
+                        Unavailable("the sidecar is shutting down", Reason.SHUTTING_DOWN)
+                    )
             lane.task = None
 
     def _take_batch(self, lane: _Lane) -> list[Entry]:

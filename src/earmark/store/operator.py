@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 
 from earmark import limits
 from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, UnitTotals
-from earmark.errors import FailedPrecondition, InvalidArgument, NotFound
+from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
 from earmark.store import queries
 from earmark.store.named import NamedQuery
 from earmark.store.rows import BUDGET_COLUMNS, HOLD_COLUMN_NAMES, budget_from_row, hold_from_row
@@ -120,7 +120,7 @@ def _ledger_cursor(token: str) -> int:
 
 async def _require_budget(conn: Conn, budget_id: str) -> None:
     if await conn.fetchval("SELECT 1 FROM budgets WHERE budget_id = $1", budget_id) is None:
-        raise NotFound(f"budget {budget_id!r} not found")
+        raise budget_not_found(budget_id)
 
 
 async def list_holds(
@@ -177,13 +177,15 @@ async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:
     the first archive."""
     budget = await queries.lock_budget_for_update(conn, budget_id)
     if budget is None:
-        raise NotFound(f"budget {budget_id!r} not found")
+        raise budget_not_found(budget_id)
     if budget.archived_at is not None:
         return budget
     if budget.open_reservations:
         raise FailedPrecondition(
             f"budget {budget_id!r} has {budget.open_reservations} open holds; settle, "
-            "resolve or release them first"
+            "resolve or release them first",
+            Reason.BUDGET_HAS_OPEN_HOLDS,
+            budget_id=budget_id,
         )
     row = await conn.fetchrow(
         "UPDATE budgets SET archived_at = $2, updated_at = now() WHERE budget_id = $1 "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from earmark import limits
 from earmark.core.prices import Price
-from earmark.errors import FailedPrecondition
+from earmark.errors import FailedPrecondition, Reason
 from earmark.store.named import NamedQuery
 from earmark.store.rows import PRICE_COLUMNS, price_from_row
 from earmark.store.tx import Conn
@@ -43,7 +43,8 @@ async def insert_price(conn: Conn, price: Price) -> Price:
     if count >= limits.price_versions_max:
         raise FailedPrecondition(
             f"price: the price book holds {count} versions, the most it may "
-            f"(limits.price_versions_max = {limits.price_versions_max})"
+            f"(limits.price_versions_max = {limits.price_versions_max})",
+            Reason.PRICE_BOOK_FULL,
         )
     args = INSERT_PRICE.args(
         provider=price.provider,

@@ -12,7 +12,7 @@ from earmark.core.estimates import SampleKey
 from earmark.core.model import Budget, Hold
 from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.core.prices import PriceBook
-from earmark.errors import FailedPrecondition
+from earmark.errors import FailedPrecondition, Reason
 from earmark.store import cycles
 from earmark.store.lanes import Route
 from earmark.store.named import NamedQuery
@@ -175,7 +175,9 @@ async def admit_unit(conn: Conn, unit: str) -> None:
     if count >= limits.units_max:
         raise FailedPrecondition(
             f"unit: {unit!r} would be unit number {count + 1}; at most {limits.units_max} "
-            "distinct units (use one already in use)"
+            "distinct units (use one already in use)",
+            Reason.UNITS_FULL,
+            field="unit",
         )
     await conn.execute("INSERT INTO units (unit) VALUES ($1)", unit)
 

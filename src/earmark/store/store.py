@@ -16,7 +16,14 @@ from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_d
 from earmark.core.model import Budget, EstimatePolicy, Hold, HoldState, OveragePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
-from earmark.errors import EarmarkError, FailedPrecondition, InvalidArgument, NotFound
+from earmark.errors import (
+    EarmarkError,
+    FailedPrecondition,
+    InvalidArgument,
+    Reason,
+    budget_not_found,
+    reservation_not_found,
+)
 from earmark.store import cycles, operator, pricebook, queries, stripes, writes
 from earmark.store.cycles import Report
 from earmark.store.lanes import Lanes, Route, TopUp
@@ -178,13 +185,19 @@ class Store:
                 assert budget is not None
             if budget.archived_at is not None:
                 raise FailedPrecondition(
-                    f"budget {budget_id!r} was archived; a new budget needs a new id"
+                    f"budget {budget_id!r} was archived; a new budget needs a new id",
+                    Reason.BUDGET_ARCHIVED,
+                    budget_id=budget_id,
                 )
             new_unit = spec.unit or budget.unit
             if new_unit != budget.unit:
                 if budget.used or budget.held or budget.open_reservations:
                     raise FailedPrecondition(
-                        f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}"
+                        f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}",
+                        Reason.UNIT_LOCKED,
+                        field="unit",
+                        budget_id=budget_id,
+                        unit=budget.unit,
                     )
                 await queries.admit_unit(conn, new_unit)
             return await queries.update_budget(conn, replace(spec, unit=new_unit))
@@ -197,7 +210,7 @@ class Store:
                 f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE budget_id = $1", budget_id
             )
         if row is None:
-            raise NotFound(f"budget {budget_id!r} not found")
+            raise budget_not_found(budget_id)
         return budget_from_row(row)
 
     # Prices.
@@ -313,7 +326,7 @@ class Store:
                     reservation_id,
                 )
             if row is None:
-                raise NotFound(f"reservation {reservation_id} not found")
+                raise reservation_not_found(reservation_id)
             route = (row["budget_id"], *row["also_budget_ids"])
             self._remember_route(reservation_id, route)
         return route

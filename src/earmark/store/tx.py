@@ -12,7 +12,7 @@ from typing import Literal, TypeAlias, TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.errors import FailedPrecondition, Unavailable
+from earmark.errors import FailedPrecondition, Reason, Unavailable
 
 T = TypeVar("T")
 
@@ -28,6 +28,9 @@ _RETRY_CONSTRAINTS = frozenset({"reservations_idempotency", "charges_pkey", "uni
 
 class RetryExhausted(Unavailable):
     """Every attempt hit a serialization conflict; nothing was committed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Reason.CONFLICT_RETRIES_EXHAUSTED)
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -60,9 +63,13 @@ def mapped_db_errors() -> Iterator[None]:
         asyncpg.InvalidAuthorizationSpecificationError,
         asyncpg.InvalidCatalogNameError,
     ) as exc:
-        raise Unavailable(f"database unavailable: {type(exc).__name__}: {exc}") from exc
+        raise Unavailable(
+            f"database unavailable: {type(exc).__name__}: {exc}", Reason.DATABASE_UNAVAILABLE
+        ) from exc
     except asyncpg.NumericValueOutOfRangeError as exc:
-        raise FailedPrecondition("the change would overflow a 64-bit counter") from exc
+        raise FailedPrecondition(
+            "the change would overflow a 64-bit counter", Reason.COUNTER_OVERFLOW
+        ) from exc
 
 
 def backoff_seconds(attempt: int, rng: random.Random) -> float:
