@@ -19,6 +19,11 @@ label_value_length_max = 256
 error_about_keys_max = 8
 error_about_chars_max = 256
 
+# Metered model calls (earmark.client.llm): at most llm_attempts_max attempts of one call,
+# each on its own hold; a stream is charged every llm_stream_charge_tokens output tokens.
+llm_attempts_max = 10
+llm_stream_charge_tokens = 32
+
 # Amounts, in the budget's unit. PostgreSQL's bigint holds 9.2e18: an amount or a
 # settle of at most 1e15 leaves room for millions of settles before a counter can
 # overflow, and a limit of at most 1e18 keeps limit + amount inside int64.
@@ -235,3 +240,5 @@ assert 1 <= drain_tracked_holds_max <= route_cache_size_max
 assert db_command_timeout_seconds < background_stop_seconds_max
 assert budget_id_length_max <= error_about_chars_max
 assert error_about_keys_max >= 4
+assert 1 <= llm_attempts_max <= 100
+assert 1 <= llm_stream_charge_tokens <= 4096

@@ -420,10 +420,14 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         raise_on_refusal: bool = True,
         account: str = "",
+        shape: Shape | None = None,
+        job: str = "",
+        also_budget_ids: Sequence[str] = (),
     ) -> Hold:
         """A hold as an async context manager: reserve on enter, renew while the block
         runs, settle on exit (see earmark.client.hold.Hold). With account (and budget_id
-        ""), the hold is on the account's current billing cycle."""
+        ""), the hold is on the account's current billing cycle; with shape (and amount 0)
+        it holds what the shape may cost, with job the job's estimate."""
         return Hold(
             self,
             budget_id,
@@ -432,6 +436,9 @@ class AsyncClient:
             labels=labels,
             raise_on_refusal=raise_on_refusal,
             account=account,
+            shape=shape,
+            job=job,
+            also_budget_ids=also_budget_ids,
         )
 
     # Admin.

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -39,6 +39,7 @@ from earmark.client.errors import (
     ReservationNotFoundError,
 )
 from earmark.core.model import Outcome
+from earmark.core.prices import Shape, Usage
 
 if TYPE_CHECKING:
     from earmark.client.aio import AsyncClient, Charged, Reservation, Settled
@@ -67,19 +68,27 @@ class Hold:
         labels: Mapping[str, str] | None,
         raise_on_refusal: bool,
         account: str = "",
+        shape: Shape | None = None,
+        job: str = "",
+        also_budget_ids: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.account = account
         self.budget_id = budget_id
         self.amount = amount
+        self.shape = shape
+        self.job = job
+        self.also_budget_ids = tuple(also_budget_ids)
         # None: the sidecar's default lease (bounded by its --lease-seconds-max), learned
         # from the Reserve's answer for the renewals' pace.
         self.lease_seconds = lease_seconds
         self.labels = dict(labels or {})
         self.raise_on_refusal = raise_on_refusal
         self.idempotency_key = uuid.uuid4().hex
-        # What the job used in all; set it before the block ends.
+        # What the job used in all, set before the block ends: an amount, or the provider's
+        # usage (priced by the sidecar; it wins over used).
         self.used: int | None = None
+        self.usage: Usage | None = None
         self.charged = 0
         self.reservation: Reservation | None = None
         self.refusal: Refusal | None = None
@@ -101,10 +110,13 @@ class Hold:
         result = await self.client.reserve(
             self.budget_id,
             self.amount,
+            shape=self.shape,
+            job=self.job,
             idempotency_key=self.idempotency_key,
             lease_seconds=self.lease_seconds,
             labels=self.labels,
             account=self.account,
+            also_budget_ids=self.also_budget_ids,
         )
         if isinstance(result, Refusal):
             self.refusal = result
@@ -115,13 +127,18 @@ class Hold:
         self._renewer = asyncio.create_task(self._renew_forever(), name="earmark-renew")
         return self
 
-    async def charge(self, amount: int, *, idempotency_key: str | None = None) -> Charged:
-        """Debits one step against the hold before the step runs."""
+    async def charge(
+        self, amount: int = 0, *, usage: Usage | None = None, idempotency_key: str | None = None
+    ) -> Charged:
+        """Debits one step against the hold before the step runs: an amount, or usage
+        priced now."""
         rid = self.reservation_id
         if self._lost is not None:
             raise HoldLostError(f"reservation {rid} is gone: {self._lost}") from self._lost
         try:
-            result = await self.client.charge(rid, amount, idempotency_key=idempotency_key)
+            result = await self.client.charge(
+                rid, amount, usage=usage, idempotency_key=idempotency_key
+            )
         except HOLD_GONE as error:
             self._lost = error
             raise HoldLostError(f"reservation {rid} is gone: {error.details}") from error
@@ -172,7 +189,14 @@ class Hold:
             outcome, used = Outcome.CANCELLED, self.used
         used = self.charged if used is None else used
         # Shielded: a second cancellation must not leave the hold unsettled.
-        task = asyncio.ensure_future(self.client.settle(self.reservation_id, used, outcome))
+        task = asyncio.ensure_future(
+            self.client.settle(
+                self.reservation_id,
+                0 if self.usage is not None else used,
+                outcome,
+                usage=self.usage,
+            )
+        )
         _settling.add(task)
         task.add_done_callback(_settling.discard)
         try:

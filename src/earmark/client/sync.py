@@ -176,6 +176,10 @@ class Client:
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
         raise_on_refusal: bool = True,
+        account: str = "",
+        shape: Shape | None = None,
+        job: str = "",
+        also_budget_ids: Sequence[str] = (),
     ) -> SyncHold:
         """As AsyncClient.hold, as a plain `with` block."""
         return SyncHold(
@@ -186,6 +190,10 @@ class Client:
                 lease_seconds=lease_seconds,
                 labels=labels,
                 raise_on_refusal=raise_on_refusal,
+                account=account,
+                shape=shape,
+                job=job,
+                also_budget_ids=also_budget_ids,
             ),
         )
 
@@ -218,11 +226,23 @@ class SyncHold:
         self.hold.used = value
 
     @property
+    def usage(self) -> Usage | None:
+        return self.hold.usage
+
+    @usage.setter
+    def usage(self, value: Usage | None) -> None:
+        self.hold.usage = value
+
+    @property
     def settled(self) -> Settled | None:
         return self.hold.settled
 
-    def charge(self, amount: int, *, idempotency_key: str | None = None) -> Charged:
-        return self._client._run(self.hold.charge(amount, idempotency_key=idempotency_key))
+    def charge(
+        self, amount: int = 0, *, usage: Usage | None = None, idempotency_key: str | None = None
+    ) -> Charged:
+        return self._client._run(
+            self.hold.charge(amount, usage=usage, idempotency_key=idempotency_key)
+        )
 
     def __enter__(self) -> SyncHold:
         self._client._run(self.hold.__aenter__())

@@ -1,0 +1,286 @@
+"""The metered OpenAI client: the real openai package against a fake OpenAI-compatible
+server over HTTP on 127.0.0.1, held, called and settled through a live sidecar."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import openai
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from earmark import limits
+from earmark.client import AsyncClient, Client, RefusedError
+from earmark.client.aio import RetryPolicy
+from earmark.client.llm import StreamCappedError, metered, prompt_tokens
+from earmark.v1 import budget_pb2 as pb
+from tests.conftest import Running
+from tests.fake_openai import Billed, FakeOpenAI, fake_openai
+from tests.helpers import assert_invariants
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("llm_worker.py")
+# The test's own list prices for "gpt-4o", in micro-dollars per million tokens: high, so
+# that a $5.00 ceiling is spent in tens of calls.
+INPUT, CACHED, OUTPUT = 25_000_000, 12_500_000, 100_000_000
+QUICK = RetryPolicy(3, 0.001, 0.01)
+
+
+def cost(billed: Billed) -> int:
+    """What the provider bills for one answer at the test's prices, rounded up as Earmark
+    rounds."""
+    micros = (
+        (billed.prompt_tokens - billed.cached_tokens) * INPUT
+        + billed.cached_tokens * CACHED
+        + billed.completion_tokens * OUTPUT
+    )
+    return -(-micros // 1_000_000)
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeOpenAI]:
+    with fake_openai() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def priced(sidecar: Running) -> Running:
+    """The sidecar with a price for openai/gpt-4o in effect since yesterday."""
+    since = Timestamp()
+    since.FromDatetime(datetime.now(UTC) - timedelta(days=1))
+    await sidecar.admin.PutPrice(
+        pb.PutPriceRequest(
+            price=pb.Price(
+                provider="openai",
+                model="gpt-4o",
+                effective_from=since,
+                input_usd_micros_per_mtok=INPUT,
+                cached_input_usd_micros_per_mtok=CACHED,
+                output_usd_micros_per_mtok=OUTPUT,
+                source="https://example.com/test-prices",
+                captured_at=since,
+            )
+        )
+    )
+    return sidecar
+
+
+async def budget(s: Running, budget_id: str, limit: int, **fields: int) -> None:
+    await s.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit="usd_micros", **fields)
+    )
+
+
+async def holds(s: Running, budget_id: str) -> list[pb.Hold]:
+    page = await s.admin.ListHolds(pb.ListHoldsRequest(budget_id=budget_id))
+    return list(page.holds)
+
+
+def ask(text: str = "hello", **request: object) -> dict[str, object]:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}], **request}
+
+
+async def test_a_sync_call_is_held_then_settled_at_its_usage(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A synchronous OpenAI call holds its prompt and max_tokens, and settles at the usage
+    the provider answered, cached input tokens at the cached rate."""
+    await budget(priced, "sync", 5_000_000)
+    provider.state.cached_tokens = 100
+
+    def call() -> object:
+        with (
+            Client(priced.target) as earmark,
+            openai.OpenAI(api_key="k", base_url=provider.url) as client,
+        ):
+            return metered(client, earmark, "sync").chat.completions.create(
+                **ask("y" * 4_000, max_tokens=500)
+            )
+
+    reply = await asyncio.to_thread(call)
+    (billed,) = provider.state.billed
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="sync"))
+    (hold,) = await holds(priced, "sync")
+    assert "chatcmpl-fake" == reply.id  # type: ignore[attr-defined]
+    assert Billed(1_001, 300, 100) == billed
+    assert (cost(billed), 0) == (state.used, state.held)
+    estimate = prompt_tokens(ask("y" * 4_000))
+    assert -(-(estimate * INPUT + 500 * OUTPUT) // 1_000_000) == hold.amount
+    assert pb.RESERVATION_STATE_SETTLED == hold.state
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_refusal_is_raised_before_any_request(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A call whose hold is refused raises RefusedError and sends the provider nothing."""
+    await budget(priced, "poor", 1_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+    ):
+        llm = metered(client, earmark, "poor")
+        with pytest.raises(RefusedError) as refused:
+            await llm.chat.completions.create(**ask(max_tokens=500))
+    assert "INSUFFICIENT_BUDGET" == refused.value.reason
+    assert [] == provider.state.requests
+    assert [] == await holds(priced, "poor")
+    await assert_invariants(priced.dsn)
+
+
+async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A 500 is retried by the wrapper on a new hold (the first settled FAILED at nothing),
+    never by the OpenAI client itself; only the answered attempt is charged."""
+    await budget(priced, "retry", 5_000_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url, max_retries=5) as client,
+    ):
+        llm = metered(client, earmark, "retry", retry=QUICK)
+        await llm.chat.completions.create(**ask("flaky", max_tokens=100))
+    (billed,) = provider.state.billed
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="retry"))
+    first, second = sorted(await holds(priced, "retry"), key=lambda h: h.created_at.ToDatetime())
+    assert ["0", "0"] == provider.state.retry_headers
+    assert (cost(billed), 0) == (state.used, state.held)
+    assert (pb.RESERVATION_STATE_SETTLED, 0) == (first.state, first.settled_used)
+    assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (second.state, second.settled_used)
+    await assert_invariants(priced.dsn)
+
+
+async def test_an_error_settles_failed_before_it_propagates(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A 400 is not retried: the hold settles at what was charged (nothing) and the
+    OpenAI error reaches the caller."""
+    await budget(priced, "bad", 5_000_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+    ):
+        llm = metered(client, earmark, "bad", retry=QUICK)
+        with pytest.raises(openai.BadRequestError):
+            await llm.chat.completions.create(**ask("fail:400", max_tokens=100))
+    (hold,) = await holds(priced, "bad")
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="bad"))
+    assert 1 == len(provider.state.requests)
+    assert (pb.RESERVATION_STATE_SETTLED, 0) == (hold.state, hold.settled_used)
+    assert (0, 0) == (state.used, state.held)
+    await assert_invariants(priced.dsn)
+
+
+async def test_without_a_maximum_the_budgets_estimate_is_held(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A call that names no max_tokens holds the budget's default estimate for the model."""
+    await budget(priced, "guess", 5_000_000, default_estimate=70_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+    ):
+        await metered(client, earmark, "guess").chat.completions.create(**ask())
+    (hold,) = await holds(priced, "guess")
+    (billed,) = provider.state.billed
+    assert (70_000, cost(billed)) == (hold.amount, hold.settled_used)
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_stream_settles_at_its_streamed_usage(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A stream asks for usage, hides the usage-only chunk from a caller that did not ask
+    for it, charges as it reads, and settles at the provider's usage."""
+    await budget(priced, "stream", 5_000_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+    ):
+        llm = metered(client, earmark, "stream")
+        stream = await llm.chat.completions.create(**ask(max_tokens=200, stream=True))
+        chunks = [chunk async for chunk in stream]  # type: ignore[union-attr]
+    (billed,) = provider.state.billed
+    (hold,) = await holds(priced, "stream")
+    (request,) = provider.state.requests
+    assert {"include_usage": True} == request["stream_options"]
+    assert 201 == len(chunks)
+    assert all(chunk.choices for chunk in chunks)
+    assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (hold.state, hold.settled_used)
+    assert 0 < hold.charged <= hold.amount
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_stream_stops_when_its_hold_is_spent(priced: Running, provider: FakeOpenAI) -> None:
+    """A slow stream with no maximum runs on the budget's estimate; when a charge comes back
+    capped the wrapper closes the stream, settles at the tokens read, and says so."""
+    await budget(priced, "cap", 5_000_000, default_estimate=10_000)
+    provider.state.completion_tokens = 2_000
+    provider.state.chunk_seconds = 0.002
+    read = 0
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+    ):
+        stream = await metered(client, earmark, "cap").chat.completions.create(**ask(stream=True))
+
+        async def read_all() -> None:
+            nonlocal read
+            async for _ in stream:  # type: ignore[union-attr]
+                read += 1
+
+        with pytest.raises(StreamCappedError):
+            await read_all()
+    (hold,) = await holds(priced, "cap")
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="cap"))
+    # The tokens read past the hold were generated, so they are recorded: at most one
+    # charge's worth of output past it.
+    past = hold.settled_used - hold.amount
+    assert read < 2_000
+    assert (pb.RESERVATION_STATE_SETTLED, 10_000) == (hold.state, hold.amount)
+    assert 0 <= past <= limits.llm_stream_charge_tokens * OUTPUT // 1_000_000
+    assert (hold.settled_used, 0) == (state.used, state.held)
+    await assert_invariants(priced.dsn)
+
+
+@pytest.mark.slow
+async def test_five_worker_processes_never_spend_past_five_dollars(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """Five worker processes (three plain, two streaming) call the provider through the
+    metered client on one $5.00 task until each is refused: together they never spend past
+    it, and the budget's used is exactly what the provider billed."""
+    await budget(priced, "task", 5_000_000)
+
+    async def spawn(mode: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), priced.target, provider.url, "task", mode,
+            stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+        )  # fmt: skip
+
+    processes = [await spawn("stream" if i >= 3 else "plain") for i in range(5)]
+    try:
+        outs = await asyncio.wait_for(
+            asyncio.gather(*(p.communicate() for p in processes)), timeout=240
+        )
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    done = [json.loads(out) for out, _ in outs]
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="task"))
+    billed = sum(cost(b) for b in provider.state.billed)
+    calls = sum(d["calls"] for d in done)
+    print(f"race: {calls} calls, used {state.used} of 5000000 usd_micros, {done}")
+    assert [0] * 5 == [p.returncode for p in processes]
+    assert [1] * 5 == [d["refused"] for d in done]
+    assert calls == len(provider.state.billed)
+    assert (billed, 0, 0) == (state.used, state.held, state.open_reservations)
+    assert state.used <= 5_000_000
+    await assert_invariants(priced.dsn)
