@@ -13,8 +13,10 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.http_fake import StateServer, serving
 
 CLIENT_ID = "fake-client-id"
 # Long and unusual, so that a test can search logs and errors for it.
@@ -45,7 +47,7 @@ class KindeState:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: StateServer[KindeState]
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the tests read the state, not the server's log."""
@@ -159,14 +161,6 @@ class _Handler(BaseHTTPRequestHandler):
         return {"code": "OK", key: page, "has_more": start + size < len(items)}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, state: KindeState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.state = state
-
-
 @dataclass
 class FakeKinde:
     state: KindeState
@@ -177,14 +171,10 @@ class FakeKinde:
 def fake_kinde() -> Iterator[FakeKinde]:
     """Serves a fake Kinde on 127.0.0.1 port 0 until the block ends, also on failure."""
     state = KindeState()
-    server = _Server(state)
-    thread = threading.Thread(target=server.serve_forever, name="fake-kinde", daemon=True)
-    thread.start()
-    try:
-        yield FakeKinde(state=state, url=f"http://127.0.0.1:{server.server_port}")
-    finally:
+
+    def release_stalled() -> None:
         if state.stall is not None:
             state.stall.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+
+    with serving(StateServer(_Handler, state), "fake-kinde", release_stalled) as port:
+        yield FakeKinde(state=state, url=f"http://127.0.0.1:{port}")

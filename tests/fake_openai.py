@@ -20,8 +20,10 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.http_fake import StateServer, serving
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def _text(message: dict[str, Any]) -> str:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: StateServer[OpenAIState]
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -170,14 +172,6 @@ class _Handler(BaseHTTPRequestHandler):
             state.billed.append(Billed(prompt, sent, cached))
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, state: OpenAIState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.state = state
-
-
 @dataclass
 class FakeOpenAI:
     state: OpenAIState
@@ -188,12 +182,5 @@ class FakeOpenAI:
 def fake_openai() -> Iterator[FakeOpenAI]:
     """Serves a fake OpenAI on 127.0.0.1 port 0 until the block ends, also on failure."""
     state = OpenAIState()
-    server = _Server(state)
-    thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
-    thread.start()
-    try:
-        yield FakeOpenAI(state=state, url=f"http://127.0.0.1:{server.server_port}/v1")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(StateServer(_Handler, state), "fake-openai") as port:
+        yield FakeOpenAI(state=state, url=f"http://127.0.0.1:{port}/v1")
