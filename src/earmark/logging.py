@@ -9,8 +9,9 @@ import orjson
 import structlog
 
 
-def configure(level: str = "info", fmt: str = "auto") -> None:
-    """Configures structlog for the whole process; fmt is json, console or auto."""
+def configure(level: str = "info", fmt: str = "auto", *, tracing: bool = False) -> None:
+    """Configures structlog for the whole process; fmt is json, console or auto. With
+    tracing, every line carries the current span's trace_id and span_id."""
     if fmt == "auto":
         fmt = "console" if sys.stdout.isatty() else "json"
     shared: list[structlog.typing.Processor] = [
@@ -19,6 +20,10 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
     ]
+    if tracing:
+        from earmark.tracing import add_trace_ids
+
+        shared.append(add_trace_ids)
     if fmt == "console":
         processors: list[structlog.typing.Processor] = [*shared, structlog.dev.ConsoleRenderer()]
         factory: structlog.typing.WrappedLogger = structlog.PrintLoggerFactory(sys.stdout)

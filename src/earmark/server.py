@@ -70,7 +70,11 @@ class Sidecar:
     """One Earmark process's parts. start() brings them up in order, stop() takes them down
     in reverse: health, RPCs (drained within the grace period), sweeper, pool, database."""
 
-    def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Clock = utc_now, tracer_provider: Any = None
+    ) -> None:
+        # With settings.tracing: an OpenTelemetry TracerProvider (None: the global one).
+        self.tracer_provider = tracer_provider
         self.settings = settings
         # What the rules take as now: leases, prices in effect. Tests set their own.
         self.clock = clock
@@ -205,8 +209,14 @@ class Sidecar:
             streams=self.streams,
             on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
         )
+        interceptors: list[Any] = [interceptor]
+        if self.settings.tracing:
+            from earmark.tracing import ServerTracing
+
+            # Outermost, so that the span is current in every log line of the call.
+            interceptors.insert(0, ServerTracing(self.tracer_provider))
         server = grpc.aio.server(
-            interceptors=[interceptor],
+            interceptors=interceptors,
             # Streams have a cap of their own (StreamSlots), within this one, so that
             # unary calls always have rpc_concurrency_max slots.
             maximum_concurrent_rpcs=limits.rpc_concurrency_max + limits.streams_max,

@@ -83,6 +83,8 @@ class Settings:
     insecure_listen: bool = False
     # Worker tokens, each with the budget id prefixes it may use (see service/auth.py).
     worker_token_file: Path | None = None
+    # OpenTelemetry spans for every call, and trace ids in the log (the `otel` extra).
+    tracing: bool = False
     # Where account limits come from: static (Admin.PutBudget only) or kinde.
     limits_provider: str = "static"
     kinde_domain: str = ""
@@ -233,6 +235,7 @@ ENV = {
     "tls_key_file": "EARMARK_TLS_KEY_FILE",
     "tls_client_ca_file": "EARMARK_TLS_CLIENT_CA_FILE",
     "insecure_listen": "EARMARK_INSECURE_LISTEN",
+    "tracing": "EARMARK_TRACING",
     "worker_token_file": "EARMARK_WORKER_TOKEN_FILE",
     "limits_provider": "EARMARK_LIMITS_PROVIDER",
     "kinde_domain": "EARMARK_KINDE_DOMAIN",
@@ -280,6 +283,7 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "tls_key_file": Path,
     "tls_client_ca_file": Path,
     "insecure_listen": _flag,
+    "tracing": _flag,
     "worker_token_file": Path,
     "cycle_anchor_day": int,
     "limit_fresh_seconds": float,

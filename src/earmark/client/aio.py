@@ -192,8 +192,10 @@ class AsyncClient:
         timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
         channel: grpc.aio.Channel | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         assert 0 < timeout_seconds <= 600
+        self._interceptors = list(interceptors)
         target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
         self.target = target
         self.admin_target = admin_target or os.environ.get(ADMIN_TARGET_ENV) or DEFAULT_ADMIN_TARGET
@@ -201,11 +203,7 @@ class AsyncClient:
         self.retry = retry or RetryPolicy()
         self._own_channel = channel is None
         if channel is None:
-            channel = (
-                grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
-                if credentials is not None
-                else grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-            )
+            channel = self._open(target, credentials)
         self._channel = channel
         self._credentials = credentials
         self._admin_channel: grpc.aio.Channel | None = None
@@ -233,6 +231,16 @@ class AsyncClient:
         view._own_channel = False
         return view
 
+    def _open(self, target: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+        """A channel to target, TLS with credentials, through the client's interceptors."""
+        if credentials is not None:
+            return grpc.aio.secure_channel(
+                target, credentials, options=CHANNEL_OPTIONS, interceptors=self._interceptors
+            )
+        return grpc.aio.insecure_channel(
+            target, options=CHANNEL_OPTIONS, interceptors=self._interceptors
+        )
+
     def _admin(self) -> pb_grpc.AdminStub:
         """Admin has its own listener; its channel opens on the first admin call (on the
         client, when this is a view of it)."""
@@ -240,12 +248,8 @@ class AsyncClient:
             return self._admin_owner._admin()
         if self._admin_stub is None:
             target = self.admin_target
-            if self._credentials is not None and not target.startswith("unix:"):
-                self._admin_channel = grpc.aio.secure_channel(
-                    target, self._credentials, options=CHANNEL_OPTIONS
-                )
-            else:
-                self._admin_channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            tls = self._credentials is not None and not target.startswith("unix:")
+            self._admin_channel = self._open(target, self._credentials if tls else None)
             self._admin_stub = pb_grpc.AdminStub(self._admin_channel)
         return self._admin_stub
 

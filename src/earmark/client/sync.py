@@ -13,6 +13,8 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+import grpc
+
 from earmark.client.aio import (
     AsyncClient,
     BudgetState,
@@ -41,6 +43,7 @@ class Client:
         admin_token: str | None = None,
         timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -57,6 +60,7 @@ class Client:
                 admin_token=admin_token,
                 timeout_seconds=timeout_seconds,
                 retry=retry,
+                interceptors=interceptors,
             )
 
         self._client = self._run(make())
