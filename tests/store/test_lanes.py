@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from earmark.core.ops import Op, RenewOp, RenewResult, Result
-from earmark.errors import EarmarkError, Unavailable
+from earmark.errors import EarmarkError, Reason, Unavailable
 from earmark.store.lanes import Lanes, Route, TopUp
 
 
@@ -147,6 +147,6 @@ async def test_a_failed_batch_is_decided_again_in_halves() -> None:
 
 async def test_an_unavailable_database_fails_the_batch_alike() -> None:
     """A database that is unreachable is every operation's answer: nothing is split."""
-    run = Poisoned(Unavailable("database unavailable"))
+    run = Poisoned(Unavailable("database unavailable", Reason.DATABASE_UNAVAILABLE))
     outcomes = await submit_all(Lanes(run, lanes=1), ["poison", "r1", "r2"])
     assert [Unavailable, Unavailable, Unavailable] == [type(o) for o in outcomes]
