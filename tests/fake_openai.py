@@ -5,6 +5,7 @@ records what it was asked and what it billed.
 The last message's text chooses the answer:
 - "fail:CODE": HTTP CODE with an OpenAI error body;
 - "flaky": 500 the first time that exact request text is seen, then a completion;
+- "slow": a completion once `slow` is set;
 - anything else: a completion of `completion_tokens` tokens (at most the request's
   max_completion_tokens or max_tokens), or, streamed, that many chunks of one token each,
   `chunk_seconds` apart, then the usage chunk when the request asked for it.
@@ -48,6 +49,8 @@ class OpenAIState:
     seen: Counter[str] = field(default_factory=Counter)
     # Streams whose reader went away before the last chunk.
     abandoned: int = 0
+    # "slow" requests are answered once this is set (or after 30 s).
+    slow: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -67,11 +70,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The caller went away (a killed worker): nobody to answer.
+            pass
 
     def _error(self, status: int) -> None:
         self._json(
@@ -97,6 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
         if last == "flaky" and first_sight:
             self._error(500)
             return
+        if last == "slow":
+            state.slow.wait(timeout=30)
         prompt = sum(len(_text(m)) for m in body["messages"]) // 4 + 1
         most = body.get("max_completion_tokens") or body.get("max_tokens")
         completion = min(state.completion_tokens, most) if most else state.completion_tokens
@@ -182,5 +191,5 @@ class FakeOpenAI:
 def fake_openai() -> Iterator[FakeOpenAI]:
     """Serves a fake OpenAI on 127.0.0.1 port 0 until the block ends, also on failure."""
     state = OpenAIState()
-    with serving(StateServer(_Handler, state), "fake-openai") as port:
+    with serving(StateServer(_Handler, state), "fake-openai", state.slow.set) as port:
         yield FakeOpenAI(state=state, url=f"http://127.0.0.1:{port}/v1")

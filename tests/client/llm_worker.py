@@ -1,5 +1,7 @@
-"""A worker process for the metered-call race: it calls the fake provider through the
-metered OpenAI client until Earmark refuses, and prints what it did as one JSON line."""
+"""A worker process for the metered-call tests: it calls the fake provider through the
+metered OpenAI client until Earmark refuses, and prints what it did as one JSON line
+(modes plain and stream); or (mode slow) makes one call the provider answers only when
+told, on 1 s leases, and is killed during it."""
 
 from __future__ import annotations
 
@@ -14,12 +16,19 @@ from earmark.client.llm import metered
 PROMPT = "x" * 4_000
 
 
-def main(target: str, provider_url: str, budget_id: str, streaming: bool) -> None:
+def main(target: str, provider_url: str, budget_id: str, mode: str) -> None:
+    streaming = mode == "stream"
     done = {"calls": 0, "refused": 0, "streamed": streaming}
     with (
         Client(target) as earmark,
         openai.OpenAI(api_key="fake", base_url=provider_url) as provider,
     ):
+        if mode == "slow":
+            slow = metered(provider, earmark, budget_id, lease_seconds=1.0)
+            slow.chat.completions.create(
+                model="gpt-4o", max_tokens=100, messages=[{"role": "user", "content": "slow"}]
+            )
+            return
         llm = metered(provider, earmark, budget_id, job="race")
         while True:
             request = {
@@ -42,4 +51,4 @@ def main(target: str, provider_url: str, budget_id: str, streaming: bool) -> Non
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "stream")
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])

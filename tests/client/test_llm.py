@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,7 @@ from earmark.client.llm import StreamCappedError, metered, prompt_tokens
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.fake_openai import Billed, FakeOpenAI, fake_openai
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("llm_worker.py")
@@ -136,8 +137,9 @@ async def test_a_refusal_is_raised_before_any_request(
 async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
     priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A 500 is retried by the wrapper on a new hold (the first settled FAILED at nothing),
-    never by the OpenAI client itself; only the answered attempt is charged."""
+    """A 500 is retried by the wrapper on a new hold, never by the OpenAI client itself; the
+    failed attempt keeps the prompt it charged before sending (a 5xx may be billed), the
+    answered one settles at its usage."""
     await budget(priced, "retry", 5_000_000)
     async with (
         AsyncClient(priced.target) as earmark,
@@ -148,9 +150,10 @@ async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
     (billed,) = provider.state.billed
     state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="retry"))
     first, second = sorted(await holds(priced, "retry"), key=lambda h: h.created_at.ToDatetime())
+    prompt = -(-prompt_tokens(ask("flaky")) * INPUT // 1_000_000)
     assert ["0", "0"] == provider.state.retry_headers
-    assert (cost(billed), 0) == (state.used, state.held)
-    assert (pb.RESERVATION_STATE_SETTLED, 0) == (first.state, first.settled_used)
+    assert (prompt + cost(billed), 0) == (state.used, state.held)
+    assert (pb.RESERVATION_STATE_SETTLED, prompt) == (first.state, first.settled_used)
     assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (second.state, second.settled_used)
     await assert_invariants(priced.dsn)
 
@@ -158,8 +161,8 @@ async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
 async def test_an_error_settles_failed_before_it_propagates(
     priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A 400 is not retried: the hold settles at what was charged (nothing) and the
-    OpenAI error reaches the caller."""
+    """A 400 is not retried: the provider answered no, so the hold settles at nothing (the
+    prompt charged before sending is given back) and the OpenAI error reaches the caller."""
     await budget(priced, "bad", 5_000_000)
     async with (
         AsyncClient(priced.target) as earmark,
@@ -245,6 +248,40 @@ async def test_a_stream_stops_when_its_hold_is_spent(priced: Running, provider: 
     assert (pb.RESERVATION_STATE_SETTLED, 10_000) == (hold.state, hold.amount)
     assert 0 <= past <= limits.llm_stream_charge_tokens * OUTPUT // 1_000_000
     assert (hold.settled_used, 0) == (state.used, state.held)
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_worker_killed_during_a_call_leaves_its_hold_in_doubt(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """The prompt is charged before it is sent, so a worker SIGKILLed while the provider
+    works leaves its hold IN_DOUBT once the lease passes, still held, not returned."""
+    await budget(priced, "killed", 5_000_000)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(WORKER), priced.target, provider.url, "killed", "slow", cwd=ROOT
+    )
+    try:
+
+        async def sent() -> bool:
+            return 1 == len(provider.state.requests)
+
+        await eventually(sent, within_seconds=60, what="the slow call sent")
+        process.send_signal(signal.SIGKILL)
+        assert -signal.SIGKILL == await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    async def in_doubt() -> bool:
+        return [pb.RESERVATION_STATE_IN_DOUBT] == [h.state for h in await holds(priced, "killed")]
+
+    await eventually(in_doubt, within_seconds=15, what="the killed worker's hold in doubt")
+    (hold,) = await holds(priced, "killed")
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="killed"))
+    prompt = -(-prompt_tokens(ask("slow")) * INPUT // 1_000_000)
+    assert (prompt, True) == (hold.charged, hold.dispatched)
+    assert (hold.amount - prompt, prompt, 1) == (state.held, state.used, state.open_reservations)
     await assert_invariants(priced.dsn)
 
 

@@ -11,12 +11,16 @@ Each `chat.completions.create` call:
   model only);
 - reserves that hold, with a new idempotency key, and raises RefusedError before any HTTP
   request when it is refused;
+- charges the prompt before sending it, so that a worker that dies during the call leaves
+  its hold IN_DOUBT (the provider may bill the call) rather than returned;
 - calls the provider with the OpenAI client's own retries turned off, and retries itself
   (connection errors, timeouts, 429 and 5xx) at most `attempts` times in all, each attempt
   on a hold of its own, after settling the failed one: a cheap first attempt never
   authorizes an expensive second one (the spend-caps article's two-stage rule);
 - settles with the response's `usage` (cached input tokens included), or, when the call
-  raises, FAILED at what was charged, before the exception propagates.
+  raises, FAILED before the exception propagates: at nothing when the provider answered no
+  (a 4xx, so nothing was billed), else at what was charged (a timeout or a 5xx may have
+  been billed).
 
 A streaming call asks for usage in the stream (and hides that last chunk unless the caller
 asked for it), charges the hold as tokens arrive, and stops reading when a charge is capped:
@@ -58,18 +62,26 @@ stream_chars_per_token = 4
 RETRYABLE = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
 
 
-class StreamCappedError(EarmarkClientError):
-    """A streamed answer was cut off: its hold was spent (a Charge came back capped), so the
-    stream was closed and the hold settled at the tokens read."""
+class HoldCappedError(EarmarkClientError):
+    """The call's hold is spent (a Charge came back capped): it was not sent, or, for a
+    stream, reading stopped."""
 
     reason = "HOLD_CAPPED"
 
+    def __init__(self, reservation_id: str, what: str) -> None:
+        super().__init__(f"reservation {reservation_id}: the hold is spent; {what}")
+        self.about = {"reservation_id": reservation_id}
+
+
+class StreamCappedError(HoldCappedError):
+    """A streamed answer was cut off: the stream was closed and the hold settled at the
+    tokens read."""
+
     def __init__(self, reservation_id: str, output_tokens: int) -> None:
         super().__init__(
-            f"reservation {reservation_id}: the hold was spent after about {output_tokens} "
-            "output tokens; the stream was closed"
+            reservation_id,
+            f"the stream was closed after about {output_tokens} output tokens",
         )
-        self.about = {"reservation_id": reservation_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +94,8 @@ class Meter:
     job: str = ""
     also_budget_ids: Sequence[str] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The holds' lease; None: the sidecar's default. The hold renews while the call runs.
+    lease_seconds: float | None = None
     # Attempts in all (each on its own hold), and the full-jitter backoff between them.
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(3, 0.5, 8.0))
 
@@ -151,12 +165,12 @@ def _streamed(request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
 @dataclass
 class _Tally:
     """What a stream has read: output tokens counted from its text, those not yet charged,
-    and the provider's usage once its last chunk came."""
+    and the provider's usage once its last chunk came. The prompt was charged before the
+    request was sent."""
 
     input_tokens: int
     output_tokens: int = 0
     uncharged: int = 0
-    charged_input: bool = False
     usage: CompletionUsage | None = None
 
     def read(self, chunk: ChatCompletionChunk) -> None:
@@ -170,25 +184,29 @@ class _Tally:
             self.usage = chunk.usage
 
     def due(self) -> Usage | None:
-        """The next charge: the prompt with the first text, then every
-        limits.llm_stream_charge_tokens output tokens."""
-        if not self.charged_input and self.uncharged:
-            self.charged_input = True
-            step, self.uncharged = Usage(self.input_tokens, self.uncharged), 0
-            return step
-        if self.uncharged >= limits.llm_stream_charge_tokens:
-            step, self.uncharged = Usage(0, self.uncharged), 0
-            return step
-        return None
+        """The next charge: every limits.llm_stream_charge_tokens output tokens."""
+        if self.uncharged < limits.llm_stream_charge_tokens:
+            return None
+        step, self.uncharged = Usage(0, self.uncharged), 0
+        return step
 
     def truth(self) -> Usage:
         return usage_of(self.usage, Usage(self.input_tokens, self.output_tokens))
 
 
 def _outcome_of(error: BaseException) -> BaseException:
-    """What a stream's hold settles as: a capped stream was stopped on purpose (CANCELLED),
-    anything else failed (FAILED)."""
-    return asyncio.CancelledError() if isinstance(error, StreamCappedError) else error
+    """What a hold settles as when its call ends in error: a spent hold was stopped on
+    purpose (CANCELLED), anything else failed (FAILED)."""
+    return asyncio.CancelledError() if isinstance(error, HoldCappedError) else error
+
+
+def _unbilled(error: BaseException) -> bool:
+    """The provider answered no (a 4xx: a bad request, a rate limit) or nothing was sent:
+    nothing was billed. Anything else (a timeout, a 5xx, a dropped connection, the caller's
+    own exception) may have been, so the hold keeps what was charged."""
+    if isinstance(error, HoldCappedError) and not isinstance(error, StreamCappedError):
+        return True
+    return isinstance(error, openai.APIStatusError) and error.status_code < 500
 
 
 def _hides(chunk: ChatCompletionChunk, wanted: bool) -> bool:
@@ -309,41 +327,40 @@ class _Completions:
         self._earmark, self._meter = earmark, meter
         self._rng = random.Random()
 
-    def _hold(self, shape: Shape) -> SyncHold:
-        m = self._meter
-        return self._earmark.hold(
-            m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
-            labels=m.labels,
-        )  # fmt: skip
-
     def create(self, **request: Any) -> ChatCompletion | MeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
-        shape = shape_of(self._meter.provider, request)
-        for attempt in range(self._meter.retry.attempts_max):
+        m = self._meter
+        shape, prompt = shape_of(m.provider, request), prompt_tokens(request)
+        for attempt in range(m.retry.attempts_max):
+            # Entering reserves; a refusal raises before anything is sent.
+            hold = self._earmark.hold(
+                m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
+                labels=m.labels, lease_seconds=m.lease_seconds,
+            ).__enter__()  # fmt: skip
             try:
+                # Charged before it is sent: a worker that dies now leaves the hold in doubt,
+                # not returned, since the provider may bill the call.
+                if hold.charge(usage=Usage(prompt, 0)).capped:
+                    raise HoldCappedError(hold.reservation_id, "the call was not sent")
                 if request.get("stream"):
-                    return self._stream(shape, request)
-                with self._hold(shape) as hold:
-                    reply = self._openai.chat.completions.create(**request)
-                    assert isinstance(reply, ChatCompletion)
-                    hold.usage = usage_of(reply.usage, Usage(shape.input_tokens, 0))
-                return reply
-            except RETRYABLE:
-                if attempt + 1 == self._meter.retry.attempts_max:
+                    sent, wanted = _streamed(request)
+                    raw = self._openai.chat.completions.create(**sent)
+                    assert isinstance(raw, openai.Stream)
+                    return MeteredStream(raw, hold, _Tally(prompt), wanted)
+                reply = self._openai.chat.completions.create(**request)
+                assert isinstance(reply, ChatCompletion)
+                hold.usage = usage_of(reply.usage, Usage(prompt, 0))
+            except BaseException as error:
+                hold.used = 0 if _unbilled(error) else None
+                outcome = _outcome_of(error)
+                hold.__exit__(type(outcome), outcome, None)
+                if not isinstance(error, RETRYABLE) or attempt + 1 == m.retry.attempts_max:
                     raise
-            time.sleep(self._meter.retry.backoff(attempt, self._rng))
+                time.sleep(m.retry.backoff(attempt, self._rng))
+                continue
+            hold.__exit__(None, None, None)
+            return reply
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _stream(self, shape: Shape, request: Mapping[str, Any]) -> MeteredStream:
-        sent, wanted = _streamed(request)
-        hold = self._hold(shape).__enter__()
-        try:
-            raw = self._openai.chat.completions.create(**sent)
-        except BaseException as error:
-            hold.__exit__(type(error), error, None)
-            raise
-        assert isinstance(raw, openai.Stream)
-        return MeteredStream(raw, hold, _Tally(prompt_tokens(request)), wanted)
 
 
 class _AsyncCompletions:
@@ -354,41 +371,37 @@ class _AsyncCompletions:
         self._earmark, self._meter = earmark, meter
         self._rng = random.Random()
 
-    def _hold(self, shape: Shape) -> Hold:
-        m = self._meter
-        return self._earmark.hold(
-            m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
-            labels=m.labels,
-        )  # fmt: skip
-
     async def create(self, **request: Any) -> ChatCompletion | AsyncMeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
-        shape = shape_of(self._meter.provider, request)
-        for attempt in range(self._meter.retry.attempts_max):
+        m = self._meter
+        shape, prompt = shape_of(m.provider, request), prompt_tokens(request)
+        for attempt in range(m.retry.attempts_max):
+            hold = await self._earmark.hold(
+                m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
+                labels=m.labels, lease_seconds=m.lease_seconds,
+            ).__aenter__()  # fmt: skip
             try:
+                if (await hold.charge(usage=Usage(prompt, 0))).capped:
+                    raise HoldCappedError(hold.reservation_id, "the call was not sent")
                 if request.get("stream"):
-                    return await self._stream(shape, request)
-                async with self._hold(shape) as hold:
-                    reply = await self._openai.chat.completions.create(**request)
-                    assert isinstance(reply, ChatCompletion)
-                    hold.usage = usage_of(reply.usage, Usage(shape.input_tokens, 0))
-                return reply
-            except RETRYABLE:
-                if attempt + 1 == self._meter.retry.attempts_max:
+                    sent, wanted = _streamed(request)
+                    raw = await self._openai.chat.completions.create(**sent)
+                    assert isinstance(raw, openai.AsyncStream)
+                    return AsyncMeteredStream(raw, hold, _Tally(prompt), wanted)
+                reply = await self._openai.chat.completions.create(**request)
+                assert isinstance(reply, ChatCompletion)
+                hold.usage = usage_of(reply.usage, Usage(prompt, 0))
+            except BaseException as error:
+                hold.used = 0 if _unbilled(error) else None
+                outcome = _outcome_of(error)
+                await hold.__aexit__(type(outcome), outcome, None)
+                if not isinstance(error, RETRYABLE) or attempt + 1 == m.retry.attempts_max:
                     raise
-            await asyncio.sleep(self._meter.retry.backoff(attempt, self._rng))
+                await asyncio.sleep(m.retry.backoff(attempt, self._rng))
+                continue
+            await hold.__aexit__(None, None, None)
+            return reply
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _stream(self, shape: Shape, request: Mapping[str, Any]) -> AsyncMeteredStream:
-        sent, wanted = _streamed(request)
-        hold = await self._hold(shape).__aenter__()
-        try:
-            raw = await self._openai.chat.completions.create(**sent)
-        except BaseException as error:
-            await hold.__aexit__(type(error), error, None)
-            raise
-        assert isinstance(raw, openai.AsyncStream)
-        return AsyncMeteredStream(raw, hold, _Tally(prompt_tokens(request)), wanted)
 
 
 class _Chat:
