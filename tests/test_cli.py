@@ -213,3 +213,22 @@ def test_version() -> None:
         [sys.executable, "-m", "earmark", "--version"], capture_output=True, text=True, timeout=60
     )
     assert (0, f"earmark {earmark.__version__}\n") == (result.returncode, result.stdout)
+
+
+def test_a_database_that_refuses_is_one_line(database_url: str, tmp_path: Path) -> None:
+    """A database that refuses the sidecar's role stops `earmark serve` with one line naming
+    the refusal, never the URL's password, and exit status 1."""
+    secret = "sekrit-pw-0123456789"
+    user, rest = database_url.split("@", 1)
+    refused_url = f"postgresql://nobody:{secret}@{rest}"
+    assert user.startswith("postgresql://")
+    result = subprocess.run(
+        [sys.executable, "-m", "earmark", "serve", "--database-url", refused_url,
+         "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--admin-listen", f"unix:{tmp_path / 'a.sock'}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert (1, 1) == (result.returncode, len(lines)), result.stderr
+    assert "InvalidAuthorizationSpecificationError" in lines[0]
+    assert secret not in result.stderr + result.stdout

@@ -139,6 +139,7 @@ class Background:
             if up != self._database_up:
                 if up and self._database_up is False:
                     log.info("database_reachable")
+                    await self._store.expire_connections()
                 self._database_up = up
                 self._metrics.database_up.set(1 if up else 0)
                 await self._on_database(up)

@@ -130,6 +130,12 @@ class Store:
             admission=admission,
         )
 
+    async def expire_connections(self) -> None:
+        """Replaces every pooled connection on its next use: after the database was down
+        (restarted, failed over), a connection from before may lead to a server that is gone
+        and would only answer at its command timeout."""
+        await self._pool.expire_connections()
+
     async def close(self) -> None:
         """Decides what is queued, then closes the pool."""
         await self._lanes.close()

@@ -91,7 +91,9 @@ async def roll_back(conn: Conn) -> None:
     if conn.is_closed() or not conn.is_in_transaction():
         return
     try:
-        await conn.execute("ROLLBACK")
+        # A connection whose query just timed out may be to a server that no longer answers
+        # (a killed or stalled PostgreSQL): do not wait a whole command timeout again.
+        await conn.execute("ROLLBACK", timeout=limits.db_rollback_timeout_seconds)
     except (Exception, asyncio.CancelledError):
         conn.terminate()
 
