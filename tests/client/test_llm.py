@@ -182,15 +182,20 @@ async def test_an_error_settles_failed_before_it_propagates(
 async def test_without_a_maximum_the_budgets_estimate_is_held(
     priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A call that names no max_tokens holds the budget's default estimate for the model."""
+    """A call that names no max_tokens holds the budget's default estimate for the model;
+    its messages, given as an iterator, are counted and still sent whole."""
     await budget(priced, "guess", 5_000_000, default_estimate=70_000)
+    messages = iter([{"role": "user", "content": "hello"}])
     async with (
         AsyncClient(priced.target) as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
     ):
-        await metered(client, earmark, "guess").chat.completions.create(**ask())
+        llm = metered(client, earmark, "guess")
+        await llm.chat.completions.create(model="gpt-4o", messages=messages)
     (hold,) = await holds(priced, "guess")
     (billed,) = provider.state.billed
+    (request,) = provider.state.requests
+    assert [{"role": "user", "content": "hello"}] == request["messages"]
     assert (70_000, cost(billed)) == (hold.amount, hold.settled_used)
     await assert_invariants(priced.dsn)
 

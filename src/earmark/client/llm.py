@@ -14,8 +14,8 @@ Each `chat.completions.create` call:
 - charges the prompt before sending it, so that a worker that dies during the call leaves
   its hold IN_DOUBT (the provider may bill the call) rather than returned;
 - calls the provider with the OpenAI client's own retries turned off, and retries itself
-  (connection errors, timeouts, 429 and 5xx) at most `attempts` times in all, each attempt
-  on a hold of its own, after settling the failed one: a cheap first attempt never
+  (connection errors, timeouts, 429 and 5xx), `retry.attempts_max` attempts in all, each
+  on a hold of its own after the failed one settled: a cheap first attempt never
   authorizes an expensive second one (the spend-caps article's two-stage rule);
 - settles with the response's `usage` (cached input tokens included), or, when the call
   raises, FAILED before the exception propagates: at nothing when the provider answered no
@@ -25,6 +25,8 @@ Each `chat.completions.create` call:
 A streaming call asks for usage in the stream (and hides that last chunk unless the caller
 asked for it), charges the hold as tokens arrive, and stops reading when a charge is capped:
 the stream closes, the hold settles at the tokens counted, and StreamCappedError is raised.
+Read a stream to its end or close it (it is a context manager): until then its hold stays
+open, renewed.
 """
 
 from __future__ import annotations
@@ -125,6 +127,15 @@ def prompt_tokens(request: Mapping[str, Any]) -> int:
         chars += len(json.dumps(request["tools"], default=str))
     framing = message_overhead_tokens * len(messages) + reply_overhead_tokens
     return math.ceil(chars / prompt_chars_per_token) + framing
+
+
+def _sendable(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The request with its messages in a list: they are counted, then sent, and an
+    iterator (which the openai client accepts) could be read only once."""
+    sent = dict(request)
+    if "messages" in sent and not isinstance(sent["messages"], list):
+        sent["messages"] = list(sent["messages"])
+    return sent
 
 
 def shape_of(provider: str, request: Mapping[str, Any]) -> Shape:
@@ -330,6 +341,7 @@ class _Completions:
     def create(self, **request: Any) -> ChatCompletion | MeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
         m = self._meter
+        request = _sendable(request)
         shape, prompt = shape_of(m.provider, request), prompt_tokens(request)
         for attempt in range(m.retry.attempts_max):
             # Entering reserves; a refusal raises before anything is sent.
@@ -374,6 +386,7 @@ class _AsyncCompletions:
     async def create(self, **request: Any) -> ChatCompletion | AsyncMeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
         m = self._meter
+        request = _sendable(request)
         shape, prompt = shape_of(m.provider, request), prompt_tokens(request)
         for attempt in range(m.retry.attempts_max):
             hold = await self._earmark.hold(
