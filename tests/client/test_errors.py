@@ -141,6 +141,7 @@ async def test_a_refusal_and_a_lost_hold_share_the_base(clocked: Running, clock:
     )
     assert isinstance(lost.value, sdk.HoldLostError)
     assert isinstance(lost.value.__cause__, sdk.HoldExpiredError)
+    assert "HOLD_EXPIRED" == lost.value.reason
     assert (0, 0, 0) == (state.used, state.held, state.open_reservations)
     await assert_invariants(clocked.dsn)
 

@@ -128,7 +128,14 @@ class DeadlineExceededError(ClientError):
 
 
 class HoldLostError(EarmarkClientError):
-    """The hold expired or was closed while the block ran: the worker must stop spending."""
+    """The hold expired or was closed while the block ran: the worker must stop spending.
+    reason and about are those of the failure that found it gone (HOLD_EXPIRED, say)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        if isinstance(cause, EarmarkClientError):
+            self.reason = cause.reason
+            self.about = dict(cause.about)
 
 
 ERROR_OF: dict[grpc.StatusCode, type[ClientError]] = {

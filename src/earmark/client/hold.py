@@ -134,14 +134,16 @@ class Hold:
         priced now."""
         rid = self.reservation_id
         if self._lost is not None:
-            raise HoldLostError(f"reservation {rid} is gone: {self._lost}") from self._lost
+            raise HoldLostError(f"reservation {rid} is gone: {self._lost}", self._lost) from (
+                self._lost
+            )
         try:
             result = await self.client.charge(
                 rid, amount, usage=usage, idempotency_key=idempotency_key
             )
         except HOLD_GONE as error:
             self._lost = error
-            raise HoldLostError(f"reservation {rid} is gone: {error.details}") from error
+            raise HoldLostError(f"reservation {rid} is gone: {error.details}", error) from error
         self.charged = result.total_charged
         return result
 
