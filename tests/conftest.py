@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -21,6 +22,7 @@ from earmark.store import Store
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
 from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
+from tests.helpers import FakeClock
 
 TEST_DATABASE = "earmark_test"
 TABLES = (
@@ -148,4 +150,17 @@ async def running(side: Sidecar, dsn: str) -> AsyncIterator[Running]:
 async def sidecar(dsn: str, socket_dir: Path) -> AsyncIterator[Running]:
     """A real sidecar on 127.0.0.1:0 over the test database, Admin on a Unix socket."""
     async with running(Sidecar(sidecar_settings(dsn, socket_dir)), dsn) as s:
+        yield s
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The injected clock of `clocked`: time moves only when the test says."""
+    return FakeClock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+
+
+@pytest.fixture
+async def clocked(dsn: str, socket_dir: Path, clock: FakeClock) -> AsyncIterator[Running]:
+    """The usual sidecar on the test's clock: leases pass when the clock is moved."""
+    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as s:
         yield s

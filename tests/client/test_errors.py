@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -17,23 +16,11 @@ from google.protobuf.duration_pb2 import Duration
 import earmark.client as sdk
 from earmark.client import AsyncClient, Reason
 from earmark.client.errors import ERROR_OF, ERROR_OF_REASON
-from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
-from tests.conftest import Running, running, sidecar_settings
+from tests.conftest import Running
 from tests.helpers import FakeClock, assert_invariants, reason_of
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
-
-
-@pytest.fixture
-async def clocked(dsn: str, socket_dir: Path, clock: FakeClock) -> AsyncIterator[Running]:
-    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as s:
-        yield s
 
 
 async def test_each_failure_carries_its_reason_and_fields(

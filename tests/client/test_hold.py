@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,9 @@ from earmark.client import (
     RetryPolicy,
 )
 from earmark.server import Sidecar
+from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, sidecar_settings
-from tests.helpers import assert_invariants, fetch_budget_row, free_port
+from tests.helpers import assert_invariants, eventually, fetch_budget_row, free_port
 
 
 @pytest.fixture
@@ -96,7 +98,7 @@ async def test_cancellation_mid_block_settles_cancelled(
             holds.append(h)
             await h.charge(1_500)
             entered.set()
-            await asyncio.sleep(60)
+            await asyncio.Event().wait()  # Work that only the cancellation ends.
 
     task = asyncio.create_task(job())
     await entered.wait()
@@ -130,7 +132,14 @@ async def test_block_outliving_several_leases_keeps_its_hold(
     """A block that runs for more than three lease lengths keeps its hold: the background
     renewal beats the sweeper."""
     async with client.hold("acme/tokens", 10_000, lease_seconds=1) as h:
-        await asyncio.sleep(3.5)
+
+        async def outlived_three_leases() -> bool:
+            page = await sidecar.admin.ListHolds(pb.ListHoldsRequest(budget_id="acme/tokens"))
+            (hold,) = page.holds
+            life = hold.expires_at.ToDatetime() - hold.created_at.ToDatetime()
+            return life > timedelta(seconds=3)
+
+        await eventually(outlived_three_leases, within_seconds=30, what="three leases renewed")
         step = await h.charge(1_000)
         assert not step.capped
         row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
@@ -146,7 +155,11 @@ async def test_lost_hold_makes_the_next_charge_raise(client: AsyncClient) -> Non
     async def job() -> None:
         async with client.hold("acme/tokens", 10_000, lease_seconds=1) as h:
             await client.settle(h.reservation_id, 0, Outcome.CANCELLED)
-            await asyncio.sleep(0.8)
+
+            async def renewal_found_it_gone() -> bool:
+                return h.lost
+
+            await eventually(renewal_found_it_gone, within_seconds=10, what="the hold lost")
             await h.charge(1)
 
     with pytest.raises(HoldLostError):

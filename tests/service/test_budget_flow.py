@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -11,7 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import assert_invariants, charge_or_renew_error
+from tests.helpers import FakeClock, assert_invariants, charge_or_renew_error
 
 
 async def put(s: Running, budget_id: str = "acme/tokens", limit: int | None = 100_000) -> None:
@@ -135,11 +136,12 @@ async def test_retried_charge_charges_once(sidecar: Running) -> None:
     await assert_invariants(sidecar.dsn)
 
 
-async def test_charge_renews_the_lease(sidecar: Running) -> None:
+async def test_charge_renews_the_lease(clocked: Running, clock: FakeClock) -> None:
     """A Charge pushes the lease out by the hold's lease length."""
+    sidecar = clocked
     await put(sidecar)
     reply = await reserve(sidecar, 10_000, lease=Duration(seconds=5))
-    await asyncio.sleep(1.1)
+    clock.advance(timedelta(seconds=1.1))
     charged = await sidecar.budget.Charge(
         pb.ChargeRequest(reservation_id=reply.reservation_id, amount=1, idempotency_key="a")
     )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -15,7 +15,7 @@ import earmark
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import fetch_budget_row, scrape
+from tests.helpers import FakeClock, eventually, fetch_budget_row, scrape
 
 
 async def test_each_decision_is_one_log_line(sidecar: Running) -> None:
@@ -56,9 +56,10 @@ async def test_errors_log_their_status_code(sidecar: Running) -> None:
     ]
 
 
-async def test_metrics_catalogue_counts_a_run(sidecar: Running) -> None:
+async def test_metrics_catalogue_counts_a_run(clocked: Running, clock: FakeClock) -> None:
     """After admits, a refusal, a capped charge, an overshoot, an expiry and a late settle,
     /metrics counts each of them."""
+    sidecar = clocked
     b = sidecar.budget
     await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=10_000, unit="tokens"))
     first = await b.Reserve(pb.ReserveRequest(budget_id="b", amount=4_000, idempotency_key="1"))
@@ -72,14 +73,21 @@ async def test_metrics_catalogue_counts_a_run(sidecar: Running) -> None:
             budget_id="b", amount=1_000, idempotency_key="3", lease=Duration(seconds=1)
         )
     )
-    # The sweeper (every 0.2 s here) closes the short hold once its lease passes.
-    for _ in range(100):
-        if (await fetch_budget_row(sidecar.dsn, "b"))["open_reservations"] == 0:
-            break
-        await asyncio.sleep(0.1)
+    clock.advance(timedelta(seconds=2))
+
+    async def swept() -> bool:
+        return 0 == (await fetch_budget_row(sidecar.dsn, "b"))["open_reservations"]
+
+    # The sweeper (every 0.2 s here) closes the short hold now that its lease passed.
+    await eventually(swept, within_seconds=10, what="the short hold swept")
     await b.Settle(pb.SettleRequest(reservation_id=short.reservation_id, used=500))
-    # The database gauges refresh every 0.2 s here; wait for one after the settle.
-    await asyncio.sleep(0.6)
+    used = ("earmark_budget_used", (("budget_id", "b"), ("unit", "tokens")))
+
+    async def refreshed() -> bool:
+        # The database gauges refresh every 0.2 s here: one after the late settle.
+        return 6_500 == scrape(sidecar.sidecar.metrics_port).get(used)
+
+    await eventually(refreshed, within_seconds=10, what="the gauges refreshed")
     m = scrape(sidecar.sidecar.metrics_port)
     assert 2 == m[("earmark_reservations_total", (("outcome", "admitted"), ("reason", "")))]
     refused = (
@@ -119,13 +127,19 @@ async def test_budget_gauges_are_capped_to_the_most_used(dsn: str, socket_dir: P
                     budget_id=f"b{i}", amount=amount, idempotency_key=uuid.uuid4().hex
                 )
             )
-        await asyncio.sleep(0.6)
+
+        def held() -> dict[str, float]:
+            return {
+                dict(labels)["budget_id"]: v
+                for (name, labels), v in scrape(side.metrics_port).items()
+                if name == "earmark_budget_held"
+            }
+
+        async def refreshed() -> bool:
+            return 2 == len(held())
+
+        await eventually(refreshed, within_seconds=10, what="the budget gauges")
         m = scrape(side.metrics_port)
-    held = {
-        dict(labels)["budget_id"]: v
-        for (name, labels), v in m.items()
-        if name == "earmark_budget_held"
-    }
-    assert {"b1": 90, "b3": 70} == held
+        assert {"b1": 90, "b3": 70} == held()
     assert 2 == m[("earmark_budgets_exported", ())]
     assert 5 == m[("earmark_open_holds", (("unit", "t"),))]

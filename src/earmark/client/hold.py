@@ -101,6 +101,11 @@ class Hold:
         return self.reservation is not None
 
     @property
+    def lost(self) -> bool:
+        """A renewal (or a charge) found the hold gone: stop spending on it."""
+        return self._lost is not None
+
+    @property
     def reservation_id(self) -> str:
         if self.reservation is None:
             raise RefusedError(self._refusal())

@@ -218,6 +218,10 @@ class SyncHold:
         return self.hold.refusal
 
     @property
+    def lost(self) -> bool:
+        return self.hold.lost
+
+    @property
     def reservation_id(self) -> str:
         return self.hold.reservation_id
 
