@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -104,6 +105,9 @@ async def charge_or_renew_error(
     raise AssertionError(f"{rpc} on {reservation_id} succeeded")
 
 
+POLL_SECONDS = 0.05
+
+
 async def eventually(
     check: Callable[[], Awaitable[bool]], *, within_seconds: float, what: str
 ) -> float:
@@ -113,7 +117,17 @@ async def eventually(
     while loop.time() - started < within_seconds:
         if await check():
             return loop.time() - started
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(POLL_SECONDS)
+    raise AssertionError(f"{what}: not within {within_seconds}s")
+
+
+def eventually_sync(check: Callable[[], bool], *, within_seconds: float, what: str) -> float:
+    """eventually() for code outside an event loop (a fixture, a thread)."""
+    started = time.monotonic()
+    while time.monotonic() - started < within_seconds:
+        if check():
+            return time.monotonic() - started
+        time.sleep(POLL_SECONDS)
     raise AssertionError(f"{what}: not within {within_seconds}s")
 
 

@@ -7,7 +7,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import binary_missing, free_port
+from tests.helpers import binary_missing, eventually, eventually_sync, free_port
 
 PROMETHEUS_BIN = shutil.which("prometheus")
 PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -56,15 +55,16 @@ def prometheus(sidecar: Running, tmp_path: Path) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + READY_SECONDS_MAX
-        while True:
+
+        def ready() -> bool:
             try:
                 with urllib.request.urlopen(f"http://{address}/-/ready", timeout=2):
-                    break
+                    return True
             except OSError:
                 assert process.poll() is None, (tmp_path / "prometheus.log").read_text()
-                assert time.monotonic() < deadline, "prometheus never became ready"
-                time.sleep(0.2)
+                return False
+
+        eventually_sync(ready, within_seconds=READY_SECONDS_MAX, what="prometheus ready")
         yield f"http://{address}"
     finally:
         process.terminate()
@@ -78,17 +78,20 @@ def prometheus(sidecar: Running, tmp_path: Path) -> Iterator[str]:
 async def query_until(base: str, promql: str, expected: float) -> float:
     """Queries Prometheus until the instant vector's single value equals expected."""
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    deadline = time.monotonic() + QUERY_SECONDS_MAX
-    seen: object = None
-    while time.monotonic() < deadline:
+    seen: list[float] = []
+
+    async def answered() -> bool:
         body = await asyncio.to_thread(get_json, url)
         result = body["data"]["result"]  # type: ignore[index]
         if result:
-            seen = float(result[0]["value"][1])
-            if seen == expected:
-                return seen
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{promql} = {seen}, expected {expected}")
+            seen.append(float(result[0]["value"][1]))
+        return bool(seen) and seen[-1] == expected
+
+    try:
+        await eventually(answered, within_seconds=QUERY_SECONDS_MAX, what=f"{promql} = {expected}")
+    except AssertionError as missed:
+        raise AssertionError(f"{missed}; last seen {seen[-1:] or 'nothing'}") from None
+    return seen[-1]
 
 
 async def test_prometheus_sees_refusals_and_overshoot(sidecar: Running, prometheus: str) -> None:
