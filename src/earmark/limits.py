@@ -167,7 +167,6 @@ statement_cache_size_default = 100
 pool_size_max_default = 10
 pool_acquire_timeout_seconds = 5.0
 db_command_timeout_seconds = 10.0
-db_rollback_timeout_seconds = 1.0
 db_connect_timeout_seconds = 5.0
 db_probe_timeout_seconds = 1.0
 health_probe_interval_seconds = 1.0
@@ -239,7 +238,6 @@ assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
 assert 0 <= drain_holds_seconds_default <= shutdown_grace_seconds_default
 assert 1 <= drain_tracked_holds_max <= route_cache_size_max
 assert db_command_timeout_seconds < background_stop_seconds_max
-assert 0 < db_rollback_timeout_seconds < db_command_timeout_seconds
 assert budget_id_length_max <= error_about_chars_max
 assert error_about_keys_max >= 4
 assert 1 <= llm_attempts_max <= 100

@@ -85,15 +85,28 @@ _BEGIN: dict[Isolation, str] = {
 }
 
 
-async def roll_back(conn: Conn) -> None:
-    """Ends the connection's open transaction, if any; a connection that cannot is closed
-    (the pool replaces it), so that none goes back to the pool inside a transaction."""
+# A transaction that ended in one of these may be on a connection to a server that no
+# longer answers (a killed or stalled PostgreSQL): a ROLLBACK there would only wait out
+# another command timeout, so the connection is closed instead.
+SUSPECT_CONNECTION = (
+    TimeoutError,
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+)
+
+
+async def roll_back(conn: Conn, cause: BaseException | None = None) -> None:
+    """Ends the connection's open transaction, if any; a connection that cannot, or that
+    cause makes suspect, is closed (the pool replaces it), so that none goes back to the
+    pool inside a transaction."""
     if conn.is_closed() or not conn.is_in_transaction():
         return
+    if isinstance(cause, SUSPECT_CONNECTION):
+        conn.terminate()
+        return
     try:
-        # A connection whose query just timed out may be to a server that no longer answers
-        # (a killed or stalled PostgreSQL): do not wait a whole command timeout again.
-        await conn.execute("ROLLBACK", timeout=limits.db_rollback_timeout_seconds)
+        await conn.execute("ROLLBACK")
     except (Exception, asyncio.CancelledError):
         conn.terminate()
 
@@ -105,8 +118,8 @@ async def transaction(conn: Conn, isolation: Isolation, first: str | None) -> As
     try:
         await conn.execute(_BEGIN[isolation] if first is None else f"{_BEGIN[isolation]}; {first}")
         yield
-    except BaseException:
-        await roll_back(conn)
+    except BaseException as failed:
+        await roll_back(conn, failed)
         raise
     await conn.execute("COMMIT")
 
