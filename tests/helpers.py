@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import google.rpc.error_details_pb2 as error_details_pb2
@@ -103,6 +105,19 @@ async def charge_or_renew_error(
     except grpc.aio.AioRpcError as error:
         return error
     raise AssertionError(f"{rpc} on {reservation_id} succeeded")
+
+
+@contextlib.asynccontextmanager
+async def child(*argv: str, **options: Any) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A process started for a test (a worker, say), killed if it still runs when the
+    block ends, also when the test fails."""
+    process = await asyncio.create_subprocess_exec(*argv, **options)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 POLL_SECONDS = 0.05

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Running
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, child
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -31,12 +31,12 @@ async def run_block(sidecar: Running, tmp_path: Path, name: str) -> str:
     """Runs the README's block as bash would, with grpcurl on PATH; returns what it printed."""
     admin = sidecar.admin_target.removeprefix("unix:")
     env = {**os.environ, "EARMARK": sidecar.target, "ADMIN": admin, "PATH": SEARCH_PATH}
-    process = await asyncio.create_subprocess_exec(
+    async with child(
         "bash", "-euo", "pipefail", "-c", walkthrough(name),
         cwd=tmp_path, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
+    ) as process:  # fmt: skip
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
     out = stdout.decode() + stderr.decode()
     assert 0 == process.returncode, out
     return out

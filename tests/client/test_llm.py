@@ -4,6 +4,7 @@ server over HTTP on 127.0.0.1, held, called and settled through a live sidecar."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -22,7 +23,7 @@ from earmark.client.llm import StreamCappedError, metered, prompt_tokens
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.fake_openai import Billed, FakeOpenAI, fake_openai
-from tests.helpers import assert_invariants, eventually
+from tests.helpers import assert_invariants, child, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("llm_worker.py")
@@ -262,21 +263,16 @@ async def test_a_worker_killed_during_a_call_leaves_its_hold_in_doubt(
     """The prompt is charged before it is sent, so a worker SIGKILLed while the provider
     works leaves its hold IN_DOUBT once the lease passes, still held, not returned."""
     await budget(priced, "killed", 5_000_000)
-    process = await asyncio.create_subprocess_exec(
+
+    async def sent() -> bool:
+        return 1 == len(provider.state.requests)
+
+    async with child(
         sys.executable, str(WORKER), priced.target, provider.url, "killed", "slow", cwd=ROOT
-    )
-    try:
-
-        async def sent() -> bool:
-            return 1 == len(provider.state.requests)
-
+    ) as process:
         await eventually(sent, within_seconds=60, what="the slow call sent")
         process.send_signal(signal.SIGKILL)
         assert -signal.SIGKILL == await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
     async def in_doubt() -> bool:
         return [pb.RESERVATION_STATE_IN_DOUBT] == [h.state for h in await holds(priced, "killed")]
@@ -299,22 +295,18 @@ async def test_five_worker_processes_never_spend_past_five_dollars(
     it, and the budget's used is exactly what the provider billed."""
     await budget(priced, "task", 5_000_000)
 
-    async def spawn(mode: str) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+    def worker(mode: str) -> contextlib.AbstractAsyncContextManager[asyncio.subprocess.Process]:
+        return child(
             sys.executable, str(WORKER), priced.target, provider.url, "task", mode,
             stdout=asyncio.subprocess.PIPE, cwd=ROOT,
         )  # fmt: skip
 
-    processes = [await spawn("stream" if i >= 3 else "plain") for i in range(5)]
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        modes = ["plain"] * 3 + ["stream"] * 2
+        processes = [await stack.enter_async_context(worker(mode)) for mode in modes]
         outs = await asyncio.wait_for(
             asyncio.gather(*(p.communicate() for p in processes)), timeout=240
         )
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
     done = [json.loads(out) for out, _ in outs]
     state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="task"))
     billed = sum(cost(b) for b in provider.state.billed)

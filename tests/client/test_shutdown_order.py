@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
-from tests.helpers import assert_invariants, eventually, fetch_budget_row
+from tests.helpers import assert_invariants, child, eventually, fetch_budget_row
 
 WORKER = Path(__file__).with_name("stopping_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,33 +45,29 @@ async def test_a_stopping_pod_loses_no_usage(order: str, dsn: str, tmp_path: Pat
         tmp_path, "--database-url", dsn,
         "--shutdown-grace-seconds", "20", "--drain-holds-seconds", "15",
     )  # fmt: skip
-    worker = None
     try:
         async with grpc.aio.insecure_channel(sidecar.admin) as channel:
             await budget_pb2_grpc.AdminStub(channel).PutBudget(
                 pb.PutBudgetRequest(budget_id="pod", limit=10_000, unit="t"), timeout=10
             )
-        worker = await asyncio.create_subprocess_exec(
+        async with child(
             sys.executable, str(WORKER), sidecar.target, "pod", CALL_SECONDS,
             stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-        )  # fmt: skip
-        assert worker.stdout is not None
-        assert (await asyncio.wait_for(worker.stdout.readline(), timeout=60)).strip()
-        if order == "sidecar first":
-            sidecar.process.send_signal(signal.SIGTERM)
+        ) as worker:  # fmt: skip
+            assert worker.stdout is not None
+            assert (await asyncio.wait_for(worker.stdout.readline(), timeout=60)).strip()
+            if order == "sidecar first":
+                sidecar.process.send_signal(signal.SIGTERM)
 
-            async def draining() -> bool:
-                return await health(sidecar) != health_pb2.HealthCheckResponse.SERVING
+                async def draining() -> bool:
+                    return await health(sidecar) != health_pb2.HealthCheckResponse.SERVING
 
-            await eventually(draining, within_seconds=10, what="the sidecar draining")
-        worker.send_signal(signal.SIGTERM)
-        out, _ = await asyncio.wait_for(worker.communicate(), timeout=60)
-        assert (0, b"settled\n") == (worker.returncode, out)
+                await eventually(draining, within_seconds=10, what="the sidecar draining")
+            worker.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(worker.communicate(), timeout=60)
+            assert (0, b"settled\n") == (worker.returncode, out)
         assert 0 == await asyncio.to_thread(sidecar.stop)
     finally:
-        if worker is not None and worker.returncode is None:
-            worker.kill()
-            await worker.wait()
         sidecar.stop()
     row = await fetch_budget_row(dsn, "pod")
     assert (400, 0, 0) == (row["used"], row["held"], row["open_reservations"])

@@ -12,7 +12,7 @@ from pathlib import Path
 from earmark.client import AsyncClient
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import assert_invariants, eventually
+from tests.helpers import assert_invariants, child, eventually
 
 WORKER = Path(__file__).with_name("holding_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,12 +24,10 @@ async def test_sigkilled_worker_holds_are_swept_or_in_doubt(sidecar: Running) ->
     ResolveHold charges what the operator says and returns the rest."""
     async with AsyncClient(sidecar.target, admin_target=sidecar.admin_target) as client:
         await client.put_budget("crash", 100_000, "tokens")
-        process = await asyncio.create_subprocess_exec(
+        async with child(
             sys.executable, str(WORKER), sidecar.target, "crash",
-            stdout=asyncio.subprocess.PIPE,
-            cwd=ROOT,
-        )  # fmt: skip
-        try:
+            stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+        ) as process:  # fmt: skip
             assert process.stdout is not None
             line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
             dispatched, idle = line.decode().split()
@@ -47,10 +45,6 @@ async def test_sigkilled_worker_holds_are_swept_or_in_doubt(sidecar: Running) ->
             assert (30_000, 5_000, 2) == (alive.held, alive.used, alive.open_reservations)
             process.send_signal(signal.SIGKILL)
             assert -signal.SIGKILL == await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
 
         async def in_state(state: pb.ReservationState.ValueType) -> list[str]:
             page = await sidecar.admin.ListHolds(

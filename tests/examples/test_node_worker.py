@@ -11,7 +11,7 @@ import pytest
 
 from earmark.client import AsyncClient
 from tests.conftest import Running
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, child
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "examples" / "node-worker" / "worker.js"
@@ -27,12 +27,12 @@ async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
     assert NODE is not None
     async with AsyncClient(sidecar.target, admin_target=sidecar.admin_target) as client:
         await client.put_budget("node/tokens", 100_000, "tokens")
-        process = await asyncio.create_subprocess_exec(
+        async with child(
             NODE, str(WORKER), "--target", sidecar.target, "--budget", "node/tokens",
             "--jobs", "20", "--estimate", "10000", "--actual", "12000",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+        ) as process:  # fmt: skip
+            out, err = await asyncio.wait_for(process.communicate(), timeout=120)
         assert 0 == process.returncode, err.decode()
         summary = json.loads(out)
         state = await client.get_budget("node/tokens")
@@ -54,12 +54,12 @@ async def test_node_worker_reads_the_error_reason(sidecar: Running) -> None:
     reason from the status details (google.rpc.ErrorInfo): BUDGET_NOT_FOUND for each."""
     assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
     assert NODE is not None
-    process = await asyncio.create_subprocess_exec(
+    async with child(
         NODE, str(WORKER), "--target", sidecar.target, "--budget", "node/missing",
         "--jobs", "3",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    ) as process:  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert 0 == process.returncode, err.decode()
     expected = {"admitted": 0, "refused": 0, "capped": 0, "charged": 0}
     assert {**expected, "errors": {"BUDGET_NOT_FOUND": 3}} == json.loads(out)
@@ -80,10 +80,10 @@ async def test_the_readmes_typescript_command_generates_types(tmp_path: Path) ->
     root (with its output sent to a temporary folder), writes the contract's types."""
     assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
     command = readme_typescript_command().replace("--outDir=gen/ts", f"--outDir={tmp_path}")
-    process = await asyncio.create_subprocess_exec(
+    async with child(
         "bash", "-euo", "pipefail", "-c", command, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    ) as process:  # fmt: skip
+        _, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert 0 == process.returncode, err.decode()
     assert (tmp_path / "earmark" / "v1" / "ReserveRequest.ts").is_file()

@@ -4,32 +4,24 @@ the worker settles it late or an operator resolves or releases it."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
-from tests.conftest import Running, running, sidecar_settings
+from tests.conftest import Running
 from tests.helpers import FakeClock, assert_invariants, eventually, scrape
 
 LEASE = Duration(seconds=10)
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
-
-
-@pytest.fixture
-async def clocked(dsn: str, socket_dir: Path, clock: FakeClock) -> AsyncIterator[Running]:
-    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as s:
-        await s.admin.PutBudget(pb.PutBudgetRequest(budget_id="d", limit=100_000, unit="t"))
-        yield s
+async def clocked(clocked: Running) -> Running:
+    """conftest's sidecar on the test clock, with the budget "d" every test here uses."""
+    await clocked.admin.PutBudget(pb.PutBudgetRequest(budget_id="d", limit=100_000, unit="t"))
+    return clocked
 
 
 async def hold(s: Running, amount: int, charge: int = 0) -> str:

@@ -12,15 +12,15 @@ import asyncpg
 from earmark.v1 import budget_pb2 as pb
 from earmark.workloads.lab import step_costs
 from tests.conftest import Running
-from tests.helpers import assert_invariants, fetch_budget_row, free_port
+from tests.helpers import assert_invariants, child, fetch_budget_row, free_port
 
 
 async def earmark(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
+    async with child(
         sys.executable, "-m", "earmark", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), timeout=180)
+    ) as process:  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), timeout=180)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
 
