@@ -62,6 +62,9 @@ def mapped_db_errors() -> Iterator[None]:
         # database): the message names the user and the database, never the password.
         asyncpg.InvalidAuthorizationSpecificationError,
         asyncpg.InvalidCatalogNameError,
+        # A server that takes no writes: a standby, or a primary demoted by a failover or a
+        # switchover while the pool's connection to it stayed open.
+        asyncpg.ReadOnlySQLTransactionError,
     ) as exc:
         raise Unavailable(
             f"database unavailable: {type(exc).__name__}: {exc}", Reason.DATABASE_UNAVAILABLE
@@ -85,14 +88,17 @@ _BEGIN: dict[Isolation, str] = {
 }
 
 
-# A transaction that ended in one of these may be on a connection to a server that no
-# longer answers (a killed or stalled PostgreSQL): a ROLLBACK there would only wait out
-# another command timeout, so the connection is closed instead.
+# A transaction that ended in one of these is on a connection not worth keeping: to a
+# server that no longer answers (a killed or stalled PostgreSQL), where a ROLLBACK would
+# only wait out another command timeout, or to one that takes no writes. It is closed.
 SUSPECT_CONNECTION = (
     TimeoutError,
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    # The connection leads to a server that takes no writes: the pool must connect anew,
+    # through the URL's target_session_attrs, to find the one that does.
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 
