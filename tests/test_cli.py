@@ -225,7 +225,8 @@ def test_a_database_that_refuses_is_one_line(database_url: str, tmp_path: Path) 
     result = subprocess.run(
         [sys.executable, "-m", "earmark", "serve", "--database-url", refused_url,
          "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--admin-listen", f"unix:{tmp_path / 'a.sock'}"],
+         "--admin-listen", f"unix:{tmp_path / 'a.sock'}", "--data-dir", str(tmp_path),
+         "--database-wait-seconds", "0"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     lines = result.stderr.strip().splitlines()

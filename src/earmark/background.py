@@ -1,19 +1,26 @@
-"""The sidecar's periodic work: the sweeper, the database watch, the database gauges.
+"""The sidecar's periodic work: the sweeper, the database watch, the database gauges, the
+meter reporter, and a watchdog over them all.
 
-Each loop is bounded per tick and survives a database outage: it logs, waits its
-interval and tries again.
+Every loop survives any exception: a pass that fails is logged with the loop's name,
+counted in earmark_background_errors_total{loop}, and followed by a full-jitter backoff.
+A pass that ends, or fails because the database is unavailable, is a heartbeat; a loop
+without one for its stall window (a pass hung, or the task gone) turns liveness
+NOT_SERVING, so that the orchestrator restarts the sidecar. A database outage does not: it
+takes the sidecar out of rotation (health of the services), not out of the pod.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import random
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
 from earmark import limits
-from earmark.errors import EarmarkError
+from earmark.errors import Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.reporter import Reporter
 from earmark.settings import Settings
@@ -26,7 +33,34 @@ log = structlog.get_logger("earmark.background")
 # The sweeper closes at most this many batches per tick, then sleeps.
 sweep_batches_per_tick_max = 20
 
+# Called with whether the services can serve (the database answers and writes).
 OnDatabase = Callable[[bool], Awaitable[None]]
+# Called with a source of liveness and what is wrong with it (None: nothing).
+OnLiveness = Callable[[str, str | None], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    name: str
+    step: Callable[[], Awaitable[None]]
+    interval_seconds: float
+    # A pass may take this long before the loop counts as stalled.
+    stall_seconds: float
+
+
+def stall_seconds(interval_seconds: float, pass_seconds_max: float = 0.0) -> float:
+    """How long a loop may go without a heartbeat: background_stall_intervals of its
+    intervals, at least background_stall_seconds_min, plus what one pass may take."""
+    return pass_seconds_max + max(
+        limits.background_stall_intervals * interval_seconds, limits.background_stall_seconds_min
+    )
+
+
+def backoff_seconds(failures: int, interval_seconds: float, rng: random.Random) -> float:
+    """Full jitter after the failures-th failure in a row: uniform in [0, ceiling], the
+    ceiling doubling from twice the interval up to the cap (the interval, if longer)."""
+    cap = max(interval_seconds, limits.background_backoff_seconds_max)
+    return rng.uniform(0.0, min(cap, interval_seconds * 2.0 ** min(failures, 32)))
 
 
 class Background:
@@ -38,8 +72,11 @@ class Background:
         on_database: OnDatabase,
         *,
         probe: DatabaseProbe,
+        on_liveness: OnLiveness | None = None,
         supervisor: Supervisor | None = None,
         reporter: Reporter | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         self._reporter = reporter
         self._store = store
@@ -48,21 +85,53 @@ class Background:
         self._metrics = metrics
         self._settings = settings
         self._on_database = on_database
+        self._on_liveness = on_liveness
+        self._monotonic = monotonic
+        self._rng = rng or random.Random()
         self._database_up: bool | None = None
+        self._serving: bool | None = None
+        # What stopped the database from writing, until a write probe goes through.
+        self._write_fault: Unavailable | None = None
+        self._wake_watch = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping: dict[str, asyncio.Event] = {}
+        self._beats: dict[str, float] = {}
+        self._stalled: set[str] = set()
+        self.loops = {
+            loop.name: loop
+            for loop in (
+                Loop("sweeper", self._sweep, settings.sweep_interval_seconds,
+                     stall_seconds(settings.sweep_interval_seconds)),
+                Loop("database-watch", self._watch_database,
+                     limits.health_probe_interval_seconds,
+                     stall_seconds(limits.health_probe_interval_seconds)),
+                Loop("gauges", self._refresh_gauges, settings.metrics_refresh_seconds,
+                     stall_seconds(settings.metrics_refresh_seconds)),
+            )
+        }  # fmt: skip
+        if reporter is not None:
+            self.loops["reporter"] = Loop(
+                "reporter",
+                self._report,
+                settings.report_interval_seconds,
+                stall_seconds(settings.report_interval_seconds, limits.report_pass_seconds_max),
+            )
 
     def start(self) -> None:
-        loops = {
-            "sweeper": self._sweep_forever,
-            "database-watch": self._watch_database,
-            "gauges": self._refresh_gauges,
-        }
-        if self._reporter is not None:
-            loops["reporter"] = self._report_forever
-        for name, loop in loops.items():
+        now = self._monotonic()
+        for name, loop in self.loops.items():
+            self._beats[name] = now
             self._stopping[name] = asyncio.Event()
-            self._tasks[name] = asyncio.create_task(loop(), name=f"earmark-{name}")
+            self._tasks[name] = asyncio.create_task(self._run(loop), name=f"earmark-{name}")
+        self._stopping["watchdog"] = asyncio.Event()
+        self._tasks["watchdog"] = asyncio.create_task(self._watchdog(), name="earmark-watchdog")
+
+    def write_fault(self, error: Unavailable) -> None:
+        """The store saw the database refuse a write (disk full, read-only...): health
+        turns NOT_SERVING at once, until a write probe goes through."""
+        if self._write_fault is None:
+            self._write_fault = error
+            self._wake_watch.set()
 
     async def stop_sweeper(self) -> None:
         """Stops the sweeper; holds then expire only when a Charge, Renew or Settle finds
@@ -70,6 +139,7 @@ class Background:
         await self._stop("sweeper")
 
     async def stop(self) -> None:
+        await self._stop("watchdog")
         for name in list(self._tasks):
             await self._stop(name)
         await self._probe.close()
@@ -82,6 +152,9 @@ class Background:
         if task is None:
             return
         self._stopping[name].set()
+        self._beats.pop(name, None)
+        if name == "database-watch":
+            self._wake_watch.set()
         done, _ = await asyncio.wait({task}, timeout=limits.background_stop_seconds_max)
         if not done:
             task.cancel()
@@ -92,72 +165,126 @@ class Background:
         except Exception:
             log.exception("background_stop_failed", loop=name)
 
-    async def _pause(self, name: str, seconds: float) -> bool:
-        """Waits seconds between steps; True once the loop is asked to stop."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping[name].wait(), seconds)
+    async def _pause(self, name: str, seconds: float, wake: asyncio.Event | None = None) -> bool:
+        """Waits seconds between passes (less if woken); True once asked to stop."""
+        waits = [asyncio.ensure_future(self._stopping[name].wait())]
+        if wake is not None:
+            waits.append(asyncio.ensure_future(wake.wait()))
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if wake is not None:
+            wake.clear()
         return self._stopping[name].is_set()
 
-    async def _sweep_forever(self) -> None:
-        while not self._stopping["sweeper"].is_set():
+    async def _run(self, loop: Loop) -> None:
+        """Runs loop's passes until asked to stop, whatever they raise."""
+        failures = 0
+        while not self._stopping[loop.name].is_set():
+            pause = loop.interval_seconds
             try:
-                for _ in range(sweep_batches_per_tick_max):
-                    closed = await self._store.sweep_once(limits.sweep_batch_size_max)
-                    if closed:
-                        log.info("sweeper_expired", holds=closed)
-                    if closed < limits.sweep_batch_size_max:
-                        break
-            except EarmarkError as error:
-                log.warning("sweeper_failed", error=error.message)
-            if await self._pause("sweeper", self._settings.sweep_interval_seconds):
+                await loop.step()
+                failures = 0
+                self._beats[loop.name] = self._monotonic()
+            except Exception as error:
+                failures += 1
+                self._metrics.background_errors.labels(loop.name).inc()
+                if isinstance(error, Unavailable):
+                    # The database's fault, not the loop's: the loop is alive.
+                    self._beats[loop.name] = self._monotonic()
+                    log.warning("background_failed", loop=loop.name, reason=error.reason.value,
+                                error=error.message, failures=failures)  # fmt: skip
+                else:
+                    log.exception("background_failed", loop=loop.name, failures=failures)
+                pause = backoff_seconds(failures, loop.interval_seconds, self._rng)
+            wake = self._wake_watch if loop.name == "database-watch" else None
+            if await self._pause(loop.name, pause, wake):
                 return
 
-    async def _report_forever(self) -> None:
-        assert self._reporter is not None
-        while not self._stopping["reporter"].is_set():
-            try:
-                while await self._reporter.report_once() >= limits.report_batch_size_max:
-                    pass
-            except EarmarkError as error:
-                log.warning("reporter_failed", error=error.message)
-            if await self._pause("reporter", self._settings.report_interval_seconds):
+    async def _watchdog(self) -> None:
+        while not await self._pause("watchdog", limits.background_watchdog_seconds):
+            await self.check_stalls()
+
+    async def check_stalls(self) -> None:
+        """Turns liveness NOT_SERVING for each loop without a heartbeat for its stall
+        window (a task that ended has none), and back when it beats again."""
+        now = self._monotonic()
+        for name, loop in self.loops.items():
+            beat = self._beats.get(name)
+            if beat is None:
+                continue
+            task = self._tasks.get(name)
+            stalled = now - beat > loop.stall_seconds or (task is not None and task.done())
+            if stalled == (name in self._stalled):
+                continue
+            if stalled:
+                self._stalled.add(name)
+                why = f"no pass finished in {now - beat:.0f}s (at most {loop.stall_seconds:g}s)"
+                log.error("background_stalled", loop=name, why=why)
+            else:
+                self._stalled.discard(name)
+                why = None
+                log.info("background_running", loop=name)
+            if self._on_liveness is not None:
+                await self._on_liveness(f"loop:{name}", why)
+
+    async def _sweep(self) -> None:
+        for _ in range(sweep_batches_per_tick_max):
+            closed = await self._store.sweep_once(limits.sweep_batch_size_max)
+            if closed:
+                log.info("sweeper_expired", holds=closed)
+            if closed < limits.sweep_batch_size_max:
                 return
+
+    async def _report(self) -> None:
+        assert self._reporter is not None
+        while await self._reporter.report_once() >= limits.report_batch_size_max:
+            pass
 
     async def _watch_database(self) -> None:
-        """Probes the database every interval with a timeout of its own, so that a stalled
-        database turns health NOT_SERVING within about two intervals."""
-        while not self._stopping["database-watch"].is_set():
-            why = await self._probe.check()
-            up = why is None
-            if not up and self._database_up is not False:
-                log.error("database_unreachable", error=why)
-            if self._supervisor is not None:
-                if up:
-                    self._supervisor.database_up()
-                else:
-                    await self._supervisor.database_down(asyncio.get_running_loop().time())
-            if up != self._database_up:
-                if up and self._database_up is False:
-                    log.info("database_reachable")
-                    await self._store.expire_connections()
-                self._database_up = up
-                self._metrics.database_up.set(1 if up else 0)
-                await self._on_database(up)
-            if await self._pause("database-watch", limits.health_probe_interval_seconds):
-                return
+        """Probes the database with a timeout of its own, so that a stalled database turns
+        health NOT_SERVING within about two intervals; after a write fault, probes writes
+        too, and health stays NOT_SERVING until one goes through."""
+        why = await self._probe.check()
+        up = why is None
+        if not up and self._database_up is not False:
+            log.error("database_unreachable", error=why)
+        if self._supervisor is not None:
+            if up:
+                self._supervisor.database_up()
+            else:
+                await self._supervisor.database_down(asyncio.get_running_loop().time())
+        if up != self._database_up:
+            if up and self._database_up is False:
+                log.info("database_reachable")
+                await self._store.expire_connections()
+            self._database_up = up
+            self._metrics.database_up.set(1 if up else 0)
+        if up and self._write_fault is not None:
+            await self._probe_writes()
+        serving = up and self._write_fault is None
+        if serving != self._serving:
+            self._serving = serving
+            await self._on_database(serving)
+
+    async def _probe_writes(self) -> None:
+        fault = self._write_fault
+        assert fault is not None
+        if self._serving is not False:
+            log.error("database_cannot_write", reason=fault.reason.value, error=fault.message)
+        still = await self._store.write_probe()
+        if still is None:
+            log.info("database_writes_again", after=fault.reason.value)
+            self._write_fault = None
 
     async def _refresh_gauges(self) -> None:
-        while not self._stopping["gauges"].is_set():
-            try:
-                self._metrics.set_open_holds(await self._store.open_holds_by_unit())
-                watched = await self._store.watch_totals()
-                self._metrics.in_doubt_holds.set(watched.in_doubt)
-                self._metrics.in_doubt_oldest_seconds.set(watched.in_doubt_oldest_seconds)
-                self._metrics.budgets_in_overage.set(watched.budgets_in_overage)
-                self._metrics.set_budgets(
-                    await self._store.most_used_budgets(self._settings.metrics_budgets_max)
-                )
-            except EarmarkError as error:
-                log.warning("gauges_failed", error=error.message)
-            if await self._pause("gauges", self._settings.metrics_refresh_seconds):
-                return
+        self._metrics.set_open_holds(await self._store.open_holds_by_unit())
+        watched = await self._store.watch_totals()
+        self._metrics.in_doubt_holds.set(watched.in_doubt)
+        self._metrics.in_doubt_oldest_seconds.set(watched.in_doubt_oldest_seconds)
+        self._metrics.budgets_in_overage.set(watched.budgets_in_overage)
+        self._metrics.set_budgets(
+            await self._store.most_used_budgets(self._settings.metrics_budgets_max)
+        )

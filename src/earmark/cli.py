@@ -75,6 +75,12 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--data-dir", type=Path, help=f"embedded PostgreSQL's home [{env['data_dir']}, .earmark]"
     )
+    s.add_argument(
+        "--database-wait-seconds",
+        type=float,
+        help="at start, how long to wait for a database that does not answer, health "
+        f"NOT_SERVING meanwhile; 0 fails at once [{env['database_wait_seconds']}, 60]",
+    )
     s.add_argument("--lease-seconds-max", type=float, help=f"[{env['lease_seconds_max']}, 3600]")
     s.add_argument(
         "--sweep-interval-seconds", type=float, help=f"[{env['sweep_interval_seconds']}, 1]"

@@ -48,6 +48,9 @@ class Reason(StrEnum):
     BUDGET_HAS_OPEN_HOLDS = "BUDGET_HAS_OPEN_HOLDS"
     # The change would carry a counter past 2^63-1.
     COUNTER_OVERFLOW = "COUNTER_OVERFLOW"
+    # FAILED_PRECONDITION: the database refused a value or a constraint of this request
+    # alone (metadata `sqlstate`); retrying it unchanged cannot help.
+    DATABASE_REFUSED = "DATABASE_REFUSED"
     # A plan's call on a sidecar started without --limits-provider.
     NO_LIMITS_PROVIDER = "NO_LIMITS_PROVIDER"
     FEATURE_NOT_IN_PLAN = "FEATURE_NOT_IN_PLAN"
@@ -61,10 +64,24 @@ class Reason(StrEnum):
     SHUTTING_DOWN = "SHUTTING_DOWN"
     OVERLOADED = "OVERLOADED"
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    # The database cannot write: its disk is full, it is out of memory, it is read-only (a
+    # standby, a demoted primary), or its files failed to read or write. Health turns
+    # NOT_SERVING until a write goes through again.
+    DATABASE_DISK_FULL = "DATABASE_DISK_FULL"
+    DATABASE_OUT_OF_MEMORY = "DATABASE_OUT_OF_MEMORY"
+    DATABASE_READ_ONLY = "DATABASE_READ_ONLY"
+    DATABASE_IO_ERROR = "DATABASE_IO_ERROR"
+    # The database takes no more connections (max_connections, a role's connection limit).
+    DATABASE_CONNECTIONS_FULL = "DATABASE_CONNECTIONS_FULL"
+    # The sidecar is still waiting for its database at start (--database-wait-seconds).
+    DATABASE_STARTING = "DATABASE_STARTING"
     CONFLICT_RETRIES_EXHAUSTED = "CONFLICT_RETRIES_EXHAUSTED"
     LIMITS_UNAVAILABLE = "LIMITS_UNAVAILABLE"
     # The sidecar could not start listening (never sent to a caller: `earmark serve` prints it).
     LISTEN_FAILED = "LISTEN_FAILED"
+    # Another sidecar holds the data dir's lock (never sent to a caller: `earmark serve`
+    # prints it, naming that sidecar's pid).
+    DATA_DIR_IN_USE = "DATA_DIR_IN_USE"
     # Anything else is a bug in the sidecar: INTERNAL, logged.
     INTERNAL = "INTERNAL"
 

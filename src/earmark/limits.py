@@ -195,6 +195,35 @@ stream_grace_seconds = 0.5
 # A background loop asked to stop finishes its current transaction, at most this long.
 background_stop_seconds_max = 12.0
 
+# Background loops (the sweeper, the database watch, the gauges, the meter reporter) survive
+# any exception: a failed pass is logged and counted, and the next one waits a full-jitter
+# backoff of at most background_backoff_seconds_max (or the loop's own interval, if that is
+# longer), so that the sweeper returns expired holds within a few seconds of the database
+# writing again. A loop that has not finished a pass (or failed one on an unavailable
+# database) for background_stall_intervals of its intervals, and at least
+# background_stall_seconds_min, is stalled: liveness turns NOT_SERVING. A watchdog looks
+# every background_watchdog_seconds.
+background_backoff_seconds_max = 4.0
+background_stall_intervals = 10
+background_stall_seconds_min = 30.0
+background_watchdog_seconds = 1.0
+# A meter report pass may wait for the provider on every report it claimed.
+report_pass_seconds_max = report_batch_size_max * provider_timeout_seconds
+
+# The write probe (store/probe.py) fills this many rows of about 130 bytes, 16 blocks of
+# 8 KiB, in a file of its own: the headroom a database must have again to be called
+# writable after a full disk.
+write_probe_rows = 1_000
+
+# At start, `earmark serve` waits this long by default for a database it cannot reach (0:
+# fail at once; at most database_wait_seconds_max), trying again after a full-jitter
+# backoff growing from database_wait_backoff_seconds_base to
+# database_wait_backoff_seconds_max.
+database_wait_seconds_default = 60.0
+database_wait_seconds_max = 3600.0
+database_wait_backoff_seconds_base = 0.5
+database_wait_backoff_seconds_max = 5.0
+
 assert 0 < budget_id_length_max <= 1024
 assert 0 < token_length_min <= token_length_max
 assert 1 <= streams_per_connection_max <= streams_max < rpc_concurrency_max
@@ -238,6 +267,16 @@ assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
 assert 0 <= drain_holds_seconds_default <= shutdown_grace_seconds_default
 assert 1 <= drain_tracked_holds_max <= route_cache_size_max
 assert db_command_timeout_seconds < background_stop_seconds_max
+assert 0 < background_backoff_seconds_max < background_stall_seconds_min
+assert (
+    db_command_timeout_seconds + pool_acquire_timeout_seconds + background_backoff_seconds_max
+    < background_stall_seconds_min
+), "a pass that waits out its timeouts once is not a stall"
+assert 1 <= background_stall_intervals <= 1_000
+assert 0 < background_watchdog_seconds < background_stall_seconds_min
+assert 1 <= write_probe_rows <= 100_000
+assert 0 <= database_wait_seconds_default <= database_wait_seconds_max
+assert 0 < database_wait_backoff_seconds_base <= database_wait_backoff_seconds_max
 assert budget_id_length_max <= error_about_chars_max
 assert error_about_keys_max >= 4
 assert 1 <= llm_attempts_max <= 100

@@ -149,6 +149,13 @@ class Metrics:
             "Age of the oldest total not yet reported to the provider's meter (database).",
             registry=r,
         )
+        self.background_errors = Counter(
+            "earmark_background_errors",
+            "Passes of a background loop (sweeper, database-watch, gauges, reporter) that "
+            "failed; each is logged as background_failed and retried after a backoff.",
+            ["loop"],
+            registry=r,
+        )
         self.database_restarts = Counter(
             "earmark_embedded_database_restarts",
             "Times the sidecar restarted its embedded PostgreSQL after it died.",

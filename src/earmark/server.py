@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import os
+import random
 import signal
 import socket
 from typing import Any
@@ -16,6 +19,7 @@ from prometheus_client import start_http_server
 
 from earmark import limits
 from earmark.background import Background
+from earmark.datadir import DataDirLock
 from earmark.errors import Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitCache
@@ -87,7 +91,11 @@ class Sidecar:
         self.admin_address = ""
         self.streams = StreamSlots()
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        self.drain = Drain()
+        self.drain = Drain(starting=True)
+        self._data_dir_lock: DataDirLock | None = None
+        # What keeps the sidecar from being live, by source (a stalled loop, the embedded
+        # database that will not start again); live while empty.
+        self._not_live: dict[str, str] = {}
         self.port = 0
         self.metrics_port = 0
         self._metrics_httpd: Any = None
@@ -103,6 +111,9 @@ class Sidecar:
             raise
 
     async def _start(self) -> None:
+        # Before anything else: the data dir (the embedded PostgreSQL's home, the admin
+        # socket) belongs to one sidecar at a time.
+        self._data_dir_lock = DataDirLock.take(self.settings.data_dir)
         dsn = self.settings.database_url
         if dsn is None:
             self.embedded = EmbeddedPostgres(self.settings.data_dir)
@@ -115,8 +126,9 @@ class Sidecar:
             on_batch=m.batch_size.observe,
             on_expired=m.expired_holds.inc,
             on_exhausted=m.tx_retries_exhausted.inc,
+            on_write_fault=self._write_fault,
         )
-        self.store = await Store.open(
+        self.store = Store(
             dsn,
             pool_size_max=self.settings.pool_size_max,
             clock=self.clock,
@@ -125,29 +137,32 @@ class Sidecar:
             prepared_statements=self.settings.database_pooler != "pgbouncer",
         )
         self._start_plans(self.store)
+        # Listeners first, so that health answers (NOT_SERVING) while the database is
+        # waited for; until then every call is told UNAVAILABLE (Drain.starting).
         self.server, self.port = await self._serve_workers(self.store)
         self.admin_server, self.admin_address = await self._serve_admin(self.store)
-        if self.settings.metrics_listen:
-            host, port = split_host_port(self.settings.metrics_listen, "metrics_listen")
-            try:
-                self._metrics_httpd, _ = start_http_server(port, host, registry=m.registry)
-            except OSError as error:
-                raise Unavailable(
-                    f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}",
-                    Reason.LISTEN_FAILED,
-                ) from None
-            self.metrics_port = self._metrics_httpd.server_port
+        self._serve_metrics()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(False)
+        log.info(
+            "listening",
+            port=self.port,
+            admin=self.admin_address,
+            metrics_port=self.metrics_port,
+        )
+        await self._connect(self.store)
+        self.drain.starting = False
         await self._set_health(True)
         supervisor = None
         if self.embedded is not None:
-            supervisor = Supervisor(self.embedded, m, self._set_liveness)
+            supervisor = Supervisor(self.embedded, m, self._embedded_liveness)
         self.background = Background(
             self.store,
             m,
             self.settings,
             self._set_health,
             probe=DatabaseProbe(dsn),
+            on_liveness=self._set_liveness,
             supervisor=supervisor,
             reporter=(
                 None
@@ -165,6 +180,71 @@ class Sidecar:
             metrics_port=self.metrics_port,
             database="embedded" if self.embedded else "external",
         )
+
+    async def _connect(self, store: Store) -> None:
+        """Connects the store, trying again with backoff for --database-wait-seconds while
+        the database cannot be reached (a pod whose database starts a little later); each
+        failed try is logged, without the URL. Past the wait: Unavailable, in one line."""
+        wait = self.settings.database_wait_seconds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        rng = random.Random()
+        for attempt in itertools.count(1):
+            try:
+                await store.connect()
+                return
+            except Unavailable as error:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise Unavailable(
+                        f"database: not reachable within {wait:g}s (--database-wait-seconds): "
+                        f"{error.message}",
+                        error.reason,
+                    ) from None
+                ceiling = min(
+                    limits.database_wait_backoff_seconds_max,
+                    limits.database_wait_backoff_seconds_base * 2 ** min(attempt, 32),
+                )
+                pause = min(left, rng.uniform(0.0, ceiling))
+                log.warning(
+                    "database_wait",
+                    attempt=attempt,
+                    reason=error.reason.value,
+                    error=error.message,
+                    seconds_left=round(left, 1),
+                )
+                await asyncio.sleep(pause)
+
+    def _serve_metrics(self) -> None:
+        """Prometheus text on --metrics-listen: TLS when the sidecar has it, like every
+        other TCP listener (the gauges name budgets, their limits and their use)."""
+        if not self.settings.metrics_listen:
+            return
+        settings = self.settings
+        host, port = split_host_port(settings.metrics_listen, "metrics_listen")
+        tls: dict[str, Any] = {}
+        if settings.tls:
+            tls = {
+                "certfile": str(settings.tls_cert_file),
+                "keyfile": str(settings.tls_key_file),
+            }
+            if settings.tls_client_ca_file is not None:
+                tls |= {"client_cafile": str(settings.tls_client_ca_file),
+                        "client_auth_required": True}  # fmt: skip
+        try:
+            self._metrics_httpd, _ = start_http_server(
+                port, host, registry=self.metrics.registry, **tls
+            )
+        except OSError as error:
+            raise Unavailable(
+                f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}",
+                Reason.LISTEN_FAILED,
+            ) from None
+        self.metrics_port = self._metrics_httpd.server_port
+
+    def _write_fault(self, error: Unavailable) -> None:
+        if self.background is not None:
+            self.background.write_fault(error)
 
     def _start_plans(self, store: Store) -> None:
         """The limits provider, its cache and the gate, for --limits-provider kinde; the
@@ -343,21 +423,32 @@ class Sidecar:
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
             self.embedded = None
+        if self._data_dir_lock is not None:
+            self._data_dir_lock.release()
+            self._data_dir_lock = None
         log.info("stopped")
 
     async def stop_sweeper(self) -> None:
         if self.background is not None:
             await self.background.stop_sweeper()
 
-    async def _set_liveness(self, live: bool) -> None:
-        """The server as a whole: NOT_SERVING only when the sidecar cannot recover by
-        itself (its embedded database will not start), so that it is restarted."""
+    async def _set_liveness(self, source: str, problem: str | None) -> None:
+        """The server as a whole (""): NOT_SERVING only while the sidecar cannot recover by
+        itself (a background loop stalled, its embedded database will not start), so that
+        it is restarted; SERVING again if every source recovers first."""
+        if problem is None:
+            self._not_live.pop(source, None)
+        else:
+            self._not_live[source] = problem
         status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if live
-            else health_pb2.HealthCheckResponse.NOT_SERVING
+            health_pb2.HealthCheckResponse.NOT_SERVING
+            if self._not_live
+            else health_pb2.HealthCheckResponse.SERVING
         )
         await self.health.set("", status)
+
+    async def _embedded_liveness(self, live: bool) -> None:
+        await self._set_liveness("embedded-database", None if live else "would not start again")
 
     async def _set_health(self, serving: bool) -> None:
         """Both services are SERVING while the database answers. The server as a whole
@@ -392,7 +483,18 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await sidecar.start()
+    # A signal while the sidecar still waits for its database ends the wait.
+    starting = asyncio.create_task(sidecar.start())
+    stopped = asyncio.create_task(stopping.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return
+    stopped.cancel()
+    starting.result()
     try:
         await stopping.wait()
         log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)

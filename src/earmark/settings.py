@@ -98,6 +98,8 @@ class Settings:
     limit_retry_seconds: float = limits.limit_retry_seconds
     admissions_per_minute: int = limits.admissions_per_minute_default
     report_interval_seconds: float = limits.report_interval_seconds_default
+    # How long `earmark serve` waits at start for a database it cannot reach (0: not at all).
+    database_wait_seconds: float = limits.database_wait_seconds_default
 
     @property
     def admin_address(self) -> str:
@@ -126,7 +128,14 @@ class Settings:
         if self.tls_client_ca_file is not None and not self.tls:
             raise ValueError("tls_client_ca_file: needs tls_cert_file and tls_key_file")
         if self.metrics_listen:
-            split_host_port(self.metrics_listen, "metrics_listen")
+            metrics_host, _ = split_host_port(self.metrics_listen, "metrics_listen")
+            # The gauges name budgets, their limits and their use: the same rule as --listen.
+            self._check_exposure("metrics_listen", metrics_host)
+        if not 0 <= self.database_wait_seconds <= limits.database_wait_seconds_max:
+            raise ValueError(
+                f"database_wait_seconds: {self.database_wait_seconds} is not in "
+                f"[0, {limits.database_wait_seconds_max:g}]"
+            )
         if (
             not limits.lease_seconds_min
             <= self.lease_seconds_max
@@ -247,6 +256,7 @@ ENV = {
     "limit_retry_seconds": "EARMARK_LIMIT_RETRY_SECONDS",
     "admissions_per_minute": "EARMARK_ADMISSIONS_PER_MINUTE",
     "report_interval_seconds": "EARMARK_REPORT_INTERVAL_SECONDS",
+    "database_wait_seconds": "EARMARK_DATABASE_WAIT_SECONDS",
 }
 
 # The Kinde M2M application's credentials come from the environment only: never a flag
@@ -291,6 +301,7 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "limit_retry_seconds": float,
     "admissions_per_minute": int,
     "report_interval_seconds": float,
+    "database_wait_seconds": float,
 }
 
 

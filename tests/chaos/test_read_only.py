@@ -8,10 +8,15 @@ import uuid
 
 import asyncpg
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from earmark.server import BUDGET_SERVICE
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import TEST_DATABASE, Running
 from tests.helpers import assert_invariants, eventually, reason_of
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def set_read_only(dsn: str, on: bool) -> None:
@@ -36,7 +41,8 @@ async def set_read_only(dsn: str, on: bool) -> None:
 
 async def test_a_read_only_database_is_unavailable_then_recovers(sidecar: Running) -> None:
     """Every Reserve against a database that takes no writes answers UNAVAILABLE with reason
-    DATABASE_UNAVAILABLE; once writes are back, Reserves are admitted again."""
+    DATABASE_READ_ONLY and health turns NOT_SERVING; once writes are back, Reserves are
+    admitted again and health is SERVING."""
     await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="ro", unit="t"))
     codes: list[grpc.StatusCode] = []
 
@@ -60,13 +66,23 @@ async def test_a_read_only_database_is_unavailable_then_recovers(sidecar: Runnin
         answer = await reserve()
         return isinstance(answer, pb.ReserveResponse) and answer.admitted
 
+    health = health_pb2_grpc.HealthStub(sidecar.channel)
+
+    async def budget_health_is(status: int) -> bool:
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=BUDGET_SERVICE))
+        return status == reply.status
+
     await set_read_only(sidecar.dsn, True)
     try:
         await eventually(refused_as_read_only, within_seconds=30, what="a read-only refusal")
+        await eventually(lambda: budget_health_is(NOT_SERVING), within_seconds=10,
+                         what="health NOT_SERVING while the database takes no writes")  # fmt: skip
     finally:
         await set_read_only(sidecar.dsn, False)
+    await eventually(lambda: budget_health_is(SERVING), within_seconds=10,
+                     what="health SERVING once writes are back")  # fmt: skip
     await eventually(admitted, within_seconds=30, what="a Reserve admitted again")
     assert {grpc.StatusCode.UNAVAILABLE} == set(codes)
     assert grpc.StatusCode.UNAVAILABLE == read_only_errors[0].code()
-    assert "DATABASE_UNAVAILABLE" == reason_of(read_only_errors[0])[0]
+    assert "DATABASE_READ_ONLY" == reason_of(read_only_errors[0])[0]
     await assert_invariants(sidecar.dsn)

@@ -1,5 +1,6 @@
-"""Graceful shutdown of the RPC layer: count calls in flight, refuse new ones while draining,
-and let the workers of holds still open finish them."""
+"""The RPC layer's life: calls refused while the sidecar waits for its database at start;
+graceful shutdown: count calls in flight, refuse new ones while draining, and let the
+workers of holds still open finish them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ class Drain:
     may be finishing the very call the hold pays for (a pod whose containers all got
     SIGTERM at once), and a lost Settle loses the usage."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, starting: bool = False) -> None:
+        # True until the database is connected: every call is told UNAVAILABLE, retry.
+        self.starting = starting
         self.draining = False
         self.active = 0
         self._last_call = time.monotonic()
@@ -35,6 +38,10 @@ class Drain:
         self.holds.pop(reservation_id, None)
 
     def enter(self, reservation_id: str = "") -> None:
+        if self.starting:
+            raise Unavailable(
+                "the sidecar is still waiting for its database; retry", Reason.DATABASE_STARTING
+            )
         self._last_call = time.monotonic()
         if self.draining and not (reservation_id and reservation_id in self.holds):
             raise Unavailable("the sidecar is shutting down; retry", Reason.SHUTTING_DOWN)

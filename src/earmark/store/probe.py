@@ -1,4 +1,6 @@
-"""The database probe behind health: one connection of its own, and a hard timeout.
+"""The database probes behind health: whether it answers, and whether it can write.
+
+The first has one connection of its own, and a hard timeout.
 
 A probe through the pool did not see a stalled database: asyncpg's query timeout sends a
 cancel request over a new connection and then waits for the stalled server to confirm
@@ -15,6 +17,27 @@ import contextlib
 import asyncpg
 
 from earmark import limits
+from earmark.store.tx import Conn
+
+# The write probe waits this long at most for another sidecar's probe of the same table.
+WRITE_PROBE_FIRST = "SET LOCAL lock_timeout = '1s'"
+
+# A new file for the probe's table (TRUNCATE in a transaction makes one), filled with
+# enough rows to need fresh blocks (limits.write_probe_rows of about 130 bytes): PostgreSQL
+# extends a file by writing to it at once, so a full disk refuses this as it refuses the
+# workers' inserts. The transaction is then rolled back, and the new file removed.
+_WRITE = "TRUNCATE write_probe"
+_FILL = "INSERT INTO write_probe (n, pad) SELECT g, repeat('x', 100) FROM generate_series(1, $1) g"
+
+
+class Discarded(Exception):
+    """The write went through; raised to roll it back."""
+
+
+async def write_and_discard(conn: Conn) -> None:
+    await conn.execute(_WRITE)
+    await conn.execute(_FILL, limits.write_probe_rows)
+    raise Discarded
 
 
 class DatabaseProbe:

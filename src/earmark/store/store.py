@@ -21,15 +21,23 @@ from earmark.errors import (
     FailedPrecondition,
     InvalidArgument,
     Reason,
+    Unavailable,
     budget_not_found,
     reservation_not_found,
 )
-from earmark.store import cycles, operator, pricebook, queries, stripes, writes
+from earmark.store import cycles, operator, pricebook, probe, queries, stripes, writes
 from earmark.store.cycles import Report
 from earmark.store.lanes import Lanes, Route, TopUp
 from earmark.store.migrate import migrate
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
-from earmark.store.tx import Conn, Isolation, mapped_db_errors, roll_back, run_transaction
+from earmark.store.tx import (
+    WRITE_FAULTS,
+    Conn,
+    Isolation,
+    mapped_db_errors,
+    roll_back,
+    run_transaction,
+)
 
 Clock = Callable[[], datetime]
 # grouped: a lane per budget, one transaction per batch; naive: one per request.
@@ -57,24 +65,33 @@ class StoreObserver:
     on_exhausted: Callable[[], None] | None = None
     on_batch: Callable[[int], None] | None = None
     on_expired: Callable[[int], None] | None = None
+    # A transaction failed because the database cannot write (disk full, read-only...).
+    on_write_fault: Callable[[Unavailable], None] | None = None
 
 
 class Store:
-    """Everything Earmark keeps in PostgreSQL. Open with Store.open(), close with close()."""
+    """Everything Earmark keeps in PostgreSQL. Open with Store.open() (or build one and
+    connect() it later: a sidecar waiting for its database serves health meanwhile), close
+    with close()."""
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        dsn: str,
         *,
+        pool_size_max: int = limits.pool_size_max_default,
         clock: Clock = utc_now,
         observer: StoreObserver | None = None,
         batch_size_max: int = limits.batch_size_max,
         lanes: int = limits.lanes_default,
         admission: Admission = "grouped",
+        prepared_statements: bool = True,
     ) -> None:
         assert admission in ("grouped", "naive")
+        self._dsn = dsn
+        self._pool_size_max = pool_size_max
+        self._prepared_statements = prepared_statements
         self._admission = admission
-        self._pool = pool
+        self._connected: asyncpg.Pool | None = None
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
@@ -101,34 +118,56 @@ class Store:
         admission: Admission = "grouped",
         prepared_statements: bool = True,
     ) -> Store:
-        """Connects a pool to dsn and applies the migrations the database lacks. Without
-        prepared_statements (behind PgBouncer's transaction pooling) every statement is
+        """A store connected to dsn, its migrations applied (see connect())."""
+        store = cls(
+            dsn,
+            pool_size_max=pool_size_max,
+            clock=clock,
+            observer=observer,
+            batch_size_max=batch_size_max,
+            lanes=lanes,
+            admission=admission,
+            prepared_statements=prepared_statements,
+        )
+        await store.connect()
+        return store
+
+    async def connect(self) -> None:
+        """Connects a pool to the database and applies the migrations it lacks; raises
+        Unavailable (having kept nothing open) when the database cannot be reached. Without
+        prepared statements (behind PgBouncer's transaction pooling) every statement is
         prepared unnamed, within its own transaction, and planned each time."""
+        assert self._connected is None
         with mapped_db_errors():
             pool = await asyncpg.create_pool(
-                dsn,
-                min_size=min(limits.pool_size_min, pool_size_max),
-                max_size=pool_size_max,
+                self._dsn,
+                min_size=min(limits.pool_size_min, self._pool_size_max),
+                max_size=self._pool_size_max,
                 # Connections beyond min_size close after this long idle: a pod's idle
                 # sidecar holds one connection (see README, Scaling out).
                 max_inactive_connection_lifetime=limits.pool_idle_seconds_max,
                 timeout=limits.db_connect_timeout_seconds,
                 command_timeout=limits.db_command_timeout_seconds,
                 statement_cache_size=(
-                    limits.statement_cache_size_default if prepared_statements else 0
+                    limits.statement_cache_size_default if self._prepared_statements else 0
                 ),
                 reset=_keep_session,
             )
-            async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                await migrate(conn)
-        return cls(
-            pool,
-            clock=clock,
-            observer=observer,
-            batch_size_max=batch_size_max,
-            lanes=lanes,
-            admission=admission,
-        )
+            try:
+                async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                    await migrate(conn)
+            except BaseException:
+                pool.terminate()
+                raise
+        self._connected = pool
+
+    @property
+    def _pool(self) -> asyncpg.Pool:
+        if self._connected is None:
+            raise Unavailable(
+                "the sidecar is still waiting for its database", Reason.DATABASE_STARTING
+            )
+        return self._connected
 
     async def expire_connections(self) -> None:
         """Replaces every pooled connection on its next use: after the database was down
@@ -139,7 +178,9 @@ class Store:
     async def close(self) -> None:
         """Decides what is queued, then closes the pool."""
         await self._lanes.close()
-        await self._pool.close()
+        if self._connected is not None:
+            await self._connected.close()
+            self._connected = None
 
     # Budgets.
 
@@ -432,12 +473,37 @@ class Store:
         isolation: Isolation,
         first: str | None = None,
     ) -> T:
-        return await run_transaction(
-            self._pool,
-            work,
-            isolation=isolation,
-            first=first,
-            rng=self._rng,
-            on_retry=self._observer.on_retry,
-            on_exhausted=self._observer.on_exhausted,
-        )
+        try:
+            return await run_transaction(
+                self._pool,
+                work,
+                isolation=isolation,
+                first=first,
+                rng=self._rng,
+                on_retry=self._observer.on_retry,
+                on_exhausted=self._observer.on_exhausted,
+            )
+        except Unavailable as error:
+            if error.reason in WRITE_FAULTS and self._observer.on_write_fault is not None:
+                self._observer.on_write_fault(error)
+            raise
+
+    async def write_probe(self) -> Unavailable | None:
+        """Whether the database can write again: None once a write that needs fresh space
+        went through (and was rolled back), else the fault that stopped it. A lock or
+        conflict with another sidecar's probe counts as not known yet: the fault stays."""
+
+        async def work(conn: Conn) -> None:
+            await probe.write_and_discard(conn)
+
+        try:
+            await run_transaction(
+                self._pool, work, isolation="read_committed", first=probe.WRITE_PROBE_FIRST
+            )
+        except probe.Discarded:
+            return None
+        except Unavailable as error:
+            return error
+        except EarmarkError as error:
+            return Unavailable(f"the write probe failed: {error.message}", error.reason)
+        raise AssertionError("the write probe committed")

@@ -12,7 +12,7 @@ from typing import Literal, TypeAlias, TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.errors import FailedPrecondition, Reason, Unavailable
+from earmark.errors import EarmarkError, FailedPrecondition, Reason, Unavailable
 
 T = TypeVar("T")
 
@@ -42,37 +42,115 @@ def is_conflict(exc: BaseException) -> bool:
     return False
 
 
+# What the database (or the driver) can answer besides a result, mapped once: each family
+# to the error a caller is told, with a reason that says what happened. Faults of the
+# database itself (unreachable, out of space or memory, read-only, failing I/O, corrupt)
+# are Unavailable: the request may be retried with the same idempotency key, here or on
+# another sidecar. What the database refused about this request's own values is
+# FailedPrecondition: retrying it unchanged cannot help. The order matters: the first
+# matching row wins, so specific classes stand before their families.
+_DATABASE_FAULTS: tuple[tuple[tuple[type[BaseException], ...], Reason, str], ...] = (
+    ((asyncpg.DiskFullError,), Reason.DATABASE_DISK_FULL, "the database's disk is full"),
+    ((asyncpg.OutOfMemoryError,), Reason.DATABASE_OUT_OF_MEMORY, "the database is out of memory"),
+    (
+        (asyncpg.TooManyConnectionsError, asyncpg.ConfigurationLimitExceededError),
+        Reason.DATABASE_CONNECTIONS_FULL,
+        "the database takes no more connections",
+    ),
+    (
+        # A server that takes no writes: a standby, or a primary demoted by a failover or
+        # a switchover while the pool's connection to it stayed open.
+        (asyncpg.ReadOnlySQLTransactionError,),
+        Reason.DATABASE_READ_ONLY,
+        "the database takes no writes",
+    ),
+    (
+        (asyncpg.PostgresSystemError, asyncpg.InternalServerError),
+        Reason.DATABASE_IO_ERROR,
+        "the database failed to read or write its files",
+    ),
+    (
+        (
+            OSError,
+            TimeoutError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.InsufficientResourcesError,
+            # Shut down, crashed, starting, in recovery, a statement or session timeout.
+            asyncpg.OperatorInterventionError,
+            asyncpg.InvalidTransactionStateError,
+            asyncpg.TransactionRollbackError,
+            asyncpg.SnapshotTooOldError,
+            asyncpg.ConfigFileError,
+            # The server refused who we are (a wrong or revoked password, an unknown role or
+            # database): the message names the user and the database, never the password.
+            asyncpg.InvalidAuthorizationSpecificationError,
+            asyncpg.InvalidCatalogNameError,
+            # The driver's own: a broken protocol, a server of the wrong kind, a schema
+            # changed under a cached statement.
+            asyncpg.InternalClientError,
+            # Used after the connection broke ("connection is closed"). The driver's
+            # InterfaceErrors that are ValueErrors too are about a value: refused, below.
+            asyncpg.InterfaceError,
+        ),
+        Reason.DATABASE_UNAVAILABLE,
+        "database unavailable",
+    ),
+)
+
+# Faults after which the database cannot write what it is asked to: health says so until
+# a write goes through again (see Store.write_probe).
+WRITE_FAULTS = frozenset(
+    {
+        Reason.DATABASE_DISK_FULL,
+        Reason.DATABASE_OUT_OF_MEMORY,
+        Reason.DATABASE_READ_ONLY,
+        Reason.DATABASE_IO_ERROR,
+    }
+)
+
+
+def _refused_value(exc: BaseException) -> bool:
+    """The driver could not encode a value (an int past int64, say): its DataError and
+    ClientConfigurationError are InterfaceErrors that are ValueErrors too."""
+    return isinstance(exc, asyncpg.InterfaceError) and isinstance(exc, ValueError)
+
+
+def map_db_error(exc: BaseException) -> EarmarkError | None:
+    """The error a caller is told for what the database or the driver raised; None for
+    anything else (a conflict, which is retried, or a bug). The message names the
+    exception's class and its text, which never carries the URL's password."""
+    for types, reason, what in _DATABASE_FAULTS:
+        if isinstance(exc, types) and not _refused_value(exc):
+            return Unavailable(f"{what}: {type(exc).__name__}: {exc}", reason)
+    if isinstance(exc, asyncpg.NumericValueOutOfRangeError):
+        return FailedPrecondition(
+            "the change would overflow a 64-bit counter", Reason.COUNTER_OVERFLOW
+        )
+    if isinstance(exc, asyncpg.PostgresError) or _refused_value(exc):
+        # A value or constraint the database refused, or a statement it would not run:
+        # about this request alone (a batch splits until it stands alone).
+        sqlstate = getattr(exc, "sqlstate", None) or ""
+        return FailedPrecondition(
+            f"the database refused the change: {type(exc).__name__}: {exc}",
+            Reason.DATABASE_REFUSED,
+            sqlstate=sqlstate,
+        )
+    return None
+
+
 @contextlib.contextmanager
 def mapped_db_errors() -> Iterator[None]:
-    """Turns a broken or refusing database into Unavailable, an overflow into
-    FailedPrecondition; anything else is a bug and propagates as it is."""
+    """Turns what the database or the driver raised into Earmark's errors (map_db_error);
+    a conflict passes through as it is, for run_transaction to retry, and so does a bug."""
     try:
         yield
-    except (
-        OSError,
-        TimeoutError,
-        asyncpg.PostgresConnectionError,
-        asyncpg.InterfaceError,
-        asyncpg.CannotConnectNowError,
-        asyncpg.TooManyConnectionsError,
-        asyncpg.AdminShutdownError,
-        asyncpg.CrashShutdownError,
-        asyncpg.QueryCanceledError,
-        # The server refused who we are (a wrong or revoked password, an unknown role or
-        # database): the message names the user and the database, never the password.
-        asyncpg.InvalidAuthorizationSpecificationError,
-        asyncpg.InvalidCatalogNameError,
-        # A server that takes no writes: a standby, or a primary demoted by a failover or a
-        # switchover while the pool's connection to it stayed open.
-        asyncpg.ReadOnlySQLTransactionError,
-    ) as exc:
-        raise Unavailable(
-            f"database unavailable: {type(exc).__name__}: {exc}", Reason.DATABASE_UNAVAILABLE
-        ) from exc
-    except asyncpg.NumericValueOutOfRangeError as exc:
-        raise FailedPrecondition(
-            "the change would overflow a 64-bit counter", Reason.COUNTER_OVERFLOW
-        ) from exc
+    except Exception as exc:
+        if is_conflict(exc):
+            raise
+        mapped = map_db_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
 def backoff_seconds(attempt: int, rng: random.Random) -> float:
