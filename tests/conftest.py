@@ -113,6 +113,8 @@ def sidecar_settings(dsn: str, socket_dir: Path, **overrides: object) -> Setting
         "metrics_listen": "127.0.0.1:0",
         "admin_listen": f"unix:{socket_dir / 'admin.sock'}",
         "database_url": dsn,
+        # Each sidecar's own data dir: the sidecar locks it (two sidecars never share one).
+        "data_dir": socket_dir,
         "sweep_interval_seconds": 0.2,
         "metrics_refresh_seconds": 0.2,
         "shutdown_grace_seconds": 2.0,

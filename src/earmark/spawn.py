@@ -47,10 +47,11 @@ class SpawnedSidecar:
         return self.process.wait(timeout=stop_seconds_max)
 
 
-def spawn_sidecar(data_dir: Path, *extra_args: str) -> SpawnedSidecar:
+def spawn_sidecar(data_dir: Path, *extra_args: str, log: Path | None = None) -> SpawnedSidecar:
     """Runs `python -m earmark serve` with its database (embedded unless extra_args name
-    one) under data_dir, on free loopback ports; returns once it serves."""
-    log = data_dir / "sidecar.log"
+    one) under data_dir, on free loopback ports; returns once it serves. Its log goes to
+    log (by default DATA_DIR/sidecar.log)."""
+    log = log or data_dir / "sidecar.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [

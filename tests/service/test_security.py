@@ -3,8 +3,12 @@ refuse to serve plaintext beyond loopback unless told to."""
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -84,6 +88,7 @@ async def test_admin_over_tcp_with_the_token(tcp_admin: Running) -> None:
     ("overrides", "named"),
     [
         ({"listen": "0.0.0.0:50051"}, "listen"),
+        ({"metrics_listen": "0.0.0.0:9464"}, "metrics_listen"),
         ({"admin_listen": "127.0.0.1:0"}, "admin_listen"),
         ({"tls_cert_file": Path("cert.pem")}, "tls_cert_file"),
         ({"admin_listen": "unix:/" + "x" * 200}, "admin_listen"),
@@ -106,16 +111,19 @@ def test_insecure_listen_is_explicit(socket_dir: Path) -> None:
     assert isinstance(settings, Settings)
 
 
-def test_serve_refuses_a_public_plaintext_listener(socket_dir: Path) -> None:
-    """`earmark serve --listen 0.0.0.0:PORT` exits non-zero with one line saying why."""
+@pytest.mark.parametrize("flag", ["--listen", "--metrics-listen"])
+def test_serve_refuses_a_public_plaintext_listener(socket_dir: Path, flag: str) -> None:
+    """`earmark serve --listen 0.0.0.0:PORT`, or the same for --metrics-listen (whose gauges
+    name budgets, limits and use), exits non-zero with one line naming the setting."""
     result = subprocess.run(
-        [sys.executable, "-m", "earmark", "serve", "--listen", "0.0.0.0:0",
+        [sys.executable, "-m", "earmark", "serve", flag, "0.0.0.0:0",
          "--data-dir", str(socket_dir)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert 0 != result.returncode
     lines = result.stderr.strip().splitlines()
     assert 1 == len(lines)
+    assert flag.removeprefix("--").replace("-", "_") in lines[0]
     assert "--insecure-listen" in lines[0]
     assert not (socket_dir / "pgdata").exists()
 
@@ -175,8 +183,28 @@ async def test_mutual_tls(dsn: str, socket_dir: Path, tmp_path: Path) -> None:
                     await budget_pb2_grpc.BudgetStub(channel).Reserve(request, timeout=5)
                 assert grpc.StatusCode.UNAVAILABLE == caught.value.code()
         state = await s.admin.GetBudget(pb.GetBudgetRequest(budget_id="b"))
+        # The metrics listener speaks the same TLS: a scrape needs the client certificate.
+        scraped = await asyncio.to_thread(scrape_tls, side.metrics_port, pki, with_cert=True)
+        assert "earmark_reservations_total" in scraped
+        for with_cert in (False, None):
+            with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+                await asyncio.to_thread(scrape_tls, side.metrics_port, pki, with_cert=with_cert)
     assert (10, 1) == (state.held, state.open_reservations)
     await assert_invariants(dsn)
+
+
+def scrape_tls(port: int, pki: dict[str, Path], *, with_cert: bool | None) -> str:
+    """GET /metrics over TLS with the client certificate (True), over TLS without one
+    (False), or in plaintext (None)."""
+    if with_cert is None:
+        url, context = f"http://127.0.0.1:{port}/metrics", None
+    else:
+        url = f"https://127.0.0.1:{port}/metrics"
+        context = ssl.create_default_context(cafile=str(pki["ca"]))
+        if with_cert:
+            context.load_cert_chain(str(pki["client"]), str(pki["client-key"]))
+    with urllib.request.urlopen(url, timeout=10, context=context) as response:
+        return str(response.read().decode())
 
 
 @pytest.fixture
