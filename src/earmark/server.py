@@ -8,19 +8,17 @@ import itertools
 import os
 import random
 import signal
-import socket
 from typing import Any
 
 import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
-from earmark import limits
+from earmark import limits, listeners
 from earmark.background import Background
 from earmark.datadir import DataDirLock
-from earmark.errors import Reason, Unavailable
+from earmark.errors import Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitCache
 from earmark.plans.gate import PlanGate
@@ -31,14 +29,11 @@ from earmark.service import auth
 from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
 from earmark.service.drain import Drain
-from earmark.service.edge import EdgeInterceptor, StreamSlots
+from earmark.service.edge import StreamSlots
 from earmark.settings import (
     KINDE_CLIENT_ID,
     KINDE_CLIENT_SECRET,
-    UNIX_PREFIX,
     Settings,
-    split_host_port,
-    unix_socket_path,
 )
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
@@ -53,21 +48,6 @@ EMBEDDED_DATABASE = "earmark"
 BUDGET_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name
 ADMIN_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
 SERVICE_NAMES = (BUDGET_SERVICE, ADMIN_SERVICE)
-
-
-def tls_credentials(settings: Settings) -> grpc.ServerCredentials:
-    """The TCP listeners' TLS; with a client CA, clients must present a certificate."""
-    assert settings.tls_cert_file is not None
-    assert settings.tls_key_file is not None
-    try:
-        cert = settings.tls_cert_file.read_bytes()
-        key = settings.tls_key_file.read_bytes()
-        ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
-    except OSError as exc:
-        raise ValueError(f"tls: cannot read {exc.filename}: {exc.strerror}") from None
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-    )
 
 
 class Sidecar:
@@ -216,31 +196,9 @@ class Sidecar:
                 await asyncio.sleep(pause)
 
     def _serve_metrics(self) -> None:
-        """Prometheus text on --metrics-listen: TLS when the sidecar has it, like every
-        other TCP listener (the gauges name budgets, their limits and their use)."""
-        if not self.settings.metrics_listen:
-            return
-        settings = self.settings
-        host, port = split_host_port(settings.metrics_listen, "metrics_listen")
-        tls: dict[str, Any] = {}
-        if settings.tls:
-            tls = {
-                "certfile": str(settings.tls_cert_file),
-                "keyfile": str(settings.tls_key_file),
-            }
-            if settings.tls_client_ca_file is not None:
-                tls |= {"client_cafile": str(settings.tls_client_ca_file),
-                        "client_auth_required": True}  # fmt: skip
-        try:
-            self._metrics_httpd, _ = start_http_server(
-                port, host, registry=self.metrics.registry, **tls
-            )
-        except OSError as error:
-            raise Unavailable(
-                f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}",
-                Reason.LISTEN_FAILED,
-            ) from None
-        self.metrics_port = self._metrics_httpd.server_port
+        if self.settings.metrics_listen:
+            self._metrics_httpd = listeners.serve_metrics(self.settings, self.metrics.registry)
+            self.metrics_port = self._metrics_httpd.server_port
 
     def _write_fault(self, error: Unavailable) -> None:
         if self.background is not None:
@@ -280,54 +238,16 @@ class Sidecar:
     def _grpc_server(
         self, service: str, tokens: auth.Tokens | None, protected: tuple[str, ...]
     ) -> grpc.aio.Server:
-        """A server for one listener: the edge interceptor (tokens guard the methods under
-        the protected prefixes), health and reflection; the caller adds its service."""
-        m = self.metrics
-        interceptor = EdgeInterceptor(
+        return listeners.grpc_server(
+            self.settings,
+            service=service,
             tokens=tokens,
             protected=protected,
+            health_servicer=self.health,
             streams=self.streams,
-            on_reject=lambda reason: m.rpc_rejected.labels(reason).inc(),
+            metrics=self.metrics,
+            tracer_provider=self.tracer_provider,
         )
-        interceptors: list[Any] = [interceptor]
-        if self.settings.tracing:
-            from earmark.tracing import ServerTracing
-
-            # Outermost, so that the span is current in every log line of the call.
-            interceptors.insert(0, ServerTracing(self.tracer_provider))
-        server = grpc.aio.server(
-            interceptors=interceptors,
-            # Streams have a cap of their own (StreamSlots), within this one, so that
-            # unary calls always have rpc_concurrency_max slots.
-            maximum_concurrent_rpcs=limits.rpc_concurrency_max + limits.streams_max,
-            options=[
-                # Two sidecars must never share a port by accident.
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", limits.rpc_message_bytes_max),
-            ],
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-        return server
-
-    def _add_tcp_port(self, server: grpc.aio.Server, address: str, name: str) -> int:
-        host, port = split_host_port(address, name)
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if port:
-            _require_free(host, port, name)
-        try:
-            if not self.settings.tls:
-                return server.add_insecure_port(target)
-            return server.add_secure_port(target, tls_credentials(self.settings))
-        except RuntimeError:
-            # gRPC says only "Failed to bind"; the likely cause is worth naming.
-            raise Unavailable(
-                f"{name}: cannot listen on {target}: is another process (another sidecar?) "
-                "on that port, or is the host not this machine's?",
-                Reason.LISTEN_FAILED,
-            ) from None
 
     async def _serve_workers(self, store: Store) -> tuple[grpc.aio.Server, int]:
         """The workers' listener: Budget, health and reflection; Admin is not there."""
@@ -344,7 +264,7 @@ class Sidecar:
             plans=self.plans,
         )
         budget_pb2_grpc.add_BudgetServicer_to_server(service, server)
-        port = self._add_tcp_port(server, settings.listen, "listen")
+        port = listeners.add_tcp_port(server, settings, settings.listen, "listen")
         await server.start()
         return server, port
 
@@ -360,25 +280,7 @@ class Sidecar:
         budget_pb2_grpc.add_AdminServicer_to_server(
             AdminService(store, self.metrics, self.drain, plans=self.plans), server
         )
-        address = settings.admin_address
-        if address.startswith(UNIX_PREFIX):
-            path = unix_socket_path(address, "admin_listen")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # The socket is created with mode 0600 from the start: umask is process-wide,
-            # and nothing else creates files while the sidecar starts.
-            previous = os.umask(0o177)
-            try:
-                bound = server.add_insecure_port(f"{UNIX_PREFIX}{path}")
-            finally:
-                os.umask(previous)
-            os.chmod(path, 0o600)
-            address = f"{UNIX_PREFIX}{path}"
-        else:
-            host, _ = split_host_port(address, "admin_listen")
-            bound = self._add_tcp_port(server, address, "admin_listen")
-            address = f"{host}:{bound}"
-        if not bound:
-            raise Unavailable(f"admin_listen: could not listen on {address}", Reason.LISTEN_FAILED)
+        address = listeners.bind_admin(server, settings)
         await server.start()
         return server, address
 
@@ -461,19 +363,6 @@ class Sidecar:
         )
         for name in SERVICE_NAMES:
             await self.health.set(name, status)
-
-
-def _require_free(host: str, port: int, name: str) -> None:
-    """Binds the address once and lets it go, so that a port in use is named in one line
-    here rather than after gRPC's own error log."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise Unavailable(
-                f"{name}: cannot listen on {host}:{port}: {error.strerror}", Reason.LISTEN_FAILED
-            ) from None
 
 
 async def serve(settings: Settings) -> None:

@@ -1,0 +1,160 @@
+"""The sidecar's listeners: gRPC servers with the edge in front, bound to TCP (TLS when
+configured) or to a Unix socket only its user may open, and the metrics endpoint.
+
+Each failure to listen is one line naming the setting (Unavailable, LISTEN_FAILED), so that
+`earmark serve` says why it cannot start rather than printing gRPC's own log.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry, start_http_server
+
+from earmark import limits
+from earmark.errors import Reason, Unavailable
+from earmark.metrics import Metrics
+from earmark.service import auth
+from earmark.service.edge import EdgeInterceptor, StreamSlots
+from earmark.settings import UNIX_PREFIX, Settings, split_host_port, unix_socket_path
+
+
+def tls_credentials(settings: Settings) -> grpc.ServerCredentials:
+    """The TCP listeners' TLS; with a client CA, clients must present a certificate."""
+    assert settings.tls_cert_file is not None
+    assert settings.tls_key_file is not None
+    try:
+        cert = settings.tls_cert_file.read_bytes()
+        key = settings.tls_key_file.read_bytes()
+        ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
+    except OSError as exc:
+        raise ValueError(f"tls: cannot read {exc.filename}: {exc.strerror}") from None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+def grpc_server(
+    settings: Settings,
+    *,
+    service: str,
+    tokens: auth.Tokens | None,
+    protected: tuple[str, ...],
+    health_servicer: Any,
+    streams: StreamSlots,
+    metrics: Metrics,
+    tracer_provider: Any = None,
+) -> grpc.aio.Server:
+    """A server for one listener: the edge interceptor (tokens guard the methods under
+    the protected prefixes), health and reflection; the caller adds its service."""
+    interceptor = EdgeInterceptor(
+        tokens=tokens,
+        protected=protected,
+        streams=streams,
+        on_reject=lambda reason: metrics.rpc_rejected.labels(reason).inc(),
+    )
+    interceptors: list[Any] = [interceptor]
+    if settings.tracing:
+        from earmark.tracing import ServerTracing
+
+        # Outermost, so that the span is current in every log line of the call.
+        interceptors.insert(0, ServerTracing(tracer_provider))
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        # Streams have a cap of their own (StreamSlots), within this one, so that
+        # unary calls always have rpc_concurrency_max slots.
+        maximum_concurrent_rpcs=limits.rpc_concurrency_max + limits.streams_max,
+        options=[
+            # Two sidecars must never share a port by accident.
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", limits.rpc_message_bytes_max),
+        ],
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    return server
+
+
+def add_tcp_port(server: grpc.aio.Server, settings: Settings, address: str, name: str) -> int:
+    """Binds address (TLS when configured); the port it got."""
+    host, port = split_host_port(address, name)
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if port:
+        _require_free(host, port, name)
+    try:
+        if not settings.tls:
+            return server.add_insecure_port(target)
+        return server.add_secure_port(target, tls_credentials(settings))
+    except RuntimeError:
+        # gRPC says only "Failed to bind"; the likely cause is worth naming.
+        raise Unavailable(
+            f"{name}: cannot listen on {target}: is another process (another sidecar?) "
+            "on that port, or is the host not this machine's?",
+            Reason.LISTEN_FAILED,
+        ) from None
+
+
+def bind_admin(server: grpc.aio.Server, settings: Settings) -> str:
+    """Binds Admin's listener: a Unix socket created with mode 0600 (the default), or TCP;
+    the address it got."""
+    address = settings.admin_address
+    if address.startswith(UNIX_PREFIX):
+        path = unix_socket_path(address, "admin_listen")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The socket is created with mode 0600 from the start: umask is process-wide,
+        # and nothing else creates files while the sidecar starts.
+        previous = os.umask(0o177)
+        try:
+            bound = server.add_insecure_port(f"{UNIX_PREFIX}{path}")
+        finally:
+            os.umask(previous)
+        os.chmod(path, 0o600)
+        address = f"{UNIX_PREFIX}{path}"
+    else:
+        host, _ = split_host_port(address, "admin_listen")
+        bound = add_tcp_port(server, settings, address, "admin_listen")
+        address = f"{host}:{bound}"
+    if not bound:
+        raise Unavailable(f"admin_listen: could not listen on {address}", Reason.LISTEN_FAILED)
+    return address
+
+
+def serve_metrics(settings: Settings, registry: CollectorRegistry) -> Any:
+    """Prometheus text on --metrics-listen: TLS when the sidecar has it, like every other
+    TCP listener (the gauges name budgets, their limits and their use). The HTTP server,
+    to shut down; its server_port is the port it got."""
+    host, port = split_host_port(settings.metrics_listen, "metrics_listen")
+    tls: dict[str, Any] = {}
+    if settings.tls:
+        tls = {"certfile": str(settings.tls_cert_file), "keyfile": str(settings.tls_key_file)}
+        if settings.tls_client_ca_file is not None:
+            tls |= {"client_cafile": str(settings.tls_client_ca_file),
+                    "client_auth_required": True}  # fmt: skip
+    try:
+        httpd, _ = start_http_server(port, host, registry=registry, **tls)
+    except OSError as error:
+        raise Unavailable(
+            f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}",
+            Reason.LISTEN_FAILED,
+        ) from None
+    return httpd
+
+
+def _require_free(host: str, port: int, name: str) -> None:
+    """Binds the address once and lets it go, so that a port in use is named in one line
+    here rather than after gRPC's own error log."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise Unavailable(
+                f"{name}: cannot listen on {host}:{port}: {error.strerror}", Reason.LISTEN_FAILED
+            ) from None
