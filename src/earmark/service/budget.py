@@ -87,6 +87,24 @@ class BudgetService(pb_grpc.BudgetServicer):
                 expires_at=None,
             )
 
+    @staticmethod
+    def _permit(budget_id: str, also: tuple[str, ...]) -> None:
+        """PERMISSION_DENIED unless the calling token's prefixes cover every budget the
+        Reserve names."""
+        caller = CALLER.get()
+        if caller is None:
+            return
+        for field, named in [("budget_id", budget_id)] + [
+            (f"also_budget_ids[{i}]", b) for i, b in enumerate(also)
+        ]:
+            if not caller.may_use(named):
+                raise PermissionDenied(
+                    f"{field}: the token named {caller.name!r} may not use budget {named!r}",
+                    Reason.BUDGET_NOT_PERMITTED,
+                    field=field,
+                    budget_id=named,
+                )
+
     @rpc("Reserve")
     async def Reserve(self, request: pb.ReserveRequest, context: Context) -> pb.ReserveResponse:
         # Everything the request carries is checked before any budget or provider is asked.
@@ -99,6 +117,10 @@ class BudgetService(pb_grpc.BudgetServicer):
         phase = validate_scopes.phase(request.phase)
         also = validate_scopes.also_budget_ids(request.also_budget_ids, budget_id)
         if account:
+            # Permission comes first: the cycle budget's id is known without reading the
+            # plan or writing a row, so a caller that may not use it causes neither.
+            assert self.plans is not None
+            self._permit(self.plans.cycle_budget_id(account, feature), also)
             target = await self._cycle_budget(account, feature, amount)
             if isinstance(target, ReserveResult):
                 self._count_reserve(target)
@@ -110,18 +132,8 @@ class BudgetService(pb_grpc.BudgetServicer):
             raise InvalidArgument(
                 "also_budget_ids", f"names the account's cycle budget {budget_id!r} again"
             )
-        caller = CALLER.get()
-        if caller is not None:
-            for field, named in [("budget_id", budget_id)] + [
-                (f"also_budget_ids[{i}]", b) for i, b in enumerate(also)
-            ]:
-                if not caller.may_use(named):
-                    raise PermissionDenied(
-                        f"{field}: the token named {caller.name!r} may not use budget {named!r}",
-                        Reason.BUDGET_NOT_PERMITTED,
-                        field=field,
-                        budget_id=named,
-                    )
+        # Again for a Reserve by account: a cycle may have begun since the first check.
+        self._permit(budget_id, also)
         rate = self.plans.admissions_per_minute if account and self.plans else 0
         op = ReserveOp(
             budget_id=budget_id,
