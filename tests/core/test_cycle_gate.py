@@ -89,3 +89,14 @@ def test_a_cycle_budget_in_also_budget_ids_is_refused() -> None:
     ]
     assert [(Reason.CYCLE_BUDGET_NEEDS_ACCOUNT, "account", CYCLE)] * 2 == reasons
     assert (0, 0, 0) == (task.held, cycle.held, other.held)
+
+
+def test_a_reserve_by_account_refuses_an_operators_budget_of_its_cycles_id() -> None:
+    """A budget made by PutBudget under the id of an account's cycle is not held on by the
+    account's Reserve, which would skip the plan's limit and the meter."""
+    squatter = Budget(CYCLE, 10**6, "tokens")
+    decision = decide_batch(BatchState(CYCLE, squatter), [by_account("a")], NOW)
+    assert [(Reason.CYCLE_BUDGET_NEEDS_ACCOUNT, "account")] == [
+        outcome(r) for r in decision.results
+    ]
+    assert 0 == squatter.held

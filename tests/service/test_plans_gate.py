@@ -214,3 +214,14 @@ async def test_a_bad_limit_keeps_the_last_good_read_until_it_is_stale(
     )
     assert (100_000, 2_000) == (row["limit_units"], row["held"])
     await assert_invariants(side.dsn)
+
+
+async def test_an_operators_budget_under_a_cycles_id_is_not_the_cycle(side: Running) -> None:
+    """A budget PutBudget made under the id of acct's cycle keeps its own limit when acct
+    reserves, and the Reserve by account is FAILED_PRECONDITION naming account."""
+    await side.admin.PutBudget(pb.PutBudgetRequest(budget_id=CYCLE, limit=5, unit="tokens"))
+    refused = await failure(side.budget.Reserve(reserve("acct", 1, "k")))
+    row = await fetch_budget_row(side.dsn, CYCLE)
+    assert NEEDS_ACCOUNT == refused
+    assert (5, None, 0) == (row["limit_units"], row["account"], row["held"])
+    await assert_invariants(side.dsn)

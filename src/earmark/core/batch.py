@@ -171,6 +171,16 @@ def _require_account_gate(state: BatchState, budget: Budget, op: ReserveOp) -> N
     before it changes anything, and before a retried key is answered."""
     if budget.account is not None and budget.account != op.account:
         raise _needs_account(budget, "budget_id")
+    if op.account and budget.account is None:
+        # A budget made by PutBudget under the id of the account's cycle: holding on it
+        # would skip the plan's limit and the meter.
+        raise FailedPrecondition(
+            f"account: budget {budget.budget_id!r} has the id of account {op.account!r}'s "
+            "billing-cycle budget but was made by PutBudget, which must not take a cycle's id",
+            Reason.CYCLE_BUDGET_NEEDS_ACCOUNT,
+            field="account",
+            budget_id=budget.budget_id,
+        )
     for budget_id in op.also_budget_ids:
         other = state.budgets.get(budget_id)
         if other is not None and other.account is not None:
