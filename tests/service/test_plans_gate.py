@@ -13,14 +13,19 @@ from typing import Any
 
 import asyncpg
 import grpc
+import openai
 import pytest
 import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
+from earmark.client import AsyncClient, FailedPreconditionError
+from earmark.client.llm import metered
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
+from tests.fake_openai import fake_openai
 from tests.helpers import FakeClock, assert_invariants, fetch_budget_row, reason_of
 from tests.service.test_plans import CYCLE, START, plans_sidecar, reserve
 
@@ -225,3 +230,40 @@ async def test_an_operators_budget_under_a_cycles_id_is_not_the_cycle(side: Runn
     assert NEEDS_ACCOUNT == refused
     assert (5, None, 0) == (row["limit_units"], row["account"], row["held"])
     await assert_invariants(side.dsn)
+
+
+async def test_metered_calls_hold_on_the_plan_by_account(
+    dsn: str, socket_dir: Path, kinde: FakeKinde, clock: FakeClock
+) -> None:
+    """A metered OpenAI call with account holds on the account's cycle (a plan in
+    usd_micros) and settles there; metered by the cycle's id it is refused before any
+    request reaches the model's provider."""
+    since = Timestamp()
+    since.FromDatetime(START - timedelta(days=1))
+    price = pb.Price(
+        provider="openai",
+        model="gpt-4o",
+        effective_from=since,
+        input_usd_micros_per_mtok=2_500_000,
+        output_usd_micros_per_mtok=10_000_000,
+        source="https://example.com/test-prices",
+        captured_at=since,
+    )
+    ask = {"model": "gpt-4o", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    sidecar = plans_sidecar(dsn, socket_dir, kinde, clock, plan_unit="usd_micros")
+    with fake_openai() as provider:
+        async with (
+            running(sidecar, dsn) as s,
+            AsyncClient(s.target) as earmark,
+            openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+        ):
+            await s.admin.PutPrice(pb.PutPriceRequest(price=price))
+            await metered(client, earmark, "", account="acct").chat.completions.create(**ask)
+            by_id = metered(client, earmark, CYCLE)
+            with pytest.raises(FailedPreconditionError) as refused:
+                await by_id.chat.completions.create(**ask)
+        sent = len(provider.state.requests)
+    row = await fetch_budget_row(dsn, CYCLE)
+    assert ("CYCLE_BUDGET_NEEDS_ACCOUNT", 1) == (refused.value.reason, sent)
+    assert ("usd_micros", 0, True) == (row["unit"], row["held"], row["used"] > 0)
+    await assert_invariants(dsn)
