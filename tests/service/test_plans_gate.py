@@ -141,8 +141,9 @@ async def test_a_token_reaches_no_other_account_before_it_is_refused(
     tokened: Running, kinde: FakeKinde
 ) -> None:
     """A token limited to acct1/ reserving by account victim0..victim49, or by acct1 with a
-    victim's cycle in also_budget_ids, is PERMISSION_DENIED; Kinde saw no request and no
-    budget or account row exists. Its own account's Reserve is admitted."""
+    victim's cycle in also_budget_ids, is PERMISSION_DENIED (an account with '/', or one
+    naming its own cycle again, INVALID_ARGUMENT); Kinde saw no request and no budget or
+    account row exists. Its own account's Reserve is admitted."""
     kinde.state.limits["acct1"] = {"tokens": 1_000}
     auth = (("authorization", f"Bearer {WORKER}"),)
     victims = [
@@ -152,6 +153,8 @@ async def test_a_token_reaches_no_other_account_before_it_is_refused(
     also = reserve("acct1", 1, "k", also_budget_ids=["victim0/tokens/2026-08-01"])
     nested = await failure(tokened.budget.Reserve(also, metadata=auth))
     slash = await failure(tokened.budget.Reserve(reserve("acct1/x", 1, "k"), metadata=auth))
+    twice = reserve("acct1", 1, "k", also_budget_ids=["acct1/tokens/2026-08-01"])
+    again = await failure(tokened.budget.Reserve(twice, metadata=auth))
     seen = sum(kinde.state.requests.values())
     rows = await table(
         tokened.dsn, "SELECT budget_id FROM budgets UNION ALL SELECT account FROM accounts"
@@ -161,6 +164,7 @@ async def test_a_token_reaches_no_other_account_before_it_is_refused(
     assert [(*denied, "budget_id")] * 50 == victims
     assert (*denied, "also_budget_ids[0]") == nested
     assert (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", "account") == slash
+    assert (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", "also_budget_ids") == again
     assert (0, []) == (seen, rows)
     assert (True, "acct1/tokens/2026-08-01") == (own.admitted, own.budget_id)
     await assert_invariants(tokened.dsn)

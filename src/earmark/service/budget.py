@@ -38,6 +38,15 @@ def _owner() -> str:
     return "" if caller is None else caller.name
 
 
+def _not_in(cycle_budget_id: str, also: tuple[str, ...]) -> str:
+    """The account's cycle budget, unless also_budget_ids names it again."""
+    if cycle_budget_id in also:
+        raise InvalidArgument(
+            "also_budget_ids", f"names the account's cycle budget {cycle_budget_id!r} again"
+        )
+    return cycle_budget_id
+
+
 class BudgetService(pb_grpc.BudgetServicer):
     def __init__(
         self,
@@ -117,22 +126,19 @@ class BudgetService(pb_grpc.BudgetServicer):
         phase = validate_scopes.phase(request.phase)
         also = validate_scopes.also_budget_ids(request.also_budget_ids, budget_id)
         if account:
-            # Permission comes first: the cycle budget's id is known without reading the
-            # plan or writing a row, so a caller that may not use it causes neither.
+            # Checked first: the cycle budget's id is known without reading the plan or
+            # writing a row, so a request that names it again, or a caller that may not
+            # use it, causes neither.
             assert self.plans is not None
-            self._permit(self.plans.cycle_budget_id(account, feature), also)
+            self._permit(_not_in(self.plans.cycle_budget_id(account, feature), also), also)
             target = await self._cycle_budget(account, feature, amount)
             if isinstance(target, ReserveResult):
                 self._count_reserve(target)
                 log.info("reserve", account=account, feature=feature, decision="refused",
                          reason=target.reason.name, message=target.message)  # fmt: skip
                 return convert.reserve_response(target, "")
-            budget_id = target
-        if budget_id in also:
-            raise InvalidArgument(
-                "also_budget_ids", f"names the account's cycle budget {budget_id!r} again"
-            )
-        # Again for a Reserve by account: a cycle may have begun since the first check.
+            # Again after the gate: a cycle may have begun since the first check.
+            budget_id = _not_in(target, also)
         self._permit(budget_id, also)
         rate = self.plans.admissions_per_minute if account and self.plans else 0
         op = ReserveOp(
