@@ -28,8 +28,9 @@ TOKEN_SECONDS = 3600
 class KindeState:
     """What the fake answers. Change it between requests; the lock guards it."""
 
-    # account -> feature -> maximum (None: no maximum)
-    limits: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    # account -> feature -> maximum (None: no maximum); any JSON value, so that a test can
+    # send a maximum Kinde should never send (a string, a float, 10^30).
+    limits: dict[str, dict[str, object]] = field(default_factory=dict)
     # (agreement id, feature) -> the meter's value, as last set
     meters: dict[tuple[str, str], int] = field(default_factory=dict)
     meter_reports: list[dict[str, Any]] = field(default_factory=list)

@@ -54,6 +54,9 @@ class Reason(StrEnum):
     # A plan's call on a sidecar started without --limits-provider.
     NO_LIMITS_PROVIDER = "NO_LIMITS_PROVIDER"
     FEATURE_NOT_IN_PLAN = "FEATURE_NOT_IN_PLAN"
+    # A Reserve named an account's billing-cycle budget by its id (as budget_id or in
+    # also_budget_ids): only a Reserve by account may hold on one, through the plan gate.
+    CYCLE_BUDGET_NEEDS_ACCOUNT = "CYCLE_BUDGET_NEEDS_ACCOUNT"
     # UNAUTHENTICATED and PERMISSION_DENIED.
     TOKEN_UNKNOWN = "TOKEN_UNKNOWN"
     BUDGET_NOT_PERMITTED = "BUDGET_NOT_PERMITTED"

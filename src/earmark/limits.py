@@ -69,6 +69,10 @@ token_renew_margin_seconds = 60.0
 provider_pages_max = 100
 provider_page_size = 100
 provider_response_bytes_max = 1 << 20
+# A value the provider sent that cannot be used (a limit past limit_units_max, a string)
+# is shown in errors and logs cut to provider_value_shown_chars_max characters: it came
+# from outside and may be as large as the answer.
+provider_value_shown_chars_max = 64
 cycle_anchor_day_max = 28
 # An account's cycle budget is named ACCOUNT/FEATURE/YYYY-MM-DD: 64 + 1 + 48 + 1 + 10 fits
 # in budget_id_length_max.
@@ -241,6 +245,7 @@ assert 0 < limit_fresh_seconds_default <= limit_stale_seconds_default
 assert 0 < token_renew_margin_seconds
 assert 1 <= provider_pages_max <= 10_000
 assert 1 <= cycle_anchor_day_max <= 28
+assert len(str(limit_units_max)) + 3 <= provider_value_shown_chars_max <= error_about_chars_max
 assert account_length_max + feature_length_max + 12 <= budget_id_length_max
 assert 1 <= admissions_per_minute_default <= admissions_per_minute_max
 assert 0 < report_backoff_seconds_base <= report_backoff_seconds_max

@@ -125,3 +125,31 @@ async def test_a_caller_that_gives_up_does_not_cancel_the_shared_read(
     with pytest.raises(asyncio.CancelledError):
         await first
     assert (100_000, 1) == (read.limits["tokens"], kinde.state.requests["entitlements"])
+
+
+class Oversized:
+    """A provider (not Kinde) whose plan grants a maximum past limits.limit_units_max."""
+
+    name = "oversized"
+
+    async def read_limits(self, account: str) -> dict[str, int | None]:
+        return {"tokens": 10**30}
+
+    async def report_usage(self, account: str, feature: str, total: int, at: datetime) -> None:
+        raise AssertionError("not reported to")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_any_providers_limit_past_the_bound_is_unavailable(clock: FakeClock) -> None:
+    """Whichever provider answers, a maximum past the bound is a failed read: nothing is
+    remembered, and the account is unavailable, naming the provider and the value."""
+    cache = LimitCache(Oversized(), clock)
+    with pytest.raises(LimitUnavailable) as caught:
+        await cache.get("acct")
+    assert not cache.knows("acct")
+    assert (
+        "oversized: feature 'tokens': the maximum is 1000000000000000000000000000000; "
+        "at most 1000000000000000000"
+    ) in str(caught.value)

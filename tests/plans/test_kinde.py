@@ -110,3 +110,25 @@ async def test_a_stalled_provider_times_out(kinde: FakeKinde) -> None:
         kinde.state.stall.set()
         await p.close()
     assert "kinde token: timed out" == str(stalled.value)
+
+
+@pytest.mark.parametrize(
+    ("maximum", "problem"),
+    [
+        (2**63, "is 9223372036854775808; at most 1000000000000000000"),
+        (-1, "is -1; it must be >= 0"),
+        ("100", "is '100', not a whole number"),
+        (1.5, "is 1.5, not a whole number"),
+        (True, "is True, not a whole number"),
+    ],
+)
+async def test_a_maximum_past_the_bound_is_unavailable(
+    kinde: FakeKinde, provider: KindeProvider, maximum: object, problem: str
+) -> None:
+    """An entitlement_limit_max that PutBudget would refuse makes the read
+    ProviderUnavailable, naming the feature and the value."""
+    kinde.state.limits["acct-1"] = {"tokens": 10, "images": maximum}
+    with pytest.raises(ProviderUnavailable) as caught:
+        await provider.read_limits("acct-1")
+    expected = f"kinde entitlements: feature 'images': entitlement_limit_max {problem}"
+    assert expected == str(caught.value)

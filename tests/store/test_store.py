@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from earmark import limits
 from earmark.core.model import Outcome
 from earmark.core.ops import ReserveOp, ReserveResult, SettleOp
 from earmark.errors import Unavailable
@@ -209,4 +210,19 @@ async def test_audit_catches_a_drifted_budget(store: Store, dsn: str) -> None:
         "b: held 11 != open holds 10",
         "b: held 11 != ledger 10",
         "b: used 2 != ledger 0",
+    ] == problems
+
+
+async def test_audit_flags_a_limit_past_the_bound(store: Store, dsn: str) -> None:
+    """A limit past limits.limit_units_max, written around PutBudget and the plan gate with
+    SQL, is reported by the audit."""
+    await store.put_budget("b", 100, "t")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("UPDATE budgets SET limit_units = $1", limits.limit_units_max + 1)
+        problems = await audit(conn)
+    finally:
+        await conn.close()
+    assert [
+        f"b: limit is {limits.limit_units_max + 1}; at most {limits.limit_units_max}"
     ] == problems

@@ -95,6 +95,9 @@ class Meter:
     provider: str = "openai"
     job: str = ""
     also_budget_ids: Sequence[str] = ()
+    # Set (with budget_id ""): the calls hold on the account's current billing cycle, the
+    # only way onto a cycle budget, which refuses to be named by its id.
+    account: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     # The holds' lease; None: the sidecar's default. The hold renews while the call runs.
     lease_seconds: float | None = None
@@ -347,7 +350,7 @@ class _Completions:
             # Entering reserves; a refusal raises before anything is sent.
             hold = self._earmark.hold(
                 m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
-                labels=m.labels, lease_seconds=m.lease_seconds,
+                labels=m.labels, lease_seconds=m.lease_seconds, account=m.account,
             ).__enter__()  # fmt: skip
             try:
                 # Charged before it is sent: a worker that dies now leaves the hold in doubt,
@@ -391,7 +394,7 @@ class _AsyncCompletions:
         for attempt in range(m.retry.attempts_max):
             hold = await self._earmark.hold(
                 m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
-                labels=m.labels, lease_seconds=m.lease_seconds,
+                labels=m.labels, lease_seconds=m.lease_seconds, account=m.account,
             ).__aenter__()  # fmt: skip
             try:
                 if (await hold.charge(usage=Usage(prompt, 0))).capped:
@@ -465,7 +468,8 @@ def metered(
     **meter: Any,
 ) -> MeteredOpenAI | AsyncMeteredOpenAI:
     """The client, metered on budget_id; meter takes Meter's other fields (provider, job,
-    also_budget_ids, labels, retry). OpenAI goes with Client, AsyncOpenAI with AsyncClient."""
+    also_budget_ids, account, labels, retry). OpenAI goes with Client, AsyncOpenAI with
+    AsyncClient."""
     settings = Meter(budget_id, **meter)
     if isinstance(openai_client, openai.AsyncOpenAI):
         if not isinstance(earmark, AsyncClient):

@@ -111,6 +111,7 @@ def _decide_one(state: BatchState, decision: BatchDecision, op: Op, now: datetim
 
 def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: datetime) -> Result:
     budget = budget_of(state)
+    _require_account_gate(state, budget, op)
     existing = state.holds_by_key.get((op.owner, op.idempotency_key))
     if existing is not None:
         return _again(existing, op, budget)
@@ -159,6 +160,41 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         if admission.over_limit:
             flag_overage(decision, each, now)
     return _admitted(hold, budget, admissions)
+
+
+def _require_account_gate(state: BatchState, budget: Budget, op: ReserveOp) -> None:
+    """A billing-cycle budget answers to one gate whatever names it: only a Reserve by its
+    account may hold on it, since that is the Reserve whose limit the service read (failing
+    closed when it is unknown) and whose admission the account's rate counts. By its id, as
+    budget_id or in also_budget_ids, it would skip both. Checked here, where the rows are
+    known, so that no caller of the store gets around it; it fails that operation alone,
+    before it changes anything, and before a retried key is answered."""
+    if budget.account is not None and budget.account != op.account:
+        raise _needs_account(budget, "budget_id")
+    if op.account and budget.account is None:
+        # A budget made by PutBudget under the id of the account's cycle: holding on it
+        # would skip the plan's limit and the meter.
+        raise FailedPrecondition(
+            f"account: budget {budget.budget_id!r} has the id of account {op.account!r}'s "
+            "billing-cycle budget but was made by PutBudget, which must not take a cycle's id",
+            Reason.CYCLE_BUDGET_NEEDS_ACCOUNT,
+            field="account",
+            budget_id=budget.budget_id,
+        )
+    for budget_id in op.also_budget_ids:
+        other = state.budgets.get(budget_id)
+        if other is not None and other.account is not None:
+            raise _needs_account(other, "also_budget_ids")
+
+
+def _needs_account(budget: Budget, named_as: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"{named_as}: budget {budget.budget_id!r} is the billing-cycle budget of account "
+        f"{budget.account!r}; reserve on it by account (and feature), not by its id",
+        Reason.CYCLE_BUDGET_NEEDS_ACCOUNT,
+        field="account",
+        budget_id=budget.budget_id,
+    )
 
 
 def _again(existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:

@@ -40,3 +40,10 @@ def cycle_at(at: datetime, anchor_day: int = 1) -> Cycle:
     if at < start:
         start = _month_start(at.year, at.month - 1, anchor_day)
     return Cycle(start=start, end=_month_start(start.year, start.month + 1, anchor_day))
+
+
+def cycle_budget_id(account: str, feature: str, cycle: Cycle) -> str:
+    """The id of an account's budget for feature in cycle, ACCOUNT/FEATURE/YYYY-MM-DD: known
+    without reading the plan, so that a Reserve's permission is checked before anything is
+    read or written for it."""
+    return f"{account}/{feature}/{cycle.key()}"

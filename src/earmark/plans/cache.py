@@ -19,8 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import structlog
+
 from earmark import limits
+from earmark.core.bounds import limit_problem, shown
 from earmark.plans.provider import Limits, LimitsProvider, ProviderUnavailable
+
+log = structlog.get_logger("earmark.plans")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,10 @@ class LimitCache:
             try:
                 return await self._read_once(account)
             except ProviderUnavailable as error:
+                # Once per failed read, which is at most once per retry_seconds and account:
+                # the message names the call and what was wrong (a value cut short), never
+                # a credential.
+                log.warning("limit_read_failed", account=account, error=str(error))
                 self._failed_at.pop(account, None)
                 self._failed_at[account] = self._clock()
                 while len(self._failed_at) > self._accounts_max:
@@ -105,7 +114,16 @@ class LimitCache:
         return await asyncio.shield(task)
 
     async def _read(self, account: str) -> LimitRead:
-        read = LimitRead(await self._provider.read_limits(account), self._clock())
+        found = await self._provider.read_limits(account)
+        # Whichever provider answered, a limit keeps PutBudget's bound before it is used or
+        # written: one that does not is a failed read, never a stored or INTERNAL one.
+        for feature, maximum in found.items():
+            problem = None if maximum is None else limit_problem(maximum)
+            if problem is not None:
+                raise ProviderUnavailable(
+                    f"{self._provider.name}: feature {shown(feature)}: the maximum {problem}"
+                )
+        read = LimitRead(found, self._clock())
         self._remember(account, read)
         self._failed_at.pop(account, None)
         return read

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from earmark import limits
-from earmark.core.cycles import cycle_at
+from earmark.core.bounds import limit_problem
+from earmark.core.cycles import cycle_at, cycle_budget_id
 from earmark.core.model import Budget
 from earmark.errors import FailedPrecondition, Reason
 from earmark.plans.cache import LimitCache, LimitRead
@@ -46,6 +47,11 @@ class PlanGate:
         self._written: OrderedDict[str, datetime] = OrderedDict()
         # One write per budget at a time: the Reserves that find a cycle new all wait on it.
         self._writing: dict[str, asyncio.Lock] = {}
+
+    def cycle_budget_id(self, account: str, feature: str) -> str:
+        """The id budget_for would answer now, found without a read or a write: the
+        service checks the caller's permission on it first."""
+        return cycle_budget_id(account, feature, cycle_at(self._clock(), self._anchor_day))
 
     async def budget_for(self, account: str, feature: str) -> str:
         """The id of the account's current cycle budget for feature, made or updated from
@@ -80,7 +86,7 @@ class PlanGate:
         self, account: str, feature: str, read: LimitRead, *, force: bool = False
     ) -> str:
         cycle = cycle_at(self._clock(), self._anchor_day)
-        budget_id = f"{account}/{feature}/{cycle.key()}"
+        budget_id = cycle_budget_id(account, feature, cycle)
         if not force and self._is_written(budget_id, read):
             return budget_id
         lock = self._writing.setdefault(budget_id, asyncio.Lock())
@@ -113,13 +119,18 @@ class PlanGate:
     async def _seed(self, account: str) -> None:
         """Starts from the limits the current cycle's rows hold, with their age."""
         current = cycle_at(self._clock(), self._anchor_day).start
-        rows = [
-            b
-            for b in await self._store.cycles_of(account)
-            if b.cycle_start == current and b.limit_read_at is not None and b.feature
-        ]
+        rows = [b for b in await self._store.cycles_of(account) if _seeds(b, current)]
         if rows:
             read_at = min(b.limit_read_at for b in rows if b.limit_read_at is not None)
             self._cache.seed(
                 account, LimitRead({b.feature: b.limit for b in rows if b.feature}, read_at)
             )
+
+
+def _seeds(budget: Budget, current: datetime) -> bool:
+    """Whether a cycle row's limit may seed the cache: a read of the current cycle, and
+    within the bound (a limit stored past it, by hand or by an older sidecar, is not
+    trusted; the provider is asked instead, and its answer is checked)."""
+    if budget.cycle_start != current or budget.limit_read_at is None or not budget.feature:
+        return False
+    return budget.limit is None or limit_problem(budget.limit) is None

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from earmark import limits
+from earmark.core.bounds import limit_problem, shown
 from earmark.plans.provider import Limits, ProviderUnavailable
 
 TOKEN_PATH = "/oauth2/token"
@@ -147,11 +148,17 @@ class KindeProvider:
         found: dict[str, int | None] = {}
         for item in entitlements:
             code = item.get("feature_code") if isinstance(item, dict) else None
-            maximum = item.get("entitlement_limit_max") if isinstance(item, dict) else None
-            if not isinstance(code, str) or not (maximum is None or isinstance(maximum, int)):
+            if not isinstance(code, str):
                 raise ProviderUnavailable("kinde entitlements: an entitlement is malformed")
-            if isinstance(maximum, bool) or (maximum is not None and maximum < 0):
-                raise ProviderUnavailable("kinde entitlements: a maximum is not a count")
+            maximum = item.get("entitlement_limit_max")
+            # The bound PutBudget keeps: a maximum past it (2^63 would not even fit the
+            # row) or not a whole number makes the whole read fail, so that the cache keeps
+            # the last good read and then fails closed, and the value is in the message.
+            problem = None if maximum is None else limit_problem(maximum)
+            if problem is not None:
+                raise ProviderUnavailable(
+                    f"kinde entitlements: feature {shown(code)}: entitlement_limit_max {problem}"
+                )
             found[code] = maximum
         return found
 

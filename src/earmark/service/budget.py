@@ -38,6 +38,15 @@ def _owner() -> str:
     return "" if caller is None else caller.name
 
 
+def _not_in(cycle_budget_id: str, also: tuple[str, ...]) -> str:
+    """The account's cycle budget, unless also_budget_ids names it again."""
+    if cycle_budget_id in also:
+        raise InvalidArgument(
+            "also_budget_ids", f"names the account's cycle budget {cycle_budget_id!r} again"
+        )
+    return cycle_budget_id
+
+
 class BudgetService(pb_grpc.BudgetServicer):
     def __init__(
         self,
@@ -87,6 +96,24 @@ class BudgetService(pb_grpc.BudgetServicer):
                 expires_at=None,
             )
 
+    @staticmethod
+    def _permit(budget_id: str, also: tuple[str, ...]) -> None:
+        """PERMISSION_DENIED unless the calling token's prefixes cover every budget the
+        Reserve names."""
+        caller = CALLER.get()
+        if caller is None:
+            return
+        for field, named in [("budget_id", budget_id)] + [
+            (f"also_budget_ids[{i}]", b) for i, b in enumerate(also)
+        ]:
+            if not caller.may_use(named):
+                raise PermissionDenied(
+                    f"{field}: the token named {caller.name!r} may not use budget {named!r}",
+                    Reason.BUDGET_NOT_PERMITTED,
+                    field=field,
+                    budget_id=named,
+                )
+
     @rpc("Reserve")
     async def Reserve(self, request: pb.ReserveRequest, context: Context) -> pb.ReserveResponse:
         # Everything the request carries is checked before any budget or provider is asked.
@@ -99,29 +126,20 @@ class BudgetService(pb_grpc.BudgetServicer):
         phase = validate_scopes.phase(request.phase)
         also = validate_scopes.also_budget_ids(request.also_budget_ids, budget_id)
         if account:
+            # Checked first: the cycle budget's id is known without reading the plan or
+            # writing a row, so a request that names it again, or a caller that may not
+            # use it, causes neither.
+            assert self.plans is not None
+            self._permit(_not_in(self.plans.cycle_budget_id(account, feature), also), also)
             target = await self._cycle_budget(account, feature, amount)
             if isinstance(target, ReserveResult):
                 self._count_reserve(target)
                 log.info("reserve", account=account, feature=feature, decision="refused",
                          reason=target.reason.name, message=target.message)  # fmt: skip
                 return convert.reserve_response(target, "")
-            budget_id = target
-        if budget_id in also:
-            raise InvalidArgument(
-                "also_budget_ids", f"names the account's cycle budget {budget_id!r} again"
-            )
-        caller = CALLER.get()
-        if caller is not None:
-            for field, named in [("budget_id", budget_id)] + [
-                (f"also_budget_ids[{i}]", b) for i, b in enumerate(also)
-            ]:
-                if not caller.may_use(named):
-                    raise PermissionDenied(
-                        f"{field}: the token named {caller.name!r} may not use budget {named!r}",
-                        Reason.BUDGET_NOT_PERMITTED,
-                        field=field,
-                        budget_id=named,
-                    )
+            # Again after the gate: a cycle may have begun since the first check.
+            budget_id = _not_in(target, also)
+        self._permit(budget_id, also)
         rate = self.plans.admissions_per_minute if account and self.plans else 0
         op = ReserveOp(
             budget_id=budget_id,

@@ -12,7 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
-from earmark.core import prices
+from earmark.core import bounds, prices
 from earmark.core.model import EstimatePolicy, Outcome
 from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import InvalidArgument
@@ -72,10 +72,10 @@ def amount(field: str, value: int, *, zero_ok: bool = False) -> int:
 
 
 def limit(value: int) -> int:
-    if value < 0:
-        raise InvalidArgument("limit", f"is {value}; it must be >= 0 (absent is unlimited)")
-    if value > limits.limit_units_max:
-        raise InvalidArgument("limit", f"is {value}; at most {limits.limit_units_max}")
+    # The one bound on a limit, shared with the limits read from the billing provider.
+    problem = bounds.limit_problem(value)
+    if problem is not None:
+        raise InvalidArgument("limit", f"{problem} (absent is unlimited)" if value < 0 else problem)
     return value
 
 
@@ -150,7 +150,13 @@ def outcome(value: int) -> Outcome:
 
 
 def account(value: str) -> str:
-    return identifier("account", value, limits.account_length_max)
+    # An account is the first part of its cycle budgets' ids, ACCOUNT/FEATURE/CYCLE: without
+    # the slash, a token's prefix "acct1/" covers the cycles of account acct1 and of no
+    # other account (not "acct1/x"), and an id names one account.
+    found = identifier("account", value, limits.account_length_max)
+    if "/" in found:
+        raise InvalidArgument("account", "may not contain '/'")
+    return found
 
 
 def feature(value: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from earmark import limits
+from earmark.core.bounds import limit_problem
 from earmark.errors import Reason, Unavailable
 from earmark.store.tx import Conn, mapped_db_errors
 
@@ -77,8 +78,9 @@ async def audit(conn: Conn) -> list[str]:
     budget over its own holds and those nested under it: held = sum of open holds = sum of
     ledger held deltas, used = sum of ledger charges, open_reservations = count of open
     holds, and nothing beyond the ceiling (the limit, and a SOFT budget's overage limit)
-    but what settles reported past their holds; and the side tables (open_holds,
-    in_doubt_holds, hold_scopes) agree with the reservations."""
+    but what settles reported past their holds, and no limit past limits.limit_units_max;
+    and the side tables (open_holds, in_doubt_holds, hold_scopes) agree with the
+    reservations."""
     problems = []
     for row in await conn.fetch(AUDIT):
         name = row["budget_id"]
@@ -90,6 +92,12 @@ async def audit(conn: Conn) -> list[str]:
             problems.append(f"{name}: used {row['used']} != ledger {row['ledger_used']}")
         if row["open_count"] != row["open_reservations"]:
             problems.append(f"{name}: open_reservations drifted")
+        # PutBudget and the plan gate both refuse a limit past the bound; a row that has
+        # one was written around them (by hand, or by an older sidecar).
+        limit = row["limit_units"]
+        problem = None if limit is None else limit_problem(limit)
+        if problem is not None:
+            problems.append(f"{name}: limit {problem}")
         ceiling = row["ceiling"]
         spent = row["used"] + row["held"] - row["overshoot"] - row["late"]
         if ceiling is not None and spent > ceiling:

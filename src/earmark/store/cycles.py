@@ -17,7 +17,9 @@ from earmark.store.tx import Conn
 
 # A new cycle budget, or a newer limit read for one: a read older than the row's changes
 # nothing, so sidecars that read at different moments never move a limit backwards (one
-# as old as the row's is written: it is a forced refresh, or the same answer).
+# as old as the row's is written: it is a forced refresh, or the same answer). A row of
+# that id that is not this account's cycle (an operator's PutBudget) is left as it is; the
+# core refuses to hold on it for the account.
 # Running holds keep their amounts; the next admission sees the new limit.
 UPSERT_CYCLE = NamedQuery(f"""
 INSERT INTO budgets (budget_id, limit_units, unit, account, feature, cycle_start, cycle_end,
@@ -26,7 +28,8 @@ VALUES ($budget_id, $limit, $unit, $account, $feature, $cycle_start, $cycle_end,
 ON CONFLICT (budget_id) DO UPDATE
 SET limit_units = EXCLUDED.limit_units, limit_read_at = EXCLUDED.limit_read_at,
     updated_at = now()
-WHERE budgets.limit_read_at IS NULL OR budgets.limit_read_at <= EXCLUDED.limit_read_at
+WHERE budgets.account = EXCLUDED.account
+  AND (budgets.limit_read_at IS NULL OR budgets.limit_read_at <= EXCLUDED.limit_read_at)
 RETURNING {BUDGET_COLUMNS}
 """)
 
