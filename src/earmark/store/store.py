@@ -13,7 +13,7 @@ import asyncpg
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
-from earmark.core.model import Budget, EstimatePolicy, Hold, HoldState, OveragePolicy, UnitTotals
+from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import (
@@ -27,22 +27,15 @@ from earmark.errors import (
 from earmark.store import cycles, operator, pricebook, queries, stripes, writes
 from earmark.store.cycles import Report
 from earmark.store.lanes import Lanes, Route, TopUp
-from earmark.store.migrate import migrate
+from earmark.store.pools import open_pools
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
-from earmark.store.tx import Conn, Isolation, mapped_db_errors, roll_back, run_transaction
+from earmark.store.scans import Scans
+from earmark.store.tx import Conn, Isolation, mapped_db_errors, run_transaction
 
 Clock = Callable[[], datetime]
 # grouped: a lane per budget, one transaction per batch; naive: one per request.
 Admission = Literal["grouped", "naive"]
 T = TypeVar("T")
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """The pool's reset on release: Earmark keeps no session state (no LISTEN, no session
-    advisory locks, no SET but SET LOCAL, no cursors), so asyncpg's default reset would be
-    a round trip per transaction for nothing. Only a transaction left open (which
-    tx.transaction never leaves) is ended, at no cost when there is none."""
-    await roll_back(conn)
 
 
 def utc_now() -> datetime:
@@ -66,6 +59,7 @@ class Store:
         self,
         pool: asyncpg.Pool,
         *,
+        admin_pool: asyncpg.Pool,
         clock: Clock = utc_now,
         observer: StoreObserver | None = None,
         batch_size_max: int = limits.batch_size_max,
@@ -75,6 +69,8 @@ class Store:
         assert admission in ("grouped", "naive")
         self._admission = admission
         self._pool = pool
+        # Admin's listings, never on self._pool.
+        self.scans = Scans(admin_pool)
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
@@ -101,28 +97,15 @@ class Store:
         admission: Admission = "grouped",
         prepared_statements: bool = True,
     ) -> Store:
-        """Connects a pool to dsn and applies the migrations the database lacks. Without
-        prepared_statements (behind PgBouncer's transaction pooling) every statement is
-        prepared unnamed, within its own transaction, and planned each time."""
-        with mapped_db_errors():
-            pool = await asyncpg.create_pool(
-                dsn,
-                min_size=min(limits.pool_size_min, pool_size_max),
-                max_size=pool_size_max,
-                # Connections beyond min_size close after this long idle: a pod's idle
-                # sidecar holds one connection (see README, Scaling out).
-                max_inactive_connection_lifetime=limits.pool_idle_seconds_max,
-                timeout=limits.db_connect_timeout_seconds,
-                command_timeout=limits.db_command_timeout_seconds,
-                statement_cache_size=(
-                    limits.statement_cache_size_default if prepared_statements else 0
-                ),
-                reset=_keep_session,
-            )
-            async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                await migrate(conn)
+        """Connects the workers' pool and the operator's to dsn and applies the migrations
+        the database lacks. Without prepared_statements (behind PgBouncer's transaction
+        pooling) neither pool prepares a statement by name (see pools.create_pool)."""
+        pool, admin_pool = await open_pools(
+            dsn, pool_size_max=pool_size_max, prepared_statements=prepared_statements
+        )
         return cls(
             pool,
+            admin_pool=admin_pool,
             clock=clock,
             observer=observer,
             batch_size_max=batch_size_max,
@@ -135,11 +118,13 @@ class Store:
         (restarted, failed over), a connection from before may lead to a server that is gone
         and would only answer at its command timeout."""
         await self._pool.expire_connections()
+        await self.scans.expire_connections()
 
     async def close(self) -> None:
-        """Decides what is queued, then closes the pool."""
+        """Decides what is queued, then closes both pools."""
         await self._lanes.close()
         await self._pool.close()
+        await self.scans.close()
 
     # Budgets.
 
@@ -230,9 +215,6 @@ class Store:
 
         return await self._transaction(work, "read_committed")
 
-    async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
-        return await self._read(lambda conn: pricebook.list_prices(conn, provider, model))
-
     # Accounts' billing cycles and the meter outbox.
 
     async def ensure_cycle(self, spec: Budget) -> Budget | None:
@@ -272,17 +254,7 @@ class Store:
     async def outbox_state(self) -> tuple[int, datetime | None]:
         return await self._read(lambda conn: cycles.outbox_state(conn))
 
-    # What operators read and do.
-
-    async def list_holds(
-        self, budget_id: str, state: HoldState | None, size: int, token: str
-    ) -> operator.Page[Hold]:
-        return await self._read(lambda c: operator.list_holds(c, budget_id, state, size, token))
-
-    async def list_ledger(
-        self, budget_id: str, size: int, token: str
-    ) -> operator.Page[operator.LedgerRow]:
-        return await self._read(lambda c: operator.list_ledger(c, budget_id, size, token))
+    # What operators do and watch (Admin's listings are self.scans').
 
     async def archive_budget(self, budget_id: str) -> Budget:
         async def work(conn: Conn) -> Budget:
@@ -290,10 +262,11 @@ class Store:
 
         return await self._transaction(work, "read_committed")
 
+    # The gauges' reads: one at a time, every refresh, on the workers' pool, so that an
+    # idle sidecar keeps the one connection it had.
+
     async def watch_totals(self) -> operator.WatchTotals:
         return await self._read(lambda conn: operator.watch_totals(conn, self._clock()))
-
-    # What operators watch.
 
     async def open_holds_by_unit(self) -> list[UnitTotals]:
         return await self._read(operator.open_holds_by_unit)
@@ -416,7 +389,7 @@ class Store:
         return closed
 
     async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:
-        """A read outside any batch, on a connection of the pool."""
+        """A read outside any batch that a worker's call may need, on the workers' pool."""
         with mapped_db_errors():
             async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
                 return await query(conn)
