@@ -18,11 +18,11 @@ import pytest
 
 from earmark.server import Sidecar
 from earmark.settings import Settings
-from earmark.store import Store
+from earmark.store import Store, operator
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
 from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, HeldListings
 
 TEST_DATABASE = "earmark_test"
 TABLES = (
@@ -166,3 +166,11 @@ async def clocked(dsn: str, socket_dir: Path, clock: FakeClock) -> AsyncIterator
     """The usual sidecar on the test's clock: leases pass when the clock is moved."""
     async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as s:
         yield s
+
+
+@pytest.fixture
+def held_listings(monkeypatch: pytest.MonkeyPatch) -> HeldListings:
+    """operator.list_holds replaced by a HeldListings around it, for this test."""
+    held = HeldListings(operator.list_holds)
+    monkeypatch.setattr(operator, "list_holds", held)
+    return held

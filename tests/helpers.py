@@ -183,3 +183,37 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def started(*calls: Awaitable[Any]) -> AsyncIterator[list[asyncio.Task[Any]]]:
+    """calls as tasks, cancelled if any still runs when the block ends (a failed test)."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        yield tasks
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class HeldListings:
+    """Stands in for operator.list_holds, the scan's collaborator: it takes the real
+    connection the listing was given and holds it, as a long scan would, until released;
+    then it reads for real."""
+
+    def __init__(self, real: Callable[..., Awaitable[Any]]) -> None:
+        self.real = real
+        self.holding = 0
+        self.release = asyncio.Event()
+
+    async def __call__(self, conn: Any, *args: Any) -> Any:
+        self.holding += 1
+        await self.release.wait()
+        return await self.real(conn, *args)
+
+    async def holding_exactly(self, count: int) -> None:
+        async def check() -> bool:
+            return count == self.holding
+
+        await eventually(check, within_seconds=10, what=f"{count} listings holding connections")

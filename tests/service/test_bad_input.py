@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from earmark import limits
+from earmark.service.edge import EdgeInterceptor, StreamSlots
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
-from tests.helpers import reason_of
+from tests.helpers import reason_of, scrape
 
 BUDGET = "acme/tokens"
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
@@ -156,6 +159,71 @@ async def test_an_undecodable_body_is_invalid_argument(seeded: Running, method_n
     assert f"request: the body is not a valid message for {method_name}" == (caught.value.details())
     assert ("INVALID_FIELD", {"field": "request"}) == reason_of(caught.value)
     assert before == await snapshot(seeded.dsn)
+
+
+REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+LIST_SERVICES = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
+
+
+def undecodable_count(s: Running) -> float:
+    return scrape(s.sidecar.metrics_port).get(
+        ("earmark_rpc_rejected_total", (("reason", "undecodable"),)), 0.0
+    )
+
+
+async def test_garbage_on_the_reflection_stream_is_invalid_argument(seeded: Running) -> None:
+    """A message on the reflection stream that does not decode ends the call INVALID_ARGUMENT
+    naming the request, as a unary body does, after the valid message before it was answered."""
+    before = undecodable_count(seeded)
+    stream = seeded.channel.stream_stream(
+        REFLECTION, request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    call = stream(iter([LIST_SERVICES, b"\xff\xff\xff"]))
+    first = reflection_pb2.ServerReflectionResponse.FromString(await call.read())
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert first.HasField("list_services_response")
+    assert grpc.StatusCode.INVALID_ARGUMENT == caught.value.code()
+    assert f"request: the body is not a valid message for {REFLECTION}" == caught.value.details()
+    assert ("INVALID_FIELD", {"field": "request"}) == reason_of(caught.value)
+    assert before + 1 == undecodable_count(seeded)
+
+
+async def test_garbage_on_a_client_stream_is_invalid_argument() -> None:
+    """A client-streaming method behind the edge refuses a message that does not decode
+    with INVALID_ARGUMENT naming the request, like every other kind of call."""
+    rejected: list[str] = []
+    edge = EdgeInterceptor(
+        tokens=None, protected=(), streams=StreamSlots(), on_reject=rejected.append
+    )
+
+    async def count(requests: AsyncIterator[Any], context: Any) -> Any:
+        return health_pb2.HealthCheckResponse(status=len([r async for r in requests]))
+
+    method = grpc.stream_unary_rpc_method_handler(
+        count,
+        request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+    )
+    server = grpc.aio.server(interceptors=[edge])
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("t.T", {"Count": method})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_unary(
+                "/t.T/Count", request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            assert b"\x08\x01" == await call(iter([b""]))
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call(iter([b"", b"\xff\xff\xff"]))
+    finally:
+        await server.stop(None)
+    assert grpc.StatusCode.INVALID_ARGUMENT == caught.value.code()
+    assert ("INVALID_FIELD", {"field": "request"}) == reason_of(caught.value)
+    assert ["undecodable"] == rejected
 
 
 async def test_already_exists_names_no_other_amount(seeded: Running) -> None:

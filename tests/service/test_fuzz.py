@@ -1,6 +1,6 @@
-"""Fuzzing every RPC of a live sidecar process: Hypothesis strategies over the request
-messages, and raw bytes. No answer is INTERNAL or UNKNOWN, a rejected request changes
-nothing, and the audit is clean at the end."""
+"""Fuzzing every RPC of a live sidecar process, the health and reflection streams among
+them: Hypothesis strategies over the request messages, and raw bytes. No answer is INTERNAL
+or UNKNOWN, a rejected request changes nothing, and the audit is clean at the end."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +29,9 @@ pytestmark = pytest.mark.slow
 
 MESSAGE_EXAMPLES = 500
 RAW_EXAMPLES = 200
+# Health and reflection: calls of each kind, and at most this many messages on one stream.
+STREAM_EXAMPLES = 150
+STREAM_MESSAGES_MAX = 4
 EXPECTED = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -273,3 +278,117 @@ async def run_audit(dsn: str) -> list[str]:
         return await audit(conn)
     finally:
         await conn.close()
+
+
+CHECK = "/grpc.health.v1.Health/Check"
+WATCH = "/grpc.health.v1.Health/Watch"
+REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+SERVICES = ("", "earmark.v1.Budget", "earmark.v1.Admin", "grpc.health.v1.Health")
+SYMBOLS = ("earmark.v1.Budget", "earmark.v1.ReserveRequest", "grpc.health.v1.Health")
+
+health_requests = st.builds(
+    health_pb2.HealthCheckRequest, service=st.one_of(st.sampled_from(SERVICES), text)
+)
+reflection_requests = st.one_of(
+    st.builds(
+        reflection_pb2.ServerReflectionRequest,
+        host=text,
+        file_by_filename=st.one_of(st.just("earmark/v1/budget.proto"), text),
+    ),
+    st.builds(
+        reflection_pb2.ServerReflectionRequest,
+        file_containing_symbol=st.one_of(st.sampled_from(SYMBOLS), text),
+    ),
+    st.builds(
+        reflection_pb2.ServerReflectionRequest,
+        file_containing_extension=st.builds(
+            reflection_pb2.ExtensionRequest,
+            containing_type=st.one_of(st.sampled_from(SYMBOLS), text),
+            extension_number=int32,
+        ),
+    ),
+    st.builds(
+        reflection_pb2.ServerReflectionRequest,
+        all_extension_numbers_of_type=st.one_of(st.sampled_from(SYMBOLS), text),
+    ),
+    st.builds(reflection_pb2.ServerReflectionRequest, list_services=text),
+    st.builds(reflection_pb2.ServerReflectionRequest, host=text),
+)
+
+
+def stream_call(channel: grpc.Channel, method: str, bodies: list[bytes]) -> grpc.StatusCode:
+    """One call of method with raw bodies: Check and Watch take the first, reflection takes
+    them all as its stream. A Watch, which never ends by itself, is cancelled once it has
+    answered the current status."""
+    try:
+        if method == CHECK:
+            channel.unary_unary(method)(bodies[0], timeout=10)
+        elif method == WATCH:
+            watch = channel.unary_stream(method)(bodies[0], timeout=10)
+            try:
+                next(watch)
+            finally:
+                watch.cancel()
+        else:
+            for _ in channel.stream_stream(method)(iter(bodies), timeout=10):
+                pass
+    except grpc.RpcError as error:
+        return error.code()  # type: ignore[no-any-return,attr-defined]
+    return grpc.StatusCode.OK
+
+
+stream_settings = settings(
+    max_examples=STREAM_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def test_fuzzed_stream_messages_never_fail_inside(fuzzed: Fuzzed) -> None:
+    """Generated health requests (Check and Watch) and reflection streams of generated
+    messages, on both listeners, answer designed statuses only and change nothing."""
+
+    @stream_settings
+    @given(
+        st.booleans(),
+        st.one_of(
+            st.tuples(st.sampled_from([CHECK, WATCH]), st.lists(health_requests, min_size=1)),
+            st.tuples(
+                st.just(REFLECTION),
+                st.lists(reflection_requests, min_size=1, max_size=STREAM_MESSAGES_MAX),
+            ),
+        ),
+    )
+    def one(admin: bool, method_messages: tuple[str, list[Any]]) -> None:
+        method, messages = method_messages
+        channel = fuzzed.admin_channel if admin else fuzzed.channel
+        bodies = [m.SerializeToString() for m in messages[:STREAM_MESSAGES_MAX]]
+        before = snapshot(fuzzed.dsn)
+        code = stream_call(channel, method, bodies)
+        assert code in EXPECTED, (method, messages, code)
+        assert before == snapshot(fuzzed.dsn), (method, messages, code)
+
+    one()
+    assert [] == asyncio.run(run_audit(fuzzed.dsn))
+
+
+def test_raw_bytes_on_streams_never_fail_inside(fuzzed: Fuzzed) -> None:
+    """Arbitrary bytes as health requests and as the messages of a reflection stream answer
+    designed statuses only (a body that does not decode is INVALID_ARGUMENT) and change
+    nothing."""
+
+    @stream_settings
+    @given(
+        st.booleans(),
+        st.sampled_from([CHECK, WATCH, REFLECTION]),
+        st.lists(st.binary(max_size=512), min_size=1, max_size=STREAM_MESSAGES_MAX),
+    )
+    def one(admin: bool, method: str, bodies: list[bytes]) -> None:
+        channel = fuzzed.admin_channel if admin else fuzzed.channel
+        before = snapshot(fuzzed.dsn)
+        code = stream_call(channel, method, bodies)
+        assert code in EXPECTED, (method, bodies, code)
+        assert before == snapshot(fuzzed.dsn), (method, bodies, code)
+
+    one()
+    assert [] == asyncio.run(run_audit(fuzzed.dsn))

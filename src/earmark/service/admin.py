@@ -92,7 +92,7 @@ class AdminService(pb_grpc.AdminServicer):
     ) -> pb.ListPricesResponse:
         provider = validate.price_filter("provider", request.provider, limits.provider_length_max)
         model = validate.price_filter("model", request.model, limits.model_length_max)
-        found = await self.store.list_prices(provider, model)
+        found = await self.store.scans.list_prices(provider, model)
         return pb.ListPricesResponse(prices=[convert.price_message(p) for p in found])
 
     @rpc("ListCycles")
@@ -124,7 +124,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ListHolds(
         self, request: pb.ListHoldsRequest, context: Context
     ) -> pb.ListHoldsResponse:
-        page = await self.store.list_holds(
+        page = await self.store.scans.list_holds(
             validate.budget_id(request.budget_id),
             validate_scopes.hold_state(request.state),
             validate_scopes.page_size(request.page_size),
@@ -139,7 +139,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ListLedger(
         self, request: pb.ListLedgerRequest, context: Context
     ) -> pb.ListLedgerResponse:
-        page = await self.store.list_ledger(
+        page = await self.store.scans.list_ledger(
             validate.budget_id(request.budget_id),
             validate_scopes.page_size(request.page_size),
             validate_scopes.page_token(request.page_token),

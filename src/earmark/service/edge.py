@@ -1,7 +1,8 @@
 """The edge every call crosses before a servicer sees it, one interceptor per listener:
-a body that does not decode is INVALID_ARGUMENT, a call without a valid token where one
-is required is UNAUTHENTICATED, and long-lived streams beyond their caps are
-RESOURCE_EXHAUSTED, so that idle streams never take the slots of unary calls.
+a body that does not decode is INVALID_ARGUMENT, a unary call's and every message of a
+stream alike; a call without a valid token where one is required is UNAUTHENTICATED; and
+long-lived streams beyond their caps are RESOURCE_EXHAUSTED, so that idle streams never
+take the slots of unary calls.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class EdgeInterceptor(_Interceptor):
             return self._unary_stream(handler, method, guarded)
         if handler.stream_stream is not None:
             return self._stream_stream(handler, method, guarded)
+        if handler.stream_unary is not None:
+            return self._stream_unary(handler, method, guarded)
         return handler
 
     def _reject(self, reason: str, method: str) -> None:
@@ -109,10 +112,8 @@ class EdgeInterceptor(_Interceptor):
         if self._on_reject is not None:
             self._on_reject(reason)
 
-    async def _admit(
-        self, request: object, context: Context, method: str, guarded: bool
-    ) -> Caller | None:
-        """Aborts the call unless its body decoded and, where required, its token is known."""
+    async def _decoded(self, request: object, context: Context, method: str) -> None:
+        """Aborts the call if request is a body that did not decode."""
         if request is _UNDECODABLE:
             self._reject("undecodable", method)
             await abort(
@@ -122,6 +123,22 @@ class EdgeInterceptor(_Interceptor):
                 Reason.INVALID_FIELD,
                 field="request",
             )
+
+    async def _checked(
+        self, requests: AsyncIterator[object], context: Context, method: str
+    ) -> AsyncIterator[object]:
+        """A call's stream of requests, ending the call at the first message that did not
+        decode just as a unary call's body is refused. The servicer must read its requests
+        from this iterator: context.read() would hand it the stand-in itself."""
+        async for request in requests:
+            await self._decoded(request, context, method)
+            yield request
+
+    async def _admit(
+        self, request: object, context: Context, method: str, guarded: bool
+    ) -> Caller | None:
+        """Aborts the call unless its body decoded and, where required, its token is known."""
+        await self._decoded(request, context, method)
         if not guarded:
             return None
         assert self._tokens is not None
@@ -209,12 +226,27 @@ class EdgeInterceptor(_Interceptor):
             requests: AsyncIterator[object], context: Context
         ) -> AsyncIterator[object]:
             async with self._stream_slot(None, context, method, guarded):
-                async for reply in inner(requests, context):
+                async for reply in inner(self._checked(requests, context, method), context):
                     yield reply
 
         return grpc.stream_stream_rpc_method_handler(
             behavior,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(handler.request_deserializer),
+            response_serializer=handler.response_serializer,
+        )
+
+    def _stream_unary(self, handler: MethodHandler, method: str, guarded: bool) -> MethodHandler:
+        """A client stream (none is served yet): a long-lived call like the others, its
+        token and every message checked the same way."""
+        inner = handler.stream_unary
+
+        async def behavior(requests: AsyncIterator[object], context: Context) -> object:
+            async with self._stream_slot(None, context, method, guarded):
+                return await inner(self._checked(requests, context, method), context)
+
+        return grpc.stream_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=_tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 

@@ -13,7 +13,7 @@ import asyncpg
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
-from earmark.core.model import Budget, EstimatePolicy, Hold, HoldState, OveragePolicy, UnitTotals
+from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import (
@@ -28,14 +28,14 @@ from earmark.errors import (
 from earmark.store import cycles, operator, pricebook, probe, queries, stripes, writes
 from earmark.store.cycles import Report
 from earmark.store.lanes import Lanes, Route, TopUp
-from earmark.store.migrate import migrate
+from earmark.store.pools import open_pools
 from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
+from earmark.store.scans import Scans
 from earmark.store.tx import (
     WRITE_FAULTS,
     Conn,
     Isolation,
     mapped_db_errors,
-    roll_back,
     run_transaction,
 )
 
@@ -45,12 +45,8 @@ Admission = Literal["grouped", "naive"]
 T = TypeVar("T")
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """The pool's reset on release: Earmark keeps no session state (no LISTEN, no session
-    advisory locks, no SET but SET LOCAL, no cursors), so asyncpg's default reset would be
-    a round trip per transaction for nothing. Only a transaction left open (which
-    tx.transaction never leaves) is ended, at no cost when there is none."""
-    await roll_back(conn)
+def _starting() -> Unavailable:
+    return Unavailable("the sidecar is still waiting for its database", Reason.DATABASE_STARTING)
 
 
 def utc_now() -> datetime:
@@ -92,6 +88,7 @@ class Store:
         self._prepared_statements = prepared_statements
         self._admission = admission
         self._connected: asyncpg.Pool | None = None
+        self._scans: Scans | None = None
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
@@ -133,54 +130,48 @@ class Store:
         return store
 
     async def connect(self) -> None:
-        """Connects a pool to the database and applies the migrations it lacks; raises
-        Unavailable (having kept nothing open) when the database cannot be reached. Without
-        prepared statements (behind PgBouncer's transaction pooling) every statement is
-        prepared unnamed, within its own transaction, and planned each time."""
+        """Connects the workers' pool and the operator's and applies the migrations the
+        database lacks; raises Unavailable (having kept nothing open) when the database
+        cannot be reached. Without prepared statements (behind PgBouncer's transaction
+        pooling) neither pool prepares a statement by name (see pools.create_pool)."""
         assert self._connected is None
-        with mapped_db_errors():
-            pool = await asyncpg.create_pool(
-                self._dsn,
-                min_size=min(limits.pool_size_min, self._pool_size_max),
-                max_size=self._pool_size_max,
-                # Connections beyond min_size close after this long idle: a pod's idle
-                # sidecar holds one connection (see README, Scaling out).
-                max_inactive_connection_lifetime=limits.pool_idle_seconds_max,
-                timeout=limits.db_connect_timeout_seconds,
-                command_timeout=limits.db_command_timeout_seconds,
-                statement_cache_size=(
-                    limits.statement_cache_size_default if self._prepared_statements else 0
-                ),
-                reset=_keep_session,
-            )
-            try:
-                async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
-                    await migrate(conn)
-            except BaseException:
-                pool.terminate()
-                raise
+        pool, admin_pool = await open_pools(
+            self._dsn,
+            pool_size_max=self._pool_size_max,
+            prepared_statements=self._prepared_statements,
+        )
+        self._scans = Scans(admin_pool)
         self._connected = pool
 
     @property
     def _pool(self) -> asyncpg.Pool:
         if self._connected is None:
-            raise Unavailable(
-                "the sidecar is still waiting for its database", Reason.DATABASE_STARTING
-            )
+            raise _starting()
         return self._connected
+
+    @property
+    def scans(self) -> Scans:
+        """Admin's listings, on the operator's pool: never on the workers' (see Scans)."""
+        if self._scans is None:
+            raise _starting()
+        return self._scans
 
     async def expire_connections(self) -> None:
         """Replaces every pooled connection on its next use: after the database was down
         (restarted, failed over), a connection from before may lead to a server that is gone
         and would only answer at its command timeout."""
         await self._pool.expire_connections()
+        await self.scans.expire_connections()
 
     async def close(self) -> None:
-        """Decides what is queued, then closes the pool."""
+        """Decides what is queued, then closes both pools."""
         await self._lanes.close()
         if self._connected is not None:
             await self._connected.close()
             self._connected = None
+        if self._scans is not None:
+            await self._scans.close()
+            self._scans = None
 
     # Budgets.
 
@@ -271,9 +262,6 @@ class Store:
 
         return await self._transaction(work, "read_committed")
 
-    async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
-        return await self._read(lambda conn: pricebook.list_prices(conn, provider, model))
-
     # Accounts' billing cycles and the meter outbox.
 
     async def ensure_cycle(self, spec: Budget) -> Budget | None:
@@ -313,17 +301,7 @@ class Store:
     async def outbox_state(self) -> tuple[int, datetime | None]:
         return await self._read(lambda conn: cycles.outbox_state(conn))
 
-    # What operators read and do.
-
-    async def list_holds(
-        self, budget_id: str, state: HoldState | None, size: int, token: str
-    ) -> operator.Page[Hold]:
-        return await self._read(lambda c: operator.list_holds(c, budget_id, state, size, token))
-
-    async def list_ledger(
-        self, budget_id: str, size: int, token: str
-    ) -> operator.Page[operator.LedgerRow]:
-        return await self._read(lambda c: operator.list_ledger(c, budget_id, size, token))
+    # What operators do and watch (Admin's listings are self.scans').
 
     async def archive_budget(self, budget_id: str) -> Budget:
         async def work(conn: Conn) -> Budget:
@@ -331,10 +309,11 @@ class Store:
 
         return await self._transaction(work, "read_committed")
 
+    # The gauges' reads: one at a time, every refresh, on the workers' pool, so that an
+    # idle sidecar keeps the one connection it had.
+
     async def watch_totals(self) -> operator.WatchTotals:
         return await self._read(lambda conn: operator.watch_totals(conn, self._clock()))
-
-    # What operators watch.
 
     async def open_holds_by_unit(self) -> list[UnitTotals]:
         return await self._read(operator.open_holds_by_unit)
@@ -457,7 +436,7 @@ class Store:
         return closed
 
     async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:
-        """A read outside any batch, on a connection of the pool."""
+        """A read outside any batch that a worker's call may need, on the workers' pool."""
         with mapped_db_errors():
             async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
                 return await query(conn)

@@ -1,0 +1,78 @@
+"""Admin's listings, on a connection pool of their own: pages of a budget's holds and
+ledger, and the price book. However many run and however long they take, the workers'
+pool (the lanes, the sweeper) never waits for one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+
+from earmark import limits
+from earmark.core.model import Hold, HoldState
+from earmark.core.prices import Price
+from earmark.errors import Reason, Unavailable
+from earmark.store import operator, pricebook
+from earmark.store.tx import Conn, mapped_db_errors
+
+T = TypeVar("T")
+
+
+class Scans:
+    """Listings pass a gate, limits.admin_scans_max at once, so that the conversion of
+    their rows on the event loop stays bounded too; limits.admin_scans_waiting_max more
+    wait their turn, and any beyond those are UNAVAILABLE (OVERLOADED) at once."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._turns = asyncio.Semaphore(limits.admin_scans_max)
+        self.waiting = 0
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def expire_connections(self) -> None:
+        await self._pool.expire_connections()
+
+    async def list_holds(
+        self, budget_id: str, state: HoldState | None, size: int, token: str
+    ) -> operator.Page[Hold]:
+        async with self._turn():
+            return await self._read(lambda c: operator.list_holds(c, budget_id, state, size, token))
+
+    async def list_ledger(
+        self, budget_id: str, size: int, token: str
+    ) -> operator.Page[operator.LedgerRow]:
+        async with self._turn():
+            return await self._read(lambda c: operator.list_ledger(c, budget_id, size, token))
+
+    async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
+        async with self._turn():
+            return await self._read(lambda c: pricebook.list_prices(c, provider, model))
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """Waits for one of the gate's turns, or refuses at once when the line is full."""
+        if self._turns.locked() and self.waiting >= limits.admin_scans_waiting_max:
+            raise Unavailable(
+                f"admin scans: {limits.admin_scans_max} run and {self.waiting} wait, as many "
+                "as may; try again",
+                Reason.OVERLOADED,
+            )
+        self.waiting += 1
+        try:
+            await self._turns.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._turns.release()
+
+    async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:
+        with mapped_db_errors():
+            async with self._pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                return await query(conn)
