@@ -184,7 +184,7 @@ admin_scans_waiting_max = 32
 # Turning a listing's rows into messages runs in Python on the event loop the workers' calls
 # share (13.6 ms of CPU per 1,000 holds): it runs in slices of admin_slice_rows rows, one
 # slice at a time, and takes at most admin_loop_share_max of the loop's time, so that a
-# worker's call waits at most one slice (about 1.5 ms) at each of its steps.
+# worker's call waits at most one slice (under 1 ms) at each of its steps.
 admin_slice_rows = 100
 admin_loop_share_max = 0.25
 
