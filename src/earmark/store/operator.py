@@ -177,6 +177,7 @@ def ledger_row(row: asyncpg.Record) -> LedgerRow:
 
 
 def ledger_page(rows: list[LedgerRow], size: int) -> Page[LedgerRow]:
+    """The page of ledger_rows' entries; the next page's token is empty on the last page."""
     if len(rows) <= size:
         return Page(rows, "")
     return Page(rows[:size], _encode(rows[size - 1].entry_id))
