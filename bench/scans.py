@@ -19,7 +19,7 @@ import uuid
 import grpc
 import psutil
 
-from bench.harness import Figure, Loop, closed_loop
+from bench.harness import Figure, Loop, Step, closed_loop
 from bench.scenarios import UNLIMITED_ENOUGH, Env, check_invariants, figures, reserve_settle, stubs
 from earmark import limits
 from earmark.spawn import SpawnedSidecar
@@ -95,7 +95,7 @@ def sidecar_cpu_seconds(sidecar: SpawnedSidecar) -> float:
 
 
 async def with_scanners(
-    sidecar: SpawnedSidecar, budget_id: str, seconds: float, step: object
+    sidecar: SpawnedSidecar, budget_id: str, seconds: float, step: Step | None
 ) -> tuple[Loop, dict[str, float], float]:
     """The Reserve loop while the scanners run (or, with step None, the scanners alone);
     their counts, and the sidecar's CPU seconds meanwhile."""
@@ -108,7 +108,7 @@ async def with_scanners(
             await asyncio.sleep(seconds)
             loop = Loop(seconds=time.perf_counter() - started)
         else:
-            loop = await closed_loop(RESERVES_IN_FLIGHT, seconds, step)  # type: ignore[arg-type]
+            loop = await closed_loop(RESERVES_IN_FLIGHT, seconds, step)
     finally:
         counts = await scanners.stop()
     counts["seconds"] = time.perf_counter() - started
