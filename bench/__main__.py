@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import growth, scenarios
+from bench import growth, scans, scenarios
 from bench.harness import Figure
 from bench.sidecars import k_sidecars
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
@@ -117,6 +117,11 @@ def targets(by_name: dict[str, Figure]) -> list[tuple[str, bool]]:
             m("nested / plain hot budget calls/s, run by run") >= 0.8,
         ),
         lambda: (
+            f"Reserve p99 with {scans.SCANNERS} full ListHolds scans <= 2 x without "
+            "(median of the run-by-run ratios)",
+            m(f"{scans.LABEL}: Reserve p99 with / without scans, run by run") <= 2,
+        ),
+        lambda: (
             "K sidecars: serialization retries < 0.05 per admission in every run",
             worst(": retries per admission") < 0.05,
         ),
@@ -142,6 +147,7 @@ SCENARIOS = (
     "growth",
     "sidecars",
     "nested",
+    "scans",
 )
 
 
@@ -198,6 +204,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
                 int((pg.pgdata / "postmaster.pid").read_text().split()[0]))),
             ("nested", "11. nested holds on a hot parent", lambda: scenarios.nested_hot_parent(
                 env)),
+            ("scans", "12. Reserves while operators scan", lambda: scans.scans(env)),
         ]  # fmt: skip
         for key, label, start in steps:
             if key in only:

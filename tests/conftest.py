@@ -170,7 +170,7 @@ async def clocked(dsn: str, socket_dir: Path, clock: FakeClock) -> AsyncIterator
 
 @pytest.fixture
 def held_listings(monkeypatch: pytest.MonkeyPatch) -> HeldListings:
-    """operator.list_holds replaced by a HeldListings around it, for this test."""
-    held = HeldListings(operator.list_holds)
-    monkeypatch.setattr(operator, "list_holds", held)
+    """operator.hold_rows replaced by a HeldListings around it, for this test."""
+    held = HeldListings(operator.hold_rows)
+    monkeypatch.setattr(operator, "hold_rows", held)
     return held

@@ -198,7 +198,7 @@ async def started(*calls: Awaitable[Any]) -> AsyncIterator[list[asyncio.Task[Any
 
 
 class HeldListings:
-    """Stands in for operator.list_holds, the scan's collaborator: it takes the real
+    """Stands in for operator.hold_rows, the scan's collaborator: it takes the real
     connection the listing was given and holds it, as a long scan would, until released;
     then it reads for real."""
 

@@ -93,7 +93,8 @@ class AdminService(pb_grpc.AdminServicer):
         provider = validate.price_filter("provider", request.provider, limits.provider_length_max)
         model = validate.price_filter("model", request.model, limits.model_length_max)
         found = await self.store.scans.list_prices(provider, model)
-        return pb.ListPricesResponse(prices=[convert.price_message(p) for p in found])
+        prices = await self.store.scans.pacer.map(convert.price_message, found)
+        return pb.ListPricesResponse(prices=prices)
 
     @rpc("ListCycles")
     async def ListCycles(
@@ -130,10 +131,8 @@ class AdminService(pb_grpc.AdminServicer):
             validate_scopes.page_size(request.page_size),
             validate_scopes.page_token(request.page_token),
         )
-        return pb.ListHoldsResponse(
-            holds=[convert.hold_message(h) for h in page.items],
-            next_page_token=page.next_page_token,
-        )
+        holds = await self.store.scans.pacer.map(convert.hold_message, page.items)
+        return pb.ListHoldsResponse(holds=holds, next_page_token=page.next_page_token)
 
     @rpc("ListLedger")
     async def ListLedger(
@@ -144,10 +143,8 @@ class AdminService(pb_grpc.AdminServicer):
             validate_scopes.page_size(request.page_size),
             validate_scopes.page_token(request.page_token),
         )
-        return pb.ListLedgerResponse(
-            entries=[convert.ledger_message(row) for row in page.items],
-            next_page_token=page.next_page_token,
-        )
+        entries = await self.store.scans.pacer.map(convert.ledger_message, page.items)
+        return pb.ListLedgerResponse(entries=entries, next_page_token=page.next_page_token)
 
     @rpc("ResolveHold")
     async def ResolveHold(

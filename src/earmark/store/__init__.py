@@ -1,4 +1,5 @@
-"""The only code that speaks SQL: pool, migrations, transactions, group admission, sweeper."""
+"""The only code that speaks SQL: pools, migrations, transactions, group admission, sweeper,
+and the operator's listings."""
 
 from earmark.store.store import Store, StoreObserver
 

@@ -1,5 +1,6 @@
 """The operator's reads and hands outside the batches: pages of a budget's holds and
-ledger, archiving a budget, and the totals the in-doubt and overage alerts watch."""
+ledger (read, then converted paced: see store.scans), archiving a budget, and the totals
+the in-doubt and overage alerts watch."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+import asyncpg
+
 from earmark import limits
 from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, UnitTotals
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
 from earmark.store import queries
 from earmark.store.named import NamedQuery
-from earmark.store.rows import BUDGET_COLUMNS, HOLD_COLUMN_NAMES, budget_from_row, hold_from_row
+from earmark.store.rows import BUDGET_COLUMNS, HOLD_COLUMN_NAMES, budget_from_row
 from earmark.store.tx import Conn
 
 _NIL = str(uuid.UUID(int=0))
@@ -123,11 +126,11 @@ async def _require_budget(conn: Conn, budget_id: str) -> None:
         raise budget_not_found(budget_id)
 
 
-async def list_holds(
+async def hold_rows(
     conn: Conn, budget_id: str, state: HoldState | None, size: int, token: str
-) -> Page[Hold]:
-    """One page of the budget's holds (its own and those nested under it), in keyset order;
-    the next page's token is empty on the last page."""
+) -> list[asyncpg.Record]:
+    """The rows of one page of the budget's holds (its own and those nested under it), in
+    keyset order, and one more if there is a next page: see hold_page."""
     owner, key, after = _hold_cursor(token)
     await _require_budget(conn, budget_id)
     args = LIST_HOLDS.args(
@@ -138,34 +141,43 @@ async def list_holds(
         state=None if state is None else int(state),
         rows=size + 1,
     )
-    holds = [hold_from_row(row) for row in await conn.fetch(LIST_HOLDS.sql, *args)]
+    return await conn.fetch(LIST_HOLDS.sql, *args)
+
+
+def hold_page(holds: list[Hold], size: int) -> Page[Hold]:
+    """The page of hold_rows' holds; the next page's token is empty on the last page."""
     if len(holds) <= size:
         return Page(holds, "")
     last = holds[size - 1]
     return Page(holds[:size], _encode([last.owner, last.idempotency_key, last.reservation_id]))
 
 
-async def list_ledger(conn: Conn, budget_id: str, size: int, token: str) -> Page[LedgerRow]:
-    """One page of the budget's ledger, oldest first."""
+async def ledger_rows(conn: Conn, budget_id: str, size: int, token: str) -> list[asyncpg.Record]:
+    """The rows of one page of the budget's ledger, oldest first, and one more if there is
+    a next page: see ledger_page."""
     after = _ledger_cursor(token)
     await _require_budget(conn, budget_id)
     args = LIST_LEDGER.args(budget_id=budget_id, after=after, rows=size + 1)
-    rows = [
-        LedgerRow(
-            entry_id=row["entry_id"],
-            entry=LedgerEntry(
-                budget_id=row["budget_id"],
-                reservation_id=None
-                if row["reservation_id"] is None
-                else str(row["reservation_id"]),
-                kind=LedgerKind(row["kind"]),
-                held_delta=row["held_delta"],
-                used_delta=row["used_delta"],
-                at=row["at"],
-            ),
-        )
-        for row in await conn.fetch(LIST_LEDGER.sql, *args)
-    ]
+    return await conn.fetch(LIST_LEDGER.sql, *args)
+
+
+def ledger_row(row: asyncpg.Record) -> LedgerRow:
+    reservation_id = row["reservation_id"]
+    return LedgerRow(
+        entry_id=row["entry_id"],
+        entry=LedgerEntry(
+            budget_id=row["budget_id"],
+            reservation_id=None if reservation_id is None else str(reservation_id),
+            kind=LedgerKind(row["kind"]),
+            held_delta=row["held_delta"],
+            used_delta=row["used_delta"],
+            at=row["at"],
+        ),
+    )
+
+
+def ledger_page(rows: list[LedgerRow], size: int) -> Page[LedgerRow]:
+    """The page of ledger_rows' entries; the next page's token is empty on the last page."""
     if len(rows) <= size:
         return Page(rows, "")
     return Page(rows[:size], _encode(rows[size - 1].entry_id))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncpg
+
 from earmark import limits
 from earmark.core.prices import Price
 from earmark.errors import FailedPrecondition, Reason
@@ -65,6 +67,8 @@ async def insert_price(conn: Conn, price: Price) -> Price:
     return price_from_row(row)
 
 
-async def list_prices(conn: Conn, provider: str, model: str) -> list[Price]:
+async def price_rows(conn: Conn, provider: str, model: str) -> list[asyncpg.Record]:
+    """The rows of every price version of the provider and model ("" for any), for
+    rows.price_from_row."""
     args = LIST_PRICES.args(provider=provider, model=model, limit=limits.price_versions_max)
-    return [price_from_row(row) for row in await conn.fetch(LIST_PRICES.sql, *args)]
+    return await conn.fetch(LIST_PRICES.sql, *args)

@@ -15,19 +15,24 @@ from earmark import limits
 from earmark.core.model import Hold, HoldState
 from earmark.core.prices import Price
 from earmark.errors import Reason, Unavailable
+from earmark.pacing import Pacer
 from earmark.store import operator, pricebook
+from earmark.store.rows import hold_from_row, price_from_row
 from earmark.store.tx import Conn, mapped_db_errors
 
 T = TypeVar("T")
 
 
 class Scans:
-    """Listings pass a gate, limits.admin_scans_max at once, so that the conversion of
-    their rows on the event loop stays bounded too; limits.admin_scans_waiting_max more
-    wait their turn, and any beyond those are UNAVAILABLE (OVERLOADED) at once."""
+    """Listings pass a gate, limits.admin_scans_max at once; limits.admin_scans_waiting_max
+    more wait their turn, and any beyond those are UNAVAILABLE (OVERLOADED) at once. Their
+    rows are read, the connection given back, and then converted through pacer, which
+    keeps the conversion to its share of the event loop; the service converts the
+    listings' messages through it too."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+        self.pacer = Pacer()
         self._turns = asyncio.Semaphore(limits.admin_scans_max)
         self.waiting = 0
 
@@ -41,17 +46,20 @@ class Scans:
         self, budget_id: str, state: HoldState | None, size: int, token: str
     ) -> operator.Page[Hold]:
         async with self._turn():
-            return await self._read(lambda c: operator.list_holds(c, budget_id, state, size, token))
+            rows = await self._read(lambda c: operator.hold_rows(c, budget_id, state, size, token))
+            return operator.hold_page(await self.pacer.map(hold_from_row, rows), size)
 
     async def list_ledger(
         self, budget_id: str, size: int, token: str
     ) -> operator.Page[operator.LedgerRow]:
         async with self._turn():
-            return await self._read(lambda c: operator.list_ledger(c, budget_id, size, token))
+            rows = await self._read(lambda c: operator.ledger_rows(c, budget_id, size, token))
+            return operator.ledger_page(await self.pacer.map(operator.ledger_row, rows), size)
 
     async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
         async with self._turn():
-            return await self._read(lambda c: pricebook.list_prices(c, provider, model))
+            rows = await self._read(lambda c: pricebook.price_rows(c, provider, model))
+            return await self.pacer.map(price_from_row, rows)
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
