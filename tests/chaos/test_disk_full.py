@@ -17,7 +17,6 @@ from pathlib import Path
 import asyncpg
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2
 
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.store.audit import audit
@@ -31,7 +30,7 @@ from tests.chaos.load import (
     held_beyond_doubt,
     run_load,
 )
-from tests.chaos.test_faults import health_of
+from tests.chaos.test_faults import NOT_SERVING, SERVING, health_of
 from tests.helpers import REQUIRE_SERVERS, eventually, stop_leftover_postgres
 
 pytestmark = pytest.mark.slow
@@ -41,8 +40,6 @@ BUDGET = "hot"
 # the fault: small enough to fill in a moment.
 TMPFS_SIZE = "160m"
 FILL_CHUNK_BYTES = 1 << 20
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from earmark.server import BUDGET_SERVICE
 from earmark.v1 import budget_pb2 as pb
+from tests.chaos.test_faults import NOT_SERVING, SERVING
 from tests.conftest import TEST_DATABASE, Running
 from tests.helpers import assert_invariants, eventually, reason_of
-
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def set_read_only(dsn: str, on: bool) -> None:

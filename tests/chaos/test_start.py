@@ -21,12 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from earmark.spawn import spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
+from tests.chaos.test_faults import NOT_SERVING, SERVING
 from tests.conftest import TEST_DATABASE
 from tests.helpers import child, eventually, free_port, reason_of
 
 SECRET = "sekrit-pw-0123456789"
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @contextlib.asynccontextmanager

@@ -17,7 +17,8 @@ import contextlib
 import asyncpg
 
 from earmark import limits
-from earmark.store.tx import Conn
+from earmark.errors import EarmarkError, Unavailable
+from earmark.store.tx import Conn, run_transaction
 
 # The write probe waits this long at most for another sidecar's probe of the same table.
 WRITE_PROBE_FIRST = "SET LOCAL lock_timeout = '1s'"
@@ -34,10 +35,27 @@ class Discarded(Exception):
     """The write went through; raised to roll it back."""
 
 
-async def write_and_discard(conn: Conn) -> None:
+async def _write_and_discard(conn: Conn) -> None:
     await conn.execute(_WRITE)
     await conn.execute(_FILL, limits.write_probe_rows)
     raise Discarded
+
+
+async def probe_writes(pool: asyncpg.Pool) -> Unavailable | None:
+    """Whether the database can write again: None once a write that needs fresh space
+    went through (and was rolled back), else the fault that stopped it. A lock or a
+    conflict with another sidecar's probe counts as not known yet: the fault stays."""
+    try:
+        await run_transaction(
+            pool, _write_and_discard, isolation="read_committed", first=WRITE_PROBE_FIRST
+        )
+    except Discarded:
+        return None
+    except Unavailable as error:
+        return error
+    except EarmarkError as error:
+        return Unavailable(f"the write probe failed: {error.message}", error.reason)
+    raise AssertionError("the write probe committed")
 
 
 class DatabaseProbe:

@@ -3,29 +3,36 @@
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
 import asyncpg
 
 from earmark import limits
-from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
+from earmark.core.batch import BatchDecision, BatchState, decide_batch
 from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, UnitTotals
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import (
     EarmarkError,
-    FailedPrecondition,
-    InvalidArgument,
     Reason,
     Unavailable,
     budget_not_found,
-    reservation_not_found,
 )
-from earmark.store import cycles, operator, pricebook, probe, queries, stripes, writes
+from earmark.store import (
+    budgets,
+    cycles,
+    operator,
+    pricebook,
+    probe,
+    queries,
+    routes,
+    stripes,
+    sweeper,
+    writes,
+)
 from earmark.store.cycles import Report
 from earmark.store.lanes import Lanes, Route, TopUp
 from earmark.store.pools import open_pools
@@ -94,7 +101,7 @@ class Store:
         self._rng = random.Random()
         # Every price version, reloaded by a batch that finds a newer one in the database.
         self._prices = PriceBook()
-        self._routes: OrderedDict[str, Route] = OrderedDict()
+        self._routes = routes.RouteCache()
         self._lanes = Lanes(
             self._run_batch,
             lanes=lanes,
@@ -210,35 +217,7 @@ class Store:
         )
 
         async def work(conn: Conn) -> Budget:
-            budget = await queries.lock_budget_for_update(conn, budget_id)
-            if budget is None:
-                if not spec.unit:
-                    raise InvalidArgument("unit", f"is required: budget {budget_id!r} is new")
-                await queries.admit_unit(conn, spec.unit)
-                created = await queries.insert_budget(conn, spec)
-                if created is not None:
-                    return created
-                # Another sidecar created it since: update the row that won.
-                budget = await queries.lock_budget_for_update(conn, budget_id)
-                assert budget is not None
-            if budget.archived_at is not None:
-                raise FailedPrecondition(
-                    f"budget {budget_id!r} was archived; a new budget needs a new id",
-                    Reason.BUDGET_ARCHIVED,
-                    budget_id=budget_id,
-                )
-            new_unit = spec.unit or budget.unit
-            if new_unit != budget.unit:
-                if budget.used or budget.held or budget.open_reservations:
-                    raise FailedPrecondition(
-                        f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}",
-                        Reason.UNIT_LOCKED,
-                        field="unit",
-                        budget_id=budget_id,
-                        unit=budget.unit,
-                    )
-                await queries.admit_unit(conn, new_unit)
-            return await queries.update_budget(conn, replace(spec, unit=new_unit))
+            return await budgets.put(conn, spec)
 
         return await self._transaction(work, "read_committed")
 
@@ -346,22 +325,9 @@ class Store:
         """The reservation's budget, then those it also holds on."""
         route = self._routes.get(reservation_id)
         if route is None:
-            with mapped_db_errors():
-                row = await self._pool.fetchrow(
-                    "SELECT budget_id, also_budget_ids FROM reservations WHERE reservation_id = $1",
-                    reservation_id,
-                )
-            if row is None:
-                raise reservation_not_found(reservation_id)
-            route = (row["budget_id"], *row["also_budget_ids"])
-            self._remember_route(reservation_id, route)
+            route = await self._read(lambda conn: routes.route_of(conn, reservation_id))
+            self._routes.remember(reservation_id, route)
         return route
-
-    def _remember_route(self, reservation_id: str, route: Route) -> None:
-        # A reservation never changes budgets, so a cached route is never stale.
-        self._routes[reservation_id] = route
-        if len(self._routes) > limits.route_cache_size_max:
-            self._routes.popitem(last=False)
 
     async def _run_batch(
         self, entries: list[tuple[Route, Op]], top_up: TopUp | None = None
@@ -396,14 +362,14 @@ class Store:
             for index, result in zip(indices, decision.results, strict=True):
                 slots[index] = result
             for hold in decision.new_holds:
-                self._remember_route(hold.reservation_id, hold.budget_ids())
+                self._routes.remember(hold.reservation_id, hold.budget_ids())
         outcomes = [slot for slot in slots if slot is not None]
         assert len(outcomes) == len(entries)
         for (_, op), outcome in zip(entries, outcomes, strict=True):
             # A settled hold is done: its route goes, so the cache holds only live holds
             # (a late retry of the Settle looks its budget up again).
             if isinstance(op, SettleOp) and isinstance(outcome, SettleResult):
-                self._routes.pop(op.reservation_id, None)
+                self._routes.forget(op.reservation_id)
         return outcomes
 
     # The sweeper.
@@ -414,21 +380,7 @@ class Store:
         assert 1 <= batch_size <= limits.sweep_batch_size_max
 
         async def work(conn: Conn) -> int:
-            now = self._clock()
-            due = await queries.claim_due(conn, now, batch_size)
-            if not due:
-                return 0
-            named = sorted({b for h in due for b in h.budget_ids()})
-            budgets, _ = await queries.lock_budgets(conn, named)
-            decided = []
-            for budget_id in sorted({h.budget_id for h in due}):
-                state = BatchState(
-                    budget_id=budget_id, budget=budgets.get(budget_id), budgets=budgets
-                )
-                state.holds_by_id = {h.reservation_id: h for h in due if h.budget_id == budget_id}
-                decided.append((state, expire_due(state, now)))
-            await writes.write_decisions(conn, decided)
-            return sum(len(d.changed_holds) for _, d in decided)
+            return await sweeper.sweep(conn, self._clock(), batch_size)
 
         closed = await self._serializable(work)
         if closed and self._observer.on_expired is not None:
@@ -468,21 +420,5 @@ class Store:
             raise
 
     async def write_probe(self) -> Unavailable | None:
-        """Whether the database can write again: None once a write that needs fresh space
-        went through (and was rolled back), else the fault that stopped it. A lock or
-        conflict with another sidecar's probe counts as not known yet: the fault stays."""
-
-        async def work(conn: Conn) -> None:
-            await probe.write_and_discard(conn)
-
-        try:
-            await run_transaction(
-                self._pool, work, isolation="read_committed", first=probe.WRITE_PROBE_FIRST
-            )
-        except probe.Discarded:
-            return None
-        except Unavailable as error:
-            return error
-        except EarmarkError as error:
-            return Unavailable(f"the write probe failed: {error.message}", error.reason)
-        raise AssertionError("the write probe committed")
+        """Whether the database can write again (see probe.probe_writes)."""
+        return await probe.probe_writes(self._pool)

@@ -1,0 +1,45 @@
+"""PutBudget's transaction: create a budget, or set what an operator sets on one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from earmark.core.model import Budget
+from earmark.errors import FailedPrecondition, InvalidArgument, Reason
+from earmark.store import queries
+from earmark.store.tx import Conn
+
+
+async def put(conn: Conn, spec: Budget) -> Budget:
+    """Creates spec's budget, or updates its row (locked FOR UPDATE) with what an operator
+    sets; an archived budget is not put again, and a budget in use keeps its unit."""
+    budget_id = spec.budget_id
+    budget = await queries.lock_budget_for_update(conn, budget_id)
+    if budget is None:
+        if not spec.unit:
+            raise InvalidArgument("unit", f"is required: budget {budget_id!r} is new")
+        await queries.admit_unit(conn, spec.unit)
+        created = await queries.insert_budget(conn, spec)
+        if created is not None:
+            return created
+        # Another sidecar created it since: update the row that won.
+        budget = await queries.lock_budget_for_update(conn, budget_id)
+        assert budget is not None
+    if budget.archived_at is not None:
+        raise FailedPrecondition(
+            f"budget {budget_id!r} was archived; a new budget needs a new id",
+            Reason.BUDGET_ARCHIVED,
+            budget_id=budget_id,
+        )
+    new_unit = spec.unit or budget.unit
+    if new_unit != budget.unit:
+        if budget.used or budget.held or budget.open_reservations:
+            raise FailedPrecondition(
+                f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}",
+                Reason.UNIT_LOCKED,
+                field="unit",
+                budget_id=budget_id,
+                unit=budget.unit,
+            )
+        await queries.admit_unit(conn, new_unit)
+    return await queries.update_budget(conn, replace(spec, unit=new_unit))
