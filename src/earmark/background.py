@@ -30,9 +30,6 @@ from earmark.supervise import Supervisor
 
 log = structlog.get_logger("earmark.background")
 
-# The sweeper closes at most this many batches per tick, then sleeps.
-sweep_batches_per_tick_max = 20
-
 # Called with whether the services can serve (the database answers and writes).
 OnDatabase = Callable[[bool], Awaitable[None]]
 # Called with a source of liveness and what is wrong with it (None: nothing).
@@ -230,9 +227,15 @@ class Background:
             if self._on_liveness is not None:
                 await self._on_liveness(f"loop:{name}", why)
 
+    def _beat(self, name: str) -> None:
+        """A loop made progress inside a pass: a long backlog is not a stall."""
+        if name in self._beats:
+            self._beats[name] = self._monotonic()
+
     async def _sweep(self) -> None:
-        for _ in range(sweep_batches_per_tick_max):
+        for _ in range(limits.sweep_batches_per_pass_max):
             closed = await self._store.sweep_once(limits.sweep_batch_size_max)
+            self._beat("sweeper")
             if closed:
                 log.info("sweeper_expired", holds=closed)
             if closed < limits.sweep_batch_size_max:
@@ -240,8 +243,11 @@ class Background:
 
     async def _report(self) -> None:
         assert self._reporter is not None
-        while await self._reporter.report_once() >= limits.report_batch_size_max:
-            pass
+        for _ in range(limits.report_batches_per_pass_max):
+            sent = await self._reporter.report_once()
+            self._beat("reporter")
+            if sent < limits.report_batch_size_max:
+                return
 
     async def _watch_database(self) -> None:
         """Probes the database with a timeout of its own, so that a stalled database turns
@@ -262,22 +268,26 @@ class Background:
                 await self._store.expire_connections()
             self._database_up = up
             self._metrics.database_up.set(1 if up else 0)
-        if up and self._write_fault is not None:
-            await self._probe_writes()
-        serving = up and self._write_fault is None
-        if serving != self._serving:
-            self._serving = serving
-            await self._on_database(serving)
-
-    async def _probe_writes(self) -> None:
         fault = self._write_fault
-        assert fault is not None
-        if self._serving is not False:
-            log.error("database_cannot_write", reason=fault.reason.value, error=fault.message)
-        still = await self._store.write_probe()
-        if still is None:
-            log.info("database_writes_again", after=fault.reason.value)
-            self._write_fault = None
+        if up and fault is not None:
+            # Out of rotation first (the write probe may wait out its timeouts), then see
+            # whether writes go through again.
+            if self._serving is not False:
+                log.error("database_cannot_write", reason=fault.reason.value, error=fault.message)
+                await self._serve(False)
+            if await self._store.write_probe() is None:
+                log.info("database_writes_again", after=fault.reason.value)
+                # A fault reported while the probe ran is newer than what it proved.
+                if self._write_fault is fault:
+                    self._write_fault = None
+        await self._serve(up and self._write_fault is None)
+
+    async def _serve(self, serving: bool) -> None:
+        """Tells health whether the services can serve, when that changed; remembered only
+        once health took it, so that a failed call is made again on the next pass."""
+        if serving != self._serving:
+            await self._on_database(serving)
+            self._serving = serving
 
     async def _refresh_gauges(self) -> None:
         self._metrics.set_open_holds(await self._store.open_holds_by_unit())

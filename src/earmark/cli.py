@@ -313,7 +313,10 @@ def serve_command(args: argparse.Namespace) -> None:
     earmark_logging.configure(settings.log_level, settings.log_format, tracing=settings.tracing)
     if settings.insecure_listen:
         structlog.get_logger("earmark.cli").warning(
-            "insecure_listen", listen=settings.listen, admin_listen=settings.admin_address
+            "insecure_listen",
+            listen=settings.listen,
+            admin_listen=settings.admin_address,
+            metrics_listen=settings.metrics_listen,
         )
     try:
         asyncio.run(serve(settings))

@@ -16,11 +16,10 @@ import fcntl
 import os
 from pathlib import Path
 
+from earmark import limits
 from earmark.errors import Reason, Unavailable
 
 LOCK_FILE = "earmark.lock"
-# The pid written in the lock file is read back at most this long.
-_PID_BYTES_MAX = 32
 
 
 class DataDirLock:
@@ -33,26 +32,32 @@ class DataDirLock:
     @classmethod
     def take(cls, data_dir: Path) -> DataDirLock:
         """Locks data_dir (creating it); Unavailable naming the holder's pid if another
-        process holds it."""
-        data_dir.mkdir(parents=True, exist_ok=True)
+        process holds it, or naming the path and the cause if it cannot be made or
+        written (a read-only or full disk, no permission)."""
         path = data_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise _cannot(path, error) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
             holder = _read_pid(fd)
             os.close(fd)
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise Unavailable(
-                    f"data_dir: cannot lock {path}: {error.strerror}", Reason.DATA_DIR_IN_USE
-                ) from None
+                raise _cannot(path, error) from None
             raise Unavailable(
                 f"data_dir: {data_dir} is in use by another earmark (pid {holder or 'unknown'});"
                 " give each sidecar a data dir of its own",
                 Reason.DATA_DIR_IN_USE,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as error:
+            os.close(fd)
+            raise _cannot(path, error) from None
         return cls(path, fd)
 
     def release(self) -> None:
@@ -63,9 +68,15 @@ class DataDirLock:
             os.close(fd)
 
 
+def _cannot(path: Path, error: OSError) -> Unavailable:
+    return Unavailable(
+        f"data_dir: cannot lock {path}: {error.strerror or error}", Reason.DATA_DIR_IN_USE
+    )
+
+
 def _read_pid(fd: int) -> str:
     try:
-        text = os.pread(fd, _PID_BYTES_MAX, 0).decode(errors="replace").strip()
+        text = os.pread(fd, limits.lock_file_bytes_max, 0).decode(errors="replace").strip()
     except OSError:
         return ""
     return text if text.isdigit() else ""

@@ -76,6 +76,8 @@ class Reason(StrEnum):
     DATABASE_IO_ERROR = "DATABASE_IO_ERROR"
     # The database takes no more connections (max_connections, a role's connection limit).
     DATABASE_CONNECTIONS_FULL = "DATABASE_CONNECTIONS_FULL"
+    # A lock was not had within the database's lock_timeout, or an object was in use.
+    DATABASE_BUSY = "DATABASE_BUSY"
     # The sidecar is still waiting for its database at start (--database-wait-seconds).
     DATABASE_STARTING = "DATABASE_STARTING"
     CONFLICT_RETRIES_EXHAUSTED = "CONFLICT_RETRIES_EXHAUSTED"

@@ -88,6 +88,8 @@ report_batch_size_max = 100
 report_claim_seconds = 60.0
 report_backoff_seconds_base = 1.0
 report_backoff_seconds_max = 300.0
+# A reporter pass sends at most this many batches, then sleeps its interval.
+report_batches_per_pass_max = 10
 # ListCycles answers at most this many cycle budgets of an account.
 cycles_listed_max = 120
 
@@ -130,8 +132,10 @@ tx_attempts_max = 8
 tx_backoff_seconds_base = 0.005
 tx_backoff_seconds_max = 1.0
 
-# The sweeper closes at most this many expired holds per transaction.
+# The sweeper closes at most this many expired holds per transaction, and at most
+# sweep_batches_per_pass_max transactions a pass before it sleeps its interval.
 sweep_batch_size_max = 500
+sweep_batches_per_pass_max = 20
 sweep_interval_seconds_default = 1.0
 
 # Where a Charge/Renew/Settle finds its budget without a query.
@@ -228,13 +232,20 @@ background_backoff_seconds_max = 4.0
 background_stall_intervals = 10
 background_stall_seconds_min = 30.0
 background_watchdog_seconds = 1.0
-# A meter report pass may wait for the provider on every report it claimed.
+# A meter report batch may wait for the provider on every report it claimed (the loop
+# beats after each batch, and after each sweeper transaction).
 report_pass_seconds_max = report_batch_size_max * provider_timeout_seconds
 
 # The write probe (store/probe.py) fills this many rows of about 130 bytes, 16 blocks of
 # 8 KiB, in a file of its own: the headroom a database must have again to be called
 # writable after a full disk.
 write_probe_rows = 1_000
+write_probe_row_bytes = 100
+# How long a write probe waits for another sidecar's probe of the same table.
+write_probe_lock_timeout_ms = 1_000
+
+# The data dir's lock file holds its holder's pid; at most this much of it is read back.
+lock_file_bytes_max = 32
 
 # At start, `earmark serve` waits this long by default for a database it cannot reach (0:
 # fail at once; at most database_wait_seconds_max), trying again after a full-jitter
@@ -303,6 +314,10 @@ assert (
 assert 1 <= background_stall_intervals <= 1_000
 assert 0 < background_watchdog_seconds < background_stall_seconds_min
 assert 1 <= write_probe_rows <= 100_000
+assert 1 <= write_probe_row_bytes <= 8_000
+assert 0 < write_probe_lock_timeout_ms <= 1_000 * health_probe_interval_seconds
+assert 1 <= sweep_batches_per_pass_max <= 1_000
+assert 1 <= report_batches_per_pass_max <= 1_000
 assert 0 <= database_wait_seconds_default <= database_wait_seconds_max
 assert 0 < database_wait_backoff_seconds_base <= database_wait_backoff_seconds_max
 assert budget_id_length_max <= error_about_chars_max

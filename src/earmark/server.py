@@ -50,6 +50,10 @@ ADMIN_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
 SERVICE_NAMES = (BUDGET_SERVICE, ADMIN_SERVICE)
 
 
+class StartAbandoned(Exception):
+    """A signal ended start() while it waited for the database."""
+
+
 class Sidecar:
     """One Earmark process's parts. start() brings them up in order, stop() takes them down
     in reverse: health, RPCs (drained within the grace period), sweeper, pool, database."""
@@ -72,6 +76,7 @@ class Sidecar:
         self.streams = StreamSlots()
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.drain = Drain(starting=True)
+        self._abandoned = asyncio.Event()
         self._data_dir_lock: DataDirLock | None = None
         # What keeps the sidecar from being live, by source (a stalled loop, the embedded
         # database that will not start again); live while empty.
@@ -133,24 +138,7 @@ class Sidecar:
         await self._connect(self.store)
         self.drain.starting = False
         await self._set_health(True)
-        supervisor = None
-        if self.embedded is not None:
-            supervisor = Supervisor(self.embedded, m, self._embedded_liveness)
-        self.background = Background(
-            self.store,
-            m,
-            self.settings,
-            self._set_health,
-            probe=DatabaseProbe(dsn),
-            on_liveness=self._set_liveness,
-            supervisor=supervisor,
-            reporter=(
-                None
-                if self.provider is None
-                else Reporter(self.store, self.provider, m, self.clock)
-            ),
-        )
-        self.background.start()
+        self._start_background(self.store, dsn)
         log.info(
             "serving",
             port=self.port,
@@ -160,6 +148,32 @@ class Sidecar:
             metrics_port=self.metrics_port,
             database="embedded" if self.embedded else "external",
         )
+
+    def _start_background(self, store: Store, dsn: str) -> None:
+        m = self.metrics
+        supervisor = None
+        if self.embedded is not None:
+            supervisor = Supervisor(self.embedded, m, self._embedded_liveness)
+        self.background = Background(
+            store,
+            m,
+            self.settings,
+            self._set_health,
+            probe=DatabaseProbe(dsn),
+            on_liveness=self._set_liveness,
+            supervisor=supervisor,
+            reporter=None
+            if self.provider is None
+            else Reporter(store, self.provider, m, self.clock),
+        )
+        self.background.start()
+
+    def abandon_start(self) -> None:
+        """Ends the wait for the database (a signal came while start() waits): start()
+        then raises StartAbandoned after stopping what it started. Only the wait is cut
+        short; the embedded PostgreSQL's start, if under way, finishes first, so that
+        stop() stops it rather than leaving it running."""
+        self._abandoned.set()
 
     async def _connect(self, store: Store) -> None:
         """Connects the store, trying again with backoff for --database-wait-seconds while
@@ -193,7 +207,10 @@ class Sidecar:
                     error=error.message,
                     seconds_left=round(left, 1),
                 )
-                await asyncio.sleep(pause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._abandoned.wait(), pause)
+                if self._abandoned.is_set():
+                    raise StartAbandoned("stopped while waiting for the database") from None
 
     def _serve_metrics(self) -> None:
         if self.settings.metrics_listen:
@@ -372,18 +389,15 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    # A signal while the sidecar still waits for its database ends the wait.
-    starting = asyncio.create_task(sidecar.start())
+    # A signal while the sidecar still waits for its database ends the wait (and only
+    # the wait: start() is never cancelled halfway through starting PostgreSQL).
     stopped = asyncio.create_task(stopping.wait())
-    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
+    stopped.add_done_callback(lambda _: sidecar.abandon_start())
+    try:
+        await sidecar.start()
+    except StartAbandoned:
         log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await starting
         return
-    stopped.cancel()
-    starting.result()
     try:
         await stopping.wait()
         log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)

@@ -119,6 +119,29 @@ async def test_serve_waits_for_a_database_that_starts_later(
     assert SECRET not in log.read_text()
 
 
+async def test_a_signal_ends_the_wait(tmp_path: Path) -> None:
+    """SIGTERM while `earmark serve` waits for its database ends the wait: exit 0, and it
+    never reported serving."""
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    log = tmp_path / "sidecar.log"
+    with log.open("wb") as sink:
+        async with child(
+            sys.executable, "-m", "earmark", "serve", "--database-url", url,
+            "--database-wait-seconds", "60", "--listen", "127.0.0.1:0",
+            "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path),
+            "--log-format", "json", stdout=sink,
+        ) as process:  # fmt: skip
+
+            async def waiting() -> bool:
+                return any(e.get("event") == "database_wait" for e in log_events(log))
+
+            await eventually(waiting, within_seconds=30, what="a failed try logged")
+            process.send_signal(signal.SIGTERM)
+            assert 0 == await asyncio.wait_for(process.wait(), 30)
+    said = [e.get("event") for e in log_events(log)]
+    assert ("stopping" in said, "serving" in said) == (True, False)
+
+
 async def test_serve_gives_up_past_the_wait(tmp_path: Path) -> None:
     """A database that never answers ends `earmark serve` after --database-wait-seconds
     with exit status 1 and one line that names the wait, never the URL's password."""

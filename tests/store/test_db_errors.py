@@ -60,3 +60,24 @@ async def test_a_refused_value_is_a_failed_precondition(
         caught.value.reason,
         caught.value.about["sqlstate"],
     )
+
+
+async def test_a_lock_not_had_in_time_is_busy(dsn: str) -> None:
+    """A lock PostgreSQL does not grant within its lock_timeout is UNAVAILABLE with
+    DATABASE_BUSY (retry), not a refusal of the request."""
+    holder = await asyncpg.connect(dsn)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
+    try:
+        await holder.execute("BEGIN; LOCK TABLE units IN ACCESS EXCLUSIVE MODE")
+
+        async def work(conn: Conn) -> None:
+            await conn.execute("LOCK TABLE units IN SHARE MODE")
+
+        with pytest.raises(Unavailable) as caught:
+            await run_transaction(
+                pool, work, isolation="read_committed", first="SET LOCAL lock_timeout = 50"
+            )
+    finally:
+        await pool.close()
+        await holder.close()
+    assert Reason.DATABASE_BUSY == caught.value.reason

@@ -47,6 +47,28 @@ def _not_in(cycle_budget_id: str, also: tuple[str, ...]) -> str:
     return cycle_budget_id
 
 
+def _log_reserve(op: ReserveOp, result: ReserveResult) -> None:
+    """The one line a Reserve decision leaves in the log."""
+    log.info(
+        "reserve",
+        budget_id=op.budget_id,
+        caller=op.owner or None,
+        reservation_id=result.reservation_id or None,
+        amount=result.amount,
+        source=result.source.name,
+        price_version=result.price_version or None,
+        job=op.job or None,
+        decision="admitted" if result.admitted else "refused",
+        reason=result.reason.name if not result.admitted else None,
+        also_budget_ids=list(op.also_budget_ids) or None,
+        phase=op.phase.name,
+        refused_budget_id=result.refused_budget_id or None,
+        over_limit=result.over_limit or None,
+        remaining=result.remaining,
+        duplicate=result.duplicate,
+    )
+
+
 class BudgetService(pb_grpc.BudgetServicer):
     def __init__(
         self,
@@ -161,24 +183,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         if result.admitted:
             self.drain.track(result.reservation_id)
         self._count_reserve(result)
-        log.info(
-            "reserve",
-            budget_id=op.budget_id,
-            caller=op.owner or None,
-            reservation_id=result.reservation_id or None,
-            amount=result.amount,
-            source=result.source.name,
-            price_version=result.price_version or None,
-            job=op.job or None,
-            decision="admitted" if result.admitted else "refused",
-            reason=result.reason.name if not result.admitted else None,
-            also_budget_ids=list(op.also_budget_ids) or None,
-            phase=op.phase.name,
-            refused_budget_id=result.refused_budget_id or None,
-            over_limit=result.over_limit or None,
-            remaining=result.remaining,
-            duplicate=result.duplicate,
-        )
+        _log_reserve(op, result)
         return convert.reserve_response(result, op.budget_id)
 
     @rpc("Charge")

@@ -20,15 +20,16 @@ from earmark import limits
 from earmark.errors import EarmarkError, Unavailable
 from earmark.store.tx import Conn, run_transaction
 
-# The write probe waits this long at most for another sidecar's probe of the same table.
-WRITE_PROBE_FIRST = "SET LOCAL lock_timeout = '1s'"
+# The write probe waits at most this long for another sidecar's probe of the same table.
+WRITE_PROBE_FIRST = f"SET LOCAL lock_timeout = {limits.write_probe_lock_timeout_ms}"
 
 # A new file for the probe's table (TRUNCATE in a transaction makes one), filled with
-# enough rows to need fresh blocks (limits.write_probe_rows of about 130 bytes): PostgreSQL
+# enough rows to need fresh blocks (limits.write_probe_rows of write_probe_row_bytes and a
+# row header): PostgreSQL
 # extends a file by writing to it at once, so a full disk refuses this as it refuses the
 # workers' inserts. The transaction is then rolled back, and the new file removed.
 _WRITE = "TRUNCATE write_probe"
-_FILL = "INSERT INTO write_probe (n, pad) SELECT g, repeat('x', 100) FROM generate_series(1, $1) g"
+_FILL = "INSERT INTO write_probe (n, pad) SELECT g, repeat('x', $2) FROM generate_series(1, $1) g"
 
 
 class Discarded(Exception):
@@ -37,7 +38,7 @@ class Discarded(Exception):
 
 async def _write_and_discard(conn: Conn) -> None:
     await conn.execute(_WRITE)
-    await conn.execute(_FILL, limits.write_probe_rows)
+    await conn.execute(_FILL, limits.write_probe_rows, limits.write_probe_row_bytes)
     raise Discarded
 
 

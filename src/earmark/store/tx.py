@@ -65,9 +65,16 @@ _DATABASE_FAULTS: tuple[tuple[tuple[type[BaseException], ...], Reason, str], ...
         "the database takes no writes",
     ),
     (
-        (asyncpg.PostgresSystemError, asyncpg.InternalServerError),
+        (asyncpg.PostgresSystemError, asyncpg.DataCorruptedError, asyncpg.IndexCorruptedError),
         Reason.DATABASE_IO_ERROR,
         "the database failed to read or write its files",
+    ),
+    (
+        # A lock not had within a lock_timeout (the database's or a role's setting), or
+        # an object in use: the same request may go through in a moment.
+        (asyncpg.LockNotAvailableError, asyncpg.ObjectInUseError),
+        Reason.DATABASE_BUSY,
+        "the database is busy",
     ),
     (
         (
@@ -80,6 +87,9 @@ _DATABASE_FAULTS: tuple[tuple[tuple[type[BaseException], ...], Reason, str], ...
             asyncpg.InvalidTransactionStateError,
             asyncpg.TransactionRollbackError,
             asyncpg.SnapshotTooOldError,
+            # The server's own "internal error" (XX000): not known to be about this
+            # request, nor about writing.
+            asyncpg.InternalServerError,
             asyncpg.ConfigFileError,
             # The server refused who we are (a wrong or revoked password, an unknown role or
             # database): the message names the user and the database, never the password.
