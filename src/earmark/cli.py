@@ -69,6 +69,11 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         help=f"Prometheus HOST:PORT, empty to disable [{env['metrics_listen']}, 127.0.0.1:9464]",
     )
     s.add_argument(
+        "--health-listen",
+        help="HOST:PORT serving grpc.health.v1 alone, in plaintext, for probes that cannot "
+        f"reach loopback (the kubelet); empty for none [{env['health_listen']}]",
+    )
+    s.add_argument(
         "--database-url",
         help=f"PostgreSQL URL; unset starts the embedded one [{env['database_url']}]",
     )

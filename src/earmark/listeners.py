@@ -82,6 +82,28 @@ def grpc_server(
     return server
 
 
+def health_server(settings: Settings, health_servicer: Any) -> tuple[grpc.aio.Server, int]:
+    """The probes' listener: grpc.health.v1 and nothing else (no reflection, no service),
+    plaintext on any address, since what it says (SERVING or not) is no secret and the
+    kubelet's gRPC probe speaks no TLS; the port it got."""
+    server = grpc.aio.server(
+        maximum_concurrent_rpcs=limits.streams_max,
+        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 1 << 10)],
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    host, port = split_host_port(settings.health_listen, "health_listen")
+    if port:
+        _require_free(host, port, "health_listen")
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(target)
+    except RuntimeError:
+        raise Unavailable(
+            f"health_listen: cannot listen on {target}", Reason.LISTEN_FAILED
+        ) from None
+    return server, bound
+
+
 def add_tcp_port(server: grpc.aio.Server, settings: Settings, address: str, name: str) -> int:
     """Binds address (TLS when configured); the port it got."""
     host, port = split_host_port(address, name)

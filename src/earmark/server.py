@@ -71,6 +71,9 @@ class Sidecar:
         self.store: Store | None = None
         self.server: grpc.aio.Server | None = None
         self.admin_server: grpc.aio.Server | None = None
+        # The probes' own listener (--health-listen), if any.
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port = 0
         # Where Admin listens: unix:PATH, or HOST:PORT with the port it got.
         self.admin_address = ""
         self.streams = StreamSlots()
@@ -127,6 +130,11 @@ class Sidecar:
         self.server, self.port = await self._serve_workers(self.store)
         self.admin_server, self.admin_address = await self._serve_admin(self.store)
         self._serve_metrics()
+        if self.settings.health_listen:
+            self.health_server, self.health_port = listeners.health_server(
+                self.settings, self.health
+            )
+            await self.health_server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._set_health(False)
         log.info(
@@ -134,6 +142,7 @@ class Sidecar:
             port=self.port,
             admin=self.admin_address,
             metrics_port=self.metrics_port,
+            health_port=self.health_port,
         )
         await self._connect(self.store)
         self.drain.starting = False
@@ -142,6 +151,7 @@ class Sidecar:
         log.info(
             "serving",
             port=self.port,
+            health_port=self.health_port,
             admin=self.admin_address,
             tls=self.settings.tls,
             worker_tokens=self.settings.worker_token_file is not None,
@@ -302,7 +312,7 @@ class Sidecar:
         return server, address
 
     async def _stop_servers(self) -> None:
-        servers = [s for s in (self.server, self.admin_server) if s is not None]
+        servers = [s for s in (self.server, self.admin_server, self.health_server) if s is not None]
         if not servers:
             return
         grace = self.settings.shutdown_grace_seconds
@@ -320,7 +330,7 @@ class Sidecar:
             open_holds_left=len(self.drain.holds),
             within_grace=drained,
         )
-        self.server = self.admin_server = None
+        self.server = self.admin_server = self.health_server = None
 
     async def stop(self) -> None:
         """Drains and stops everything start() started; safe after a failed start."""

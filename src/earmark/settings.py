@@ -53,6 +53,10 @@ class Settings:
     listen: str = "127.0.0.1:50051"
     # Empty disables the metrics endpoint.
     metrics_listen: str = "127.0.0.1:9464"
+    # A listener with grpc.health.v1 alone, for probes that cannot reach loopback (the
+    # kubelet probes the pod's IP): always plaintext, since it says only SERVING or not,
+    # and so allowed on any address. Empty: none.
+    health_listen: str = ""
     # None starts the embedded PostgreSQL under data_dir.
     database_url: str | None = None
     data_dir: Path = field(default_factory=lambda: Path(".earmark"))
@@ -127,6 +131,8 @@ class Settings:
             raise ValueError("tls_cert_file and tls_key_file: give both or neither")
         if self.tls_client_ca_file is not None and not self.tls:
             raise ValueError("tls_client_ca_file: needs tls_cert_file and tls_key_file")
+        if self.health_listen:
+            split_host_port(self.health_listen, "health_listen")
         if self.metrics_listen:
             metrics_host, _ = split_host_port(self.metrics_listen, "metrics_listen")
             # The gauges name budgets, their limits and their use: the same rule as --listen.
@@ -225,6 +231,7 @@ class Settings:
 ENV = {
     "listen": "EARMARK_LISTEN",
     "metrics_listen": "EARMARK_METRICS_LISTEN",
+    "health_listen": "EARMARK_HEALTH_LISTEN",
     "database_url": "EARMARK_DATABASE_URL",
     "data_dir": "EARMARK_DATA_DIR",
     "lease_seconds_max": "EARMARK_LEASE_SECONDS_MAX",

@@ -181,3 +181,18 @@ async def test_a_second_sidecar_on_a_taken_data_dir(database_url: str, socket_di
         assert 0 == first.stop()
     again = spawn_sidecar(socket_dir, "--database-url", database_url)
     assert 0 == again.stop()
+
+
+def test_an_unusable_data_dir_is_one_line(tmp_path: Path) -> None:
+    """A data dir that cannot be made (here under a file) ends `earmark serve` with exit 1
+    and one line naming the path, not a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "earmark", "serve", "--data-dir", str(blocker / "data"),
+         "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert (1, 1) == (result.returncode, len(lines)), result.stderr
+    assert str(blocker / "data") in lines[0]

@@ -107,10 +107,15 @@ def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret() -> None:
     assert "Always" == earmark["restartPolicy"]
     worker_env = {e["name"]: e["value"] for e in containers["worker"]["env"]}
     assert "127.0.0.1:50051" == worker_env["EARMARK_TARGET"]
-    assert {"port": 50051, "service": "earmark.v1.Budget"} == earmark["readinessProbe"]["grpc"]
-    assert "grpc" in earmark["livenessProbe"]
-    assert earmark["resources"]["limits"]
     env = {e["name"]: e for e in earmark["env"]}
+    # The probes reach the health-only listener; workers' gRPC stays on loopback.
+    health_port = int(env["EARMARK_HEALTH_LISTEN"]["value"].rpartition(":")[2])
+    assert {"port": health_port, "service": "earmark.v1.Budget"} == (
+        earmark["readinessProbe"]["grpc"]
+    )
+    assert {"port": health_port} == earmark["livenessProbe"]["grpc"]
+    assert "127.0.0.1:50051" == env["EARMARK_LISTEN"]["value"]
+    assert earmark["resources"]["limits"]
     secret = env["EARMARK_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
     assert kinds["Secret"]["metadata"]["name"] == secret["name"]
     assert pod["securityContext"]["runAsNonRoot"]

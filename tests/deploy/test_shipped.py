@@ -1,0 +1,168 @@
+"""What deploy/ ships, run as shipped: the Dockerfile's environment and entrypoint under
+the Kubernetes manifest's env and args, with only its paths mapped into a temp dir, its
+ports mapped to free ones and its Secret to the test database. The sidecar reaches
+SERVING on the manifest's probe, and a worker with the manifest's worker env reserves."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
+from tests.helpers import child, eventually, free_port
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+MANIFEST = DEPLOY / "kubernetes" / "worker-with-earmark.yaml"
+DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+_ADDRESS = re.compile(r"^(?P<host>[\w.\-]+|\[[0-9a-f:]+\]):(?P<port>\d+)$")
+
+
+def dockerfile() -> tuple[dict[str, str], list[str]]:
+    """The final stage's ENV and its ENTRYPOINT followed by CMD."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    final = text.split("\nFROM ")[-1]
+    env: dict[str, str] = {}
+    command: list[str] = []
+    for line in final.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "ENV":
+            for pair in shlex.split(rest):
+                name, _, value = pair.partition("=")
+                env[name] = value
+        elif word in ("ENTRYPOINT", "CMD"):
+            command += yaml.safe_load(rest)
+    return env, command
+
+
+def pod() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The manifest's Earmark container, its worker container and its pod spec."""
+    docs = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text())}
+    spec = docs["Deployment"]["spec"]["template"]["spec"]
+    (earmark,) = [c for c in spec["initContainers"] if c["name"] == "earmark"]
+    (worker,) = [c for c in spec["containers"] if c["name"] == "worker"]
+    return earmark, worker, spec
+
+
+class Mapping:
+    """Maps what names the pod's world to this machine: volume paths into a temp dir and
+    every HOST:PORT to a free port on the same host (one free port per pod port)."""
+
+    def __init__(self, root: Path, database_url: str) -> None:
+        self.root = root
+        self.database_url = database_url
+        self.ports: dict[int, int] = {}
+
+    def port(self, port: int) -> int:
+        return self.ports.setdefault(port, free_port())
+
+    def value(self, value: str) -> str:
+        if value.startswith("/var/"):
+            return str(self.root / value.lstrip("/"))
+        address = _ADDRESS.match(value)
+        if address:
+            return f"{address['host']}:{self.port(int(address['port']))}"
+        return value
+
+    def env(self, container: dict[str, Any]) -> dict[str, str]:
+        found = {}
+        for item in container.get("env", []):
+            if "valueFrom" in item:
+                # The only Secret the pod reads is the database URL.
+                assert "secretKeyRef" in item["valueFrom"], item
+                found[item["name"]] = self.database_url
+            else:
+                found[item["name"]] = self.value(str(item["value"]))
+        return found
+
+
+async def check(target: str, service: str) -> int:
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=2
+            )
+        except grpc.aio.AioRpcError:
+            return -1
+    return int(reply.status)
+
+
+def test_the_data_dir_is_a_volume_under_a_read_only_root() -> None:
+    """The root is read-only, so EARMARK_DATA_DIR (the admin socket, the lock) is a
+    mounted emptyDir."""
+    earmark, _, spec = pod()
+    image_env, _ = dockerfile()
+    data_dir = (
+        Mapping(Path("/"), "").env(earmark).get("EARMARK_DATA_DIR", image_env["EARMARK_DATA_DIR"])
+    )
+    assert earmark["securityContext"]["readOnlyRootFilesystem"]
+    (mount,) = [m for m in earmark["volumeMounts"] if m["mountPath"] == data_dir]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert {} == volume["emptyDir"]
+
+
+async def test_the_shipped_pod_serves_a_worker(database_url: str, tmp_path: Path) -> None:
+    """`earmark serve` with exactly the image's and the manifest's command and environment
+    reaches SERVING on the readiness probe's port, and a worker with the manifest's
+    worker environment reserves through it; SIGTERM stops it cleanly."""
+    earmark, worker, _ = pod()
+    image_env, entrypoint = dockerfile()
+    mapping = Mapping(tmp_path, database_url)
+    env = {name: mapping.value(value) for name, value in image_env.items()}
+    env.update(mapping.env(earmark))
+    # The image's PATH leads to its venv: here, this one's.
+    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    args = earmark.get("args", entrypoint[1:])
+    probe = earmark["readinessProbe"]["grpc"]
+    probe_target = f"127.0.0.1:{mapping.port(probe['port'])}"
+    async with child(entrypoint[0], *args, env=env, stdout=asyncio.subprocess.DEVNULL) as served:
+
+        async def ready() -> bool:
+            return SERVING == await check(probe_target, probe["service"])
+
+        await eventually(ready, within_seconds=60, what="the readiness probe passes")
+        assert SERVING == await check(
+            f"127.0.0.1:{mapping.port(earmark['livenessProbe']['grpc']['port'])}", ""
+        )
+        # The probes' port answers health alone: no worker's call is served there.
+        async with grpc.aio.insecure_channel(probe_target) as channel:
+            try:
+                await budget_pb2_grpc.BudgetStub(channel).Reserve(
+                    pb.ReserveRequest(budget_id="pod/tokens", amount=1, idempotency_key="k"),
+                    timeout=5,
+                )
+                code = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+        assert grpc.StatusCode.UNIMPLEMENTED == code
+        admin = f"unix:{env['EARMARK_DATA_DIR']}/admin.sock"
+        async with grpc.aio.insecure_channel(admin) as channel:
+            await budget_pb2_grpc.AdminStub(channel).PutBudget(
+                pb.PutBudgetRequest(budget_id="pod/tokens", limit=1000, unit="tokens"), timeout=10
+            )
+        worker_env = dict(os.environ) | mapping.env(worker)
+        script = (
+            "from earmark.client import Client\n"
+            "with Client() as c:\n"
+            "    held = c.reserve('pod/tokens', 400)\n"
+            "    c.settle(held.reservation_id, 300)\n"
+            "    print(held.reservation_id)\n"
+        )
+        async with child(
+            sys.executable, "-c", script, env=worker_env, stdout=asyncio.subprocess.PIPE
+        ) as reserving:
+            out, _ = await asyncio.wait_for(reserving.communicate(), 60)
+        assert (0, 36) == (reserving.returncode, len(out.decode().strip()))
+        served.send_signal(signal.SIGTERM)
+        assert 0 == await asyncio.wait_for(served.wait(), 60)
