@@ -7,7 +7,7 @@ import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,6 +121,8 @@ def sidecar_settings(dsn: str, socket_dir: Path, **overrides: object) -> Setting
         # Stopping does not wait for holds a test left open; tests/client/test_shutdown_order.py
         # runs the wait itself, on processes.
         "drain_holds_seconds": 0.0,
+        # No call comes after a test's last: its sidecar stops without the quiet period.
+        "drain_quiet_seconds": 0.0,
         "log_format": "json",
     }
     values.update(overrides)
@@ -131,21 +133,39 @@ def sidecar_settings(dsn: str, socket_dir: Path, **overrides: object) -> Setting
 async def running(side: Sidecar, dsn: str) -> AsyncIterator[Running]:
     """Starts side and yields it with stubs: Budget on the workers' port, Admin on its own
     listener; stops both channels and the sidecar at the end, also on failure."""
-    await side.start()
+    async with running_all([side], dsn) as (one,):
+        yield one
+
+
+@asynccontextmanager
+async def running_all(sides: list[Sidecar], dsn: str) -> AsyncIterator[list[Running]]:
+    """running() for several sidecars: started in order, stopped all at once at the end
+    (a stop is mostly waiting), also on failure."""
+    started: list[Sidecar] = []
     try:
-        async with (
-            grpc.aio.insecure_channel(f"127.0.0.1:{side.port}") as channel,
-            grpc.aio.insecure_channel(side.admin_address) as admin_channel,
-        ):
-            yield Running(
-                sidecar=side,
-                channel=channel,
-                budget=budget_pb2_grpc.BudgetStub(channel),
-                admin=budget_pb2_grpc.AdminStub(admin_channel),
-                dsn=dsn,
-            )
+        async with AsyncExitStack() as channels:
+            out = []
+            for side in sides:
+                await side.start()
+                started.append(side)
+                channel = await channels.enter_async_context(
+                    grpc.aio.insecure_channel(f"127.0.0.1:{side.port}")
+                )
+                admin_channel = await channels.enter_async_context(
+                    grpc.aio.insecure_channel(side.admin_address)
+                )
+                out.append(
+                    Running(
+                        sidecar=side,
+                        channel=channel,
+                        budget=budget_pb2_grpc.BudgetStub(channel),
+                        admin=budget_pb2_grpc.AdminStub(admin_channel),
+                        dsn=dsn,
+                    )
+                )
+            yield out
     finally:
-        await side.stop()
+        await asyncio.gather(*(side.stop() for side in started))
 
 
 @pytest.fixture

@@ -99,6 +99,12 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         help="within the grace, how long holds admitted here may still be charged and settled "
         f"[{env['drain_holds_seconds']}, 10]",
     )
+    s.add_argument(
+        "--drain-quiet-seconds",
+        type=float,
+        help="on SIGTERM, draining ends once no call arrived for this long "
+        f"[{env['drain_quiet_seconds']}, 0.2]",
+    )
     s.add_argument("--pool-size-max", type=int, help=f"[{env['pool_size_max']}, 10]")
     s.add_argument(
         "--metrics-budgets-max",

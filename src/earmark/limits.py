@@ -215,6 +215,10 @@ drain_holds_seconds_default = 10.0
 drain_tracked_holds_max = 100_000
 # Draining ends once no call has arrived for this long (or the grace period ends).
 drain_quiet_seconds = 0.2
+drain_quiet_seconds_max = 5.0
+# Stopping the metrics endpoint wakes its thread with a connection this often until it
+# has stopped.
+metrics_stop_poke_seconds = 0.02
 drain_poll_seconds = 0.02
 stream_grace_seconds = 0.5
 # A background loop asked to stop finishes its current transaction, at most this long.

@@ -317,7 +317,9 @@ class Sidecar:
             return
         grace = self.settings.shutdown_grace_seconds
         started = asyncio.get_running_loop().time()
-        drained = await self.drain.drain(grace, self.settings.drain_holds_seconds)
+        drained = await self.drain.drain(
+            grace, self.settings.drain_holds_seconds, self.settings.drain_quiet_seconds
+        )
         # Once Earmark's own calls are done, what still runs is streams that never end
         # by themselves (health Watch): they get a moment, not the rest of the grace.
         left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
@@ -346,8 +348,7 @@ class Sidecar:
             await self.provider.close()
             self.provider = None
         if self._metrics_httpd is not None:
-            await asyncio.to_thread(self._metrics_httpd.shutdown)
-            self._metrics_httpd.server_close()
+            await listeners.stop_metrics(self._metrics_httpd)
             self._metrics_httpd = None
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)

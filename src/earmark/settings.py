@@ -65,6 +65,8 @@ class Settings:
     shutdown_grace_seconds: float = limits.shutdown_grace_seconds_default
     # How long, within the grace, open holds' Charges and Settles are still served.
     drain_holds_seconds: float = limits.drain_holds_seconds_default
+    # Draining ends once no call has arrived for this long (calls queued inside gRPC).
+    drain_quiet_seconds: float = limits.drain_quiet_seconds
     pool_size_max: int = limits.pool_size_max_default
     metrics_budgets_max: int = limits.metrics_budgets_max_default
     metrics_refresh_seconds: float = limits.metrics_refresh_interval_seconds
@@ -159,6 +161,11 @@ class Settings:
             raise ValueError(
                 f"shutdown_grace_seconds: {self.shutdown_grace_seconds} is not in [0, 600]"
             )
+        if not 0 <= self.drain_quiet_seconds <= limits.drain_quiet_seconds_max:
+            raise ValueError(
+                f"drain_quiet_seconds: {self.drain_quiet_seconds} is not in "
+                f"[0, {limits.drain_quiet_seconds_max:g}]"
+            )
         if not 0 <= self.drain_holds_seconds <= 600:
             raise ValueError(f"drain_holds_seconds: {self.drain_holds_seconds} is not in [0, 600]")
         if not limits.pool_size_min <= self.pool_size_max <= 100:
@@ -238,6 +245,7 @@ ENV = {
     "sweep_interval_seconds": "EARMARK_SWEEP_INTERVAL_SECONDS",
     "shutdown_grace_seconds": "EARMARK_SHUTDOWN_GRACE_SECONDS",
     "drain_holds_seconds": "EARMARK_DRAIN_HOLDS_SECONDS",
+    "drain_quiet_seconds": "EARMARK_DRAIN_QUIET_SECONDS",
     "pool_size_max": "EARMARK_POOL_SIZE_MAX",
     "metrics_budgets_max": "EARMARK_METRICS_BUDGETS_MAX",
     "metrics_refresh_seconds": "EARMARK_METRICS_REFRESH_SECONDS",
@@ -292,6 +300,7 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "sweep_interval_seconds": float,
     "shutdown_grace_seconds": float,
     "drain_holds_seconds": float,
+    "drain_quiet_seconds": float,
     "pool_size_max": int,
     "metrics_budgets_max": int,
     "metrics_refresh_seconds": float,

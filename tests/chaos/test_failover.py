@@ -9,7 +9,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack
 from pathlib import Path
 
 import asyncpg
@@ -22,7 +21,7 @@ from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests import formation
 from tests.chaos.load import FAULT_CODES, Told, check_told, run_load
-from tests.conftest import Running, running, sidecar_settings
+from tests.conftest import Running, running_all, sidecar_settings
 from tests.helpers import binary_missing, eventually
 
 pytestmark = pytest.mark.slow
@@ -82,13 +81,12 @@ async def start_formation(made: formation.Formation) -> str:
 @pytest.fixture
 async def sidecars(made: formation.Formation, socket_dir: Path) -> AsyncIterator[list[Running]]:
     url = await start_formation(made)
-    async with AsyncExitStack() as stack:
-        started = []
-        for index in range(2):
-            folder = socket_dir / f"s{index}"
-            folder.mkdir()
-            settings = sidecar_settings(url, folder, shutdown_grace_seconds=2.0)
-            started.append(await stack.enter_async_context(running(Sidecar(settings), url)))
+    sides = []
+    for index in range(2):
+        folder = socket_dir / f"s{index}"
+        folder.mkdir()
+        sides.append(Sidecar(sidecar_settings(url, folder, shutdown_grace_seconds=2.0)))
+    async with running_all(sides, url) as started:
         yield started
 
 

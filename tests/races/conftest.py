@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from earmark.server import Sidecar
 from earmark.store.embedded import EmbeddedPostgres
-from tests.conftest import TEST_DATABASE, Running, running, sidecar_settings
+from tests.conftest import TEST_DATABASE, Running, running, running_all, sidecar_settings
 from tests.helpers import binary_missing
 from tests.pgbouncer import Bouncer, pgbouncer
 
@@ -58,13 +57,12 @@ async def sidecar(
         if bouncer is None:
             pytest.skip(str(binary_missing("pgbouncer", "pgbouncer")))
         url, pooler = bouncer.url(TEST_DATABASE), "pgbouncer"
-    async with AsyncExitStack() as stack:
-        started = []
-        for index in range(SIDECARS):
-            folder = socket_dir / f"s{index}"
-            folder.mkdir()
-            settings = sidecar_settings(url, folder, database_pooler=pooler)
-            started.append(await stack.enter_async_context(running(Sidecar(settings), dsn)))
+    sides = []
+    for index in range(SIDECARS):
+        folder = socket_dir / f"s{index}"
+        folder.mkdir()
+        sides.append(Sidecar(sidecar_settings(url, folder, database_pooler=pooler)))
+    async with running_all(sides, dsn) as started:
         yield Running(
             sidecar=started[0].sidecar,
             channel=started[0].channel,

@@ -51,7 +51,12 @@ class Drain:
         self.active -= 1
         assert self.active >= 0
 
-    async def drain(self, timeout_seconds: float, holds_seconds: float = 0.0) -> bool:
+    async def drain(
+        self,
+        timeout_seconds: float,
+        holds_seconds: float = 0.0,
+        quiet_seconds: float = limits.drain_quiet_seconds,
+    ) -> bool:
         """Refuses new calls, then waits until none runs, none has arrived for a quiet
         period, and (for at most holds_seconds) no hold admitted here is open, so that
         calls still queued inside gRPC are answered rather than cancelled and finishing
@@ -62,7 +67,7 @@ class Drain:
         holds_deadline = started + min(holds_seconds, timeout_seconds)
         while time.monotonic() < deadline:
             now = time.monotonic()
-            quiet = now - self._last_call >= limits.drain_quiet_seconds
+            quiet = now - self._last_call >= quiet_seconds
             settled = not self.holds or now >= holds_deadline
             if self.active == 0 and quiet and settled:
                 return True
