@@ -64,7 +64,8 @@ class Fuzzed:
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     folder = tmp_path_factory.mktemp("fuzz")
-    sidecar = spawn_sidecar(folder)
+    # Its stop does not wait for the holds the fuzzing leaves open.
+    sidecar = spawn_sidecar(folder, "--drain-holds-seconds", "0")
     f = Fuzzed(sidecar)
     try:
         for budget_id in BUDGETS:
