@@ -122,23 +122,30 @@ async def test_fifty_concurrent_reserves_none_unavailable(sidecar: Running) -> N
 
 
 async def test_mixed_operations_race(sidecar: Running) -> None:
-    """Reserves, charges and settles on one budget racing each other keep every invariant."""
+    """Reserves, charges and settles on one budget racing each other keep every invariant:
+    at least the 40 holds the limit fits at once are admitted, and the budget's used is
+    exactly what the admitted holds settled."""
     await put(sidecar, 200_000)
 
-    async def worker(i: int) -> None:
+    async def worker(i: int) -> int | None:
         reply = await sidecar.budget.Reserve(
             pb.ReserveRequest(budget_id="acme/tokens", amount=5_000, idempotency_key=f"w{i}")
         )
         if not reply.admitted:
-            return
+            return None
         rid = reply.reservation_id
         for step in range(3):
             await sidecar.budget.Charge(
                 pb.ChargeRequest(reservation_id=rid, amount=2_000, idempotency_key=f"s{step}")
             )
-        await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=4_000 + i % 3_000))
+        used = 4_000 + i % 3_000
+        await sidecar.budget.Settle(pb.SettleRequest(reservation_id=rid, used=used))
+        return used
 
-    await asyncio.gather(*[worker(i) for i in range(60)])
+    settled = [u for u in await asyncio.gather(*[worker(i) for i in range(60)]) if u is not None]
+    assert len(settled) >= 40
+    row = await fetch_budget_row(sidecar.dsn, "acme/tokens")
+    assert (sum(settled), 0, 0) == (row["used"], row["held"], row["open_reservations"])
     await assert_invariants(sidecar.dsn)
 
 

@@ -18,7 +18,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from earmark import limits
 from earmark.server import Sidecar
-from earmark.settings import Settings
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests.conftest import Running, running, sidecar_settings
@@ -103,12 +102,17 @@ def test_exposed_or_incomplete_listeners_are_refused(
         sidecar_settings("postgresql://unused", socket_dir, **overrides)
 
 
-def test_insecure_listen_is_explicit(socket_dir: Path) -> None:
-    """--insecure-listen allows plaintext on a non-loopback address."""
-    settings = sidecar_settings(
-        "postgresql://unused", socket_dir, listen="0.0.0.0:50051", insecure_listen=True
-    )
-    assert isinstance(settings, Settings)
+async def test_insecure_listen_is_explicit(dsn: str, socket_dir: Path) -> None:
+    """--insecure-listen lets a sidecar serve plaintext on a non-loopback address."""
+    settings = sidecar_settings(dsn, socket_dir, listen="0.0.0.0:0", insecure_listen=True)
+    async with (
+        running(Sidecar(settings), dsn) as s,
+        grpc.aio.insecure_channel(f"127.0.0.1:{s.sidecar.port}") as channel,
+    ):
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="earmark.v1.Budget"), timeout=10
+        )
+    assert health_pb2.HealthCheckResponse.SERVING == reply.status
 
 
 @pytest.mark.parametrize("flag", ["--listen", "--metrics-listen"])
