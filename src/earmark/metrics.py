@@ -59,30 +59,36 @@ class Metrics:
             ["outcome", "reason"],
             registry=r,
         )
+        # Counters of units carry the budget's unit (at most limits.units_max values), so
+        # that tokens and micro-dollars are never added together.
         self.reserved_units = Counter(
-            "earmark_reserved_units", "Units newly held by admitted reservations.", registry=r
-        )
+            "earmark_reserved_units", "Units newly held by admitted reservations, by unit.",
+            ["unit"], registry=r,
+        )  # fmt: skip
         self.charges = Counter(
             "earmark_charges", "Charges decided, by whether they were capped.", ["capped"],
             registry=r,
         )  # fmt: skip
         self.charged_units = Counter(
             "earmark_charged_units",
-            "Units spent: charged by Charge, and by Settle beyond what Charges took.", registry=r,
+            "Units spent, by unit: charged by Charge, and by Settle beyond what Charges took.",
+            ["unit"], registry=r,
         )  # fmt: skip
         self.settles = Counter(
             "earmark_settles", "Settles by final state and the worker's outcome.",
             ["state", "outcome"], registry=r,
         )  # fmt: skip
         self.released_units = Counter(
-            "earmark_released_units", "Units returned to budgets by Settle.", registry=r
-        )
+            "earmark_released_units", "Units returned to budgets by Settle, by unit.",
+            ["unit"], registry=r,
+        )  # fmt: skip
         self.overshoot_events = Counter(
             "earmark_overshoot_events", "Settles whose usage ran past the hold.", registry=r
         )
         self.overshoot_units = Counter(
-            "earmark_overshoot_units", "Units used beyond their holds.", registry=r
-        )
+            "earmark_overshoot_units", "Units used beyond their holds, by unit.", ["unit"],
+            registry=r,
+        )  # fmt: skip
         self.used_ratio = Histogram(
             "earmark_settle_used_ratio",
             "used / held at settle: how good the estimates are.",

@@ -54,7 +54,7 @@ def test_prometheus_config_is_valid() -> None:
 @needs_promtool
 def test_alert_rules_are_valid() -> None:
     """`promtool check rules` accepts every alert rule."""
-    assert "SUCCESS: 12 rules found" in promtool("check", "rules", "earmark-rules.yml")
+    assert "SUCCESS: 13 rules found" in promtool("check", "rules", "earmark-rules.yml")
 
 
 @needs_promtool
@@ -127,3 +127,31 @@ def test_metrics_text_parses() -> None:
 
     text = generate_latest(Metrics().registry).decode()
     assert any(f.name == "earmark_database_up" for f in text_string_to_metric_families(text))
+
+
+def test_every_alert_links_its_runbook() -> None:
+    """Every alert's runbook_url points at a section of docs/runbooks.md named after it."""
+    rules = yaml.safe_load((PROMETHEUS / "earmark-rules.yml").read_text())
+    alerts = [r for group in rules["groups"] for r in group["rules"] if "alert" in r]
+    runbooks = (DEPLOY.parent / "docs" / "runbooks.md").read_text()
+    anchors = {line[3:].strip().lower() for line in runbooks.splitlines() if line.startswith("## ")}
+    linked = {a["alert"]: a["annotations"]["runbook_url"] for a in alerts}
+    assert {name: f"docs/runbooks.md#{name.lower()}" for name in linked} == linked
+    assert {name.lower() for name in linked} == anchors
+
+
+def test_every_metric_is_in_the_readme() -> None:
+    """Every metric the sidecar registers has a row in the README's metrics table."""
+    readme = (DEPLOY.parent / "README.md").read_text()
+    documented = set()
+    # A row's first cell may name several metrics: `earmark_budget_limit`, `_used`, ...
+    for cell in re.findall(r"^\| (`earmark_[^|]*)\|", readme, re.MULTILINE):
+        names = re.findall(r"`([a-z_]+)`", cell)
+        stem = names[0].rsplit("_", 1)[0]
+        documented |= {name if name.startswith("earmark_") else stem + name for name in names}
+    registered = set()
+    for family in Metrics().registry.collect():
+        if family.name.startswith("earmark_"):
+            suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
+            registered.add(family.name + suffix)
+    assert set() == registered - documented

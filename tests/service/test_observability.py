@@ -95,10 +95,10 @@ async def test_metrics_catalogue_counts_a_run(clocked: Running, clock: FakeClock
         (("outcome", "refused"), ("reason", "insufficient_budget")),
     )
     assert 1 == m[refused]
-    assert 5_000 == m[("earmark_reserved_units_total", ())]
+    assert 5_000 == m[("earmark_reserved_units_total", (("unit", "tokens"),))]
     assert 1 == m[("earmark_charges_total", (("capped", "true"),))]
     assert 1 == m[("earmark_overshoot_events_total", ())]
-    assert 2_000 == m[("earmark_overshoot_units_total", ())]
+    assert 2_000 == m[("earmark_overshoot_units_total", (("unit", "tokens"),))]
     assert 1 == m[("earmark_sweeper_expired_holds_total", ())]
     assert 1 == m[("earmark_late_settles_total", ())]
     # Cumulative buckets: the late settle used 0.5 of its hold, the overshoot 1.5.
@@ -111,7 +111,7 @@ async def test_metrics_catalogue_counts_a_run(clocked: Running, clock: FakeClock
     ok = ("earmark_rpc_duration_seconds_count", (("code", "OK"), ("method", "Reserve")))
     assert 3 == m[ok]
     # Spend: the capped Charge's 4,000, the Settle's 2,000 more, the late settle's 500.
-    assert 6_500 == m[("earmark_charged_units_total", ())]
+    assert 6_500 == m[("earmark_charged_units_total", (("unit", "tokens"),))]
     assert 1 == m[("earmark_build_info", (("version", earmark.__version__),))]
     assert 0 < m[("process_resident_memory_bytes", ())]
 

@@ -7,6 +7,7 @@ same transaction. Each operation gets its own answer or its own error.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import assert_never
 
@@ -82,13 +83,20 @@ def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecisi
     decision = BatchDecision()
     for op in ops:
         try:
-            decision.results.append(_decide_one(state, decision, op, now))
+            decision.results.append(_in_unit(state, _decide_one(state, decision, op, now)))
         except EarmarkError as error:
             decision.results.append(error)
     for budget in decision.touched.values():
         assert budget.held >= 0, "held went negative"
         assert budget.open_reservations >= 0, "open_reservations went negative"
     return decision
+
+
+def _in_unit(state: BatchState, result: Result) -> Result:
+    """The result labelled with its budget's unit, for the counters of units."""
+    if state.budget is None or isinstance(result, RenewResult):
+        return result
+    return replace(result, unit=state.budget.unit)
 
 
 def _decide_one(state: BatchState, decision: BatchDecision, op: Op, now: datetime) -> Result:

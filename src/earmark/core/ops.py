@@ -104,6 +104,8 @@ class ReserveResult:
     # The refusing budget's policy; on an admission, SOFT when it went past a limit.
     policy: OveragePolicy = OveragePolicy.HARD
     over_limit: bool = False
+    # The budget's unit, which the units counters are labelled with.
+    unit: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,7 @@ class ChargeResult:
     price_version: int = 0
     # What the Charge asked for: its amount, or its usage priced.
     requested: int = 0
+    unit: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,7 @@ class SettleResult:
     # What this answer moved the budgets' used by: the spend beyond earlier charges
     # (negative when a Settle reports less than was charged).
     used_delta: int = 0
+    unit: str = ""
 
 
 Result = ReserveResult | ChargeResult | RenewResult | SettleResult

@@ -162,7 +162,7 @@ class AdminService(pb_grpc.AdminServicer):
         assert isinstance(result, SettleResult)
         if not result.duplicate:
             self.metrics.in_doubt_closed.labels("resolve").inc()
-            self.metrics.charged_units.inc(max(0, result.used_delta))
+            self.metrics.charged_units.labels(result.unit).inc(max(0, result.used_delta))
         log.info(
             "resolve_hold",
             reservation_id=op.reservation_id,

@@ -202,7 +202,7 @@ class BudgetService(pb_grpc.BudgetServicer):
         assert isinstance(result, ChargeResult)
         if not result.duplicate:
             self.metrics.charges.labels(str(result.capped).lower()).inc()
-            self.metrics.charged_units.inc(result.charged)
+            self.metrics.charged_units.labels(result.unit).inc(result.charged)
         log.info(
             "charge",
             reservation_id=op.reservation_id,
@@ -261,7 +261,7 @@ class BudgetService(pb_grpc.BudgetServicer):
             self.metrics.reservations.labels("duplicate", "").inc()
         elif result.admitted:
             self.metrics.reservations.labels("admitted", "").inc()
-            self.metrics.reserved_units.inc(result.amount)
+            self.metrics.reserved_units.labels(result.unit).inc(result.amount)
             if result.over_limit:
                 self.metrics.overage_admissions.inc()
         else:
@@ -270,9 +270,9 @@ class BudgetService(pb_grpc.BudgetServicer):
     def _count_settle(self, op: SettleOp, result: SettleResult) -> None:
         m = self.metrics
         m.settles.labels(result.state.name.lower(), op.outcome.name.lower()).inc()
-        m.released_units.inc(result.released)
+        m.released_units.labels(result.unit).inc(result.released)
         # A counter only grows: a Settle below the charges refunds, which it does not count.
-        m.charged_units.inc(max(0, result.used_delta))
+        m.charged_units.labels(result.unit).inc(max(0, result.used_delta))
         m.used_ratio.observe(result.used / result.amount)
         m.estimate_ratio.labels(result.source.name.lower()).observe(result.used / result.amount)
         if result.state is HoldState.EXPIRED:
@@ -281,4 +281,4 @@ class BudgetService(pb_grpc.BudgetServicer):
             m.in_doubt_closed.labels("settle").inc()
         if result.overshoot:
             m.overshoot_events.inc()
-            m.overshoot_units.inc(result.overshoot)
+            m.overshoot_units.labels(result.unit).inc(result.overshoot)
