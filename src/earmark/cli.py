@@ -1,5 +1,6 @@
-"""The earmark command: `earmark serve`, and the workloads, the audit and the protos
-folder. Only `serve` and `audit` need the server's packages, imported when they run."""
+"""The earmark command: `earmark serve`; the operator's commands over Admin (budgets,
+prices, holds, ledger: earmark.ops); the workloads, the audit and the protos folder. Only
+`serve` and `audit` need the server's packages, imported when they run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import earmark
+from earmark import ops
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
 from earmark.client.aio import DEFAULT_ADMIN_TARGET
@@ -54,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("EARMARK_DATABASE_URL", ""),
         help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL]",
     )
+    ops.add_commands(commands)
     commands.add_parser(
         "protos",
         help="print the folder holding earmark/v1/budget.proto (for protoc -I, other languages)",
@@ -277,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command in ("serve", "audit"):
         require_server(args.command)
+    if hasattr(args, "run"):
+        run_operator_command(args)
+        return
     try:
         if args.command == "lab":
             print(run_lab(args))
@@ -295,6 +301,15 @@ def main(argv: list[str] | None = None) -> None:
     except EarmarkError as error:
         sys.exit(f"earmark {args.command}: {error.message}")
     serve_command(args)
+
+
+def run_operator_command(args: argparse.Namespace) -> None:
+    """Prints what an operator's command answered, or its one line of failure (exit 1)."""
+    label = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
+    try:
+        print(args.run(args))
+    except (ValueError, ops.OpsError) as error:
+        sys.exit(f"earmark {label}: {error}")
 
 
 def serve_command(args: argparse.Namespace) -> None:
