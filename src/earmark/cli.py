@@ -22,8 +22,9 @@ import earmark
 from earmark import ops
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
-from earmark.client.aio import DEFAULT_ADMIN_TARGET
 from earmark.errors import EarmarkError
+from earmark.ops.audit import run_audit
+from earmark.ops.connect import OpsError, access_from, add_admin_arguments
 from earmark.spawn import SpawnError
 from earmark.workloads import lab, load
 
@@ -54,7 +55,14 @@ def parser() -> argparse.ArgumentParser:
     audit_command.add_argument(
         "--database-url",
         default=os.environ.get("EARMARK_DATABASE_URL", ""),
-        help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL]",
+        help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL; unset: the embedded "
+        "database running on --data-dir]",
+    )
+    audit_command.add_argument(
+        "--data-dir",
+        type=Path,
+        help=f"a sidecar's data dir [{earmark_settings.ENV['data_dir']}, "
+        f"{earmark_settings.DATA_DIR_DEFAULT}]",
     )
     ops.add_commands(commands)
     commands.add_parser(
@@ -249,13 +257,11 @@ def _load_arguments(load_command: argparse.ArgumentParser) -> None:
 def _target(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--target",
-        help="a running sidecar's HOST:PORT (default: start one with an embedded database)",
+        help="a running sidecar's HOST:PORT (default: start one with an embedded database); "
+        "the Admin flags below are that sidecar's, and --timeout-seconds bounds the wait "
+        "for both of its listeners",
     )
-    command.add_argument(
-        "--admin-target",
-        default=DEFAULT_ADMIN_TARGET,
-        help=f"that sidecar's admin listener, with --target [{DEFAULT_ADMIN_TARGET}]",
-    )
+    add_admin_arguments(command, output=False)
 
 
 def require_server(command: str) -> None:
@@ -291,12 +297,16 @@ def main(argv: list[str] | None = None) -> None:
             print(run_load(args))
             return
         if args.command == "audit":
-            report, clean = run_audit(args.database_url)
+            report, clean = run_audit(args.database_url, args.data_dir)
             print(report)
             if not clean:
                 sys.exit(1)
             return
-    except (ValueError, ClientError, SpawnError) as error:
+    except ClientError as error:
+        # The code and Earmark's reason, as the operator's commands print them.
+        reason = f" {error.reason}" if error.reason else ""
+        sys.exit(f"earmark {args.command}: {error.code.name}{reason}: {error.details}")
+    except (ValueError, SpawnError, OpsError) as error:
         sys.exit(f"earmark {args.command}: {error}")
     except EarmarkError as error:
         sys.exit(f"earmark {args.command}: {error.message}")
@@ -308,7 +318,7 @@ def run_operator_command(args: argparse.Namespace) -> None:
     label = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
     try:
         print(args.run(args))
-    except (ValueError, ops.OpsError) as error:
+    except (ValueError, OpsError) as error:
         sys.exit(f"earmark {label}: {error}")
 
 
@@ -355,7 +365,7 @@ def run_lab(args: argparse.Namespace) -> str:
         step_seconds=args.step_seconds,
         account=args.account,
     )
-    return lab.main(args.target, args.admin_target, params, args.json)
+    return lab.main(args.target, access_from(args), params, args.json)
 
 
 def run_load(args: argparse.Namespace) -> str:
@@ -368,19 +378,7 @@ def run_load(args: argparse.Namespace) -> str:
         budget_id=args.budget,
         account=args.account,
     )
-    return load.main(args.target, args.admin_target, params, args.json)
-
-
-def run_audit(database_url: str) -> tuple[str, bool]:
-    """The audit's report and whether the database is clean."""
-    from earmark.store.audit import audit_database
-
-    if not database_url:
-        raise ValueError("--database-url (or EARMARK_DATABASE_URL) is required")
-    problems, budgets = asyncio.run(audit_database(database_url))
-    if problems:
-        return "\n".join([f"audit: {len(problems)} violations", *problems]), False
-    return f"audit: clean ({budgets} budgets)", True
+    return load.main(args.target, access_from(args), params, args.json)
 
 
 if __name__ == "__main__":
