@@ -39,8 +39,16 @@ class AdminAccess:
     target: str
     token_file: Path | None = None
     timeout_seconds: float = limits.admin_call_seconds_default
+    # TLS to an Admin on TCP: the CA that signed its certificate (None: the system's), and
+    # this client's certificate and key when the sidecar wants one (--tls-client-ca-file).
+    tls: bool = False
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
 
     def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("--admin-cert-file and --admin-key-file: give both or neither")
         if not 0 < self.timeout_seconds <= limits.admin_call_seconds_max:
             raise ValueError(
                 f"--timeout-seconds: {self.timeout_seconds:g} is not in "
@@ -49,9 +57,11 @@ class AdminAccess:
 
 
 def add_admin_arguments(command: argparse.ArgumentParser, *, output: bool = True) -> None:
-    """The flags of every command that reaches Admin (and -o, where it prints an answer)."""
+    """The flags of every command that reaches Admin (and -o and TLS, where the command
+    itself makes the calls)."""
     env = earmark_settings.ENV
     if output:
+        _tls_arguments(command)
         command.add_argument(
             "-o",
             "--output",
@@ -81,6 +91,17 @@ def add_admin_arguments(command: argparse.ArgumentParser, *, output: bool = True
         default=limits.admin_call_seconds_default,
         help=f"each call's deadline [{limits.admin_call_seconds_default:g}]",
     )
+
+
+def _tls_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--admin-tls",
+        action="store_true",
+        help="TLS to an Admin on TCP (implied by the three files below)",
+    )
+    command.add_argument("--admin-ca-file", type=Path, help="PEM: the CA of Admin's certificate")
+    command.add_argument("--admin-cert-file", type=Path, help="PEM: this client's certificate")
+    command.add_argument("--admin-key-file", type=Path, help="PEM: this client's key")
 
 
 def admin_target(
@@ -116,6 +137,10 @@ def access_from(args: argparse.Namespace, environ: Mapping[str, str] | None = No
         target=admin_target(args.admin_target, getattr(args, "data_dir", None), environ),
         token_file=token_file,
         timeout_seconds=args.timeout_seconds,
+        tls=bool(getattr(args, "admin_tls", False)),
+        ca_file=getattr(args, "admin_ca_file", None),
+        cert_file=getattr(args, "admin_cert_file", None),
+        key_file=getattr(args, "admin_key_file", None),
     )
 
 
@@ -182,6 +207,29 @@ def describe(error: grpc.Call, target: str, timeout_seconds: float) -> str:
     return f"{code.name}: {error.details()} (Admin at {target})"
 
 
+def _pem(path: Path | None, flag: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise OpsError(f"{flag}: cannot read {path}: {type(error).__name__}") from None
+
+
+def open_channel(access: AdminAccess) -> grpc.Channel:
+    """A channel to Admin: TLS when asked for (never on a Unix socket), else plaintext."""
+    files = (access.ca_file, access.cert_file, access.key_file)
+    tls = access.tls or any(f is not None for f in files)
+    if not tls or access.target.startswith(earmark_settings.UNIX_PREFIX):
+        return grpc.insecure_channel(access.target)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_pem(access.ca_file, "--admin-ca-file"),
+        private_key=_pem(access.key_file, "--admin-key-file"),
+        certificate_chain=_pem(access.cert_file, "--admin-cert-file"),
+    )
+    return grpc.secure_channel(access.target, credentials)
+
+
 class Admin:
     """A channel to Admin for one command: every call has the deadline and the token."""
 
@@ -190,7 +238,7 @@ class Admin:
         token = read_token(access.token_file) if access.token_file is not None else None
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         check_socket(access.target)
-        self._channel = grpc.insecure_channel(access.target)
+        self._channel = open_channel(access)
         self.stub = pb_grpc.AdminStub(self._channel)
 
     def call(self, method: str, request: Message, reply: type[M]) -> M:
