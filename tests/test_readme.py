@@ -87,3 +87,23 @@ async def test_readme_scopes_run(sidecar: Running, tmp_path: Path) -> None:
     ):
         assert expected in out, expected
     await assert_invariants(sidecar.dsn)
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
+async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) -> None:
+    """The command-line block: budgets put, prices put and list, holds list and release,
+    ledger, budgets get -o json and delete answer as the README shows them."""
+    out = await run_block(sidecar, tmp_path, "operator")
+    for expected in (
+        "acme/ops   usd_micros   $5.00   $0.00   $0.00       $5.00       0   hard     15%      ok",
+        "openai     gpt-4o-mini         1   2026-01-01T00:00:00Z   -         $0.15         $0.60",
+        "held     $0.40",
+        "400,000",
+        "hold      ",
+        "+$0.40",
+        "-$0.40",
+        '"escrow_bps": 1500',
+        "15%      archived",
+    ):
+        assert expected in out, expected
+    await assert_invariants(sidecar.dsn)

@@ -1,5 +1,6 @@
-"""The earmark command: `earmark serve`, and the workloads, the audit and the protos
-folder. Only `serve` and `audit` need the server's packages, imported when they run."""
+"""The earmark command: `earmark serve`; the operator's commands over Admin (budgets,
+prices, holds, ledger: earmark.ops); the workloads, the audit and the protos folder. Only
+`serve` and `audit` need the server's packages, imported when they run."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ import sys
 from pathlib import Path
 
 import earmark
+from earmark import ops
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
-from earmark.client.aio import DEFAULT_ADMIN_TARGET
 from earmark.errors import EarmarkError
+from earmark.ops.audit import run_audit
+from earmark.ops.connect import OpsError, access_from, add_admin_arguments
 from earmark.spawn import SpawnError
 from earmark.workloads import lab, load
 
@@ -52,8 +55,16 @@ def parser() -> argparse.ArgumentParser:
     audit_command.add_argument(
         "--database-url",
         default=os.environ.get("EARMARK_DATABASE_URL", ""),
-        help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL]",
+        help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL; unset: the embedded "
+        "database running on --data-dir]",
     )
+    audit_command.add_argument(
+        "--data-dir",
+        type=Path,
+        help=f"a sidecar's data dir [{earmark_settings.ENV['data_dir']}, "
+        f"{earmark_settings.DATA_DIR_DEFAULT}]",
+    )
+    ops.add_commands(commands)
     commands.add_parser(
         "protos",
         help="print the folder holding earmark/v1/budget.proto (for protoc -I, other languages)",
@@ -257,13 +268,11 @@ def _load_arguments(load_command: argparse.ArgumentParser) -> None:
 def _target(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--target",
-        help="a running sidecar's HOST:PORT (default: start one with an embedded database)",
+        help="a running sidecar's HOST:PORT (default: start one with an embedded database); "
+        "the Admin flags below are that sidecar's, and --timeout-seconds bounds the wait "
+        "for both of its listeners",
     )
-    command.add_argument(
-        "--admin-target",
-        default=DEFAULT_ADMIN_TARGET,
-        help=f"that sidecar's admin listener, with --target [{DEFAULT_ADMIN_TARGET}]",
-    )
+    add_admin_arguments(command, output=False)
 
 
 def require_server(command: str) -> None:
@@ -288,6 +297,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command in ("serve", "audit"):
         require_server(args.command)
+    if hasattr(args, "run"):
+        run_operator_command(args)
+        return
     try:
         if args.command == "lab":
             print(run_lab(args))
@@ -296,16 +308,29 @@ def main(argv: list[str] | None = None) -> None:
             print(run_load(args))
             return
         if args.command == "audit":
-            report, clean = run_audit(args.database_url)
+            report, clean = run_audit(args.database_url, args.data_dir)
             print(report)
             if not clean:
                 sys.exit(1)
             return
-    except (ValueError, ClientError, SpawnError) as error:
+    except ClientError as error:
+        # The code and Earmark's reason, as the operator's commands print them.
+        reason = f" {error.reason}" if error.reason else ""
+        sys.exit(f"earmark {args.command}: {error.code.name}{reason}: {error.details}")
+    except (ValueError, SpawnError, OpsError) as error:
         sys.exit(f"earmark {args.command}: {error}")
     except EarmarkError as error:
         sys.exit(f"earmark {args.command}: {error.message}")
     serve_command(args)
+
+
+def run_operator_command(args: argparse.Namespace) -> None:
+    """Prints what an operator's command answered, or its one line of failure (exit 1)."""
+    label = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
+    try:
+        print(args.run(args))
+    except (ValueError, OpsError) as error:
+        sys.exit(f"earmark {label}: {error}")
 
 
 def serve_command(args: argparse.Namespace) -> None:
@@ -351,7 +376,7 @@ def run_lab(args: argparse.Namespace) -> str:
         step_seconds=args.step_seconds,
         account=args.account,
     )
-    return lab.main(args.target, args.admin_target, params, args.json)
+    return lab.main(args.target, access_from(args), params, args.json)
 
 
 def run_load(args: argparse.Namespace) -> str:
@@ -364,19 +389,7 @@ def run_load(args: argparse.Namespace) -> str:
         budget_id=args.budget,
         account=args.account,
     )
-    return load.main(args.target, args.admin_target, params, args.json)
-
-
-def run_audit(database_url: str) -> tuple[str, bool]:
-    """The audit's report and whether the database is clean."""
-    from earmark.store.audit import audit_database
-
-    if not database_url:
-        raise ValueError("--database-url (or EARMARK_DATABASE_URL) is required")
-    problems, budgets = asyncio.run(audit_database(database_url))
-    if problems:
-        return "\n".join([f"audit: {len(problems)} violations", *problems]), False
-    return f"audit: clean ({budgets} budgets)", True
+    return load.main(args.target, access_from(args), params, args.json)
 
 
 if __name__ == "__main__":

@@ -260,6 +260,14 @@ database_wait_seconds_max = 3600.0
 database_wait_backoff_seconds_base = 0.5
 database_wait_backoff_seconds_max = 5.0
 
+# The operator's command line (earmark budgets, holds, ledger, lab, load): every call to
+# Admin has a deadline of admin_call_seconds_default (--timeout-seconds changes it, within
+# (0, admin_call_seconds_max]), and a listing follows page tokens for at most
+# cli_pages_max pages of page_size_max rows, then says that more remain.
+admin_call_seconds_default = 5.0
+admin_call_seconds_max = 600.0
+cli_pages_max = 100
+
 assert 0 < budget_id_length_max <= 1024
 assert 0 < token_length_min <= token_length_max
 assert 1 <= streams_per_connection_max <= streams_max < rpc_concurrency_max
@@ -328,3 +336,5 @@ assert budget_id_length_max <= error_about_chars_max
 assert error_about_keys_max >= 4
 assert 1 <= llm_attempts_max <= 100
 assert 1 <= llm_stream_charge_tokens <= 4096
+assert 0 < admin_call_seconds_default <= admin_call_seconds_max
+assert 1 <= cli_pages_max * page_size_max <= 1_000_000

@@ -36,7 +36,7 @@ from earmark.settings import (
     Settings,
 )
 from earmark.store import Store, StoreObserver
-from earmark.store.embedded import EmbeddedPostgres, ensure_database
+from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
 from earmark.store.probe import DatabaseProbe
 from earmark.store.store import Clock, utc_now
 from earmark.supervise import Supervisor
@@ -44,7 +44,6 @@ from earmark.v1 import budget_pb2, budget_pb2_grpc
 
 log = structlog.get_logger("earmark.server")
 
-EMBEDDED_DATABASE = "earmark"
 BUDGET_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name
 ADMIN_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
 SERVICE_NAMES = (BUDGET_SERVICE, ADMIN_SERVICE)

@@ -13,6 +13,9 @@ from typing import Any
 from earmark import limits
 
 UNIX_PREFIX = "unix:"
+# Where the embedded PostgreSQL and the admin socket live when --data-dir is not given.
+DATA_DIR_DEFAULT = Path(".earmark")
+ADMIN_SOCKET_NAME = "admin.sock"
 
 
 def split_host_port(value: str, name: str) -> tuple[str, int]:
@@ -59,7 +62,7 @@ class Settings:
     health_listen: str = ""
     # None starts the embedded PostgreSQL under data_dir.
     database_url: str | None = None
-    data_dir: Path = field(default_factory=lambda: Path(".earmark"))
+    data_dir: Path = field(default_factory=lambda: DATA_DIR_DEFAULT)
     lease_seconds_max: float = limits.lease_seconds_max_default
     sweep_interval_seconds: float = limits.sweep_interval_seconds_default
     shutdown_grace_seconds: float = limits.shutdown_grace_seconds_default
@@ -109,7 +112,7 @@ class Settings:
 
     @property
     def admin_address(self) -> str:
-        return self.admin_listen or f"{UNIX_PREFIX}{self.data_dir / 'admin.sock'}"
+        return self.admin_listen or f"{UNIX_PREFIX}{self.data_dir / ADMIN_SOCKET_NAME}"
 
     @property
     def tls(self) -> bool:

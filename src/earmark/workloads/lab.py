@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 from earmark.client import AsyncClient
 from earmark.client.errors import Refusal
+from earmark.ops.connect import AdminAccess
 from earmark.workloads.progress import Progress
 from earmark.workloads.target import Target, sidecar_target
 
@@ -147,7 +148,12 @@ async def earmark_hold(client: AsyncClient, params: LabParams) -> ModeResult:
 
 
 async def run_lab(target: Target, params: LabParams) -> dict[str, ModeResult]:
-    async with AsyncClient(target.worker, admin_target=target.admin, timeout_seconds=30) as client:
+    async with AsyncClient(
+        target.worker,
+        admin_target=target.admin,
+        admin_token=target.admin_token,
+        timeout_seconds=30,
+    ) as client:
         return {
             "check": await plain_check(client, params),
             "hold": await earmark_hold(client, params),
@@ -173,8 +179,8 @@ def render(params: LabParams, results: dict[str, ModeResult]) -> str:
     return "\n".join(lines)
 
 
-def main(target: str | None, admin_target: str, params: LabParams, as_json: bool) -> str:
-    with sidecar_target(target, admin_target) as resolved:
+def main(target: str | None, admin: AdminAccess, params: LabParams, as_json: bool) -> str:
+    with sidecar_target(target, admin) as resolved:
         results = asyncio.run(run_lab(resolved, params))
     if as_json:
         return json.dumps(

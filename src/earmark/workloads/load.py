@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from earmark.client import AsyncClient, ClientError
 from earmark.client.errors import Refusal
+from earmark.ops.connect import AdminAccess
 from earmark.workloads.progress import Progress
 from earmark.workloads.target import Target, sidecar_target
 
@@ -61,7 +62,12 @@ async def run_load(target: Target, params: LoadParams) -> LoadReport:
     report = LoadReport(budget_id=budget_id)
     latencies: list[float] = []
     created = not params.budget_id and not params.account
-    async with AsyncClient(target.worker, admin_target=target.admin, timeout_seconds=30) as client:
+    async with AsyncClient(
+        target.worker,
+        admin_target=target.admin,
+        admin_token=target.admin_token,
+        timeout_seconds=30,
+    ) as client:
         if created:
             await client.put_budget(budget_id, params.limit, "units")
         gate = asyncio.Semaphore(params.concurrency)
@@ -124,8 +130,8 @@ def render(params: LoadParams, report: LoadReport) -> str:
     )
 
 
-def main(target: str | None, admin_target: str, params: LoadParams, as_json: bool) -> str:
-    with sidecar_target(target, admin_target) as resolved:
+def main(target: str | None, admin: AdminAccess, params: LoadParams, as_json: bool) -> str:
+    with sidecar_target(target, admin) as resolved:
         report = asyncio.run(run_load(resolved, params))
     if as_json:
         return json.dumps({"params": asdict(params), **asdict(report)}, indent=2)

@@ -1,0 +1,176 @@
+"""`earmark budgets put|get|list|delete`: a budget's settings and state, through Admin.
+
+Admin has no RPC that lists every budget, and the wire contract is not changed here:
+`budgets list --account A` lists what Admin can list, the account's billing-cycle budgets
+(ListCycles)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from google.protobuf.message import Message
+
+from earmark.ops import render
+from earmark.ops.connect import Admin, access_from, add_admin_arguments
+from earmark.v1 import budget_pb2 as pb
+
+OVERAGE_POLICIES = {"hard": pb.OVERAGE_POLICY_HARD, "soft": pb.OVERAGE_POLICY_SOFT}
+ESTIMATE_POLICIES = {"median": pb.ESTIMATE_POLICY_MEDIAN, "p75": pb.ESTIMATE_POLICY_P75}
+HEADERS = (
+    "BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW", "STATUS",
+)  # fmt: skip
+AMOUNTS = ("LIMIT", "USED", "HELD", "REMAINING", "HOLDS")
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`earmark budgets` and its verbs."""
+    budgets = commands.add_parser("budgets", help="put, get, list and delete budgets (Admin)")
+    verbs = budgets.add_subparsers(dest="verb", required=True)
+    put = verbs.add_parser(
+        "put",
+        help="create a budget or replace its settings; a setting not given takes its "
+        "default (no --limit: unlimited)",
+    )
+    put.add_argument("budget_id")
+    _put_arguments(put)
+    put.set_defaults(run=put_budget)
+    get = verbs.add_parser("get", help="a budget's settings and state")
+    get.add_argument("budget_id")
+    get.set_defaults(run=get_budget)
+    listing = verbs.add_parser(
+        "list",
+        help="an account's billing-cycle budgets, newest first (Admin lists no other "
+        "budgets: it has no RPC for that)",
+    )
+    listing.add_argument("--account", required=True, help="the account (ListCycles)")
+    listing.set_defaults(run=list_budgets)
+    delete = verbs.add_parser(
+        "delete", help="archive a budget with no open holds; its holds and ledger stay"
+    )
+    delete.add_argument("budget_id")
+    delete.set_defaults(run=delete_budget)
+    for verb in (put, get, listing, delete):
+        add_admin_arguments(verb)
+
+
+def _put_arguments(put: argparse.ArgumentParser) -> None:
+    put.add_argument("--unit", required=True, help="tokens, usd_micros ($1 = 1,000,000), ...")
+    put.add_argument("--limit", type=int, help="in the unit; not given: unlimited")
+    put.add_argument(
+        "--default-estimate",
+        type=int,
+        help="what a Reserve with neither amount nor shape holds while its job has no history",
+    )
+    put.add_argument("--estimate-policy", choices=sorted(ESTIMATE_POLICIES), help="[median]")
+    put.add_argument(
+        "--escrow-bps",
+        type=int,
+        default=0,
+        help="basis points of the limit kept for PHASE_FINAL Reserves (1500 = 15%%)",
+    )
+    put.add_argument(
+        "--overage-policy",
+        choices=sorted(OVERAGE_POLICIES),
+        help="hard refuses past the limit; soft admits past it, flagged [hard]",
+    )
+    put.add_argument(
+        "--overage-limit", type=int, help="with soft: how far past the limit; not given: no bound"
+    )
+
+
+def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
+    """The PutBudgetRequest the put command's flags describe."""
+    request = pb.PutBudgetRequest(budget_id=args.budget_id, unit=args.unit)
+    if args.limit is not None:
+        request.limit = args.limit
+    if args.default_estimate is not None:
+        request.default_estimate = args.default_estimate
+    if args.estimate_policy:
+        request.estimate_policy = ESTIMATE_POLICIES[args.estimate_policy]
+    request.escrow_bps = args.escrow_bps
+    if args.overage_policy:
+        request.overage_policy = OVERAGE_POLICIES[args.overage_policy]
+    if args.overage_limit is not None:
+        request.overage_limit = args.overage_limit
+    return request
+
+
+def put_budget(args: argparse.Namespace) -> str:
+    with Admin(access_from(args)) as admin:
+        state = admin.call("PutBudget", put_request(args), pb.BudgetState)
+    return show([state], args.output, state)
+
+
+def get_budget(args: argparse.Namespace) -> str:
+    with Admin(access_from(args)) as admin:
+        state = admin.call(
+            "GetBudget", pb.GetBudgetRequest(budget_id=args.budget_id), pb.BudgetState
+        )
+    return show([state], args.output, state)
+
+
+def list_budgets(args: argparse.Namespace) -> str:
+    with Admin(access_from(args)) as admin:
+        answer = admin.call(
+            "ListCycles", pb.ListCyclesRequest(account=args.account), pb.ListCyclesResponse
+        )
+    return show(list(answer.cycles), args.output, answer)
+
+
+def delete_budget(args: argparse.Namespace) -> str:
+    request = pb.DeleteBudgetRequest(budget_id=args.budget_id)
+    with Admin(access_from(args)) as admin:
+        state = admin.call("DeleteBudget", request, pb.BudgetState)
+    return show([state], args.output, state)
+
+
+def show(states: Sequence[pb.BudgetState], output: str, answer: Message) -> str:
+    """The answer as one JSON document, or its budgets as a table."""
+    if output == "json":
+        return render.as_json(answer)
+    return render.table(HEADERS, [row(state) for state in states], right=AMOUNTS)
+
+
+def row(state: pb.BudgetState) -> list[str]:
+    """A budget's line of the table."""
+    unit = state.unit
+
+    def optional(field: str, absent: str) -> str:
+        return render.amount(getattr(state, field), unit) if state.HasField(field) else absent
+
+    return [
+        state.budget_id,
+        unit,
+        optional("limit", "unlimited"),
+        render.amount(state.used, unit),
+        render.amount(state.held, unit),
+        optional("remaining", render.NONE),
+        f"{state.open_reservations:,}",
+        policy(state),
+        f"{state.escrow_bps / 100:g}%" if state.escrow_bps else render.NONE,
+        status(state),
+    ]
+
+
+def policy(state: pb.BudgetState) -> str:
+    """hard, or soft with how far past the limit it may go."""
+    if state.overage_policy != pb.OVERAGE_POLICY_SOFT:
+        return "hard"
+    if state.HasField("overage_limit"):
+        return f"soft +{render.amount(state.overage_limit, state.unit)}"
+    return "soft"
+
+
+def status(state: pb.BudgetState) -> str:
+    """What an operator should notice: archived, exceeded, in overage; else ok."""
+    flags = [
+        name
+        for name, on in (
+            ("archived", state.HasField("archived_at")),
+            ("exceeded", state.exceeded),
+            ("overage", state.HasField("overage_since")),
+        )
+        if on
+    ]
+    return ",".join(flags) or "ok"

@@ -1,0 +1,118 @@
+"""`earmark prices put|list`: the price book, through Admin. Rates are micro-dollars per
+million tokens, shown as dollars."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from earmark.ops import render
+from earmark.ops.connect import Admin, OpsError, access_from, add_admin_arguments
+from earmark.v1 import budget_pb2 as pb
+
+RATES = (
+    ("input_usd_micros_per_mtok", "micro-dollars per million input tokens"),
+    ("output_usd_micros_per_mtok", "micro-dollars per million output tokens"),
+    ("cached_input_usd_micros_per_mtok", "per million cached input tokens (0: as input)"),
+    ("request_usd_micros", "a flat fee per provider call"),
+)
+HEADERS = ("PROVIDER", "MODEL", "VERSION", "FROM", "TO", "INPUT/MTOK", "OUTPUT/MTOK",
+           "CACHED/MTOK", "PER CALL", "WINDOW", "SOURCE")  # fmt: skip
+AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "PER CALL")
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`earmark prices` and its verbs."""
+    prices = commands.add_parser("prices", help="put and list model prices (Admin)")
+    verbs = prices.add_subparsers(dest="verb", required=True)
+    put = verbs.add_parser(
+        "put", help="append a price version for a provider's model (versions never change)"
+    )
+    put.add_argument("provider")
+    put.add_argument("model")
+    for field, meaning in RATES:
+        put.add_argument(f"--{field.replace('_', '-')}", type=int, default=0, help=meaning)
+    put.add_argument("--effective-from", help="ISO 8601, as 2026-01-01T00:00:00Z [now]", default="")
+    put.add_argument("--effective-to", default="", help="ISO 8601 [until superseded]")
+    put.add_argument("--source", default="", help="where the rate was read (a URL)")
+    put.add_argument("--daily-from-minute", type=int, default=0, help="a daily UTC window [0]")
+    put.add_argument("--daily-to-minute", type=int, default=0, help="(both 0: all day) [0]")
+    put.set_defaults(run=put_price)
+    listing = verbs.add_parser("list", help="every version of every price, oldest first")
+    listing.add_argument("--provider", default="")
+    listing.add_argument("--model", default="")
+    listing.set_defaults(run=list_prices)
+    for verb in (put, listing):
+        add_admin_arguments(verb)
+
+
+def timestamp(text: str, flag: str) -> Timestamp:
+    """An ISO 8601 time (UTC when it names no zone) as a Timestamp; empty is now."""
+    try:
+        at = datetime.fromisoformat(text) if text else datetime.now(UTC)
+    except ValueError:
+        raise OpsError(f"{flag}: {text!r} is not an ISO 8601 time") from None
+    stamp = Timestamp()
+    stamp.FromDatetime(at if at.tzinfo else at.replace(tzinfo=UTC))
+    return stamp
+
+
+def put_request(args: argparse.Namespace) -> pb.PutPriceRequest:
+    """The PutPriceRequest the put command's flags describe."""
+    price = pb.Price(
+        provider=args.provider,
+        model=args.model,
+        source=args.source,
+        daily_from_minute=args.daily_from_minute,
+        daily_to_minute=args.daily_to_minute,
+        **{field: getattr(args, field) for field, _ in RATES},
+    )
+    price.effective_from.CopyFrom(timestamp(args.effective_from, "--effective-from"))
+    if args.effective_to:
+        price.effective_to.CopyFrom(timestamp(args.effective_to, "--effective-to"))
+    return pb.PutPriceRequest(price=price)
+
+
+def put_price(args: argparse.Namespace) -> str:
+    with Admin(access_from(args)) as admin:
+        price = admin.call("PutPrice", put_request(args), pb.Price)
+    return render.as_json(price) if args.output == "json" else table([price])
+
+
+def list_prices(args: argparse.Namespace) -> str:
+    request = pb.ListPricesRequest(provider=args.provider, model=args.model)
+    with Admin(access_from(args)) as admin:
+        answer = admin.call("ListPrices", request, pb.ListPricesResponse)
+    return render.as_json(answer) if args.output == "json" else table(list(answer.prices))
+
+
+def window(price: pb.Price) -> str:
+    """The daily UTC window as HH:MM-HH:MM, or all day."""
+    if not price.daily_from_minute and not price.daily_to_minute:
+        return "all day"
+    start, end = divmod(price.daily_from_minute, 60), divmod(price.daily_to_minute, 60)
+    return f"{start[0]:02d}:{start[1]:02d}-{end[0]:02d}:{end[1]:02d}"
+
+
+def table(prices: list[pb.Price]) -> str:
+    rows = [
+        [
+            price.provider,
+            price.model,
+            str(price.version),
+            render.timestamp(price.effective_from),
+            render.timestamp(price.effective_to),
+            render.dollars(price.input_usd_micros_per_mtok),
+            render.dollars(price.output_usd_micros_per_mtok),
+            render.dollars(price.cached_input_usd_micros_per_mtok)
+            if price.cached_input_usd_micros_per_mtok
+            else "as input",
+            render.dollars(price.request_usd_micros),
+            window(price),
+            price.source or render.NONE,
+        ]
+        for price in prices
+    ]
+    return render.table(HEADERS, rows, right=AMOUNTS)
