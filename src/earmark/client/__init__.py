@@ -1,13 +1,7 @@
-"""The worker SDK: AsyncClient (grpc.aio) and Client (synchronous), with hold()."""
+"""The worker SDK: AsyncClient (grpc.aio) and Client (synchronous, derived from it), with
+hold()."""
 
-from earmark.client.aio import (
-    AsyncClient,
-    BudgetState,
-    Charged,
-    Reservation,
-    RetryPolicy,
-    Settled,
-)
+from earmark.client.aio import AsyncClient
 from earmark.client.errors import (
     AlreadyExistsError,
     BudgetArchivedError,
@@ -36,7 +30,15 @@ from earmark.client.errors import (
 )
 from earmark.client.hold import Hold
 from earmark.client.sync import Client, SyncHold
-from earmark.core.model import EstimatePolicy, EstimateSource, HoldState, Outcome, RefusalReason
+from earmark.client.types import BudgetState, Charged, Reservation, RetryPolicy, Settled
+from earmark.core.model import (
+    EstimatePolicy,
+    EstimateSource,
+    HoldState,
+    Outcome,
+    OveragePolicy,
+    RefusalReason,
+)
 from earmark.core.prices import Shape, Usage
 from earmark.errors import Reason
 
@@ -65,6 +67,7 @@ __all__ = [
     "KeyReusedError",
     "NotFoundError",
     "Outcome",
+    "OveragePolicy",
     "PermissionDeniedError",
     "PriceNotFoundError",
     "Reason",
