@@ -313,7 +313,8 @@ async def test_the_sync_hold_sends_account_feature_and_phase(
 
 async def test_the_sync_client_speaks_tls(dsn: str, socket_dir: Path, tmp_path: Path) -> None:
     """With credentials the synchronous Client reaches a sidecar that takes only clients
-    with a certificate its CA signed."""
+    with a certificate its CA signed; without them it is told, by the deadline, that
+    nothing answered there."""
     pki = make_pki(tmp_path)
     settings = sidecar_settings(
         dsn, socket_dir, listen="127.0.0.1:0",
@@ -327,12 +328,19 @@ async def test_the_sync_client_speaks_tls(dsn: str, socket_dir: Path, tmp_path: 
     )
     side = Sidecar(settings)
     async with running(side, dsn) as s:
+        target = f"127.0.0.1:{side.port}"
 
         def work() -> Reservation | Refusal:
-            target = f"127.0.0.1:{side.port}"
             with Client(target, admin_target=s.admin_target, credentials=credentials) as client:
                 client.put_budget("tls", 100, "t")
                 return client.reserve("tls", 10)
 
+        def plaintext() -> None:
+            with Client(target, timeout_seconds=1) as client:
+                client.reserve("tls", 10)
+
         held = await asyncio.to_thread(work)
+        with pytest.raises(UnavailableError) as caught:
+            await asyncio.wait_for(asyncio.to_thread(plaintext), timeout=3)
     assert (True, 90) == (held.admitted, held.remaining)
+    assert f"UNAVAILABLE: no Earmark sidecar answered at {target}" in str(caught.value)

@@ -215,7 +215,8 @@ def unreachable(target: str, timeout_seconds: float) -> UnavailableError:
     return UnavailableError(
         grpc.StatusCode.UNAVAILABLE,
         f"no Earmark sidecar answered at {target} within the call's deadline of "
-        f"{timeout_seconds:g} s (is it running, and is the target right?)",
+        f"{timeout_seconds:g} s (is it running, and are the target and the TLS settings "
+        "right?)",
     )
 
 
