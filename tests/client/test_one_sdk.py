@@ -92,7 +92,7 @@ def differences(
         elif callable(theirs) and name not in CONTEXT:
             left_out = LEFT_OUT.get(name, set())
             if _signature(theirs, left_out) != _signature(ours) or (
-                inspect.iscoroutinefunction(ours)
+                inspect.iscoroutinefunction(ours) or inspect.isasyncgenfunction(ours)
             ):
                 found.append(f"{name}: {inspect.signature(ours)} != {inspect.signature(theirs)}")
     theirs_made, ours_made = attributes

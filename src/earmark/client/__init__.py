@@ -1,6 +1,7 @@
 """The worker SDK: AsyncClient (grpc.aio) and Client (synchronous, derived from it), with
 hold()."""
 
+from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.aio import AsyncClient
 from earmark.client.errors import (
     AlreadyExistsError,
@@ -39,7 +40,7 @@ from earmark.core.model import (
     OveragePolicy,
     RefusalReason,
 )
-from earmark.core.prices import Shape, Usage
+from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import Reason
 
 __all__ = [
@@ -61,14 +62,18 @@ __all__ = [
     "HoldExpiredError",
     "HoldInDoubtError",
     "HoldLostError",
+    "HoldRecord",
     "HoldSettledError",
     "HoldState",
     "InvalidArgumentError",
     "KeyReusedError",
+    "LedgerEntry",
+    "LedgerKind",
     "NotFoundError",
     "Outcome",
     "OveragePolicy",
     "PermissionDeniedError",
+    "Price",
     "PriceNotFoundError",
     "Reason",
     "Refusal",

@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from earmark.client.admin import AdminCalls
 from earmark.client.errors import from_rpc_error, unreachable
 from earmark.client.hold import Hold
 from earmark.client.types import (
@@ -31,7 +32,6 @@ from earmark.client.types import (
     Reservation,
     RetryPolicy,
     Settled,
-    budget_state_of,
     charged_of,
     check_timeout,
     duration_message,
@@ -40,7 +40,7 @@ from earmark.client.types import (
     shape_message,
     usage_message,
 )
-from earmark.core.model import EstimatePolicy, Outcome, OveragePolicy
+from earmark.core.model import Outcome
 from earmark.core.prices import Shape, Usage
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
@@ -90,13 +90,14 @@ def _bearer(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("authorization", f"Bearer {token}"),) if token else None
 
 
-class AsyncClient:
+class AsyncClient(AdminCalls):
     """Talks to one Earmark sidecar. Use as `async with AsyncClient() as client:`.
 
     token is the worker token, when the sidecar has --worker-token-file; credentials make
     the channel TLS (grpc.ssl_channel_credentials; Admin's too, unless it is a Unix
-    socket). Admin calls (put_budget, get_budget, delete_budget) go to admin_target, the
-    sidecar's admin listener, with admin_token if it needs one. channel, when given, is
+    socket). Admin calls (put_budget, list_holds...) go to admin_target, the
+    sidecar's admin listener, with admin_token if it needs one (they are in admin.py, with
+    prices, cycles, holds and the ledger). channel, when given, is
     used instead of one to target (and is not closed with the client)."""
 
     def __init__(
@@ -333,45 +334,3 @@ class AsyncClient:
             also_budget_ids=also_budget_ids,
             final=final,
         )
-
-    # Admin.
-
-    async def put_budget(
-        self,
-        budget_id: str,
-        limit: int | None,
-        unit: str = "",
-        *,
-        default_estimate: int | None = None,
-        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
-        escrow_bps: int = 0,
-        overage_policy: OveragePolicy = OveragePolicy.HARD,
-        overage_limit: int | None = None,
-    ) -> BudgetState:
-        """Creates or updates a budget (None: no limit). escrow_bps keeps that share of the
-        limit, in basis points, for final-phase holds; a SOFT overage_policy admits past
-        the limit up to overage_limit (None: without bound) and flags the budget."""
-        request = pb.PutBudgetRequest(
-            budget_id=budget_id,
-            unit=unit,
-            estimate_policy=int(estimate_policy),  # type: ignore[arg-type]
-            escrow_bps=escrow_bps,
-            overage_policy=int(overage_policy),  # type: ignore[arg-type]
-        )
-        if limit is not None:
-            request.limit = limit
-        if default_estimate is not None:
-            request.default_estimate = default_estimate
-        if overage_limit is not None:
-            request.overage_limit = overage_limit
-        return budget_state_of(await self._admin_call("PutBudget", request))
-
-    async def delete_budget(self, budget_id: str) -> BudgetState:
-        """Archives a budget with no open holds (its ledger stays readable)."""
-        request = pb.DeleteBudgetRequest(budget_id=budget_id)
-        return budget_state_of(await self._admin_call("DeleteBudget", request))
-
-    async def get_budget(self, budget_id: str) -> BudgetState:
-        """A budget's limit, use, holds and settings."""
-        request = pb.GetBudgetRequest(budget_id=budget_id)
-        return budget_state_of(await self._admin_call("GetBudget", request))

@@ -18,8 +18,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import inspect
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -60,6 +69,41 @@ def blocking(
     def call(self: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._run(method(self._async, *args, **kwargs))
 
+    return call
+
+
+def iterating(
+    method: Callable[Concatenate[A, P], AsyncIterator[T]],
+) -> Callable[Concatenate[_Twin[A], P], Iterator[T]]:
+    """The synchronous twin of an async listing: a plain iterator whose each step runs the
+    listing's next step on the twin's Client's loop (so a page is fetched when the last
+    one is read), closed with it."""
+
+    @functools.wraps(method)
+    def call(self: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        listing = method(self._async, *args, **kwargs)
+
+        async def step() -> tuple[T] | None:
+            try:
+                return (await anext(listing),)
+            except StopAsyncIteration:
+                return None
+
+        def items() -> Iterator[T]:
+            try:
+                while (item := self._run(step())) is not None:
+                    yield item[0]
+            finally:
+                # Stopped early (a break): the listing's generator ends on its own loop.
+                if isinstance(listing, AsyncGenerator):
+                    self._run(listing.aclose())
+
+        return items()
+
+    # What help() and the signature test show: an Iterator, not the AsyncIterator wrapped.
+    signature = inspect.signature(method)
+    returned = str(signature.return_annotation).replace("AsyncIterator", "Iterator")
+    call.__signature__ = signature.replace(return_annotation=returned)  # type: ignore[attr-defined]
     return call
 
 
@@ -172,6 +216,14 @@ class Client(_Twin[AsyncClient]):
     put_budget = blocking(AsyncClient.put_budget)
     get_budget = blocking(AsyncClient.get_budget)
     delete_budget = blocking(AsyncClient.delete_budget)
+    put_price = blocking(AsyncClient.put_price)
+    list_prices = blocking(AsyncClient.list_prices)
+    list_cycles = blocking(AsyncClient.list_cycles)
+    refresh_limits = blocking(AsyncClient.refresh_limits)
+    list_holds = iterating(AsyncClient.list_holds)
+    list_ledger = iterating(AsyncClient.list_ledger)
+    resolve_hold = blocking(AsyncClient.resolve_hold)
+    release_hold = blocking(AsyncClient.release_hold)
 
     def hold(
         self,
