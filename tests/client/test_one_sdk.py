@@ -8,7 +8,7 @@ import ast
 import asyncio
 import inspect
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Set
 from datetime import datetime
 from pathlib import Path
 
@@ -55,7 +55,7 @@ def _synced(annotation: object) -> object:
     )
 
 
-def _signature(function: object, left_out: set[str] = frozenset()) -> list[tuple[object, ...]]:
+def _signature(function: object, left_out: Set[str] = frozenset()) -> list[tuple[object, ...]]:
     """A signature as comparable rows: each parameter's name, kind, default and annotation,
     then the return annotation."""
     signature = inspect.signature(function)  # type: ignore[arg-type]

@@ -94,7 +94,8 @@ def iterating(
                 while (item := self._run(step())) is not None:
                     yield item[0]
             finally:
-                # Stopped early (a break): the listing's generator ends on its own loop.
+                # Read to the end or left early (a break), the listing's generator is
+                # closed on the loop it runs on rather than left to the collector.
                 if isinstance(listing, AsyncGenerator):
                     self._run(listing.aclose())
 
