@@ -24,6 +24,13 @@ error_about_chars_max = 256
 llm_attempts_max = 10
 llm_stream_charge_tokens = 32
 
+# The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
+# it is made at most client_attempts_max times, with backoff between attempts of at most
+# client_backoff_seconds_max. Larger values are mistakes (a deadline in milliseconds).
+client_timeout_seconds_max = 600.0
+client_attempts_max = 100
+client_backoff_seconds_max = 60.0
+
 # Amounts, in the budget's unit. PostgreSQL's bigint holds 9.2e18: an amount or a
 # settle of at most 1e15 leaves room for millions of settles before a counter can
 # overflow, and a limit of at most 1e18 keeps limit + amount inside int64.
@@ -338,3 +345,5 @@ assert 1 <= llm_attempts_max <= 100
 assert 1 <= llm_stream_charge_tokens <= 4096
 assert 0 < admin_call_seconds_default <= admin_call_seconds_max
 assert 1 <= cli_pages_max * page_size_max <= 1_000_000
+assert llm_attempts_max <= client_attempts_max
+assert 0 < client_backoff_seconds_max <= client_timeout_seconds_max

@@ -1,13 +1,8 @@
-"""The worker SDK: AsyncClient (grpc.aio) and Client (synchronous), with hold()."""
+"""The worker SDK: AsyncClient (grpc.aio) and Client (synchronous, derived from it), with
+hold()."""
 
-from earmark.client.aio import (
-    AsyncClient,
-    BudgetState,
-    Charged,
-    Reservation,
-    RetryPolicy,
-    Settled,
-)
+from earmark.client.admin import HoldRecord, LedgerEntry
+from earmark.client.aio import AsyncClient
 from earmark.client.errors import (
     AlreadyExistsError,
     BudgetArchivedError,
@@ -36,8 +31,16 @@ from earmark.client.errors import (
 )
 from earmark.client.hold import Hold
 from earmark.client.sync import Client, SyncHold
-from earmark.core.model import EstimatePolicy, EstimateSource, HoldState, Outcome, RefusalReason
-from earmark.core.prices import Shape, Usage
+from earmark.client.types import BudgetState, Charged, Reservation, RetryPolicy, Settled
+from earmark.core.model import (
+    EstimatePolicy,
+    EstimateSource,
+    HoldState,
+    Outcome,
+    OveragePolicy,
+    RefusalReason,
+)
+from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import Reason
 
 __all__ = [
@@ -59,13 +62,18 @@ __all__ = [
     "HoldExpiredError",
     "HoldInDoubtError",
     "HoldLostError",
+    "HoldRecord",
     "HoldSettledError",
     "HoldState",
     "InvalidArgumentError",
     "KeyReusedError",
+    "LedgerEntry",
+    "LedgerKind",
     "NotFoundError",
     "Outcome",
+    "OveragePolicy",
     "PermissionDeniedError",
+    "Price",
     "PriceNotFoundError",
     "Reason",
     "Refusal",

@@ -1,8 +1,11 @@
-"""AsyncClient: the worker SDK on grpc.aio.
+"""AsyncClient: the worker SDK on grpc.aio, and the one description of every call: the
+synchronous Client (sync.py) runs these coroutines, so the two cannot drift.
 
 Every call has a deadline. UNAVAILABLE is retried with bounded, jittered backoff; that is
 safe because every call that changes something carries an idempotency key, generated once
 per logical call and sent again on each retry (Renew and Settle are idempotent as they are).
+A call whose channel never connected within its deadline raises UnavailableError naming the
+target at once: another attempt would only wait another deadline for the same nobody.
 """
 
 from __future__ import annotations
@@ -14,21 +17,47 @@ import os
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any
 
 import grpc
-from google.protobuf.duration_pb2 import Duration
 
-from earmark.client.errors import Refusal, from_rpc_error
+from earmark.client.admin import AdminCalls
+from earmark.client.errors import from_rpc_error, unreachable
 from earmark.client.hold import Hold
-from earmark.core.model import EstimatePolicy, EstimateSource, HoldState, Outcome, RefusalReason
+from earmark.client.types import (
+    BudgetState,
+    Charged,
+    Refusal,
+    Reservation,
+    RetryPolicy,
+    Settled,
+    charged_of,
+    check_timeout,
+    duration_message,
+    reserve_answer,
+    settled_of,
+    shape_message,
+    usage_message,
+)
+from earmark.core.model import Outcome
 from earmark.core.prices import Shape, Usage
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
-T = TypeVar("T")
+# Re-exported: workers and tests import these from here since before types.py held them.
+__all__ = [
+    "ADMIN_TARGET_ENV",
+    "DEFAULT_ADMIN_TARGET",
+    "DEFAULT_TARGET",
+    "TARGET_ENV",
+    "AsyncClient",
+    "BudgetState",
+    "Charged",
+    "Reservation",
+    "RetryPolicy",
+    "Settled",
+]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 # Where `make run` serves Admin: a Unix socket in its data dir.
@@ -61,125 +90,15 @@ def _bearer(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("authorization", f"Bearer {token}"),) if token else None
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How UNAVAILABLE and DEADLINE_EXCEEDED are retried: at most attempts_max calls in
-    all, with full-jitter exponential backoff between backoff_seconds_base and
-    backoff_seconds_max."""
-
-    attempts_max: int = 5
-    backoff_seconds_base: float = 0.05
-    backoff_seconds_max: float = 2.0
-
-    def __post_init__(self) -> None:
-        assert 1 <= self.attempts_max <= 100
-        assert 0 < self.backoff_seconds_base <= self.backoff_seconds_max <= 60
-
-    def backoff(self, attempt: int, rng: random.Random) -> float:
-        ceiling = min(self.backoff_seconds_max, self.backoff_seconds_base * 2**attempt)
-        return rng.uniform(0.0, ceiling)
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """Reserve said yes: the hold's id, amount and lease deadline."""
-
-    reservation_id: str
-    budget_id: str
-    amount: int
-    remaining: int | None
-    expires_at: datetime
-    message: str
-    estimate_source: EstimateSource = EstimateSource.CALLER
-    # The price version a shape was priced at; 0 when none was.
-    price_version: int = 0
-
-    admitted = True
-
-
-@dataclass(frozen=True, slots=True)
-class Charged:
-    charged: int
-    capped: bool
-    total_charged: int
-    hold_remaining: int
-    expires_at: datetime
-    price_version: int = 0
-    # What the Charge asked for: its amount, or its usage priced.
-    requested: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    charged: int
-    released: int
-    overshoot: int
-    state: HoldState
-    price_version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetState:
-    budget_id: str
-    limit: int | None
-    used: int
-    held: int
-    remaining: int | None
-    unit: str
-    open_reservations: int
-    default_estimate: int | None = None
-    estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN
-    exceeded: bool = False
-
-
-def _shape(shape: Shape) -> pb.UsageShape:
-    return pb.UsageShape(
-        provider=shape.provider,
-        model=shape.model,
-        input_tokens=shape.input_tokens,
-        max_output_tokens=shape.max_output_tokens,
-        cached_input_tokens=shape.cached_input_tokens,
-        attempts=shape.attempts,
-    )
-
-
-def _usage(usage: Usage) -> pb.TokenUsage:
-    return pb.TokenUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cached_input_tokens=usage.cached_input_tokens,
-        requests=usage.requests,
-        provider=usage.provider,
-        model=usage.model,
-    )
-
-
-def _duration(seconds: float) -> Duration:
-    whole = int(seconds)
-    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
-
-
-def _budget_state(reply: pb.BudgetState) -> BudgetState:
-    return BudgetState(
-        budget_id=reply.budget_id,
-        limit=reply.limit if reply.HasField("limit") else None,
-        used=reply.used,
-        held=reply.held,
-        remaining=reply.remaining if reply.HasField("remaining") else None,
-        unit=reply.unit,
-        open_reservations=reply.open_reservations,
-        default_estimate=reply.default_estimate if reply.HasField("default_estimate") else None,
-        estimate_policy=EstimatePolicy(reply.estimate_policy or EstimatePolicy.MEDIAN),
-        exceeded=reply.exceeded,
-    )
-
-
-class AsyncClient:
+class AsyncClient(AdminCalls):
     """Talks to one Earmark sidecar. Use as `async with AsyncClient() as client:`.
 
     token is the worker token, when the sidecar has --worker-token-file; credentials make
-    the channel TLS (grpc.ssl_channel_credentials). Admin calls (put_budget, get_budget)
-    go to admin_target, the sidecar's admin listener, with admin_token if it needs one."""
+    the channel TLS (grpc.ssl_channel_credentials; Admin's too, unless it is a Unix
+    socket). Admin calls (put_budget, list_holds...) go to admin_target, the
+    sidecar's admin listener, with admin_token if it needs one (they are in admin.py, with
+    prices, cycles, holds and the ledger). channel, when given, is
+    used instead of one to target (and is not closed with the client)."""
 
     def __init__(
         self,
@@ -194,18 +113,14 @@ class AsyncClient:
         channel: grpc.aio.Channel | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
-        assert 0 < timeout_seconds <= 600
+        self.timeout_seconds = check_timeout(timeout_seconds)
         self._interceptors = list(interceptors)
-        target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
-        self.target = target
+        self.target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
         self.admin_target = admin_target or os.environ.get(ADMIN_TARGET_ENV) or DEFAULT_ADMIN_TARGET
-        self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
         self._own_channel = channel is None
-        if channel is None:
-            channel = self._open(target, credentials)
-        self._channel = channel
         self._credentials = credentials
+        self._channel = channel if channel is not None else self._open(self.target, credentials)
         self._admin_channel: grpc.aio.Channel | None = None
         self._admin_stub: pb_grpc.AdminStub | None = None
         self._budget = pb_grpc.BudgetStub(self._channel)
@@ -223,8 +138,7 @@ class AsyncClient:
         shares this client's channels: close the client, not the view."""
         view = copy.copy(self)
         if timeout_seconds is not None:
-            assert 0 < timeout_seconds <= 600
-            view.timeout_seconds = timeout_seconds
+            view.timeout_seconds = check_timeout(timeout_seconds)
         extra = tuple((key, value) for key, value in metadata)
         view._metadata = (*(self._metadata or ()), *extra) or None
         view._admin_metadata = (*(self._admin_metadata or ()), *extra) or None
@@ -241,17 +155,17 @@ class AsyncClient:
             target, options=CHANNEL_OPTIONS, interceptors=self._interceptors
         )
 
-    def _admin(self) -> pb_grpc.AdminStub:
+    def _admin(self) -> tuple[pb_grpc.AdminStub, grpc.aio.Channel]:
         """Admin has its own listener; its channel opens on the first admin call (on the
         client, when this is a view of it)."""
         if self._admin_owner is not self:
             return self._admin_owner._admin()
-        if self._admin_stub is None:
+        if self._admin_stub is None or self._admin_channel is None:
             target = self.admin_target
             tls = self._credentials is not None and not target.startswith("unix:")
             self._admin_channel = self._open(target, self._credentials if tls else None)
             self._admin_stub = pb_grpc.AdminStub(self._admin_channel)
-        return self._admin_stub
+        return self._admin_stub, self._admin_channel
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -260,21 +174,44 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        """Closes the client's channels (a view's close does nothing: close its client)."""
         if self._own_channel:
             await self._channel.close(grace=None)
         if self._admin_channel is not None and self._admin_owner is self:
             await self._admin_channel.close(grace=None)
 
-    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Runs call, again after UNAVAILABLE or DEADLINE_EXCEEDED (with the same request,
+    async def _budget_call(self, method: str, request: Any) -> Any:
+        """Budget's method, with the worker token."""
+        call = getattr(self._budget, method)
+        return await self._unary(call, request, self._channel, self.target, self._metadata)
+
+    async def _admin_call(self, method: str, request: Any) -> Any:
+        """Admin's method, on the admin listener, with the admin token."""
+        stub, channel = self._admin()
+        call = getattr(stub, method)
+        return await self._unary(call, request, channel, self.admin_target, self._admin_metadata)
+
+    async def _unary(
+        self,
+        call: Callable[..., Awaitable[Any]],
+        request: Any,
+        channel: grpc.aio.Channel,
+        target: str,
+        metadata: tuple[tuple[str, str], ...] | None,
+    ) -> Any:
+        """Sends request, again after UNAVAILABLE or DEADLINE_EXCEEDED (the same request,
         so the same idempotency key), mapping a final failure to a ClientError."""
         for attempt in range(self.retry.attempts_max):
             try:
-                return await call()
+                return await call(request, timeout=self.timeout_seconds, metadata=metadata)
             except grpc.aio.AioRpcError as error:
-                last_attempt = attempt + 1 == self.retry.attempts_max
-                if error.code() not in RETRIED_CODES or last_attempt:
-                    raise from_rpc_error(error) from None
+                code = error.code()
+                # The whole deadline passed waiting for a connection: nobody listens there.
+                connected = channel.get_state() == grpc.ChannelConnectivity.READY
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED and not connected:
+                    raise unreachable(target, self.timeout_seconds) from None
+                if code not in RETRIED_CODES or attempt + 1 == self.retry.attempts_max:
+                    raise from_rpc_error(error, target) from None
             await asyncio.sleep(self.retry.backoff(attempt, self._rng))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -312,34 +249,10 @@ class AsyncClient:
             phase=pb.PHASE_FINAL if final else pb.PHASE_WORK,
         )
         if shape is not None:
-            request.shape.CopyFrom(_shape(shape))
+            request.shape.CopyFrom(shape_message(shape))
         if lease_seconds is not None:
-            request.lease.CopyFrom(_duration(lease_seconds))
-        reply = await self._call(
-            lambda: self._budget.Reserve(
-                request, timeout=self.timeout_seconds, metadata=self._metadata
-            )
-        )
-        remaining = reply.remaining if reply.HasField("remaining") else None
-        if not reply.admitted:
-            return Refusal(
-                reply.budget_id or budget_id,
-                reply.amount,
-                RefusalReason(reply.reason),
-                remaining,
-                reply.message,
-                reply.refused_budget_id,
-            )
-        return Reservation(
-            reservation_id=reply.reservation_id,
-            budget_id=reply.budget_id or budget_id,
-            amount=reply.amount,
-            remaining=remaining,
-            expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
-            message=reply.message,
-            estimate_source=EstimateSource(reply.estimate_source),
-            price_version=reply.price_version,
-        )
+            request.lease.CopyFrom(duration_message(lease_seconds))
+        return reserve_answer(await self._budget_call("Reserve", request), budget_id)
 
     async def charge(
         self,
@@ -357,33 +270,16 @@ class AsyncClient:
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
         if usage is not None:
-            request.usage.CopyFrom(_usage(usage))
-        reply = await self._call(
-            lambda: self._budget.Charge(
-                request, timeout=self.timeout_seconds, metadata=self._metadata
-            )
-        )
-        return Charged(
-            charged=reply.charged,
-            capped=reply.capped,
-            total_charged=reply.total_charged,
-            hold_remaining=reply.hold_remaining,
-            expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
-            price_version=reply.price_version,
-            requested=reply.requested,
-        )
+            request.usage.CopyFrom(usage_message(usage))
+        return charged_of(await self._budget_call("Charge", request))
 
     async def renew(self, reservation_id: str, lease_seconds: float | None = None) -> datetime:
         """Extends the hold's lease; returns the new deadline."""
         request = pb.RenewRequest(reservation_id=reservation_id)
         if lease_seconds is not None:
-            request.lease.CopyFrom(_duration(lease_seconds))
-        reply = await self._call(
-            lambda: self._budget.Renew(
-                request, timeout=self.timeout_seconds, metadata=self._metadata
-            )
-        )
-        return reply.expires_at.ToDatetime(tzinfo=UTC)  # type: ignore[no-any-return]
+            request.lease.CopyFrom(duration_message(lease_seconds))
+        reply: pb.RenewResponse = await self._budget_call("Renew", request)
+        return reply.expires_at.ToDatetime(tzinfo=UTC)
 
     async def settle(
         self,
@@ -401,37 +297,29 @@ class AsyncClient:
             outcome=int(outcome),  # type: ignore[arg-type]
         )
         if usage is not None:
-            request.usage.CopyFrom(_usage(usage))
-        reply = await self._call(
-            lambda: self._budget.Settle(
-                request, timeout=self.timeout_seconds, metadata=self._metadata
-            )
-        )
-        return Settled(
-            reply.charged,
-            reply.released,
-            reply.overshoot,
-            HoldState(reply.state),
-            reply.price_version,
-        )
+            request.usage.CopyFrom(usage_message(usage))
+        return settled_of(await self._budget_call("Settle", request))
 
     def hold(
         self,
         budget_id: str,
-        amount: int,
+        amount: int = 0,
         *,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
         raise_on_refusal: bool = True,
         account: str = "",
+        feature: str = "",
         shape: Shape | None = None,
         job: str = "",
         also_budget_ids: Sequence[str] = (),
+        final: bool = False,
     ) -> Hold:
         """A hold as an async context manager: reserve on enter, renew while the block
         runs, settle on exit (see earmark.client.hold.Hold). With account (and budget_id
-        ""), the hold is on the account's current billing cycle; with shape (and amount 0)
-        it holds what the shape may cost, with job the job's estimate."""
+        ""), the hold is on the account's current billing cycle for feature; with shape
+        (and amount 0) it holds what the shape may cost, with job the job's estimate;
+        final, as for reserve(), may reach the budget's output escrow."""
         return Hold(
             self,
             budget_id,
@@ -440,53 +328,9 @@ class AsyncClient:
             labels=labels,
             raise_on_refusal=raise_on_refusal,
             account=account,
+            feature=feature,
             shape=shape,
             job=job,
             also_budget_ids=also_budget_ids,
+            final=final,
         )
-
-    # Admin.
-
-    async def put_budget(
-        self,
-        budget_id: str,
-        limit: int | None,
-        unit: str = "",
-        *,
-        default_estimate: int | None = None,
-        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
-    ) -> BudgetState:
-        request = pb.PutBudgetRequest(
-            budget_id=budget_id,
-            unit=unit,
-            estimate_policy=int(estimate_policy),  # type: ignore[arg-type]
-        )
-        if limit is not None:
-            request.limit = limit
-        if default_estimate is not None:
-            request.default_estimate = default_estimate
-        reply = await self._call(
-            lambda: self._admin().PutBudget(
-                request, timeout=self.timeout_seconds, metadata=self._admin_metadata
-            )
-        )
-        return _budget_state(reply)
-
-    async def delete_budget(self, budget_id: str) -> BudgetState:
-        """Archives a budget with no open holds (its ledger stays readable)."""
-        request = pb.DeleteBudgetRequest(budget_id=budget_id)
-        reply = await self._call(
-            lambda: self._admin().DeleteBudget(
-                request, timeout=self.timeout_seconds, metadata=self._admin_metadata
-            )
-        )
-        return _budget_state(reply)
-
-    async def get_budget(self, budget_id: str) -> BudgetState:
-        request = pb.GetBudgetRequest(budget_id=budget_id)
-        reply = await self._call(
-            lambda: self._admin().GetBudget(
-                request, timeout=self.timeout_seconds, metadata=self._admin_metadata
-            )
-        )
-        return _budget_state(reply)

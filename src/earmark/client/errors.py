@@ -9,7 +9,6 @@ are listed in earmark.errors.Reason and in the README). A refusal is a normal an
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import cast
 
 import google.rpc.error_details_pb2 as error_details_pb2
@@ -17,7 +16,8 @@ import google.rpc.status_pb2 as status_pb2
 import grpc
 from google.protobuf.message import DecodeError
 
-from earmark.core.model import RefusalReason
+# Refusal is imported from here by workers since before types.py held it.
+from earmark.client.types import Refusal as Refusal
 from earmark.errors import DOMAIN, Reason
 
 
@@ -120,7 +120,8 @@ class PermissionDeniedError(ClientError):
 
 
 class UnavailableError(ClientError):
-    """The sidecar or its database stayed unreachable through every retry."""
+    """The sidecar or its database stayed unreachable through every retry, or no sidecar
+    answered at the target within the call's deadline (the message names both)."""
 
 
 class DeadlineExceededError(ClientError):
@@ -189,14 +190,18 @@ def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo | Non
     return None
 
 
-def from_rpc_error(error: grpc.aio.AioRpcError) -> ClientError:
+def from_rpc_error(error: grpc.aio.AioRpcError, target: str = "") -> ClientError:
     """The most specific ClientError for a failed call: its reason's class if it has one,
-    else its code's."""
+    else its code's. A failure the sidecar did not describe (the channel's own UNAVAILABLE
+    or DEADLINE_EXCEEDED) names the target, so that a log line says where it went."""
     code = error.code()
     info = error_info(error)
     cls = ERROR_OF.get(code, ClientError)
     if info is None:
-        return cls(code, error.details() or "")
+        details = error.details() or ""
+        if target and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            details = f"{details} (target {target})"
+        return cls(code, details)
     known = Reason.__members__.get(info.reason)
     specific = ERROR_OF_REASON.get(known) if known is not None else None
     if specific is not None and issubclass(specific, cls):
@@ -204,19 +209,15 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> ClientError:
     return cls(code, error.details() or "", info.reason, dict(info.metadata))
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Reserve said no: a normal answer, with why and what is left."""
-
-    budget_id: str
-    amount: int
-    reason: RefusalReason
-    remaining: int | None
-    message: str
-    # Which budget refused: budget_id, or one of a nested Reserve's also_budget_ids.
-    refused_budget_id: str = ""
-
-    admitted = False
+def unreachable(target: str, timeout_seconds: float) -> UnavailableError:
+    """The error of a call whose channel never connected within its deadline: the sidecar
+    is not listening at target (or not yet), which DEADLINE_EXCEEDED alone would hide."""
+    return UnavailableError(
+        grpc.StatusCode.UNAVAILABLE,
+        f"no Earmark sidecar answered at {target} within the call's deadline of "
+        f"{timeout_seconds:g} s (is it running, and are the target and the TLS settings "
+        "right?)",
+    )
 
 
 class RefusedError(EarmarkClientError):

@@ -27,22 +27,52 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from earmark import limits
 from earmark.client.errors import (
     ClientError,
     HoldClosedError,
     HoldLostError,
-    Refusal,
     RefusedError,
     ReservationNotFoundError,
 )
+from earmark.client.types import Charged, Refusal, Reservation, Settled
 from earmark.core.model import Outcome
 from earmark.core.prices import Shape, Usage
 
-if TYPE_CHECKING:
-    from earmark.client.aio import AsyncClient, Charged, Reservation, Settled
+
+class Calls(Protocol):
+    """The calls a Hold makes, as it makes them: AsyncClient has them (with defaults). A
+    protocol here, not AsyncClient, so that this module does not import the client that
+    imports it."""
+
+    async def reserve(
+        self,
+        budget_id: str,
+        amount: int,
+        *,
+        shape: Shape | None,
+        job: str,
+        account: str,
+        feature: str,
+        idempotency_key: str | None,
+        lease_seconds: float | None,
+        labels: Mapping[str, str] | None,
+        also_budget_ids: Sequence[str],
+        final: bool,
+    ) -> Reservation | Refusal: ...
+
+    async def charge(
+        self, reservation_id: str, amount: int, *, usage: Usage | None, idempotency_key: str | None
+    ) -> Charged: ...
+
+    async def renew(self, reservation_id: str, lease_seconds: float | None) -> datetime: ...
+
+    async def settle(
+        self, reservation_id: str, used: int, outcome: Outcome, *, usage: Usage | None
+    ) -> Settled: ...
+
 
 log = logging.getLogger("earmark.client")
 
@@ -60,7 +90,7 @@ class Hold:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: Calls,
         budget_id: str,
         amount: int,
         *,
@@ -68,12 +98,16 @@ class Hold:
         labels: Mapping[str, str] | None,
         raise_on_refusal: bool,
         account: str = "",
+        feature: str = "",
         shape: Shape | None = None,
         job: str = "",
         also_budget_ids: Sequence[str] = (),
+        final: bool = False,
     ) -> None:
         self.client = client
         self.account = account
+        self.feature = feature
+        self.final = final
         self.budget_id = budget_id
         self.amount = amount
         self.shape = shape
@@ -121,7 +155,9 @@ class Hold:
             lease_seconds=self.lease_seconds,
             labels=self.labels,
             account=self.account,
+            feature=self.feature,
             also_budget_ids=self.also_budget_ids,
+            final=self.final,
         )
         if isinstance(result, Refusal):
             self.refusal = result

@@ -45,10 +45,11 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
 from earmark import limits
-from earmark.client.aio import AsyncClient, RetryPolicy
+from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
 from earmark.client.hold import Hold
 from earmark.client.sync import Client, SyncHold
+from earmark.client.types import RetryPolicy
 from earmark.core.prices import Shape, Usage
 
 # A prompt is counted as one token per this many characters: fewer than the usual four, so
@@ -105,7 +106,11 @@ class Meter:
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(3, 0.5, 8.0))
 
     def __post_init__(self) -> None:
-        assert 1 <= self.retry.attempts_max <= limits.llm_attempts_max
+        if not 1 <= self.retry.attempts_max <= limits.llm_attempts_max:
+            raise ValueError(
+                f"retry.attempts_max must be from 1 to {limits.llm_attempts_max} for model "
+                f"calls, not {self.retry.attempts_max}"
+            )
 
 
 def _text_chars(content: Any) -> int:

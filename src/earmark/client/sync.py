@@ -1,38 +1,118 @@
-"""Client: the worker SDK for synchronous code.
+"""Client: the worker SDK for synchronous code, derived from AsyncClient.
 
-It runs an AsyncClient on an event loop in a background thread, so a hold's lease keeps
-being renewed while the caller's thread is busy doing the expensive work.
+Each Client owns a private event loop on a thread of its own, where its AsyncClient (and
+that client's grpc.aio channels) live; each call runs the AsyncClient's coroutine there and
+waits for its answer. The loop keeps running between calls, so a hold's lease is renewed
+while the caller's thread does the expensive work. The loop stops and closes with the Client.
+
+The calls are not written twice. Each coroutine method of AsyncClient (and of Hold) becomes
+a method here through blocking(): the same parameters, defaults, annotations and docstring,
+and mypy sees the same types (through ParamSpec), so a parameter added to AsyncClient is on
+Client at once. What cannot be derived that way (the constructor, options(), hold(), the
+context managers) is written by hand, and tests/client/test_one_sdk.py compares every public
+signature of the two faces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import inspect
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import grpc
 
-from earmark.client.aio import (
-    AsyncClient,
-    BudgetState,
-    Charged,
+from earmark.client.aio import AsyncClient
+from earmark.client.hold import Hold
+from earmark.client.types import (
+    Refusal,
     Reservation,
     RetryPolicy,
     Settled,
+    check_timeout,
 )
-from earmark.client.errors import Refusal
-from earmark.client.hold import Hold
-from earmark.core.model import EstimatePolicy, Outcome
 from earmark.core.prices import Shape, Usage
 
 T = TypeVar("T")
+P = ParamSpec("P")
+A = TypeVar("A")
 
 
-class Client:
-    """The synchronous twin of AsyncClient. Use as `with Client() as client:`."""
+class _Twin(Generic[A]):
+    """The synchronous face of an async object A whose coroutines run on a Client's loop."""
+
+    _async: A
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        raise NotImplementedError
+
+
+def blocking(
+    method: Callable[Concatenate[A, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[_Twin[A], P], T]:
+    """The synchronous twin of an async method: it runs the method on the twin's async
+    object, on its Client's loop, and returns the result (or raises its exception)."""
+
+    @functools.wraps(method)
+    def call(self: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._async, *args, **kwargs))
+
+    return call
+
+
+def iterating(
+    method: Callable[Concatenate[A, P], AsyncIterator[T]],
+) -> Callable[Concatenate[_Twin[A], P], Iterator[T]]:
+    """The synchronous twin of an async listing: a plain iterator whose each step runs the
+    listing's next step on the twin's Client's loop (so a page is fetched when the last
+    one is read), closed with it."""
+
+    @functools.wraps(method)
+    def call(self: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        listing = method(self._async, *args, **kwargs)
+
+        async def step() -> tuple[T] | None:
+            try:
+                return (await anext(listing),)
+            except StopAsyncIteration:
+                return None
+
+        def items() -> Iterator[T]:
+            try:
+                while (item := self._run(step())) is not None:
+                    yield item[0]
+            finally:
+                # Read to the end or left early (a break), the listing's generator is
+                # closed on the loop it runs on rather than left to the collector.
+                if isinstance(listing, AsyncGenerator):
+                    self._run(listing.aclose())
+
+        return items()
+
+    # What help() and the signature test show: an Iterator, not the AsyncIterator wrapped.
+    signature = inspect.signature(method)
+    returned = str(signature.return_annotation).replace("AsyncIterator", "Iterator")
+    call.__signature__ = signature.replace(return_annotation=returned)  # type: ignore[attr-defined]
+    return call
+
+
+class Client(_Twin[AsyncClient]):
+    """The synchronous twin of AsyncClient. Use as `with Client() as client:`.
+
+    It takes AsyncClient's arguments but channel: a grpc.aio channel belongs to the event
+    loop it was made on, and a Client's loop is its own."""
 
     def __init__(
         self,
@@ -41,10 +121,14 @@ class Client:
         admin_target: str | None = None,
         token: str | None = None,
         admin_token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
         timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
+        # Checked here too, so that a mistake starts no thread.
+        check_timeout(timeout_seconds)
+        self._view = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="earmark-client", daemon=True
@@ -52,22 +136,55 @@ class Client:
         self._thread.start()
 
         async def make() -> AsyncClient:
-            # A grpc.aio channel belongs to the loop it is made on.
+            # A grpc.aio channel belongs to the loop it is made on: this Client's.
             return AsyncClient(
                 target,
                 admin_target=admin_target,
                 token=token,
                 admin_token=admin_token,
+                credentials=credentials,
                 timeout_seconds=timeout_seconds,
                 retry=retry,
                 interceptors=interceptors,
             )
 
-        self._client = self._run(make())
-        self._view = False
+        try:
+            self._async = self._run(make())
+        except BaseException:
+            self._stop()
+            raise
+
+    @property
+    def target(self) -> str:
+        return self._async.target
+
+    @property
+    def admin_target(self) -> str:
+        return self._async.admin_target
+
+    @property
+    def timeout_seconds(self) -> float:
+        return self._async.timeout_seconds
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self._async.retry
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Runs coroutine on the Client's loop and waits for it."""
+        if threading.current_thread() is self._thread or self._loop.is_closed():
+            coroutine.close()
+            raise RuntimeError(
+                "this Client is closed"
+                if self._loop.is_closed()
+                else "a Client's calls cannot be made on its own loop: use AsyncClient there"
+            )
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
     def __enter__(self) -> Client:
         return self
@@ -81,179 +198,128 @@ class Client:
         """A view for some calls: another deadline, and metadata added to every call (see
         AsyncClient.options). It shares this client's loop and channels: close the client."""
         view = copy.copy(self)
-        view._client = self._client.options(timeout_seconds=timeout_seconds, metadata=metadata)
+        view._async = self._async.options(timeout_seconds=timeout_seconds, metadata=metadata)
         view._view = True
         return view
 
     def close(self) -> None:
+        """Closes the channels, then stops and closes the loop (a view's close does
+        nothing: close its client)."""
         if self._view or self._loop.is_closed():
             return
-        self._run(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._run(self._async.close())
+        self._stop()
 
-    def reserve(
-        self,
-        budget_id: str,
-        amount: int = 0,
-        *,
-        shape: Shape | None = None,
-        job: str = "",
-        idempotency_key: str | None = None,
-        lease_seconds: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        also_budget_ids: Sequence[str] = (),
-        final: bool = False,
-    ) -> Reservation | Refusal:
-        return self._run(
-            self._client.reserve(
-                budget_id,
-                amount,
-                shape=shape,
-                job=job,
-                idempotency_key=idempotency_key,
-                lease_seconds=lease_seconds,
-                labels=labels,
-                also_budget_ids=also_budget_ids,
-                final=final,
-            )
-        )
-
-    def charge(
-        self,
-        reservation_id: str,
-        amount: int = 0,
-        *,
-        usage: Usage | None = None,
-        idempotency_key: str | None = None,
-    ) -> Charged:
-        return self._run(
-            self._client.charge(
-                reservation_id, amount, usage=usage, idempotency_key=idempotency_key
-            )
-        )
-
-    def renew(self, reservation_id: str, lease_seconds: float | None = None) -> Any:
-        return self._run(self._client.renew(reservation_id, lease_seconds))
-
-    def settle(
-        self,
-        reservation_id: str,
-        used: int = 0,
-        outcome: Outcome = Outcome.SUCCEEDED,
-        *,
-        usage: Usage | None = None,
-    ) -> Settled:
-        return self._run(self._client.settle(reservation_id, used, outcome, usage=usage))
-
-    def put_budget(
-        self,
-        budget_id: str,
-        limit: int | None,
-        unit: str = "",
-        *,
-        default_estimate: int | None = None,
-        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
-    ) -> BudgetState:
-        return self._run(
-            self._client.put_budget(
-                budget_id,
-                limit,
-                unit,
-                default_estimate=default_estimate,
-                estimate_policy=estimate_policy,
-            )
-        )
-
-    def get_budget(self, budget_id: str) -> BudgetState:
-        return self._run(self._client.get_budget(budget_id))
-
-    def delete_budget(self, budget_id: str) -> BudgetState:
-        return self._run(self._client.delete_budget(budget_id))
+    reserve = blocking(AsyncClient.reserve)
+    charge = blocking(AsyncClient.charge)
+    renew = blocking(AsyncClient.renew)
+    settle = blocking(AsyncClient.settle)
+    put_budget = blocking(AsyncClient.put_budget)
+    get_budget = blocking(AsyncClient.get_budget)
+    delete_budget = blocking(AsyncClient.delete_budget)
+    put_price = blocking(AsyncClient.put_price)
+    list_prices = blocking(AsyncClient.list_prices)
+    list_cycles = blocking(AsyncClient.list_cycles)
+    refresh_limits = blocking(AsyncClient.refresh_limits)
+    list_holds = iterating(AsyncClient.list_holds)
+    list_ledger = iterating(AsyncClient.list_ledger)
+    resolve_hold = blocking(AsyncClient.resolve_hold)
+    release_hold = blocking(AsyncClient.release_hold)
 
     def hold(
         self,
         budget_id: str,
-        amount: int,
+        amount: int = 0,
         *,
         lease_seconds: float | None = None,
         labels: Mapping[str, str] | None = None,
         raise_on_refusal: bool = True,
         account: str = "",
+        feature: str = "",
         shape: Shape | None = None,
         job: str = "",
         also_budget_ids: Sequence[str] = (),
+        final: bool = False,
     ) -> SyncHold:
         """As AsyncClient.hold, as a plain `with` block."""
         return SyncHold(
             self,
-            self._client.hold(
+            self._async.hold(
                 budget_id,
                 amount,
                 lease_seconds=lease_seconds,
                 labels=labels,
                 raise_on_refusal=raise_on_refusal,
                 account=account,
+                feature=feature,
                 shape=shape,
                 job=job,
                 also_budget_ids=also_budget_ids,
+                final=final,
             ),
         )
 
 
-class SyncHold:
-    """A Hold driven from a synchronous `with` block; its lease renews in the background."""
+class _Mirror(Generic[T]):
+    """An attribute of the async Hold, read and written through the SyncHold."""
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, holder: None, owner: type[Any]) -> _Mirror[T]: ...
+
+    @overload
+    def __get__(self, holder: SyncHold, owner: type[Any]) -> T: ...
+
+    def __get__(self, holder: SyncHold | None, owner: type[Any]) -> _Mirror[T] | T:
+        if holder is None:
+            return self
+        value: T = getattr(holder.hold, self._name)
+        return value
+
+    def __set__(self, holder: SyncHold, value: T) -> None:
+        setattr(holder.hold, self._name, value)
+
+
+class SyncHold(_Twin[Hold]):
+    """A Hold driven from a synchronous `with` block; its lease renews in the background.
+    It has the Hold's attributes (client is the synchronous Client)."""
 
     def __init__(self, client: Client, hold: Hold) -> None:
-        self._client = client
+        self.client = client
         self.hold = hold
+        self._async = hold
 
-    @property
-    def admitted(self) -> bool:
-        return self.hold.admitted
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self.client._run(coroutine)
 
-    @property
-    def refusal(self) -> Refusal | None:
-        return self.hold.refusal
+    account: _Mirror[str] = _Mirror()
+    feature: _Mirror[str] = _Mirror()
+    final: _Mirror[bool] = _Mirror()
+    budget_id: _Mirror[str] = _Mirror()
+    amount: _Mirror[int] = _Mirror()
+    shape: _Mirror[Shape | None] = _Mirror()
+    job: _Mirror[str] = _Mirror()
+    also_budget_ids: _Mirror[tuple[str, ...]] = _Mirror()
+    lease_seconds: _Mirror[float | None] = _Mirror()
+    labels: _Mirror[dict[str, str]] = _Mirror()
+    raise_on_refusal: _Mirror[bool] = _Mirror()
+    idempotency_key: _Mirror[str] = _Mirror()
+    used: _Mirror[int | None] = _Mirror()
+    usage: _Mirror[Usage | None] = _Mirror()
+    charged: _Mirror[int] = _Mirror()
+    reservation: _Mirror[Reservation | None] = _Mirror()
+    refusal: _Mirror[Refusal | None] = _Mirror()
+    settled: _Mirror[Settled | None] = _Mirror()
+    admitted: _Mirror[bool] = _Mirror()
+    lost: _Mirror[bool] = _Mirror()
+    reservation_id: _Mirror[str] = _Mirror()
 
-    @property
-    def lost(self) -> bool:
-        return self.hold.lost
-
-    @property
-    def reservation_id(self) -> str:
-        return self.hold.reservation_id
-
-    @property
-    def used(self) -> int | None:
-        return self.hold.used
-
-    @used.setter
-    def used(self, value: int | None) -> None:
-        self.hold.used = value
-
-    @property
-    def usage(self) -> Usage | None:
-        return self.hold.usage
-
-    @usage.setter
-    def usage(self, value: Usage | None) -> None:
-        self.hold.usage = value
-
-    @property
-    def settled(self) -> Settled | None:
-        return self.hold.settled
-
-    def charge(
-        self, amount: int = 0, *, usage: Usage | None = None, idempotency_key: str | None = None
-    ) -> Charged:
-        return self._client._run(
-            self.hold.charge(amount, usage=usage, idempotency_key=idempotency_key)
-        )
+    charge = blocking(Hold.charge)
 
     def __enter__(self) -> SyncHold:
-        self._client._run(self.hold.__aenter__())
+        self._run(self.hold.__aenter__())
         return self
 
     def __exit__(
@@ -262,4 +328,4 @@ class SyncHold:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._client._run(self.hold.__aexit__(exc_type, exc, tb))
+        self._run(self.hold.__aexit__(exc_type, exc, tb))

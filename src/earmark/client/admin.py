@@ -1,0 +1,282 @@
+"""The Admin calls of AsyncClient (and so of Client): budgets, prices, an account's cycles,
+holds and the ledger, as the sidecar's admin listener serves them.
+
+They are a mixin of AsyncClient, kept apart from the Budget calls a worker makes before it
+spends. Listings of holds and of the ledger are async iterators that fetch the next page when
+the last one is read; Client turns them into plain iterators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from earmark.client.types import (
+    BudgetState,
+    Settled,
+    budget_state_of,
+    settled_of,
+    usage_message,
+)
+from earmark.core.model import EstimatePolicy, HoldState, LedgerKind, OveragePolicy, Phase
+from earmark.core.prices import Price, Usage
+from earmark.v1 import budget_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRecord:
+    """One reservation as operators see it (a hold() is the worker's side of one)."""
+
+    reservation_id: str
+    budget_id: str
+    state: HoldState
+    amount: int
+    charged: int
+    created_at: datetime
+    expires_at: datetime
+    also_budget_ids: tuple[str, ...] = ()
+    # A Charge was made: the provider may have accepted the call.
+    dispatched: bool = False
+    phase: Phase = Phase.WORK
+    idempotency_key: str = ""
+    # The name of the worker token that made it.
+    owner: str = ""
+    job: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    closed_at: datetime | None = None
+    # What the Settle (or the operator's resolve) said was used.
+    settled_used: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One append-only change to a budget's used and held."""
+
+    entry_id: int
+    budget_id: str
+    reservation_id: str
+    kind: LedgerKind
+    held_delta: int
+    used_delta: int
+    at: datetime
+
+
+def _stamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def price_of(reply: pb.Price) -> Price:
+    def at(name: str) -> datetime | None:
+        return getattr(reply, name).ToDatetime(tzinfo=UTC) if reply.HasField(name) else None
+
+    return Price(
+        provider=reply.provider,
+        model=reply.model,
+        version=reply.version,
+        effective_from=reply.effective_from.ToDatetime(tzinfo=UTC),
+        effective_to=at("effective_to"),
+        input_per_mtok=reply.input_usd_micros_per_mtok,
+        output_per_mtok=reply.output_usd_micros_per_mtok,
+        cached_input_per_mtok=reply.cached_input_usd_micros_per_mtok,
+        request_fee=reply.request_usd_micros,
+        source=reply.source,
+        captured_at=at("captured_at"),
+        daily_from_minute=reply.daily_from_minute,
+        daily_to_minute=reply.daily_to_minute,
+    )
+
+
+def hold_record_of(reply: pb.Hold) -> HoldRecord:
+    return HoldRecord(
+        reservation_id=reply.reservation_id,
+        budget_id=reply.budget_id,
+        state=HoldState(reply.state),
+        amount=reply.amount,
+        charged=reply.charged,
+        created_at=reply.created_at.ToDatetime(tzinfo=UTC),
+        expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
+        also_budget_ids=tuple(reply.also_budget_ids),
+        dispatched=reply.dispatched,
+        phase=Phase(reply.phase or Phase.WORK),
+        idempotency_key=reply.idempotency_key,
+        owner=reply.owner,
+        job=reply.job,
+        labels=dict(reply.labels),
+        closed_at=reply.closed_at.ToDatetime(tzinfo=UTC) if reply.HasField("closed_at") else None,
+        settled_used=reply.settled_used if reply.HasField("settled_used") else None,
+    )
+
+
+def ledger_entry_of(reply: pb.LedgerEntry) -> LedgerEntry:
+    return LedgerEntry(
+        entry_id=reply.entry_id,
+        budget_id=reply.budget_id,
+        reservation_id=reply.reservation_id,
+        kind=LedgerKind(reply.kind),
+        held_delta=reply.held_delta,
+        used_delta=reply.used_delta,
+        at=reply.at.ToDatetime(tzinfo=UTC),
+    )
+
+
+class AdminCalls:
+    """Admin's calls, made through _admin_call (AsyncClient's: the admin listener, the
+    admin token, the client's deadline and retries)."""
+
+    async def _admin_call(self, method: str, request: Any) -> Any:
+        raise NotImplementedError
+
+    async def put_budget(
+        self,
+        budget_id: str,
+        limit: int | None,
+        unit: str = "",
+        *,
+        default_estimate: int | None = None,
+        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
+        escrow_bps: int = 0,
+        overage_policy: OveragePolicy = OveragePolicy.HARD,
+        overage_limit: int | None = None,
+    ) -> BudgetState:
+        """Creates or updates a budget (None: no limit). escrow_bps keeps that share of the
+        limit, in basis points, for final-phase holds; a SOFT overage_policy admits past
+        the limit up to overage_limit (None: without bound) and flags the budget."""
+        request = pb.PutBudgetRequest(
+            budget_id=budget_id,
+            unit=unit,
+            estimate_policy=int(estimate_policy),  # type: ignore[arg-type]
+            escrow_bps=escrow_bps,
+            overage_policy=int(overage_policy),  # type: ignore[arg-type]
+        )
+        if limit is not None:
+            request.limit = limit
+        if default_estimate is not None:
+            request.default_estimate = default_estimate
+        if overage_limit is not None:
+            request.overage_limit = overage_limit
+        return budget_state_of(await self._admin_call("PutBudget", request))
+
+    async def get_budget(self, budget_id: str) -> BudgetState:
+        """A budget's limit, use, holds and settings."""
+        request = pb.GetBudgetRequest(budget_id=budget_id)
+        return budget_state_of(await self._admin_call("GetBudget", request))
+
+    async def delete_budget(self, budget_id: str) -> BudgetState:
+        """Archives a budget with no open holds (its ledger stays readable)."""
+        request = pb.DeleteBudgetRequest(budget_id=budget_id)
+        return budget_state_of(await self._admin_call("DeleteBudget", request))
+
+    async def put_price(
+        self,
+        provider: str,
+        model: str,
+        *,
+        input_usd_micros_per_mtok: int,
+        output_usd_micros_per_mtok: int,
+        cached_input_usd_micros_per_mtok: int = 0,
+        request_usd_micros: int = 0,
+        effective_from: datetime | None = None,
+        effective_to: datetime | None = None,
+        source: str = "",
+        captured_at: datetime | None = None,
+        daily_from_minute: int = 0,
+        daily_to_minute: int = 0,
+    ) -> Price:
+        """Appends a price version for provider's model, in effect from effective_from (None:
+        now); rates are micro-dollars per million tokens. Returns it with its version."""
+        price = pb.Price(
+            provider=provider,
+            model=model,
+            effective_from=_stamp(effective_from or datetime.now(UTC)),
+            input_usd_micros_per_mtok=input_usd_micros_per_mtok,
+            output_usd_micros_per_mtok=output_usd_micros_per_mtok,
+            cached_input_usd_micros_per_mtok=cached_input_usd_micros_per_mtok,
+            request_usd_micros=request_usd_micros,
+            source=source,
+            daily_from_minute=daily_from_minute,
+            daily_to_minute=daily_to_minute,
+        )
+        if effective_to is not None:
+            price.effective_to.CopyFrom(_stamp(effective_to))
+        if captured_at is not None:
+            price.captured_at.CopyFrom(_stamp(captured_at))
+        return price_of(await self._admin_call("PutPrice", pb.PutPriceRequest(price=price)))
+
+    async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
+        """Every version of every price, or of provider's (and model's), oldest first."""
+        request = pb.ListPricesRequest(provider=provider, model=model)
+        reply: pb.ListPricesResponse = await self._admin_call("ListPrices", request)
+        return [price_of(price) for price in reply.prices]
+
+    async def list_cycles(self, account: str) -> list[BudgetState]:
+        """An account's billing-cycle budgets, newest cycle first."""
+        request = pb.ListCyclesRequest(account=account)
+        reply: pb.ListCyclesResponse = await self._admin_call("ListCycles", request)
+        return [budget_state_of(cycle) for cycle in reply.cycles]
+
+    async def refresh_limits(self, account: str) -> list[BudgetState]:
+        """Reads the account's limits from the limits provider now and applies them to its
+        current cycle's budgets; returns its cycles."""
+        request = pb.RefreshLimitsRequest(account=account)
+        reply: pb.ListCyclesResponse = await self._admin_call("RefreshLimits", request)
+        return [budget_state_of(cycle) for cycle in reply.cycles]
+
+    async def list_holds(
+        self, budget_id: str, *, state: HoldState | None = None, page_size: int = 0
+    ) -> AsyncIterator[HoldRecord]:
+        """A budget's holds (its own, and those that name it in also_budget_ids), in state
+        or in all, in reservation id order, fetched page_size at a time (0: the sidecar's
+        default)."""
+        token = ""
+        while True:
+            request = pb.ListHoldsRequest(
+                budget_id=budget_id,
+                state=int(state or 0),  # type: ignore[arg-type]
+                page_size=page_size,
+                page_token=token,
+            )
+            reply: pb.ListHoldsResponse = await self._admin_call("ListHolds", request)
+            for hold in reply.holds:
+                yield hold_record_of(hold)
+            token = reply.next_page_token
+            if not token:
+                return
+
+    async def list_ledger(
+        self, budget_id: str, *, page_size: int = 0
+    ) -> AsyncIterator[LedgerEntry]:
+        """A budget's ledger, oldest entry first, fetched page_size at a time (0: the
+        sidecar's default)."""
+        token = ""
+        while True:
+            request = pb.ListLedgerRequest(
+                budget_id=budget_id, page_size=page_size, page_token=token
+            )
+            reply: pb.ListLedgerResponse = await self._admin_call("ListLedger", request)
+            for entry in reply.entries:
+                yield ledger_entry_of(entry)
+            token = reply.next_page_token
+            if not token:
+                return
+
+    async def resolve_hold(
+        self, reservation_id: str, used: int = 0, *, usage: Usage | None = None
+    ) -> Settled:
+        """Settles an in-doubt hold at what the provider billed (an amount in the budget's
+        unit, or usage priced as a Settle's would be); the rest returns."""
+        request = pb.ResolveHoldRequest(reservation_id=reservation_id, used=used)
+        if usage is not None:
+            request.usage.CopyFrom(usage_message(usage))
+        return settled_of(await self._admin_call("ResolveHold", request))
+
+    async def release_hold(self, reservation_id: str) -> Settled:
+        """Closes a held or in-doubt hold that nobody will settle: it keeps what was charged
+        and the rest returns."""
+        request = pb.ReleaseHoldRequest(reservation_id=reservation_id)
+        return settled_of(await self._admin_call("ReleaseHold", request))

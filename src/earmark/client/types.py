@@ -1,0 +1,288 @@
+"""What the SDK's calls take and answer: plain values, and their conversions to and from the
+wire's messages.
+
+They live apart from the clients and from hold() so that aio.py, sync.py and hold.py all
+import them and none imports another for its types.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from earmark import limits
+from earmark.core.model import (
+    EstimatePolicy,
+    EstimateSource,
+    HoldState,
+    OveragePolicy,
+    RefusalReason,
+)
+from earmark.core.prices import Shape, Usage
+from earmark.v1 import budget_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How UNAVAILABLE and DEADLINE_EXCEEDED are retried: at most attempts_max calls in
+    all, with full-jitter exponential backoff between backoff_seconds_base and
+    backoff_seconds_max."""
+
+    attempts_max: int = 5
+    backoff_seconds_base: float = 0.05
+    backoff_seconds_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.attempts_max <= limits.client_attempts_max:
+            raise ValueError(
+                f"attempts_max must be from 1 to {limits.client_attempts_max}, "
+                f"not {self.attempts_max}"
+            )
+        if not 0 < self.backoff_seconds_base <= limits.client_backoff_seconds_max:
+            raise ValueError(
+                f"backoff_seconds_base must be over 0 and at most "
+                f"{limits.client_backoff_seconds_max}, not {self.backoff_seconds_base}"
+            )
+        if not self.backoff_seconds_base <= self.backoff_seconds_max:
+            raise ValueError(
+                f"backoff_seconds_max must be at least backoff_seconds_base "
+                f"({self.backoff_seconds_base}), not {self.backoff_seconds_max}"
+            )
+        if not self.backoff_seconds_max <= limits.client_backoff_seconds_max:
+            raise ValueError(
+                f"backoff_seconds_max must be at most {limits.client_backoff_seconds_max}, "
+                f"not {self.backoff_seconds_max}"
+            )
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        ceiling = min(self.backoff_seconds_max, self.backoff_seconds_base * 2**attempt)
+        return rng.uniform(0.0, ceiling)
+
+
+def check_timeout(timeout_seconds: float) -> float:
+    """timeout_seconds, if it is a deadline a client may have; else a ValueError naming it."""
+    if not 0 < timeout_seconds <= limits.client_timeout_seconds_max:
+        raise ValueError(
+            f"timeout_seconds must be over 0 and at most {limits.client_timeout_seconds_max}, "
+            f"not {timeout_seconds}"
+        )
+    return timeout_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Reserve said yes: the hold's id, amount and lease deadline."""
+
+    reservation_id: str
+    budget_id: str
+    amount: int
+    remaining: int | None
+    expires_at: datetime
+    message: str
+    estimate_source: EstimateSource = EstimateSource.CALLER
+    # The price version a shape was priced at; 0 when none was.
+    price_version: int = 0
+    # Admitted past a SOFT budget's limit (overage_policy is then SOFT).
+    over_limit: bool = False
+    overage_policy: OveragePolicy = OveragePolicy.HARD
+
+    admitted = True
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Reserve said no: a normal answer, with why and what is left."""
+
+    budget_id: str
+    amount: int
+    reason: RefusalReason
+    remaining: int | None
+    message: str
+    # Which budget refused: budget_id, or one of a nested Reserve's also_budget_ids.
+    refused_budget_id: str = ""
+    # With RATE_LIMITED: how long until the account's window has room again.
+    retry_after: timedelta | None = None
+    # The policy of the budget that refused.
+    overage_policy: OveragePolicy = OveragePolicy.HARD
+
+    admitted = False
+
+
+@dataclass(frozen=True, slots=True)
+class Charged:
+    """Charge's answer: what was debited, and whether the worker must stop (capped)."""
+
+    charged: int
+    capped: bool
+    total_charged: int
+    hold_remaining: int
+    expires_at: datetime
+    price_version: int = 0
+    # What the Charge asked for: its amount, or its usage priced.
+    requested: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """Settle's answer: what was charged in all, returned, and used past the hold."""
+
+    charged: int
+    released: int
+    overshoot: int
+    state: HoldState
+    price_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """A budget as Admin answers it; the cycle fields are set on an account's budget."""
+
+    budget_id: str
+    limit: int | None
+    used: int
+    held: int
+    remaining: int | None
+    unit: str
+    open_reservations: int
+    default_estimate: int | None = None
+    estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN
+    exceeded: bool = False
+    account: str = ""
+    feature: str = ""
+    cycle_start: datetime | None = None
+    cycle_end: datetime | None = None
+    limit_read_at: datetime | None = None
+    escrow_bps: int = 0
+    overage_policy: OveragePolicy = OveragePolicy.HARD
+    overage_limit: int | None = None
+    overage_since: datetime | None = None
+    archived_at: datetime | None = None
+
+
+# To the wire.
+
+
+def shape_message(shape: Shape) -> pb.UsageShape:
+    return pb.UsageShape(
+        provider=shape.provider,
+        model=shape.model,
+        input_tokens=shape.input_tokens,
+        max_output_tokens=shape.max_output_tokens,
+        cached_input_tokens=shape.cached_input_tokens,
+        attempts=shape.attempts,
+    )
+
+
+def usage_message(usage: Usage) -> pb.TokenUsage:
+    return pb.TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        requests=usage.requests,
+        provider=usage.provider,
+        model=usage.model,
+    )
+
+
+def duration_message(seconds: float) -> Duration:
+    whole = int(seconds)
+    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+# From the wire.
+
+
+def _time(message: pb.BudgetState, name: str) -> datetime | None:
+    """A Timestamp field as an aware datetime, or None when it is not set."""
+    if not message.HasField(name):
+        return None
+    stamp: Timestamp = getattr(message, name)
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def _policy(value: int) -> OveragePolicy:
+    """The wire's OveragePolicy; unspecified is HARD."""
+    return OveragePolicy(value or OveragePolicy.HARD)
+
+
+def reserve_answer(reply: pb.ReserveResponse, budget_id: str) -> Reservation | Refusal:
+    """Reserve's answer: a Reservation, or a Refusal (a normal answer, not an error)."""
+    remaining = reply.remaining if reply.HasField("remaining") else None
+    if not reply.admitted:
+        retry_after = reply.retry_after.ToTimedelta() if reply.HasField("retry_after") else None
+        return Refusal(
+            reply.budget_id or budget_id,
+            reply.amount,
+            RefusalReason(reply.reason),
+            remaining,
+            reply.message,
+            reply.refused_budget_id,
+            retry_after,
+            _policy(reply.overage_policy),
+        )
+    return Reservation(
+        reservation_id=reply.reservation_id,
+        budget_id=reply.budget_id or budget_id,
+        amount=reply.amount,
+        remaining=remaining,
+        expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
+        message=reply.message,
+        estimate_source=EstimateSource(reply.estimate_source),
+        price_version=reply.price_version,
+        over_limit=reply.over_limit,
+        overage_policy=_policy(reply.overage_policy),
+    )
+
+
+def charged_of(reply: pb.ChargeResponse) -> Charged:
+    return Charged(
+        charged=reply.charged,
+        capped=reply.capped,
+        total_charged=reply.total_charged,
+        hold_remaining=reply.hold_remaining,
+        expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
+        price_version=reply.price_version,
+        requested=reply.requested,
+    )
+
+
+def settled_of(reply: pb.SettleResponse) -> Settled:
+    return Settled(
+        reply.charged,
+        reply.released,
+        reply.overshoot,
+        HoldState(reply.state),
+        reply.price_version,
+    )
+
+
+def budget_state_of(reply: pb.BudgetState) -> BudgetState:
+    def optional(name: str) -> int | None:
+        return getattr(reply, name) if reply.HasField(name) else None
+
+    return BudgetState(
+        budget_id=reply.budget_id,
+        limit=optional("limit"),
+        used=reply.used,
+        held=reply.held,
+        remaining=optional("remaining"),
+        unit=reply.unit,
+        open_reservations=reply.open_reservations,
+        default_estimate=optional("default_estimate"),
+        estimate_policy=EstimatePolicy(reply.estimate_policy or EstimatePolicy.MEDIAN),
+        exceeded=reply.exceeded,
+        account=reply.account,
+        feature=reply.feature,
+        cycle_start=_time(reply, "cycle_start"),
+        cycle_end=_time(reply, "cycle_end"),
+        limit_read_at=_time(reply, "limit_read_at"),
+        escrow_bps=reply.escrow_bps,
+        overage_policy=_policy(reply.overage_policy),
+        overage_limit=optional("overage_limit"),
+        overage_since=_time(reply, "overage_since"),
+        archived_at=_time(reply, "archived_at"),
+    )
