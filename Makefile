@@ -35,10 +35,12 @@ buf: buf-tools
 	$(BUF) breaking --against $(BUF_TOOLS)/baseline.binpb
 
 $(STAMP): pyproject.toml
+	@echo "earmark: creating .venv and installing the sidecar and its tools (a minute or two, once)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[server,dev]'
 	touch $(STAMP)
+	@echo "earmark: installed into .venv"
 
 run: venv
 	$(BIN)/earmark serve

@@ -20,11 +20,26 @@ SEARCH_PATH = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)
 
 
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"<!-- (\w+):start -->\n```sh\n(.*?)```\n<!-- \1:end -->", re.S)
+
+
+def blocks() -> dict[str, str]:
+    """Every marked shell block of the README and docs/, by name."""
+    return {m[1]: m[2] for doc in DOCS for m in MARKER.finditer(doc.read_text())}
+
+
 def walkthrough(name: str = "walkthrough") -> str:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", text, re.S)
-    assert block is not None, f"the README lost its {name} markers"
-    return block.group(1)
+    found = blocks().get(name)
+    assert found is not None, f"the README and docs/ lost the {name} markers"
+    return found
+
+
+def test_every_marked_block_is_run() -> None:
+    """Every marked shell block in the README and docs/ is one a test here runs."""
+    source = Path(__file__).read_text()
+    assert {"walkthrough", "scopes", "operator"} <= set(blocks())
+    assert set() == {name for name in blocks() if f'tmp_path, "{name}")' not in source}
 
 
 async def run_block(sidecar: Running, tmp_path: Path, name: str) -> str:
@@ -107,3 +122,15 @@ async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) ->
     ):
         assert expected in out, expected
     await assert_invariants(sidecar.dsn)
+
+
+def test_the_readme_is_a_quick_start() -> None:
+    """The README stays a quick start under 300 lines, with every doc it sends readers to
+    present."""
+    text = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\(((?:docs|bench)/[\w\-]+\.md)", text))
+    assert (True, set()) == (
+        len(text.splitlines()) < 300,
+        {path for path in linked if not (ROOT / path).exists()},
+    )
+    assert {"docs/architecture.md", "docs/upgrades-and-backups.md", "bench/RESULTS.md"} <= linked

@@ -30,11 +30,7 @@ from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
 from earmark.service.drain import Drain
 from earmark.service.edge import StreamSlots
-from earmark.settings import (
-    KINDE_CLIENT_ID,
-    KINDE_CLIENT_SECRET,
-    Settings,
-)
+from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, split_host_port
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
 from earmark.store.probe import DatabaseProbe
@@ -156,6 +152,16 @@ class Sidecar:
             worker_tokens=self.settings.worker_token_file is not None,
             metrics_port=self.metrics_port,
             database="embedded" if self.embedded else "external",
+            try_next=self._try_next(),
+        )
+
+    def _try_next(self) -> str:
+        """What a person who just started the sidecar can type next."""
+        host, _ = split_host_port(self.settings.listen, "listen")
+        grpcurl = "grpcurl" if self.settings.tls else "grpcurl -plaintext"
+        return (
+            f"earmark budgets put demo --unit tokens --limit 100000 --admin-target "
+            f"{self.admin_address}; {grpcurl} {host}:{self.port} list"
         )
 
     def _start_background(self, store: Store, dsn: str) -> None:

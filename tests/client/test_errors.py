@@ -150,7 +150,7 @@ def test_every_sdk_exception_is_under_one_base() -> None:
 
 def test_the_readme_lists_every_reason() -> None:
     """The README's table of reasons names exactly the reasons the sidecar sends."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "contract.md").read_text()
     section = readme.split("### Error reasons", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `([A-Z_]+)` \|", section, flags=re.MULTILINE)
     assert sorted(Reason.__members__) == sorted(listed)

@@ -68,7 +68,7 @@ async def test_node_worker_reads_the_error_reason(sidecar: Running) -> None:
 
 def readme_typescript_command() -> str:
     """The README's TypeScript command, joined from its continued lines."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "sdk.md").read_text()
     start = text.index("cd examples/node-worker && npx proto-loader-gen-types")
     end = text.index("\n```", start)
     return text[start:end].replace("\\\n", " ")

@@ -2,7 +2,7 @@
 
 A failed call is a ClientError: one class per status code a caller can act on, and below
 those one class per stable reason the sidecar sends as a google.rpc.ErrorInfo (the reasons
-are listed in earmark.errors.Reason and in the README). A refusal is a normal answer
+are listed in earmark.errors.Reason and in docs/contract.md). A refusal is a normal answer
 (Refusal); hold() raises it as RefusedError only when the caller did not ask for it back.
 """
 

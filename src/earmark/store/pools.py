@@ -31,7 +31,7 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         # Connections beyond min_size close after this long idle: a pod's idle sidecar
-        # holds one connection (see README, Scaling out).
+        # holds one connection (see docs/scaling.md).
         max_inactive_connection_lifetime=limits.pool_idle_seconds_max,
         timeout=limits.db_connect_timeout_seconds,
         command_timeout=limits.db_command_timeout_seconds,
