@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.parse
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from earmark.client import (
@@ -23,6 +26,7 @@ from earmark.client import (
 )
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
+from tests.chaos.test_start import forwarder, unix_socket_of
 from tests.conftest import Running, sidecar_settings
 from tests.helpers import assert_invariants, eventually, fetch_budget_row, free_port
 
@@ -192,17 +196,32 @@ async def test_charge_capping_through_the_sdk(client: AsyncClient) -> None:
         assert (1_000, True, 0) == (last.charged, last.capped, last.hold_remaining)
 
 
-async def test_unavailable_is_retried_until_the_sidecar_is_up(dsn: str, socket_dir: Path) -> None:
-    """A Reserve sent before the sidecar listens is retried and admitted once it does."""
+class Attempts(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Records each attempt a client makes, by method, with the code it ended on."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, grpc.StatusCode]] = []
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(details, request)
+        code = await call.code()
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        self.seen.append((method.rsplit("/", 1)[-1], code))
+        return call
+
+
+async def test_a_call_before_the_sidecar_listens_waits_for_it(dsn: str, socket_dir: Path) -> None:
+    """A call sent before the sidecar listens waits for it within its deadline (wait for
+    ready, then UNAVAILABLE retried while it connects its database) and is answered."""
     port = free_port()
-    retry = RetryPolicy(attempts_max=20, backoff_seconds_base=0.05, backoff_seconds_max=0.3)
     side = Sidecar(sidecar_settings(dsn, socket_dir, listen=f"127.0.0.1:{port}"))
     admin = f"unix:{socket_dir / 'admin.sock'}"
+    attempts = Attempts()
     async with AsyncClient(
-        f"127.0.0.1:{port}", admin_target=admin, retry=retry, timeout_seconds=2
+        f"127.0.0.1:{port}", admin_target=admin, timeout_seconds=30, interceptors=[attempts]
     ) as c:
         early = asyncio.create_task(c.put_budget("late", 1_000, "t"))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0)  # The call is on its way before the sidecar listens.
         await side.start()
         try:
             await early
@@ -210,6 +229,50 @@ async def test_unavailable_is_retried_until_the_sidecar_is_up(dsn: str, socket_d
         finally:
             await side.stop()
     assert isinstance(result, Reservation)
+    assert ("PutBudget", grpc.StatusCode.OK) == attempts.seen[-2]
+
+
+async def test_unavailable_is_retried_until_the_database_answers(
+    database_url: str, dsn: str, socket_dir: Path
+) -> None:
+    """A sidecar that listens but still waits for its database answers UNAVAILABLE
+    (DATABASE_STARTING): the client tries again with backoff, and the Reserve is admitted
+    once the database answers."""
+    db_port = free_port()
+    url = dsn.replace(urllib.parse.urlsplit(dsn).netloc, f"postgres@127.0.0.1:{db_port}", 1)
+    url = url.split("?", 1)[0]
+    side = Sidecar(sidecar_settings(url, socket_dir, database_wait_seconds=60))
+    starting = asyncio.create_task(side.start())
+    retry = RetryPolicy(attempts_max=50, backoff_seconds_base=0.05, backoff_seconds_max=0.2)
+    attempts = Attempts()
+    try:
+
+        async def listening() -> bool:
+            return side.port != 0
+
+        await eventually(listening, within_seconds=30, what="the sidecar listens")
+        async with AsyncClient(
+            f"127.0.0.1:{side.port}", admin_target=side.admin_address, retry=retry,
+            timeout_seconds=30, interceptors=[attempts],
+        ) as c:  # fmt: skip
+            reserving = asyncio.create_task(c.reserve("retried", 10))
+
+            async def refused_once() -> bool:
+                return ("Reserve", grpc.StatusCode.UNAVAILABLE) in attempts.seen
+
+            await eventually(refused_once, within_seconds=30, what="a Reserve told UNAVAILABLE")
+            async with forwarder(db_port, unix_socket_of(database_url)):
+                await starting
+                await c.put_budget("retried", 1_000, "t")
+                result = await reserving
+                await side.stop()
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await side.stop()
+    reserves = [code for method, code in attempts.seen if method == "Reserve"]
+    assert isinstance(result, Reservation)
+    assert (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK) == (reserves[0], reserves[-1])
 
 
 async def test_sync_client_hold(sidecar: Running) -> None:
