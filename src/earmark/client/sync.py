@@ -47,7 +47,9 @@ from earmark.core.prices import Shape, Usage
 
 T = TypeVar("T")
 P = ParamSpec("P")
-A = TypeVar("A")
+# Covariant: a Client (the twin of an AsyncClient) is the twin of each mixin AsyncClient
+# is made of (AdminCalls...), so the methods blocking() takes from a mixin fit it.
+A = TypeVar("A", covariant=True)
 
 
 class _Twin(Generic[A]):
