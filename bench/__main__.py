@@ -15,7 +15,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import psutil
@@ -187,7 +187,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
         )
         results: list[Figure] = []
         only = set(args.only or SCENARIOS)
-        steps = [
+        steps: list[tuple[str, str, Callable[[], Awaitable[list[Figure]]]]] = [
             ("floor", "1. floor", lambda: scenarios.floor(env)),
             ("hot", "2. hot budget, plain and priced", lambda: scenarios.hot_budget(env)),
             ("many", "3. 1,000 budgets", lambda: scenarios.many_budgets(env)),

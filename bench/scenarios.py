@@ -7,6 +7,7 @@ import itertools
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -51,8 +52,8 @@ class Stubs:
     health: health_pb2_grpc.HealthStub
 
     async def close(self) -> None:
-        await self.channel.close()
-        await self.admin_channel.close()
+        await self.channel.close(None)
+        await self.admin_channel.close(None)
 
 
 def stubs(sidecar: SpawnedSidecar) -> Stubs:
@@ -101,7 +102,7 @@ async def put_bench_price(s: Stubs) -> None:
 
 def reserve_settle(
     s: Stubs,
-    pick_budget: object = "",
+    pick_budget: str | Callable[[], str] = "",
     *,
     priced: bool = False,
     account: str = "",

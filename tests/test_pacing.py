@@ -4,6 +4,7 @@ between them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from earmark.pacing import Pacer
 
@@ -38,7 +39,7 @@ async def test_two_paced_conversions_take_turns_by_slice() -> None:
     trace: list[str] = []
     pacer = Pacer(share=0.5, slice_items=2)
 
-    def tag(name: str) -> object:
+    def tag(name: str) -> Callable[[int], int]:
         def convert(item: int) -> int:
             trace.append(name)
             return item
@@ -46,8 +47,7 @@ async def test_two_paced_conversions_take_turns_by_slice() -> None:
         return convert
 
     a, b = await asyncio.gather(
-        pacer.map(tag("a"), [1, 2, 3, 4]),  # type: ignore[arg-type]
-        pacer.map(tag("b"), [5, 6, 7, 8]),  # type: ignore[arg-type]
+        pacer.map(tag("a"), [1, 2, 3, 4]), pacer.map(tag("b"), [5, 6, 7, 8])
     )
     assert ([1, 2, 3, 4], [5, 6, 7, 8]) == (a, b)
     assert list("aabbaabb") == trace

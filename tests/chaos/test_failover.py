@@ -6,6 +6,7 @@ themselves, and every Reserve, Charge and Settle that was acknowledged survives.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -73,8 +74,8 @@ async def start_formation(made: formation.Formation) -> str:
                 return False  # the node is not registered yet
 
         await eventually(reached, within_seconds=FORMATION_SECONDS_MAX, what=str(expected))
-        for name, value in formation.NODE_SETTINGS.items():
-            made.run("config", "set", "--pgdata", str(node.pgdata), name, value)
+        for setting, text in formation.NODE_SETTINGS.items():
+            made.run("config", "set", "--pgdata", str(node.pgdata), setting, text)
     return made.uri()
 
 
@@ -125,7 +126,7 @@ async def test_killing_the_primary_loses_nothing_acknowledged(
 
         for s in sidecars:
             await eventually(
-                lambda s=s: serving_again(s),
+                functools.partial(serving_again, s),
                 within_seconds=FAILOVER_SECONDS_MAX,
                 what="a sidecar admitting again after the failover",
             )

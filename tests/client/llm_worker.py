@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import openai
 
@@ -38,7 +39,8 @@ def main(target: str, provider_url: str, budget_id: str, mode: str) -> None:
             }
             try:
                 if streaming:
-                    with llm.chat.completions.create(stream=True, **request) as stream:
+                    streamed: Any = llm.chat.completions.create(stream=True, **request)
+                    with streamed as stream:
                         for _ in stream:
                             pass
                 else:

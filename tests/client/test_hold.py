@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -32,10 +33,10 @@ from tests.helpers import assert_invariants, eventually, fetch_budget_row, free_
 
 
 @pytest.fixture
-async def client(sidecar: Running) -> AsyncClient:
+async def client(sidecar: Running) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(sidecar.target, admin_target=sidecar.admin_target) as c:
         await c.put_budget("acme/tokens", 100_000, "tokens")
-        yield c  # type: ignore[misc]
+        yield c
 
 
 async def test_hold_settles_with_used_on_normal_exit(client: AsyncClient, sidecar: Running) -> None:
@@ -196,7 +197,7 @@ async def test_charge_capping_through_the_sdk(client: AsyncClient) -> None:
         assert (1_000, True, 0) == (last.charged, last.capped, last.hold_remaining)
 
 
-class Attempts(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class Attempts(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
     """Records each attempt a client makes, by method, with the code it ended on."""
 
     def __init__(self) -> None:
@@ -218,7 +219,10 @@ async def test_a_call_before_the_sidecar_listens_waits_for_it(dsn: str, socket_d
     admin = f"unix:{socket_dir / 'admin.sock'}"
     attempts = Attempts()
     async with AsyncClient(
-        f"127.0.0.1:{port}", admin_target=admin, timeout_seconds=30, interceptors=[attempts]
+        f"127.0.0.1:{port}",
+        admin_target=admin,
+        timeout_seconds=30,
+        interceptors=[cast(Any, attempts)],
     ) as c:
         early = asyncio.create_task(c.put_budget("late", 1_000, "t"))
         await asyncio.sleep(0)  # The call is on its way before the sidecar listens.
@@ -253,7 +257,7 @@ async def test_unavailable_is_retried_until_the_database_answers(
         await eventually(listening, within_seconds=30, what="the sidecar listens")
         async with AsyncClient(
             f"127.0.0.1:{side.port}", admin_target=side.admin_address, retry=retry,
-            timeout_seconds=30, interceptors=[attempts],
+            timeout_seconds=30, interceptors=[cast(Any, attempts)],
         ) as c:  # fmt: skip
             reserving = asyncio.create_task(c.reserve("retried", 10))
 

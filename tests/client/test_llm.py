@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -72,7 +73,7 @@ async def priced(sidecar: Running) -> Running:
     return sidecar
 
 
-async def budget(s: Running, budget_id: str, limit: int, **fields: int) -> None:
+async def budget(s: Running, budget_id: str, limit: int, **fields: Any) -> None:
     await s.admin.PutBudget(
         pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit="usd_micros", **fields)
     )

@@ -8,9 +8,10 @@ import ast
 import asyncio
 import inspect
 import re
-from collections.abc import AsyncIterator, Set
+from collections.abc import AsyncIterator, Callable, Set
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -163,7 +164,7 @@ def test_the_modules_of_the_sdk_import_no_circle() -> None:
 def test_input_errors_raise_value_error_naming_the_parameter() -> None:
     """Bad settings raise ValueError naming the parameter, whatever python -O does to
     asserts."""
-    cases = [
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: RetryPolicy(attempts_max=0), "attempts_max"),
         (lambda: RetryPolicy(backoff_seconds_base=0), "backoff_seconds_base"),
         (lambda: RetryPolicy(backoff_seconds_max=0.01), "backoff_seconds_max"),
@@ -260,13 +261,13 @@ class Recording(pb_grpc.BudgetServicer):
         self.requests: list[pb.ReserveRequest] = []
 
     async def Reserve(
-        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReserveResponse:
         self.requests.append(request)
         return pb.ReserveResponse(admitted=True, reservation_id="r", amount=7, budget_id="cyc")
 
     async def Settle(
-        self, request: pb.SettleRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SettleRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SettleResponse:
         return pb.SettleResponse(state=pb.RESERVATION_STATE_SETTLED)
 

@@ -7,11 +7,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
-from earmark.client import AsyncClient, Client
+from earmark.client import AsyncClient, Client, Reservation
 from earmark.client.aio import ADMIN_TARGET_ENV, TARGET_ENV, RetryPolicy
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
@@ -47,6 +48,7 @@ async def test_the_environment_names_the_sidecar(
     async with AsyncClient() as client:
         await client.put_budget("env", 100, "t")
         held = await client.reserve("env", 10)
+        assert isinstance(held, Reservation)
         renewed = await client.renew(held.reservation_id)
     assert (sidecar.target, UTC, UTC) == (
         client.target,
@@ -82,7 +84,7 @@ class SlowFirstReserve(pb_grpc.BudgetServicer):
         self.never = asyncio.Event()
 
     async def Reserve(
-        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReserveResponse:
         self.keys.append(request.idempotency_key)
         if len(self.keys) == 1:
@@ -140,7 +142,7 @@ class Recording(pb_grpc.BudgetServicer):
         self.calls: list[tuple[dict[str, str], float]] = []
 
     async def Reserve(
-        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReserveResponse:
         metadata = {k: str(v) for k, v in context.invocation_metadata() or ()}
         self.calls.append((metadata, context.time_remaining() or 0.0))

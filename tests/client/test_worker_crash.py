@@ -46,7 +46,7 @@ async def test_sigkilled_worker_holds_are_swept_or_in_doubt(sidecar: Running) ->
             process.send_signal(signal.SIGKILL)
             assert -signal.SIGKILL == await process.wait()
 
-        async def in_state(state: pb.ReservationState.ValueType) -> list[str]:
+        async def in_state(state: pb.ReservationState) -> list[str]:
             page = await sidecar.admin.ListHolds(
                 pb.ListHoldsRequest(budget_id="crash", state=state)
             )

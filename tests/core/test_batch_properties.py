@@ -70,7 +70,7 @@ def test_invariants_hold_after_every_batch(
             budget_id="b",
             budget=budget,
             holds_by_id=holds,
-            holds_by_key={h.idempotency_key: h for h in holds.values()},
+            holds_by_key={(h.owner, h.idempotency_key): h for h in holds.values()},
             charges=charges,  # type: ignore[arg-type]
         )
         decision = decide_batch(state, ops, now)

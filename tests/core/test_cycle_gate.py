@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from earmark.core.batch import BatchState, decide_batch
 from earmark.core.model import Budget
-from earmark.core.ops import ReserveOp, ReserveResult
+from earmark.core.ops import Op, ReserveOp, ReserveResult
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.errors import FailedPrecondition, Reason
 
@@ -48,7 +48,7 @@ def test_a_reserve_by_id_fails_alone_in_its_batch() -> None:
     two by account and refuses the third, and only the admitted are held."""
     cycle = cycle_budget()
     state = BatchState(CYCLE, cycle, windows={"acct": AdmissionWindow("acct")})
-    ops = [
+    ops: list[Op] = [
         by_account("a"),
         ReserveOp(CYCLE, "b", 10, LEASE, "r-b"),
         ReserveOp(CYCLE, "a", 10, LEASE, "r-a2"),

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 
 def get_json(url: str) -> dict[str, object]:
     with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())  # type: ignore[no-any-return]
+        return json.loads(response.read())
 
 
 @pytest.fixture

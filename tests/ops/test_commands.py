@@ -26,7 +26,7 @@ async def run(s: Running, *argv: str) -> str:
 
 
 async def run_json(s: Running, *argv: str) -> dict[str, Any]:
-    return json.loads(await run(s, *argv, "-o", "json"))  # type: ignore[no-any-return]
+    return json.loads(await run(s, *argv, "-o", "json"))
 
 
 def rows(table: str) -> list[list[str]]:

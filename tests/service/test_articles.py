@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
@@ -59,7 +60,7 @@ async def put_price(
     input_rate: float,
     output_rate: float,
     effective_from: datetime,
-    **extra: int,
+    **extra: Any,
 ) -> pb.Price:
     return await s.admin.PutPrice(
         pb.PutPriceRequest(

@@ -87,7 +87,7 @@ NOT_FOUND: list[tuple[str, Any]] = [
 
 def method(s: Running, name: str) -> Callable[[Any], Awaitable[Any]]:
     stub = s.admin if name in {"PutBudget", "GetBudget"} else s.budget
-    return getattr(stub, name)  # type: ignore[no-any-return]
+    return getattr(stub, name)
 
 
 async def snapshot(dsn: str) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -23,7 +24,7 @@ async def put(s: Running, budget_id: str = "acme/tokens", limit: int | None = 10
 
 
 async def reserve(
-    s: Running, amount: int, key: str | None = None, budget_id: str = "acme/tokens", **kw: object
+    s: Running, amount: int, key: str | None = None, budget_id: str = "acme/tokens", **kw: Any
 ) -> pb.ReserveResponse:
     return await s.budget.Reserve(
         pb.ReserveRequest(

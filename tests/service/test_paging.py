@@ -69,14 +69,14 @@ async def test_paging_returns_each_hold_and_ledger_row_once(sidecar: Running) ->
     finally:
         await store.close()
 
-    async def holds(state: int) -> list[str]:
+    async def holds(state: pb.ReservationState) -> list[str]:
         async def fetch(token: str) -> tuple[list[object], str]:
             page = await sidecar.admin.ListHolds(
                 pb.ListHoldsRequest(
                     budget_id="pages",
                     state=state,
                     page_size=1_000,
-                    page_token=token,  # type: ignore[arg-type]
+                    page_token=token,
                 )
             )
             return [h.reservation_id for h in page.holds], page.next_page_token

@@ -172,6 +172,7 @@ async def test_exhausted_retries_are_unavailable_and_commit_nothing(dsn: str) ->
     finally:
         await pool.close()
     assert 3 == len(retries)
+    assert row is not None
     assert (3, 0) == (row["used"], row["held"])
 
 

@@ -28,7 +28,7 @@ async def earmark(*args: str) -> tuple[int, str, str]:
 async def run_json(*args: str) -> dict[str, Any]:
     code, out, err = await earmark(*args, "--json")
     assert 0 == code, err
-    return json.loads(out)  # type: ignore[no-any-return]
+    return json.loads(out)
 
 
 def test_step_costs_add_up() -> None:
