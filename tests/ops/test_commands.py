@@ -66,6 +66,18 @@ async def test_a_budget_is_put_read_and_deleted(sidecar: Running) -> None:
     assert refused.startswith("FAILED_PRECONDITION BUDGET_ARCHIVED: ")
 
 
+async def test_budgets_are_listed(sidecar: Running) -> None:
+    """budgets list shows every budget in id order, or those under --prefix."""
+    for budget_id in ("a/one", "a/two", "b/one"):
+        await run(sidecar, "budgets", "put", budget_id, "--unit", "tokens", "--limit", "100")
+    every = [r[0] for r in rows(await run(sidecar, "budgets", "list"))[1:]]
+    under = await run_json(sidecar, "budgets", "list", "--prefix", "a/")
+    assert (["a/one", "a/two", "b/one"], ["a/one", "a/two"]) == (
+        every,
+        [b["budget_id"] for b in under["budgets"]],
+    )
+
+
 async def test_an_unlimited_budget_and_a_missing_one(sidecar: Running) -> None:
     """No --limit is unlimited; a budget that is not there is NOT_FOUND BUDGET_NOT_FOUND."""
     put = rows(await run(sidecar, "budgets", "put", "meter", "--unit", "tokens"))

@@ -42,6 +42,7 @@ EXPECTED = {
 BUDGETS = ("fz/a", "fz/b", "fz/usd")
 ADMIN_METHODS = (
     "PutBudget", "GetBudget", "PutPrice", "ListPrices", "ListCycles", "RefreshLimits",
+    "ListBudgets",
 )  # fmt: skip
 PROVIDERS = ("openai", "anthropic")
 MODELS = ("gpt-4o", "claude")

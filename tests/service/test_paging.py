@@ -107,6 +107,33 @@ def token(value: object) -> str:
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
 
+async def test_budgets_are_listed_once_each_under_a_prefix(sidecar: Running) -> None:
+    """250 budgets under two prefixes, listed 100 a page: every budget exactly once, in id
+    order, archived ones included; a prefix keeps only its own."""
+    ids = [f"team{t}/b{i:03d}" for t in (1, 2) for i in range(125)]
+    for budget_id in ids:
+        await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id=budget_id, unit="t"))
+    await sidecar.admin.DeleteBudget(pb.DeleteBudgetRequest(budget_id=ids[0]))
+
+    async def listed(prefix: str) -> list[str]:
+        seen: list[str] = []
+        token = ""
+        while True:
+            page = await sidecar.admin.ListBudgets(
+                pb.ListBudgetsRequest(prefix=prefix, page_size=100, page_token=token)
+            )
+            seen += [b.budget_id for b in page.budgets]
+            token = page.next_page_token
+            if not token:
+                return seen
+
+    assert (sorted(ids), ids[:125], []) == (
+        await listed(""),
+        await listed("team1/"),
+        await listed("nobody/"),
+    )
+
+
 async def test_page_requests_name_their_field(sidecar: Running) -> None:
     """A page size out of range, a token the sidecar never gave, an unknown state or budget
     are refused by status, naming what is wrong."""
@@ -145,6 +172,16 @@ async def test_page_requests_name_their_field(sidecar: Running) -> None:
             sidecar.admin.ListHolds(pb.ListHoldsRequest(budget_id="p", state=9)),  # type: ignore[arg-type]
             grpc.StatusCode.INVALID_ARGUMENT,
             "state",
+        ),
+        (
+            sidecar.admin.ListBudgets(pb.ListBudgetsRequest(page_token=token(["\x00"]))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
+            sidecar.admin.ListBudgets(pb.ListBudgetsRequest(prefix="a b")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "prefix",
         ),
         (
             sidecar.admin.ListLedger(pb.ListLedgerRequest(budget_id="none")),

@@ -167,6 +167,21 @@ class AdminCalls:
         request = pb.GetBudgetRequest(budget_id=budget_id)
         return budget_state_of(await self._admin_call("GetBudget", request))
 
+    async def list_budgets(
+        self, prefix: str = "", *, page_size: int = 0
+    ) -> AsyncIterator[BudgetState]:
+        """Every budget (archived ones too), or those whose id starts with prefix, in id
+        order, fetched page_size at a time (0: the sidecar's default)."""
+        token = ""
+        while True:
+            request = pb.ListBudgetsRequest(prefix=prefix, page_size=page_size, page_token=token)
+            reply: pb.ListBudgetsResponse = await self._admin_call("ListBudgets", request)
+            for state in reply.budgets:
+                yield budget_state_of(state)
+            token = reply.next_page_token
+            if not token:
+                return
+
     async def delete_budget(self, budget_id: str) -> BudgetState:
         """Archives a budget with no open holds (its ledger stays readable)."""
         request = pb.DeleteBudgetRequest(budget_id=budget_id)

@@ -225,6 +225,7 @@ class Client(_Twin[AsyncClient]):
     refresh_limits = blocking(AsyncClient.refresh_limits)
     list_holds = iterating(AsyncClient.list_holds)
     list_ledger = iterating(AsyncClient.list_ledger)
+    list_budgets = iterating(AsyncClient.list_budgets)
     resolve_hold = blocking(AsyncClient.resolve_hold)
     release_hold = blocking(AsyncClient.release_hold)
 

@@ -1,8 +1,7 @@
 """`earmark budgets put|get|list|delete`: a budget's settings and state, through Admin.
 
-Admin has no RPC that lists every budget, and the wire contract is not changed here:
-`budgets list --account A` lists what Admin can list, the account's billing-cycle budgets
-(ListCycles)."""
+`budgets list` lists every budget, or those whose id starts with `--prefix` (ListBudgets);
+`budgets list --account A` lists an account's billing-cycle budgets (ListCycles)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,10 @@ from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
+from earmark import limits
 from earmark.ops import render
 from earmark.ops.connect import Admin, access_from, add_admin_arguments
+from earmark.ops.holds import follow_pages
 from earmark.v1 import budget_pb2 as pb
 
 OVERAGE_POLICIES = {"hard": pb.OVERAGE_POLICY_HARD, "soft": pb.OVERAGE_POLICY_SOFT}
@@ -39,11 +40,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     get.add_argument("budget_id")
     get.set_defaults(run=get_budget)
     listing = verbs.add_parser(
-        "list",
-        help="an account's billing-cycle budgets, newest first (Admin lists no other "
-        "budgets: it has no RPC for that)",
+        "list", help="every budget in id order, those under a prefix, or an account's cycles"
     )
-    listing.add_argument("--account", required=True, help="the account (ListCycles)")
+    chosen = listing.add_mutually_exclusive_group()
+    chosen.add_argument("--prefix", default="", help="only budgets whose id starts with this")
+    chosen.add_argument(
+        "--account", help="an account's billing-cycle budgets, newest first (ListCycles)"
+    )
     listing.set_defaults(run=list_budgets)
     delete = verbs.add_parser(
         "delete", help="archive a budget with no open holds; its holds and ledger stay"
@@ -112,10 +115,22 @@ def get_budget(args: argparse.Namespace) -> str:
 
 def list_budgets(args: argparse.Namespace) -> str:
     with Admin(access_from(args)) as admin:
-        answer = admin.call(
-            "ListCycles", pb.ListCyclesRequest(account=args.account), pb.ListCyclesResponse
-        )
-    return show(list(answer.cycles), args.output, answer)
+        if args.account:
+            cycles = admin.call(
+                "ListCycles", pb.ListCyclesRequest(account=args.account), pb.ListCyclesResponse
+            )
+            return show(list(cycles.cycles), args.output, cycles)
+
+        def fetch(token: str) -> tuple[list[pb.BudgetState], str]:
+            request = pb.ListBudgetsRequest(
+                prefix=args.prefix, page_size=limits.page_size_max, page_token=token
+            )
+            page = admin.call("ListBudgets", request, pb.ListBudgetsResponse)
+            return list(page.budgets), page.next_page_token
+
+        budgets, rest = follow_pages(fetch, "budgets")
+    answer = pb.ListBudgetsResponse(budgets=budgets, next_page_token=rest)
+    return show(budgets, args.output, answer)
 
 
 def delete_budget(args: argparse.Namespace) -> str:

@@ -146,6 +146,21 @@ class AdminService(pb_grpc.AdminServicer):
         entries = await self.store.scans.pacer.map(convert.ledger_message, page.items)
         return pb.ListLedgerResponse(entries=entries, next_page_token=page.next_page_token)
 
+    @rpc("ListBudgets")
+    async def ListBudgets(
+        self, request: pb.ListBudgetsRequest, context: Context
+    ) -> pb.ListBudgetsResponse:
+        prefix = request.prefix
+        if prefix:
+            prefix = validate.identifier("prefix", prefix, limits.budget_id_length_max)
+        page = await self.store.scans.list_budgets(
+            prefix,
+            validate_scopes.page_size(request.page_size),
+            validate_scopes.page_token(request.page_token),
+        )
+        budgets = await self.store.scans.pacer.map(convert.budget_state, page.items)
+        return pb.ListBudgetsResponse(budgets=budgets, next_page_token=page.next_page_token)
+
     @rpc("ResolveHold")
     async def ResolveHold(
         self, request: pb.ResolveHoldRequest, context: Context

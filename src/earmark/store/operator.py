@@ -183,6 +183,39 @@ def ledger_page(rows: list[LedgerRow], size: int) -> Page[LedgerRow]:
     return Page(rows[:size], _encode(rows[size - 1].entry_id))
 
 
+# Budgets in id order after the cursor, keeping those whose id starts with the prefix
+# (the primary key's order: one index scan, however many budgets there are).
+LIST_BUDGETS = f"""
+SELECT {BUDGET_COLUMNS} FROM budgets
+WHERE budget_id > $1 AND starts_with(budget_id, $2)
+ORDER BY budget_id
+LIMIT $3
+"""
+
+
+def _budget_cursor(token: str) -> str:
+    if not token:
+        return ""
+    found = _decode(token)
+    # A forged token could carry what PostgreSQL refuses in text (NUL): refused here.
+    if isinstance(found, str) and "\x00" not in found:
+        return found
+    raise InvalidArgument("page_token", "is not a token this sidecar gave")
+
+
+async def budget_rows(conn: Conn, prefix: str, size: int, token: str) -> list[asyncpg.Record]:
+    """The rows of one page of budgets whose id starts with prefix, in id order, and one
+    more if there is a next page: see budget_page."""
+    return await conn.fetch(LIST_BUDGETS, _budget_cursor(token), prefix, size + 1)
+
+
+def budget_page(budgets: list[Budget], size: int) -> Page[Budget]:
+    """The page of budget_rows' budgets; the next page's token is empty on the last page."""
+    if len(budgets) <= size:
+        return Page(budgets, "")
+    return Page(budgets[:size], _encode(budgets[size - 1].budget_id))
+
+
 async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:
     """Archives a budget with no open holds (READ COMMITTED, the row locked FOR UPDATE, so
     that a batch holding it is waited for and its holds counted); archiving twice answers

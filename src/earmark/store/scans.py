@@ -12,12 +12,12 @@ from typing import TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.core.model import Hold, HoldState
+from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.prices import Price
 from earmark.errors import Reason, Unavailable
 from earmark.pacing import Pacer
 from earmark.store import operator, pricebook
-from earmark.store.rows import hold_from_row, price_from_row
+from earmark.store.rows import budget_from_row, hold_from_row, price_from_row
 from earmark.store.tx import Conn, mapped_db_errors
 
 T = TypeVar("T")
@@ -55,6 +55,11 @@ class Scans:
         async with self._turn():
             rows = await self._read(lambda c: operator.ledger_rows(c, budget_id, size, token))
             return operator.ledger_page(await self.pacer.map(operator.ledger_row, rows), size)
+
+    async def list_budgets(self, prefix: str, size: int, token: str) -> operator.Page[Budget]:
+        async with self._turn():
+            rows = await self._read(lambda c: operator.budget_rows(c, prefix, size, token))
+            return operator.budget_page(await self.pacer.map(budget_from_row, rows), size)
 
     async def list_prices(self, provider: str = "", model: str = "") -> list[Price]:
         async with self._turn():

@@ -494,6 +494,24 @@ class ListLedgerResponse(_message.Message):
     next_page_token: str
     def __init__(self, entries: _Optional[_Iterable[_Union[LedgerEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListBudgetsRequest(_message.Message):
+    __slots__ = ("prefix", "page_size", "page_token")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    page_size: int
+    page_token: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListBudgetsResponse(_message.Message):
+    __slots__ = ("budgets", "next_page_token")
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[BudgetState]
+    next_page_token: str
+    def __init__(self, budgets: _Optional[_Iterable[_Union[BudgetState, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class ResolveHoldRequest(_message.Message):
     __slots__ = ("reservation_id", "used", "usage")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -299,6 +299,11 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
                 _registered_method=True)
+        self.ListBudgets = channel.unary_unary(
+                '/earmark.v1.Admin/ListBudgets',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -386,6 +391,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBudgets(self, request, context):
+        """Every budget (archived ones too), or those whose id starts with a prefix, a page at a
+        time in budget id order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -443,6 +456,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DeleteBudget,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetState.SerializeToString,
+            ),
+            'ListBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBudgets,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -743,6 +761,33 @@ class Admin:
             '/earmark.v1.Admin/DeleteBudget',
             earmark_dot_v1_dot_budget__pb2.DeleteBudgetRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListBudgets',
+            earmark_dot_v1_dot_budget__pb2.ListBudgetsRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListBudgetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
