@@ -20,13 +20,19 @@ class StateServer(ThreadingHTTPServer, Generic[State]):
         self.state = state
 
 
+POLL_SECONDS = 0.02
+
+
 @contextmanager
 def serving(
     server: StateServer[State], name: str, before_stop: Callable[[], None] = lambda: None
 ) -> Iterator[int]:
     """Serves server on a thread until the block ends and yields its port; before_stop
     runs first on the way out (to release a stalled handler, say)."""
-    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    # A short poll: shutdown() waits for the serving loop's next look (0.5 s by default).
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, name=name, daemon=True
+    )
     thread.start()
     try:
         yield server.server_port
