@@ -15,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
+from tests.helpers import eventually
 
 # Codes a fault may legitimately produce; INTERNAL and UNKNOWN never.
 FAULT_CODES = {
@@ -80,6 +81,17 @@ async def run_load(
                     await asyncio.sleep(0.05)
 
         await asyncio.gather(*[worker() for _ in range(workers)])
+
+
+async def acknowledged(told: Told, more: int, what: str, within_seconds: float = 60) -> None:
+    """Waits until the load has had `more` Reserves acknowledged than now: a load's length
+    in work done rather than in seconds, so that a slow machine runs it as far."""
+    target = len(told.reserved) + more
+
+    async def enough() -> bool:
+        return len(told.reserved) >= target
+
+    await eventually(enough, within_seconds=within_seconds, what=what)
 
 
 def embedded_dsn(data_dir: Path, database: str = "earmark") -> str:

@@ -21,7 +21,7 @@ from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 from tests import formation
-from tests.chaos.load import FAULT_CODES, Told, check_told, run_load
+from tests.chaos.load import FAULT_CODES, Told, acknowledged, check_told, run_load
 from tests.conftest import Running, running_all, sidecar_settings
 from tests.helpers import binary_missing, eventually
 
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 BUDGET = "hot"
 FORMATION_SECONDS_MAX = 120.0
 FAILOVER_SECONDS_MAX = 90.0
-LOAD_SECONDS = 3.0
+# The load runs this many acknowledged Reserves before the kill, and again after it.
+LOAD_RESERVES = 200
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ async def test_killing_the_primary_loses_nothing_acknowledged(
         asyncio.create_task(run_load(s.target, BUDGET, told, stop, workers=10)) for s in sidecars
     ]
     try:
-        await asyncio.sleep(LOAD_SECONDS)
+        await acknowledged(told, LOAD_RESERVES, "the load under way")
         reserved_before = len(told.reserved)
         killed_at = time.monotonic()
         made.kill(primary)
@@ -131,7 +132,7 @@ async def test_killing_the_primary_loses_nothing_acknowledged(
                 what="a sidecar admitting again after the failover",
             )
         recovered_at = time.monotonic()
-        await asyncio.sleep(LOAD_SECONDS)
+        await acknowledged(told, LOAD_RESERVES, "the load after the failover")
     finally:
         stop.set()
         await asyncio.gather(*loads)

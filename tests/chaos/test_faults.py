@@ -23,6 +23,7 @@ from earmark.v1 import budget_pb2_grpc
 from tests.chaos.load import (
     FAULT_CODES,
     Told,
+    acknowledged,
     check_told,
     embedded_dsn,
     held_beyond_doubt,
@@ -86,11 +87,12 @@ async def settle_and_audit(dsn: str, told: Told) -> None:
 
 
 async def load_for(
-    target: str, told: Told, seconds: float
+    target: str, told: Told, reserves: int
 ) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Starts the load and returns once it has had `reserves` Reserves acknowledged."""
     stop = asyncio.Event()
     task = asyncio.create_task(run_load(target, BUDGET, told, stop))
-    await asyncio.sleep(seconds)
+    await acknowledged(told, reserves, "the load under way")
     return stop, task
 
 
@@ -104,7 +106,7 @@ async def test_sidecar_killed_three_times_under_load(data_dir: Path) -> None:
         try:
             if round_ == 0:
                 await put_budget(sidecar)
-            stop, load = await load_for(sidecar.target, told, 1.5)
+            stop, load = await load_for(sidecar.target, told, 150)
             sidecar.process.kill()
             sidecar.process.wait(timeout=30)
             stop.set()
@@ -130,7 +132,7 @@ async def test_embedded_postgres_killed_under_load(data_dir: Path) -> None:
     told = Told()
     try:
         await put_budget(sidecar)
-        stop, load = await load_for(sidecar.target, told, 1.0)
+        stop, load = await load_for(sidecar.target, told, 100)
         os.kill(postmaster_pid(data_dir), signal.SIGKILL)
 
         async def not_serving() -> bool:
@@ -142,7 +144,7 @@ async def test_embedded_postgres_killed_under_load(data_dir: Path) -> None:
         await eventually(not_serving, within_seconds=5, what="NOT_SERVING after the kill")
         await eventually(serving_again, within_seconds=30, what="SERVING after the restart")
         assert SERVING == await health_of(sidecar, "")
-        await asyncio.sleep(1.0)
+        await acknowledged(told, 100, "Reserves acknowledged after the restart")
         stop.set()
         await asyncio.wait_for(load, 30)
         log = sidecar.log.read_text()
@@ -159,7 +161,7 @@ async def test_embedded_postgres_stalled_under_load(data_dir: Path) -> None:
     told = Told()
     try:
         await put_budget(sidecar)
-        stop, load = await load_for(sidecar.target, told, 1.0)
+        stop, load = await load_for(sidecar.target, told, 100)
         pid = postmaster_pid(data_dir)
         stalled = [psutil.Process(pid), *psutil.Process(pid).children()]
         for process in stalled:
