@@ -5,6 +5,7 @@ return a null maximum."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -22,6 +23,7 @@ CLIENT_ID = "fake-client-id"
 # Long and unusual, so that a test can search logs and errors for it.
 CLIENT_SECRET = "s3cr3t-" + "x" * 24 + "-do-not-log"
 TOKEN_SECONDS = 3600
+TRICKLE_SECONDS = 0.2
 
 
 @dataclass
@@ -41,6 +43,8 @@ class KindeState:
     unlimited: bool = False
     failing: bool = False
     stall: threading.Event | None = None
+    # Set: every answer's body trickles in, a byte every TRICKLE_SECONDS, until it is set.
+    trickle: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def agreement(self, account: str) -> str:
@@ -59,7 +63,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        trickle = self.server.state.trickle
+        # A client that gave up on a trickled answer has closed its end: nothing to send.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            while trickle is not None and data and not trickle.wait(TRICKLE_SECONDS):
+                self.wfile.write(data[:1])
+                self.wfile.flush()
+                data = data[1:]
+            self.wfile.write(data)
 
     def _gate(self, name: str) -> bool:
         state = self.server.state
@@ -174,8 +185,9 @@ def fake_kinde() -> Iterator[FakeKinde]:
     state = KindeState()
 
     def release_stalled() -> None:
-        if state.stall is not None:
-            state.stall.set()
+        for held in (state.stall, state.trickle):
+            if held is not None:
+                held.set()
 
     with serving(StateServer(_Handler, state), "fake-kinde", release_stalled) as port:
         yield FakeKinde(state=state, url=f"http://127.0.0.1:{port}")

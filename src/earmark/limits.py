@@ -72,6 +72,9 @@ limit_stale_seconds_default = 600.0
 limit_retry_seconds = 5.0
 limit_cache_accounts_max = 100_000
 provider_timeout_seconds = 10.0
+# An admission with no usable limit waits at most this long for the provider's read (which
+# goes on behind it); one with a usable limit never waits.
+limit_wait_seconds_max = 10.0
 token_renew_margin_seconds = 60.0
 provider_pages_max = 100
 provider_page_size = 100

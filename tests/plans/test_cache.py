@@ -12,6 +12,7 @@ import pytest
 
 from earmark.plans.cache import LimitCache, LimitRead, LimitUnavailable
 from earmark.plans.kinde import KindeProvider
+from earmark.plans.provider import ProviderUnavailable
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.helpers import FakeClock, eventually
 
@@ -39,6 +40,17 @@ async def cache(kinde: FakeKinde, clock: FakeClock) -> AsyncIterator[LimitCache]
         await provider.close()
 
 
+async def read_in(cache: LimitCache, at: datetime) -> bool:
+    """Whether the cache holds a read made at `at` (a refresh behind an admission is in)."""
+    known = cache.last_read("acct")
+    return known is not None and known.read_at == at
+
+
+async def idle(cache: LimitCache) -> bool:
+    """Whether no provider read runs."""
+    return not cache.reading("acct")
+
+
 async def test_a_thousand_cold_askers_make_one_read(
     kinde: FakeKinde, cache: LimitCache, clock: FakeClock
 ) -> None:
@@ -50,6 +62,7 @@ async def test_a_thousand_cold_askers_make_one_read(
     await cache.get("acct")
     clock.advance(timedelta(seconds=1))
     await asyncio.gather(*(cache.get("acct") for _ in range(1_000)))
+    await eventually(lambda: read_in(cache, clock()), within_seconds=10, what="the new read")
     assert {100_000} == {read.limits["tokens"] for read in reads}
     assert (1, 2) == (first, kinde.state.requests["entitlements"])
 
@@ -85,9 +98,11 @@ async def test_a_failed_read_is_not_retried_at_once(
     clock.advance(timedelta(minutes=2))
     for _ in range(10):
         await cache.get("acct")
+    await eventually(lambda: idle(cache), within_seconds=10, what="the failed read done")
     calls = kinde.state.requests["entitlements"] + kinde.state.requests["token"]
     clock.advance(timedelta(seconds=5))
     await cache.get("acct")
+    await eventually(lambda: idle(cache), within_seconds=10, what="the next read done")
     after = kinde.state.requests["entitlements"] + kinde.state.requests["token"]
     assert after == calls + 1
 
@@ -153,3 +168,58 @@ async def test_any_providers_limit_past_the_bound_is_unavailable(clock: FakeCloc
         "oversized: feature 'tokens': the maximum is 1000000000000000000000000000000; "
         "at most 1000000000000000000"
     ) in str(caught.value)
+
+
+async def test_a_slow_provider_never_holds_up_a_usable_limit(
+    kinde: FakeKinde, cache: LimitCache, clock: FakeClock
+) -> None:
+    """Past the fresh minute, with the provider stalled, asks answer at once with the last
+    read (the refresh runs behind them) while it is within the stale window."""
+    await cache.get("acct")
+    kinde.state.stall = threading.Event()
+    clock.advance(timedelta(minutes=5))
+    answers = await asyncio.wait_for(asyncio.gather(*(cache.get("acct") for _ in range(10))), 5)
+
+    async def reading() -> bool:
+        return 2 == kinde.state.requests["entitlements"]
+
+    await eventually(reading, within_seconds=10, what="one refresh behind the asks")
+    kinde.state.stall.set()
+    assert ({100_000}, {START}) == (
+        {a.limits["tokens"] for a in answers},
+        {a.read_at for a in answers},
+    )
+
+
+async def test_with_no_usable_limit_an_ask_waits_at_most_its_bound(
+    kinde: FakeKinde, clock: FakeClock
+) -> None:
+    """A cold account with the provider stalled: the ask gives up after wait_seconds with
+    LimitUnavailable saying so, and the read, going on behind, serves the next ask."""
+    provider = KindeProvider(kinde.url, CLIENT_ID, CLIENT_SECRET)
+    cache = LimitCache(provider, clock, wait_seconds=0.2)
+    kinde.state.stall = threading.Event()
+    try:
+        with pytest.raises(LimitUnavailable) as waited:
+            await asyncio.wait_for(cache.get("acct"), 5)
+        kinde.state.stall.set()
+        await eventually(lambda: read_in(cache, clock()), within_seconds=10, what="the read")
+        later = await cache.get("acct")
+    finally:
+        await provider.close()
+    assert "did not answer within 0.2s" in str(waited.value)
+    assert 100_000 == later.limits["tokens"]
+
+
+async def test_a_trickled_answer_ends_at_the_calls_deadline(kinde: FakeKinde) -> None:
+    """An answer whose body comes a byte at a time (each within httpx's read timeout) ends
+    at the call's whole deadline as unavailable, not minutes later."""
+    provider = KindeProvider(kinde.url, CLIENT_ID, CLIENT_SECRET, timeout_seconds=0.5)
+    kinde.state.trickle = threading.Event()
+    try:
+        with pytest.raises(ProviderUnavailable) as slow:
+            await asyncio.wait_for(provider.read_limits("acct"), 10)
+    finally:
+        kinde.state.trickle.set()
+        await provider.close()
+    assert "timed out" in str(slow.value)

@@ -5,6 +5,8 @@ meter outbox."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,6 +64,17 @@ async def side(
         yield s
 
 
+async def until_remaining(side: Running, remaining: int) -> None:
+    """Waits until the account's cycle shows `remaining` left, asking with Reserves too
+    large for any limit here: refused, they hold nothing and say what is left."""
+
+    async def shows() -> bool:
+        probe = await side.budget.Reserve(reserve("acct", 10**12, uuid.uuid4().hex))
+        return not probe.admitted and remaining == probe.remaining
+
+    await eventually(shows, within_seconds=10, what=f"{remaining} left after a new read")
+
+
 def reserve(account: str, amount: int, key: str, **extra: object) -> pb.ReserveRequest:
     return pb.ReserveRequest(account=account, amount=amount, idempotency_key=key, **extra)  # type: ignore[arg-type]
 
@@ -100,6 +113,12 @@ async def test_a_thousand_cold_reserves_make_one_read(
         first = kinde.state.requests["entitlements"]
         clock.advance(timedelta(seconds=60))
         await s.budget.Reserve(reserve("acct", 10, "later"))
+
+        async def read_again() -> bool:
+            return 2 <= kinde.state.requests["entitlements"]
+
+        # The read past the minute runs behind the Reserve that found the limit stale.
+        await eventually(read_again, within_seconds=10, what="a second entitlements read")
         assert (1_000, 1, 2) == (
             sum(r.admitted for r in replies),
             first,
@@ -134,18 +153,26 @@ async def test_provider_down_stale_then_closed_then_open(
 async def test_limit_cut_applies_to_the_next_reserve_and_null_is_unlimited(
     side: Running, kinde: FakeKinde, clock: FakeClock
 ) -> None:
-    """A plan cut from 100,000 to 50,000 leaves a running hold as it is; the next Reserve
-    after the cache's minute sees 50,000. A null maximum admits without limit."""
+    """A plan cut from 100,000 to 50,000 leaves a running hold as it is; past the cache's
+    minute the plan is read again behind the Reserves, which see 50,000 once it is in. A
+    null maximum admits without limit."""
     running_job = await side.budget.Reserve(
         reserve("acct", 40_000, "job", lease=Duration(seconds=3600))
     )
     kinde.state.limits["acct"] = {"tokens": 50_000}
     clock.advance(timedelta(seconds=61))
     await side.budget.Renew(pb.RenewRequest(reservation_id=running_job.reservation_id))
+    await until_remaining(side, 10_000)
     after = await side.budget.Reserve(reserve("acct", 20_000, "next"))
     row = await fetch_budget_row(side.dsn, CYCLE)
     kinde.state.limits["acct"] = {"tokens": None}
     clock.advance(timedelta(seconds=61))
+
+    async def unlimited_now() -> bool:
+        probe = await side.budget.Reserve(reserve("acct", 10**9, uuid.uuid4().hex))
+        return probe.admitted
+
+    await eventually(unlimited_now, within_seconds=10, what="the null maximum read")
     unlimited = await side.budget.Reserve(reserve("acct", 10**9, "big"))
     assert (50_000, 40_000) == (row["limit_units"], row["held"])
     assert (False, 10_000) == (after.admitted, after.remaining)
@@ -216,6 +243,9 @@ async def test_a_month_boundary_opens_a_new_cycle(
     clock.set(datetime(2026, 9, 1, 0, 0, 30, tzinfo=UTC))
     kinde.state.limits["acct"] = {"tokens": 70_000}
     september = await side.budget.Reserve(reserve("acct", 5_000, "early-september"))
+    # The plan read 90 s ago was still usable: September opened on it while the plan was
+    # read again behind; the cycle takes 70,000 once that read is in.
+    await until_remaining(side, 65_000)
     await side.budget.Settle(pb.SettleRequest(reservation_id=august.reservation_id, used=30_000))
     old = await fetch_budget_row(side.dsn, "acct/tokens/2026-08-01")
     new = await fetch_budget_row(side.dsn, "acct/tokens/2026-09-01")
@@ -224,7 +254,7 @@ async def test_a_month_boundary_opens_a_new_cycle(
         return any(r["meter_value"] == "30000" for r in kinde.state.meter_reports)
 
     await eventually(reported, within_seconds=10, what="August's total reported")
-    assert ("acct/tokens/2026-09-01", 65_000) == (september.budget_id, september.remaining)
+    assert "acct/tokens/2026-09-01" == september.budget_id
     assert (30_000, 0, 100_000) == (old["used"], old["held"], old["limit_units"])
     assert (70_000, 5_000) == (new["limit_units"], new["held"])
 
@@ -354,3 +384,26 @@ async def test_two_sidecars_open_one_cycle_at_once(
         [c.budget_id for c in cycles.cycles],
     )
     await assert_invariants(dsn)
+
+
+async def test_a_stalled_kinde_holds_up_no_reserve_with_a_usable_limit(
+    side: Running, kinde: FakeKinde, clock: FakeClock
+) -> None:
+    """With Kinde stalled past the fresh minute, Reserves are answered within their 5 s
+    deadline on the last read, which is still usable; one read waits behind them."""
+    await side.budget.Reserve(reserve("acct", 1_000, "before", lease=Duration(seconds=3600)))
+    kinde.state.stall = threading.Event()
+    clock.advance(timedelta(minutes=3))
+    replies = await asyncio.gather(
+        *(side.budget.Reserve(reserve("acct", 1_000, f"stalled-{i}"), timeout=5) for i in range(20))
+    )
+
+    async def one_read_waiting() -> bool:
+        return 2 == kinde.state.requests["entitlements"]
+
+    await eventually(one_read_waiting, within_seconds=10, what="the read behind the Reserves")
+    kinde.state.stall.set()
+    assert ({True}, {98_000 - 1_000 * i for i in range(20)}) == (
+        {r.admitted for r in replies},
+        {r.remaining for r in replies},
+    )

@@ -42,7 +42,7 @@ def _mapped(call: str) -> Iterator[None]:
     exception's own text (which may carry a URL) stays out of the message."""
     try:
         yield
-    except httpx.TimeoutException:
+    except (httpx.TimeoutException, TimeoutError):
         raise ProviderUnavailable(f"kinde {call}: timed out") from None
     except httpx.HTTPError as error:
         raise ProviderUnavailable(f"kinde {call}: {type(error).__name__}") from None
@@ -63,6 +63,7 @@ class KindeProvider:
     ) -> None:
         assert 0 < timeout_seconds <= limits.provider_timeout_seconds
         self.domain = domain.rstrip("/")
+        self._timeout_seconds = timeout_seconds
         self._client_id = client_id
         self._client_secret = client_secret
         self._http = httpx.AsyncClient(
@@ -103,8 +104,11 @@ class KindeProvider:
             return {"authorization": f"Bearer {self._token}"}
 
     async def _send(self, call: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        # httpx's timeout is per step (connect, each read): a body that trickles in a byte
+        # at a time never trips it. The whole call, body included, has this deadline.
         with _mapped(call):
-            response = await self._http.request(method, path, **kwargs)
+            async with asyncio.timeout(self._timeout_seconds):
+                response = await self._http.request(method, path, **kwargs)
         if response.status_code in (401, 403) and call != "token":
             # A token revoked early: the next call fetches another.
             self._token = None
