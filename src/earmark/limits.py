@@ -73,8 +73,9 @@ limit_retry_seconds = 5.0
 limit_cache_accounts_max = 100_000
 provider_timeout_seconds = 10.0
 # An admission with no usable limit waits at most this long for the provider's read (which
-# goes on behind it); one with a usable limit never waits.
-limit_wait_seconds_max = 10.0
+# goes on behind it), well within the SDK's default deadline of 5 s, so that the caller is
+# told LIMIT_UNAVAILABLE rather than DEADLINE_EXCEEDED; one with a usable limit never waits.
+limit_wait_seconds_max = 3.0
 token_renew_margin_seconds = 60.0
 provider_pages_max = 100
 provider_page_size = 100
@@ -229,6 +230,10 @@ drain_quiet_seconds_max = 5.0
 # Stopping the metrics endpoint wakes its thread with a connection this often until it
 # has stopped.
 metrics_stop_poke_seconds = 0.02
+# The probes' listener (--health-listen) answers only health Check, at most this many at
+# once, with requests of at most this size.
+health_rpcs_max = 64
+health_message_bytes_max = 1 << 10
 drain_poll_seconds = 0.02
 stream_grace_seconds = 0.5
 # A background loop asked to stop finishes its current transaction, at most this long.

@@ -14,7 +14,7 @@ import socket
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -23,6 +23,7 @@ from earmark.errors import Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.service import auth
 from earmark.service.edge import EdgeInterceptor, StreamSlots
+from earmark.service.errors import abort
 from earmark.settings import UNIX_PREFIX, Settings, split_host_port, unix_socket_path
 
 
@@ -85,14 +86,39 @@ def grpc_server(
 
 
 def health_server(settings: Settings, health_servicer: Any) -> tuple[grpc.aio.Server, int]:
-    """The probes' listener: grpc.health.v1 and nothing else (no reflection, no service),
-    plaintext on any address, since what it says (SERVING or not) is no secret and the
-    kubelet's gRPC probe speaks no TLS; the port it got."""
+    """The probes' listener: grpc.health.v1's Check and nothing else (no Watch, which could
+    hold its slots open, no reflection, no service), plaintext on any address, since what it
+    says (SERVING or not) is no secret and the kubelet's gRPC probe speaks no TLS; the port
+    it got."""
     server = grpc.aio.server(
-        maximum_concurrent_rpcs=limits.streams_max,
-        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 1 << 10)],
+        maximum_concurrent_rpcs=limits.health_rpcs_max,
+        options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", limits.health_message_bytes_max),
+        ],
     )
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+
+    def decode(data: bytes) -> object:
+        try:
+            return health_pb2.HealthCheckRequest.FromString(data)
+        except Exception:
+            return None
+
+    async def check(request: object, context: Any) -> health_pb2.HealthCheckResponse:
+        if not isinstance(request, health_pb2.HealthCheckRequest):
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                        "request: the body is not a valid HealthCheckRequest",
+                        Reason.INVALID_FIELD, field="request")  # fmt: skip
+        return await health_servicer.Check(request, context)
+
+    checks = grpc.unary_unary_rpc_method_handler(
+        check,
+        request_deserializer=decode,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(health.SERVICE_NAME, {"Check": checks}),)
+    )
     host, port = split_host_port(settings.health_listen, "health_listen")
     if port:
         _require_free(host, port, "health_listen")
@@ -178,7 +204,10 @@ async def stop_metrics(httpd: Any) -> None:
     stopping = asyncio.ensure_future(asyncio.to_thread(httpd.shutdown))
     host, port = httpd.server_address[:2]
     while not stopping.done():
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.1):
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection((host, port), timeout=limits.metrics_stop_poke_seconds),
+        ):
             pass
         await asyncio.wait({stopping}, timeout=limits.metrics_stop_poke_seconds)
     await stopping

@@ -85,6 +85,7 @@ class Sidecar:
         self.background: Background | None = None
         self.provider: LimitsProvider | None = None
         self.plans: PlanGate | None = None
+        self._limit_cache: LimitCache | None = None
 
     async def start(self) -> None:
         try:
@@ -158,6 +159,7 @@ class Sidecar:
     def _try_next(self) -> str:
         """What a person who just started the sidecar can type next."""
         host, _ = split_host_port(self.settings.listen, "listen")
+        host = f"[{host}]" if ":" in host else host
         grpcurl = "grpcurl" if self.settings.tls else "grpcurl -plaintext"
         return (
             f"earmark budgets put demo --unit tokens --limit 100000 --admin-target "
@@ -250,7 +252,7 @@ class Sidecar:
                 "(the M2M application's credentials) in the environment"
             )
         self.provider = KindeProvider(settings.kinde_domain, client_id, secret)
-        cache = LimitCache(
+        cache = self._limit_cache = LimitCache(
             self.provider,
             self.clock,
             fresh_seconds=settings.limit_fresh_seconds,
@@ -349,6 +351,9 @@ class Sidecar:
         if self.store is not None:
             await self.store.close()
             self.store = None
+        if self._limit_cache is not None:
+            await self._limit_cache.close()
+            self._limit_cache = None
         if self.provider is not None:
             await self.provider.close()
             self.provider = None

@@ -146,6 +146,29 @@ async def test_the_shipped_pod_serves_a_worker(database_url: str, tmp_path: Path
             except grpc.aio.AioRpcError as error:
                 code = error.code()
         assert grpc.StatusCode.UNIMPLEMENTED == code
+        # Only Check: a Watch (which could hold the listener's slots open) is refused, and
+        # bytes that are not a request are INVALID_ARGUMENT.
+        async with grpc.aio.insecure_channel(probe_target) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=""), timeout=5
+            )
+            try:
+                await watch.read()
+                watched = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as error:
+                watched = error.code()
+            # The stubs make the (optional) serializers required: the bytes go as they are.
+            untyped: Any = channel
+            raw = untyped.unary_unary("/grpc.health.v1.Health/Check")
+            try:
+                await raw(b"\xff\xff", timeout=5)
+                garbage = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as error:
+                garbage = error.code()
+        assert (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INVALID_ARGUMENT) == (
+            watched,
+            garbage,
+        )
         admin = f"unix:{env['EARMARK_DATA_DIR']}/admin.sock"
         async with grpc.aio.insecure_channel(admin) as channel:
             await budget_pb2_grpc.AdminStub(channel).PutBudget(

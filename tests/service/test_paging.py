@@ -179,6 +179,11 @@ async def test_page_requests_name_their_field(sidecar: Running) -> None:
             "page_token",
         ),
         (
+            sidecar.admin.ListBudgets(pb.ListBudgetsRequest(page_token=token("\ud800"))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "page_token",
+        ),
+        (
             sidecar.admin.ListBudgets(pb.ListBudgetsRequest(prefix="a b")),
             grpc.StatusCode.INVALID_ARGUMENT,
             "prefix",

@@ -36,6 +36,7 @@ from earmark.core.model import (
     EstimatePolicy,
     EstimateSource,
     HoldState,
+    LedgerKind,
     Outcome,
     OveragePolicy,
     RefusalReason,

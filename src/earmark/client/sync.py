@@ -209,8 +209,10 @@ class Client(_Twin[AsyncClient]):
         nothing: close its client)."""
         if self._view or self._loop.is_closed():
             return
-        self._run(self._async.close())
-        self._stop()
+        try:
+            self._run(self._async.close())
+        finally:
+            self._stop()
 
     reserve = blocking(AsyncClient.reserve)
     charge = blocking(AsyncClient.charge)

@@ -74,6 +74,13 @@ class LimitCache:
     def knows(self, account: str) -> bool:
         return account in self._reads
 
+    async def close(self) -> None:
+        """Stops the reads still running (behind admissions), before the provider closes."""
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def last_read(self, account: str) -> LimitRead | None:
         """The newest read known for account, whatever its age."""
         return self._reads.get(account)

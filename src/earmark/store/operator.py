@@ -94,6 +94,17 @@ def _decode(token: str) -> object:
         raise InvalidArgument("page_token", "is not a token this sidecar gave") from None
 
 
+def _plain(text: str) -> bool:
+    """Text PostgreSQL takes: no NUL, and UTF-8 (a lone surrogate is not)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _hold_cursor(token: str) -> tuple[str, str, str]:
     if not token:
         return "", "", _NIL
@@ -102,7 +113,7 @@ def _hold_cursor(token: str) -> tuple[str, str, str]:
     if (
         isinstance(found, list)
         and len(found) == 3
-        and all(isinstance(part, str) and "\x00" not in part for part in found)
+        and all(isinstance(part, str) and _plain(part) for part in found)
     ):
         owner, key, after = found
         try:
@@ -183,8 +194,10 @@ def ledger_page(rows: list[LedgerRow], size: int) -> Page[LedgerRow]:
     return Page(rows[:size], _encode(rows[size - 1].entry_id))
 
 
-# Budgets in id order after the cursor, keeping those whose id starts with the prefix
-# (the primary key's order: one index scan, however many budgets there are).
+# Budgets in id order after the cursor, keeping those whose id starts with the prefix: a
+# scan of the primary key in its order that filters the prefix, so a page reads the ids
+# from the cursor on until it has its rows (with a prefix that sorts late or matches few,
+# that can be many; Admin's listings run on their own pool and gate for that reason).
 LIST_BUDGETS = f"""
 SELECT {BUDGET_COLUMNS} FROM budgets
 WHERE budget_id > $1 AND starts_with(budget_id, $2)
@@ -197,8 +210,8 @@ def _budget_cursor(token: str) -> str:
     if not token:
         return ""
     found = _decode(token)
-    # A forged token could carry what PostgreSQL refuses in text (NUL): refused here.
-    if isinstance(found, str) and "\x00" not in found:
+    # A forged token could carry what PostgreSQL refuses in text: refused here.
+    if isinstance(found, str) and _plain(found):
         return found
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from earmark.ops.connect import AdminAccess, read_token, wait_reachable
@@ -19,7 +19,8 @@ class Target:
 
     worker: str
     admin: str
-    admin_token: str | None = None
+    # Never in a repr (a traceback's locals, a debug print).
+    admin_token: str | None = field(default=None, repr=False)
 
 
 @contextlib.contextmanager
