@@ -26,6 +26,7 @@ from earmark.client import (
     RetryPolicy,
 )
 from earmark.server import Sidecar
+from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
 from tests.chaos.test_start import forwarder, unix_socket_of
 from tests.conftest import Running, sidecar_settings
@@ -245,6 +246,13 @@ async def test_unavailable_is_retried_until_the_database_answers(
     db_port = free_port()
     url = dsn.replace(urllib.parse.urlsplit(dsn).netloc, f"postgres@127.0.0.1:{db_port}", 1)
     url = url.split("?", 1)[0]
+    # The budget is there before the sidecar reaches its database: the retried Reserve may
+    # be answered the moment it does.
+    store = await Store.open(dsn)
+    try:
+        await store.put_budget("retried", 1_000, "t")
+    finally:
+        await store.close()
     side = Sidecar(sidecar_settings(url, socket_dir, database_wait_seconds=60))
     starting = asyncio.create_task(side.start())
     retry = RetryPolicy(attempts_max=50, backoff_seconds_base=0.05, backoff_seconds_max=0.2)
@@ -267,7 +275,6 @@ async def test_unavailable_is_retried_until_the_database_answers(
             await eventually(refused_once, within_seconds=30, what="a Reserve told UNAVAILABLE")
             async with forwarder(db_port, unix_socket_of(database_url)):
                 await starting
-                await c.put_budget("retried", 1_000, "t")
                 result = await reserving
                 await side.stop()
     finally:
