@@ -217,3 +217,17 @@ class HeldListings:
             return count == self.holding
 
         await eventually(check, within_seconds=10, what=f"{count} listings holding connections")
+
+
+@contextlib.asynccontextmanager
+async def canned_budget(servicer: budget_pb2_grpc.BudgetServicer) -> AsyncIterator[str]:
+    """A real gRPC server on 127.0.0.1 port 0 serving servicer as the Budget service (a
+    canned sidecar whose answers a test chooses); yields its target, stops at the end."""
+    server = grpc.aio.server()
+    budget_pb2_grpc.add_BudgetServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(grace=None)

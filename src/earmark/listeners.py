@@ -119,27 +119,26 @@ def health_server(settings: Settings, health_servicer: Any) -> tuple[grpc.aio.Se
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(health.SERVICE_NAME, {"Check": checks}),)
     )
-    host, port = split_host_port(settings.health_listen, "health_listen")
-    if port:
-        _require_free(host, port, "health_listen")
-    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(target)
-    except RuntimeError:
-        raise Unavailable(
-            f"health_listen: cannot listen on {target}", Reason.LISTEN_FAILED
-        ) from None
+    bound = add_tcp_port(server, settings, settings.health_listen, "health_listen", tls=False)
     return server, bound
 
 
-def add_tcp_port(server: grpc.aio.Server, settings: Settings, address: str, name: str) -> int:
-    """Binds address (TLS when configured); the port it got."""
+def add_tcp_port(
+    server: grpc.aio.Server,
+    settings: Settings,
+    address: str,
+    name: str,
+    *,
+    tls: bool | None = None,
+) -> int:
+    """Binds address, with TLS when tls says so (None: when the sidecar has TLS); the port
+    it got."""
     host, port = split_host_port(address, name)
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if port:
         _require_free(host, port, name)
     try:
-        if not settings.tls:
+        if not (settings.tls if tls is None else tls):
             return server.add_insecure_port(target)
         return server.add_secure_port(target, tls_credentials(settings))
     except RuntimeError:

@@ -35,7 +35,7 @@ from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import free_port
+from tests.helpers import canned_budget, free_port
 from tests.service.test_security import make_pki
 
 CLIENT = Path(earmark.client.__file__).parent
@@ -274,15 +274,9 @@ class Recording(pb_grpc.BudgetServicer):
 
 @pytest.fixture
 async def recording() -> AsyncIterator[tuple[Recording, str]]:
-    server = grpc.aio.server()
     servicer = Recording()
-    pb_grpc.add_BudgetServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield servicer, f"127.0.0.1:{port}"
-    finally:
-        await server.stop(grace=None)
+    async with canned_budget(servicer) as target:
+        yield servicer, target
 
 
 async def test_the_sync_hold_sends_account_feature_and_phase(

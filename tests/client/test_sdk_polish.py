@@ -18,7 +18,7 @@ from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import free_port
+from tests.helpers import canned_budget, free_port
 
 
 async def test_a_worker_started_before_its_sidecar_waits_for_it(dsn: str, socket_dir: Path) -> None:
@@ -96,15 +96,9 @@ class SlowFirstReserve(pb_grpc.BudgetServicer):
 
 @pytest.fixture
 async def slow_first() -> AsyncIterator[tuple[SlowFirstReserve, str]]:
-    server = grpc.aio.server()
     servicer = SlowFirstReserve()
-    pb_grpc.add_BudgetServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield servicer, f"127.0.0.1:{port}"
-    finally:
-        await server.stop(grace=None)
+    async with canned_budget(servicer) as target:
+        yield servicer, target
 
 
 async def test_a_deadline_exceeded_is_retried_with_the_same_key(

@@ -132,6 +132,17 @@ class AdminCalls:
     async def _admin_call(self, method: str, request: Any) -> Any:
         raise NotImplementedError
 
+    async def _pages(self, method: str, request: Any, field: str) -> AsyncIterator[Any]:
+        """Every item (the answer's `field`) of a paged listing: request again with each
+        answer's next_page_token until one comes back empty."""
+        while True:
+            reply = await self._admin_call(method, request)
+            for item in getattr(reply, field):
+                yield item
+            if not reply.next_page_token:
+                return
+            request.page_token = reply.next_page_token
+
     async def put_budget(
         self,
         budget_id: str,
@@ -172,15 +183,9 @@ class AdminCalls:
     ) -> AsyncIterator[BudgetState]:
         """Every budget (archived ones too), or those whose id starts with prefix, in id
         order, fetched page_size at a time (0: the sidecar's default)."""
-        token = ""
-        while True:
-            request = pb.ListBudgetsRequest(prefix=prefix, page_size=page_size, page_token=token)
-            reply: pb.ListBudgetsResponse = await self._admin_call("ListBudgets", request)
-            for state in reply.budgets:
-                yield budget_state_of(state)
-            token = reply.next_page_token
-            if not token:
-                return
+        request = pb.ListBudgetsRequest(prefix=prefix, page_size=page_size)
+        async for state in self._pages("ListBudgets", request, "budgets"):
+            yield budget_state_of(state)
 
     async def delete_budget(self, budget_id: str) -> BudgetState:
         """Archives a budget with no open holds (its ledger stays readable)."""
@@ -248,37 +253,22 @@ class AdminCalls:
         """A budget's holds (its own, and those that name it in also_budget_ids), in state
         or in all, in reservation id order, fetched page_size at a time (0: the sidecar's
         default)."""
-        token = ""
-        while True:
-            request = pb.ListHoldsRequest(
-                budget_id=budget_id,
-                state=int(state or 0),  # type: ignore[arg-type]
-                page_size=page_size,
-                page_token=token,
-            )
-            reply: pb.ListHoldsResponse = await self._admin_call("ListHolds", request)
-            for hold in reply.holds:
-                yield hold_record_of(hold)
-            token = reply.next_page_token
-            if not token:
-                return
+        request = pb.ListHoldsRequest(
+            budget_id=budget_id,
+            state=int(state or 0),  # type: ignore[arg-type]
+            page_size=page_size,
+        )
+        async for hold in self._pages("ListHolds", request, "holds"):
+            yield hold_record_of(hold)
 
     async def list_ledger(
         self, budget_id: str, *, page_size: int = 0
     ) -> AsyncIterator[LedgerEntry]:
         """A budget's ledger, oldest entry first, fetched page_size at a time (0: the
         sidecar's default)."""
-        token = ""
-        while True:
-            request = pb.ListLedgerRequest(
-                budget_id=budget_id, page_size=page_size, page_token=token
-            )
-            reply: pb.ListLedgerResponse = await self._admin_call("ListLedger", request)
-            for entry in reply.entries:
-                yield ledger_entry_of(entry)
-            token = reply.next_page_token
-            if not token:
-                return
+        request = pb.ListLedgerRequest(budget_id=budget_id, page_size=page_size)
+        async for entry in self._pages("ListLedger", request, "entries"):
+            yield ledger_entry_of(entry)
 
     async def resolve_hold(
         self, reservation_id: str, used: int = 0, *, usage: Usage | None = None
