@@ -12,7 +12,7 @@ import pytest
 
 from earmark.plans.cache import LimitCache, LimitRead, LimitUnavailable
 from earmark.plans.kinde import KindeProvider
-from earmark.plans.provider import ProviderUnavailable
+from earmark.plans.provider import Period, ProviderUnavailable
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.helpers import FakeClock, eventually
 
@@ -149,6 +149,12 @@ class Oversized:
 
     async def read_limits(self, account: str) -> dict[str, int | None]:
         return {"tokens": 10**30}
+
+    async def read_period(self, account: str, feature: str) -> Period | None:
+        return None
+
+    def forget(self, account: str) -> None:
+        pass
 
     async def report_usage(self, account: str, feature: str, total: int, at: datetime) -> None:
         raise AssertionError("not reported to")

@@ -28,7 +28,7 @@ import httpx
 
 from earmark import limits
 from earmark.core.bounds import limit_problem, shown
-from earmark.plans.provider import Limits, ProviderUnavailable
+from earmark.plans.provider import Limits, Period, ProviderUnavailable
 
 TOKEN_PATH = "/oauth2/token"
 ENTITLEMENTS_PATH = "/api/v1/billing/entitlements"
@@ -181,6 +181,13 @@ class KindeProvider:
             self._agreements.pop(next(iter(self._agreements)))
         self._agreements[account] = live[0]["id"]
         return self._agreements[account]
+
+    async def read_period(self, account: str, feature: str) -> Period | None:
+        # Until the agreement per feature is read: the sidecar's anchor day applies.
+        return None
+
+    def forget(self, account: str) -> None:
+        self._agreements.pop(account, None)
 
     async def report_usage(self, account: str, feature: str, total: int, at: datetime) -> None:
         agreement = await self._agreement(account)
