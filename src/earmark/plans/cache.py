@@ -53,7 +53,7 @@ class LimitCache:
         wait_seconds: float = limits.limit_wait_seconds_max,
     ) -> None:
         assert 0 < fresh_seconds <= stale_seconds
-        self._provider = provider
+        self.provider = self._provider = provider
         self._clock = clock
         self._fresh = timedelta(seconds=fresh_seconds)
         self._stale = timedelta(seconds=stale_seconds)
@@ -64,12 +64,21 @@ class LimitCache:
         self._reads: OrderedDict[str, LimitRead] = OrderedDict()
         self._failed_at: dict[str, datetime] = {}
         self._inflight: dict[str, asyncio.Task[LimitRead]] = {}
+        # Accounts whose plan is known to have changed (a webhook): their next admission
+        # waits for a new read instead of using the one remembered.
+        self._changed: set[str] = set()
 
     def seed(self, account: str, read: LimitRead) -> None:
         """Remembers a read made elsewhere, unless a newer one is known."""
         known = self._reads.get(account)
         if known is None or known.read_at < read.read_at:
             self._remember(account, read)
+
+    def forget(self, account: str) -> None:
+        """The account's plan changed: its next admission waits (at most wait_seconds) for a
+        new read; the remembered one answers only if that read fails."""
+        if account in self._reads:
+            self._changed.add(account)
 
     def knows(self, account: str) -> bool:
         return account in self._reads
@@ -97,6 +106,7 @@ class LimitCache:
         most wait_seconds; LimitUnavailable when it fails or does not come in time."""
         now = self._clock()
         known = self._reads.get(account)
+        force = force or account in self._changed
         if not force and known is not None and now - known.read_at < self._fresh:
             return known
         failed = self._failed_at.get(account)
@@ -160,6 +170,7 @@ class LimitCache:
         read = LimitRead(found, self._clock())
         self._remember(account, read)
         self._failed_at.pop(account, None)
+        self._changed.discard(account)
         return read
 
     def _finished(self, account: str, task: asyncio.Task[LimitRead]) -> None:
@@ -174,4 +185,5 @@ class LimitCache:
         self._reads[account] = read
         self._reads.move_to_end(account)
         while len(self._reads) > self._accounts_max:
-            self._reads.popitem(last=False)
+            evicted, _ = self._reads.popitem(last=False)
+            self._changed.discard(evicted)

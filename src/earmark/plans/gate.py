@@ -48,6 +48,12 @@ class PlanGate:
         # One write per budget at a time: the Reserves that find a cycle new all wait on it.
         self._writing: dict[str, asyncio.Lock] = {}
 
+    def forget(self, account: str) -> None:
+        """The account's plan or agreement changed (a webhook said so): its next admission
+        reads the provider again before it is decided."""
+        self._cache.forget(account)
+        self._cache.provider.forget(account)
+
     def cycle_budget_id(self, account: str, feature: str) -> str:
         """The id budget_for would answer now, found without a read or a write: the
         service checks the caller's permission on it first."""
