@@ -85,8 +85,9 @@ provider_response_bytes_max = 1 << 20
 # from outside and may be as large as the answer.
 provider_value_shown_chars_max = 64
 cycle_anchor_day_max = 28
-# An account's cycle budget is named ACCOUNT/FEATURE/YYYY-MM-DD: 64 + 1 + 48 + 1 + 10 fits
-# in budget_id_length_max.
+# An account's cycle budget is named ACCOUNT/FEATURE/YYYY-MM-DD, or ACCOUNT/FEATURE/
+# YYYYMMDDTHHMMZ for a period that starts during a day: 64 + 1 + 48 + 1 + 14 fits in
+# budget_id_length_max.
 account_length_max = 64
 feature_length_max = 48
 admissions_per_minute_default = 120
@@ -301,7 +302,7 @@ assert 0 < token_renew_margin_seconds
 assert 1 <= provider_pages_max <= 10_000
 assert 1 <= cycle_anchor_day_max <= 28
 assert len(str(limit_units_max)) + 3 <= provider_value_shown_chars_max <= error_about_chars_max
-assert account_length_max + feature_length_max + 12 <= budget_id_length_max
+assert account_length_max + feature_length_max + 16 <= budget_id_length_max
 assert 1 <= admissions_per_minute_default <= admissions_per_minute_max
 assert 0 < report_backoff_seconds_base <= report_backoff_seconds_max
 assert provider_timeout_seconds < report_claim_seconds

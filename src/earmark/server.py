@@ -351,6 +351,8 @@ class Sidecar:
         if self.store is not None:
             await self.store.close()
             self.store = None
+        if self.plans is not None:
+            await self.plans.close()
         if self._limit_cache is not None:
             await self._limit_cache.close()
             self._limit_cache = None

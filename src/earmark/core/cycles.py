@@ -21,8 +21,43 @@ class Cycle:
     end: datetime
 
     def key(self) -> str:
-        """The cycle's part of a budget id: its first day, like 2026-08-01."""
-        return self.start.strftime("%Y-%m-%d")
+        """The cycle's part of a budget id: its first day, like 2026-08-01, for a cycle that
+        starts at midnight UTC (every anchor-day cycle, and the provider's periods as a
+        rule); one that starts during a day (a plan changed at 10:00 opens a period then)
+        adds its minute in ISO 8601's basic form, like 20260801T1000Z, so that it does not
+        share the id of a period that began earlier that day."""
+        start = self.start.astimezone(UTC)
+        if start == start.replace(hour=0, minute=0, second=0, microsecond=0):
+            return start.strftime("%Y-%m-%d")
+        return start.strftime("%Y%m%dT%H%MZ")
+
+    def contains(self, at: datetime) -> bool:
+        return self.start <= at < self.end
+
+    def rolled_to(self, at: datetime) -> Cycle:
+        """The cycle containing `at` when periods as long as this one follow it back to
+        back: the guess made for a period the provider has not yet confirmed."""
+        assert self.start < self.end
+        if at < self.end:
+            return self
+        start, end = self.start.astimezone(UTC), self.end.astimezone(UTC)
+        months = (end.year - start.year) * 12 + end.month - start.month
+        if start.day <= 28 and start.replace(year=end.year, month=end.month) == end:
+            # A period of whole months (Kinde's monthly and yearly plans): the next ones
+            # start on the same day of the month, however long the months are.
+            cycle = Cycle(start, end)
+            while not at < cycle.end:
+                cycle = Cycle(cycle.end, _shifted(cycle.end, months))
+            return cycle
+        length = end - start
+        steps = (at - end) // length + 1
+        return Cycle(start=start + steps * length, end=end + steps * length)
+
+
+def _shifted(at: datetime, months: int) -> datetime:
+    """`at` so many months later, on the same day (at most the 28th) and time."""
+    index = at.month - 1 + months
+    return at.replace(year=at.year + index // 12, month=index % 12 + 1)
 
 
 def _month_start(year: int, month: int, day: int) -> datetime:

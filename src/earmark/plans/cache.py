@@ -60,7 +60,7 @@ class LimitCache:
         self._retry = timedelta(seconds=retry_seconds)
         self._accounts_max = accounts_max
         assert 0 < wait_seconds <= limits.limit_wait_seconds_max
-        self._wait_seconds = wait_seconds
+        self.wait_seconds = self._wait_seconds = wait_seconds
         self._reads: OrderedDict[str, LimitRead] = OrderedDict()
         self._failed_at: dict[str, datetime] = {}
         self._inflight: dict[str, asyncio.Task[LimitRead]] = {}

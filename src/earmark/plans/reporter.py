@@ -52,6 +52,20 @@ class Reporter:
         were sent."""
         sent = 0
         for report in await self._store.claim_reports():
+            if report.period_end is not None and report.period_end <= self._clock():
+                # The provider books a report to the period open when it arrives: a closed
+                # period's total sent now would overwrite the open period's. It is left
+                # as the provider last heard it, and counted.
+                self._metrics.meter_reports.labels("period_closed").inc()
+                log.warning(
+                    "meter_period_closed",
+                    account=report.account,
+                    feature=report.feature,
+                    cycle_start=report.cycle_start.isoformat(),
+                    total=report.total,
+                )
+                await self._store.mark_report(report, None)
+                continue
             try:
                 await self._provider.report_usage(
                     report.account, report.feature, report.total, report.at

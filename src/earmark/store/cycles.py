@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState
-from earmark.core.model import Budget, LedgerKind
+from earmark.core.model import Budget
 from earmark.core.ops import Op, ReserveOp
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.store.named import NamedQuery
@@ -70,8 +70,17 @@ WHERE meter_sent.claimed_until IS NULL OR meter_sent.claimed_until <= $now
 RETURNING account, feature, cycle_start, attempts
 """)
 
+# A period ends at its budget's cycle_end, or sooner where a newer period of the account
+# and feature has begun (a plan changed); a total booked to a period that has not been
+# opened yet (the one after a late settle's own) has no end known.
 CLAIMED_TOTALS = """
-SELECT o.account, o.feature, o.cycle_start, o.total, o.at, o.version
+SELECT o.account, o.feature, o.cycle_start, o.total, o.at, o.version,
+    least(
+        (SELECT min(b.cycle_start) FROM budgets b WHERE b.account = o.account
+            AND b.feature = o.feature AND b.cycle_start > o.cycle_start),
+        (SELECT max(b.cycle_end) FROM budgets b WHERE b.account = o.account
+            AND b.feature = o.feature AND b.cycle_start = o.cycle_start)
+    ) AS period_end
 FROM meter_outbox o
 JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS k(account, feature, cycle_start)
     USING (account, feature, cycle_start)
@@ -109,6 +118,8 @@ class Report:
     at: datetime
     version: int
     attempts: int
+    # When the period the total is booked to ended (None: open, or not known yet).
+    period_end: datetime | None = None
 
 
 async def upsert_cycle(conn: Conn, spec: Budget) -> Budget | None:
@@ -158,6 +169,7 @@ async def claim_reports(conn: Conn, now: datetime, count: int) -> list[Report]:
             at=row["at"],
             version=row["version"],
             attempts=attempts[(row["account"], row["feature"], row["cycle_start"])],
+            period_end=row["period_end"],
         )
         for row in rows
     ]
@@ -211,33 +223,36 @@ async def lock_windows(
     return windows
 
 
-# What a meter must hear about: the cycle's used moved by a settle, a late settle, an
-# expiry, or an operator's resolve or release.
-_REPORTED_KINDS = frozenset(
-    {
-        LedgerKind.SETTLE,
-        LedgerKind.LATE_SETTLE,
-        LedgerKind.EXPIRE,
-        LedgerKind.RESOLVE,
-        LedgerKind.RELEASE,
-    }
-)
+@dataclass(frozen=True, slots=True)
+class MeterMove:
+    """What a batch moved on a cycle budget's used, for the provider's meter: the change,
+    when, and the budget's own period (the statement books it to the period open then)."""
+
+    account: str
+    feature: str
+    cycle_start: datetime
+    cycle_end: datetime
+    used_delta: int
+    at: datetime
 
 
-def meter_totals(
-    decided: Sequence[tuple[BatchState, BatchDecision]],
-) -> list[tuple[Budget, datetime]]:
-    """The cycle budgets whose used total must go to the provider's meter, with when: a
-    hold's own budget, or one it also holds on."""
-    moments: dict[str, datetime] = {}
-    budgets: dict[str, Budget] = {}
+def meter_moves(decided: Sequence[tuple[BatchState, BatchDecision]]) -> list[MeterMove]:
+    """Every cycle budget whose used a batch moved (a Charge, a Settle, a late settle, an
+    operator's resolve), with the sum of its ledger's used deltas: the meter counts usage
+    in the period open when it was charged, so a late settle of a closed period's hold adds
+    to the open period's total (as Kinde books usage reported after a period ends)."""
+    moves: dict[str, MeterMove] = {}
     for _, decision in decided:
         for entry in decision.ledger:
-            if entry.kind not in _REPORTED_KINDS:
-                continue
             budget = decision.touched.get(entry.budget_id)
-            if budget is None or budget.account is None or budget.cycle_start is None:
+            if budget is None or entry.used_delta == 0:
                 continue
-            budgets[budget.budget_id] = budget
-            moments[budget.budget_id] = max(entry.at, moments.get(budget.budget_id, entry.at))
-    return [(budgets[budget_id], moments[budget_id]) for budget_id in sorted(budgets)]
+            account, feature = budget.account, budget.feature
+            start, end = budget.cycle_start, budget.cycle_end
+            if account is None or feature is None or start is None or end is None:
+                continue
+            known = moves.get(budget.budget_id)
+            delta = entry.used_delta + (0 if known is None else known.used_delta)
+            at = entry.at if known is None else max(known.at, entry.at)
+            moves[budget.budget_id] = MeterMove(account, feature, start, end, delta, at)
+    return [moves[budget_id] for budget_id in sorted(moves) if moves[budget_id].used_delta]

@@ -93,14 +93,32 @@ WITH new_holds AS (
     ON CONFLICT (account) DO UPDATE
     SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions
 ), outbox AS (
+    -- Each move is booked to the period of its account and feature that was open when it
+    -- was charged: the newest cycle budget begun by then, or, when that is the move's own
+    -- budget and its period has ended, the period after it (its end), which the gate opens
+    -- when the provider says so. A total only grows by moves, so a late settle adds to the
+    -- open period and never rewrites a closed one.
     INSERT INTO meter_outbox (account, feature, cycle_start, total, at, version)
-    SELECT u.account, u.feature, u.cycle_start, u.total, u.at, 1
-    FROM unnest($outbox_accounts::text[], $outbox_features::text[],
-                $outbox_cycles::timestamptz[], $outbox_totals::bigint[],
-                $outbox_at::timestamptz[])
-        AS u(account, feature, cycle_start, total, at)
+    SELECT m.account, m.feature, m.period_start, sum(m.used_delta), max(m.at), 1
+    FROM (
+        SELECT u.account, u.feature, u.used_delta, u.at,
+            CASE WHEN latest.cycle_start IS NULL OR latest.cycle_start <= u.cycle_start
+                 THEN CASE WHEN u.at < u.cycle_end THEN u.cycle_start ELSE u.cycle_end END
+                 ELSE latest.cycle_start
+            END AS period_start
+        FROM unnest($outbox_accounts::text[], $outbox_features::text[],
+                    $outbox_cycles::timestamptz[], $outbox_cycle_ends::timestamptz[],
+                    $outbox_deltas::bigint[], $outbox_at::timestamptz[])
+            AS u(account, feature, cycle_start, cycle_end, used_delta, at)
+        LEFT JOIN LATERAL (
+            SELECT max(b.cycle_start) AS cycle_start FROM budgets b
+            WHERE b.account = u.account AND b.feature = u.feature AND b.cycle_start <= u.at
+        ) AS latest ON true
+    ) AS m
+    GROUP BY m.account, m.feature, m.period_start
     ON CONFLICT (account, feature, cycle_start) DO UPDATE
-    SET total = EXCLUDED.total, at = EXCLUDED.at, version = meter_outbox.version + 1
+    SET total = meter_outbox.total + EXCLUDED.total,
+        at = greatest(meter_outbox.at, EXCLUDED.at), version = meter_outbox.version + 1
 ), samples AS (
     INSERT INTO job_samples (unit, job, model, samples)
     SELECT * FROM unnest($sample_units::text[], $sample_jobs::text[], $sample_models::text[],
@@ -142,7 +160,7 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
             sampled[key] = state.samples[key]
         for account in decision.windows:
             windows[account] = state.windows[account]
-    meters = cycles.meter_totals(decided)
+    meters = cycles.meter_moves(decided)
     if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
         return
     opened = [h for h in new_holds if h.state is HoldState.HELD]
@@ -194,11 +212,12 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         window_accounts=list(windows),
         window_starts=[w.window_start for w in windows.values()],
         window_admissions=[w.admissions for w in windows.values()],
-        outbox_accounts=[b.account for b, _ in meters],
-        outbox_features=[b.feature for b, _ in meters],
-        outbox_cycles=[b.cycle_start for b, _ in meters],
-        outbox_totals=[b.used for b, _ in meters],
-        outbox_at=[at for _, at in meters],
+        outbox_accounts=[m.account for m in meters],
+        outbox_features=[m.feature for m in meters],
+        outbox_cycles=[m.cycle_start for m in meters],
+        outbox_cycle_ends=[m.cycle_end for m in meters],
+        outbox_deltas=[m.used_delta for m in meters],
+        outbox_at=[m.at for m in meters],
         sample_units=[key[0] for key in sampled],
         sample_jobs=[key[1] for key in sampled],
         sample_models=[key[2] for key in sampled],
