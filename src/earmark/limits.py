@@ -76,6 +76,9 @@ provider_timeout_seconds = 10.0
 # goes on behind it), well within the SDK's default deadline of 5 s, so that the caller is
 # told LIMIT_UNAVAILABLE rather than DEADLINE_EXCEEDED; one with a usable limit never waits.
 limit_wait_seconds_max = 3.0
+# At most this many provider reads (limits and periods) run at once in a sidecar: many
+# accounts going stale together queue their reads instead of opening a call each.
+provider_reads_concurrent_max = 16
 token_renew_margin_seconds = 60.0
 provider_pages_max = 100
 provider_page_size = 100
@@ -299,6 +302,7 @@ assert 0 < job_length_max <= 1024
 assert 0 < model_length_max <= 1024
 assert 0 < limit_fresh_seconds_default <= limit_stale_seconds_default
 assert 0 < token_renew_margin_seconds
+assert 1 <= provider_reads_concurrent_max <= 1_000
 assert 1 <= provider_pages_max <= 10_000
 assert 1 <= cycle_anchor_day_max <= 28
 assert len(str(limit_units_max)) + 3 <= provider_value_shown_chars_max <= error_about_chars_max

@@ -201,3 +201,43 @@ async def test_forget_asks_for_the_period_again(gate: PlanGate, provider: Agreem
         provider.forgotten,
         len(provider.asked),
     )
+
+
+class Crowded(Agreements):
+    """Plans that stall until released, counting how many reads run at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.running = self.peak = 0
+
+    async def read_limits(self, account: str) -> Limits:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await self.release.wait()
+            return {"tokens": 100_000}
+        finally:
+            self.running -= 1
+
+
+async def test_provider_reads_are_bounded(clock: FakeClock) -> None:
+    """Forty accounts asked for at once while the provider stalls: at most
+    limits.provider_reads_concurrent_max reads run at a time, the rest queue, and each
+    admission gives up after its wait; released, every read completes."""
+    provider = Crowded()
+    cache = LimitCache(provider, clock, wait_seconds=WAIT_SECONDS)
+    try:
+        asked = await asyncio.gather(
+            *(cache.get(f"acct{i}") for i in range(40)), return_exceptions=True
+        )
+        peak_while_stalled = provider.peak
+        provider.release.set()
+        reads = await asyncio.gather(*(cache.get(f"acct{i}", force=True) for i in range(40)))
+    finally:
+        await cache.close()
+    assert (limits.provider_reads_concurrent_max, {LimitUnavailable}) == (
+        peak_while_stalled,
+        {type(a) for a in asked},
+    )
+    assert [{"tokens": 100_000}] * 40 == [dict(r.limits) for r in reads]

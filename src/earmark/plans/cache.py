@@ -64,6 +64,8 @@ class LimitCache:
         self._reads: OrderedDict[str, LimitRead] = OrderedDict()
         self._failed_at: dict[str, datetime] = {}
         self._inflight: dict[str, asyncio.Task[LimitRead]] = {}
+        # Every provider read of this sidecar (the gate's period reads too) takes a slot.
+        self.reading_slots = asyncio.Semaphore(limits.provider_reads_concurrent_max)
         # Accounts whose plan is known to have changed (a webhook): their next admission
         # waits for a new read instead of using the one remembered.
         self._changed: set[str] = set()
@@ -148,7 +150,8 @@ class LimitCache:
 
     async def _read(self, account: str) -> LimitRead:
         try:
-            found = await self._provider.read_limits(account)
+            async with self.reading_slots:
+                found = await self._provider.read_limits(account)
             # Whichever provider answered, a limit keeps PutBudget's bound before it is used
             # or written: one that does not is a failed read, never a stored or INTERNAL one.
             for feature, maximum in found.items():

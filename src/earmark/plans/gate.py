@@ -191,12 +191,15 @@ class PlanGate:
         task = self._period_reads.get(key)
         if task is None:
             task = asyncio.create_task(
-                self._cache.provider.read_period(account, feature),
-                name=f"earmark-period-{account}-{feature}",
+                self._read_period(account, feature), name=f"earmark-period-{account}-{feature}"
             )
             self._period_reads[key] = task
             task.add_done_callback(lambda done: self._period_read_done(key, done))
         return task
+
+    async def _read_period(self, account: str, feature: str) -> Period | None:
+        async with self._cache.reading_slots:
+            return await self._cache.provider.read_period(account, feature)
 
     def _period_read_done(self, key: tuple[str, str], task: asyncio.Task[Period | None]) -> None:
         if self._period_reads.get(key) is task:
