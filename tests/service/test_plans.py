@@ -386,13 +386,19 @@ async def test_two_sidecars_open_one_cycle_at_once(
     await assert_invariants(dsn)
 
 
-async def test_a_stalled_kinde_holds_up_no_reserve_with_a_usable_limit(
-    side: Running, kinde: FakeKinde, clock: FakeClock
+@pytest.mark.parametrize("slow", ["stall", "trickle"])
+async def test_a_slow_kinde_holds_up_no_reserve_with_a_usable_limit(
+    side: Running, kinde: FakeKinde, clock: FakeClock, slow: str
 ) -> None:
-    """With Kinde stalled past the fresh minute, Reserves are answered within their 5 s
-    deadline on the last read, which is still usable; one read waits behind them."""
+    """With Kinde stalled, or trickling its answer a byte at a time, past the fresh minute,
+    Reserves are answered within their 5 s deadline on the last read, which is still
+    usable; one read waits behind them."""
     await side.budget.Reserve(reserve("acct", 1_000, "before", lease=Duration(seconds=3600)))
-    kinde.state.stall = threading.Event()
+    held = threading.Event()
+    if slow == "stall":
+        kinde.state.stall = held
+    else:
+        kinde.state.trickle = held
     clock.advance(timedelta(minutes=3))
     replies = await asyncio.gather(
         *(side.budget.Reserve(reserve("acct", 1_000, f"stalled-{i}"), timeout=5) for i in range(20))
@@ -402,7 +408,7 @@ async def test_a_stalled_kinde_holds_up_no_reserve_with_a_usable_limit(
         return 2 == kinde.state.requests["entitlements"]
 
     await eventually(one_read_waiting, within_seconds=10, what="the read behind the Reserves")
-    kinde.state.stall.set()
+    held.set()
     assert ({True}, {98_000 - 1_000 * i for i in range(20)}) == (
         {r.admitted for r in replies},
         {r.remaining for r in replies},
