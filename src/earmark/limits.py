@@ -84,6 +84,18 @@ provider_response_bytes_max = 1 << 20
 # is shown in errors and logs cut to provider_value_shown_chars_max characters: it came
 # from outside and may be as large as the answer.
 provider_value_shown_chars_max = 64
+# Kinde's agreements: the one of an (account, feature) is kept until its billing period
+# ends, or for agreement_cache_seconds_max when the agreement gives no period, for at most
+# agreement_cache_keys_max (account, feature) keys. A 403 sends for a new token at most once
+# per provider_token_refetch_seconds_min (each token counts against the Kinde plan); a 403
+# with a younger token is a missing scope. A 429's RateLimit-Reset (whole seconds) is
+# obeyed up to provider_rate_limit_reset_seconds_max; a missing or garbled one means
+# provider_rate_limit_reset_seconds_default.
+agreement_cache_seconds_max = 3_600.0
+agreement_cache_keys_max = 100_000
+provider_token_refetch_seconds_min = 60.0
+provider_rate_limit_reset_seconds_default = 10
+provider_rate_limit_reset_seconds_max = 3_600
 cycle_anchor_day_max = 28
 # An account's cycle budget is named ACCOUNT/FEATURE/YYYY-MM-DD: 64 + 1 + 48 + 1 + 10 fits
 # in budget_id_length_max.
@@ -298,6 +310,11 @@ assert 0 < job_length_max <= 1024
 assert 0 < model_length_max <= 1024
 assert 0 < limit_fresh_seconds_default <= limit_stale_seconds_default
 assert 0 < token_renew_margin_seconds
+assert limit_fresh_seconds_default <= agreement_cache_seconds_max <= 24 * 3_600
+assert 1 <= agreement_cache_keys_max
+assert provider_timeout_seconds < provider_token_refetch_seconds_min
+assert 0 < provider_rate_limit_reset_seconds_default <= provider_rate_limit_reset_seconds_max
+assert provider_rate_limit_reset_seconds_max <= 24 * 3_600
 assert 1 <= provider_pages_max <= 10_000
 assert 1 <= cycle_anchor_day_max <= 28
 assert len(str(limit_units_max)) + 3 <= provider_value_shown_chars_max <= error_about_chars_max

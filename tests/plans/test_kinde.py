@@ -66,7 +66,9 @@ async def test_usage_is_reported_absolute_to_the_current_agreement(
     assert {("agreement_acct-1", "tokens"): 80_000} == kinde.state.meters
     assert 1 == kinde.state.requests["agreements"]
     assert {"absolute"} == {r["meter_type_code"] for r in kinde.state.meter_reports}
-    assert {at.isoformat()} == {r["meter_usage_timestamp"] for r in kinde.state.meter_reports}
+    assert {"2026-08-15T12:00:00Z"} == {
+        r["meter_usage_timestamp"] for r in kinde.state.meter_reports
+    }
 
 
 async def test_failures_name_the_call_and_no_secret(
