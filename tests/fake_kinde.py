@@ -156,6 +156,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, errors(*problem))
             return
         with state.lock:
+            refused = state.refuse_reports.get(body["customer_agreement_id"])
+        if refused is not None:
+            self._reply(400, errors(refused, "the agreement takes no usage"))
+            return
+        with state.lock:
             held, state.hold_report = state.hold_report, None
         if held is not None:
             # The straggler: applied only once the test releases it, and answered to a

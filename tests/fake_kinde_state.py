@@ -106,6 +106,10 @@ class KindeState:
     # (None: no header), which a test may also make garbled.
     rate_limited: int = 0
     rate_limit_reset: str | None = "2"
+    # agreement id -> the code of a 400 every meter report to it is answered with: the
+    # document does not say what Kinde answers a report to a cancelled agreement, so a
+    # test says it.
+    refuse_reports: dict[str, str] = field(default_factory=dict)
     # Set: the next meter report is held until this event is set, then applied and
     # answered (to a client that gave up by then): the straggler.
     hold_report: threading.Event | None = None

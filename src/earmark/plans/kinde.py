@@ -55,7 +55,7 @@ SCOPES = {
 log = structlog.get_logger("earmark.kinde")
 
 
-def _utc(value: object) -> datetime | None:
+def parse_time(value: object) -> datetime | None:
     """An ISO 8601 time from Kinde in UTC, whatever its offset; None when it is not one.
     A time without an offset is taken as UTC."""
     if not isinstance(value, str):
@@ -123,12 +123,12 @@ def _live(items: list[Any], feature: str, now: datetime) -> _Agreement | None:
                 continue
         until = now + timedelta(seconds=limits.agreement_cache_seconds_max)
         if item.get("expires_on") not in (None, ""):
-            expires = _utc(item["expires_on"])
+            expires = parse_time(item["expires_on"])
             if expires is None or expires <= now:
                 continue
             until = min(until, expires)
-        start = _utc(item.get("current_period_start"))
-        end = _utc(item.get("current_period_end"))
+        start = parse_time(item.get("current_period_start"))
+        end = parse_time(item.get("current_period_end"))
         period = None
         if start is not None and end is not None and start < end:
             if not start <= now < end:
