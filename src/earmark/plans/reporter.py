@@ -6,7 +6,14 @@ conditional upsert in a short transaction, for limits.report_claim_seconds), so 
 transaction stays open across an HTTP call, two reporters never send one total at once,
 and the batches that write meter_outbox never conflict with a report. A report is
 absolute, so sending one twice (after a crash between the call and its record) changes
-nothing. A failed report is tried again with full-jitter backoff.
+nothing. A failed report is tried again with full-jitter backoff, and never before the
+provider's own retry time (a 429's RateLimit-Reset). A report the provider refused for
+good (ProviderRejected) is parked: that version is not sent again, a newer total is.
+
+The meter converges on the database's total: a report that timed out after it was sent
+may still be applied by the provider, late, over a newer total sent in between. Its
+deadline (now + provider_timeout_seconds) is recorded as unknown_until, and the newest
+total is sent once more after it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import structlog
 
 from earmark import limits
 from earmark.metrics import Metrics
-from earmark.plans.provider import LimitsProvider, ProviderUnavailable
+from earmark.plans.provider import LimitsProvider, ProviderRejected, ProviderUnavailable
 from earmark.store import Store
 
 log = structlog.get_logger("earmark.reporter")
@@ -56,6 +63,19 @@ class Reporter:
                 await self._provider.report_usage(
                     report.account, report.feature, report.total, report.at
                 )
+            except ProviderRejected as error:
+                self._metrics.meter_reports.labels("rejected").inc()
+                self._metrics.meter_rejected.inc()
+                log.error(
+                    "meter_report_rejected",
+                    account=report.account,
+                    feature=report.feature,
+                    cycle_start=report.cycle_start.isoformat(),
+                    total=report.total,
+                    code=error.code,
+                    error=str(error),
+                )
+                await self._store.park_report(report, error.code)
             except ProviderUnavailable as error:
                 self._metrics.meter_reports.labels("failed").inc()
                 log.warning(
@@ -63,9 +83,17 @@ class Reporter:
                     account=report.account,
                     feature=report.feature,
                     attempts=report.attempts + 1,
+                    outcome_unknown=error.outcome_unknown,
                     error=str(error),
                 )
-                await self._store.mark_report(report, self._clock() + self.backoff(report.attempts))
+                now = self._clock()
+                next_attempt_at = now + self.backoff(report.attempts)
+                if error.retry_at is not None:
+                    next_attempt_at = max(next_attempt_at, error.retry_at)
+                unknown_until = None
+                if error.outcome_unknown:
+                    unknown_until = now + timedelta(seconds=limits.provider_timeout_seconds)
+                await self._store.mark_report(report, next_attempt_at, unknown_until=unknown_until)
             else:
                 sent += 1
                 self._metrics.meter_reports.labels("sent").inc()
