@@ -79,6 +79,8 @@ limit_wait_seconds_max = 3.0
 token_renew_margin_seconds = 60.0
 provider_pages_max = 100
 provider_page_size = 100
+# The largest page_size Kinde's rate-limit page gives; a larger one is answered 400.
+provider_page_size_max = 500
 provider_response_bytes_max = 1 << 20
 # A value the provider sent that cannot be used (a limit past limit_units_max, a string)
 # is shown in errors and logs cut to provider_value_shown_chars_max characters: it came
@@ -316,6 +318,7 @@ assert provider_timeout_seconds < provider_token_refetch_seconds_min
 assert 0 < provider_rate_limit_reset_seconds_default <= provider_rate_limit_reset_seconds_max
 assert provider_rate_limit_reset_seconds_max <= 24 * 3_600
 assert 1 <= provider_pages_max <= 10_000
+assert 1 <= provider_page_size <= provider_page_size_max
 assert 1 <= cycle_anchor_day_max <= 28
 assert len(str(limit_units_max)) + 3 <= provider_value_shown_chars_max <= error_about_chars_max
 assert account_length_max + feature_length_max + 12 <= budget_id_length_max

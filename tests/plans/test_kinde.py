@@ -233,6 +233,23 @@ async def test_the_agreement_is_read_again_at_its_period_end(
     } == kinde.state.booked
 
 
+async def test_an_agreement_expiring_later_is_used_until_then(
+    kinde: FakeKinde, clock: FakeClock, timed: tuple[KindeProvider, Metrics]
+) -> None:
+    """An agreement whose expires_on is still ahead is live until then, and read again at
+    that moment (not only after agreement_cache_seconds_max)."""
+    provider, _ = timed
+    ending = Agreement("agr_ending", features=("tokens",), expires_on=T0 + timedelta(minutes=10))
+    kinde.state.agreements["acct"] = [ending]
+    await provider.report_usage("acct", "tokens", 10, clock())
+    kinde.state.agreements["acct"] = [ending, Agreement("agr_next", features=("tokens",))]
+    clock.advance(timedelta(minutes=9))
+    await provider.report_usage("acct", "tokens", 11, clock())
+    clock.advance(timedelta(minutes=1))
+    await provider.report_usage("acct", "tokens", 12, clock())
+    assert {("agr_ending", "tokens"): 11, ("agr_next", "tokens"): 12} == kinde.state.meters
+
+
 async def test_a_report_refused_for_its_agreement_reads_the_agreement_again(
     kinde: FakeKinde, clock: FakeClock, timed: tuple[KindeProvider, Metrics]
 ) -> None:

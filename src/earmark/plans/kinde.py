@@ -121,12 +121,13 @@ def _live(items: list[Any], feature: str, now: datetime) -> _Agreement | None:
             codes = {e.get("feature_code") for e in carried if isinstance(e, dict)}
             if feature not in codes:
                 continue
-        until = now + timedelta(seconds=limits.agreement_cache_seconds_max)
+        # The document does not say whether a future expires_on is a scheduled
+        # cancellation: the agreement is live until then, and read again at that moment.
+        expires = None
         if item.get("expires_on") not in (None, ""):
             expires = parse_time(item["expires_on"])
             if expires is None or expires <= now:
                 continue
-            until = min(until, expires)
         start = parse_time(item.get("current_period_start"))
         end = parse_time(item.get("current_period_end"))
         period = None
@@ -134,7 +135,11 @@ def _live(items: list[Any], feature: str, now: datetime) -> _Agreement | None:
             if not start <= now < end:
                 continue
             period = Period(start, end)
-            until = end if item.get("expires_on") in (None, "") else min(end, until)
+        until = now + timedelta(seconds=limits.agreement_cache_seconds_max)
+        if period is not None:
+            until = period.end
+        if expires is not None:
+            until = min(until, expires)
         started = period.start if period is not None else datetime.min.replace(tzinfo=UTC)
         found.append((started, _Agreement(item["id"], period, until)))
     if not found:
