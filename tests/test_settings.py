@@ -42,9 +42,27 @@ def test_environment_numbers_are_parsed() -> None:
         ({"EARMARK_ADMISSION": "optimistic"}, "admission"),
         ({"EARMARK_DATABASE_POOLER": "pgpool"}, "database_pooler"),
         ({"EARMARK_METRICS_BUDGETS_MAX": "100000"}, "metrics_budgets_max"),
+        (
+            {
+                "EARMARK_LIMITS_PROVIDER": "kinde",
+                "EARMARK_KINDE_DOMAIN": "https://a.example",
+                "EARMARK_KINDE_TOKEN_DOMAIN": "http://a.kinde.com",
+            },
+            "kinde_token_domain",
+        ),
     ],
 )
 def test_bad_values_name_the_setting(environ: dict[str, str], name: str) -> None:
     """A value that can never work stops start-up with the setting's name."""
     with pytest.raises(ValueError, match=name):
         settings.load({}, environ)
+
+
+def test_the_token_domain_defaults_to_the_kinde_domain() -> None:
+    """EARMARK_KINDE_TOKEN_DOMAIN is read; without it the token domain is --kinde-domain's."""
+    base = {"EARMARK_LIMITS_PROVIDER": "kinde", "EARMARK_KINDE_DOMAIN": "https://auth.example"}
+    custom = dict(base, EARMARK_KINDE_TOKEN_DOMAIN="https://example.kinde.com")
+    assert ("https://example.kinde.com", "") == (
+        settings.load({}, custom).kinde_token_domain,
+        settings.load({}, base).kinde_token_domain,
+    )

@@ -185,6 +185,12 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
         f"[{env['kinde_domain']}]",
     )
     s.add_argument(
+        "--kinde-token-domain",
+        help="https://YOURS.kinde.com where the M2M token is asked for, and its audience: "
+        "with a custom --kinde-domain, Kinde still issues tokens at the kinde.com one "
+        f"[{env['kinde_token_domain']}, --kinde-domain]",
+    )
+    s.add_argument(
         "--default-feature",
         help=f"the feature of a Reserve by account that names none [{env['default_feature']}, "
         f"tokens]",

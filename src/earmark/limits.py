@@ -82,11 +82,25 @@ provider_reads_concurrent_max = 16
 token_renew_margin_seconds = 60.0
 provider_pages_max = 100
 provider_page_size = 100
+# The largest page_size Kinde's rate-limit page gives; a larger one is answered 400.
+provider_page_size_max = 500
 provider_response_bytes_max = 1 << 20
 # A value the provider sent that cannot be used (a limit past limit_units_max, a string)
 # is shown in errors and logs cut to provider_value_shown_chars_max characters: it came
 # from outside and may be as large as the answer.
 provider_value_shown_chars_max = 64
+# Kinde's agreements: the one of an (account, feature) is kept until its billing period
+# ends, or for agreement_cache_seconds_max when the agreement gives no period, for at most
+# agreement_cache_keys_max (account, feature) keys. A 403 sends for a new token at most once
+# per provider_token_refetch_seconds_min (each token counts against the Kinde plan); a 403
+# with a younger token is a missing scope. A 429's RateLimit-Reset (whole seconds) is
+# obeyed up to provider_rate_limit_reset_seconds_max; a missing or garbled one means
+# provider_rate_limit_reset_seconds_default.
+agreement_cache_seconds_max = 3_600.0
+agreement_cache_keys_max = 100_000
+provider_token_refetch_seconds_min = 60.0
+provider_rate_limit_reset_seconds_default = 10
+provider_rate_limit_reset_seconds_max = 3_600
 cycle_anchor_day_max = 28
 # An account's cycle budget is named ACCOUNT/FEATURE/YYYY-MM-DD, or ACCOUNT/FEATURE/
 # YYYYMMDDTHHMMZ for a period that starts during a day: 64 + 1 + 48 + 1 + 14 fits in
@@ -303,7 +317,13 @@ assert 0 < model_length_max <= 1024
 assert 0 < limit_fresh_seconds_default <= limit_stale_seconds_default
 assert 0 < token_renew_margin_seconds
 assert 1 <= provider_reads_concurrent_max <= 1_000
+assert limit_fresh_seconds_default <= agreement_cache_seconds_max <= 24 * 3_600
+assert 1 <= agreement_cache_keys_max
+assert provider_timeout_seconds < provider_token_refetch_seconds_min
+assert 0 < provider_rate_limit_reset_seconds_default <= provider_rate_limit_reset_seconds_max
+assert provider_rate_limit_reset_seconds_max <= 24 * 3_600
 assert 1 <= provider_pages_max <= 10_000
+assert 1 <= provider_page_size <= provider_page_size_max
 assert 1 <= cycle_anchor_day_max <= 28
 assert len(str(limit_units_max)) + 3 <= provider_value_shown_chars_max <= error_about_chars_max
 assert account_length_max + feature_length_max + 16 <= budget_id_length_max

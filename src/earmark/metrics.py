@@ -145,6 +145,20 @@ class Metrics:
             "earmark_meter_reports", "Usage totals sent to the provider's meter, by result.",
             ["result"], registry=r,
         )  # fmt: skip
+        self.meter_rejected = Counter(
+            "earmark_meter_rejected",
+            "Usage totals the provider refused for good (Kinde's 400): parked, not retried; "
+            "the provider's code is in the meter_report_rejected log.",
+            registry=r,
+        )
+        self.provider_answers = Counter(
+            "earmark_provider_answers",
+            "Provider answers that were not a success, by call (token, entitlements, "
+            "agreements, meter_usage) and status (bad_request, forbidden, rate_limited, "
+            "server_error, other).",
+            ["call", "status"],
+            registry=r,
+        )
         self.meter_outbox_depth = Gauge(
             "earmark_meter_outbox_depth",
             "Cycle totals waiting to be reported to the provider's meter (database).",

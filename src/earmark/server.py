@@ -251,7 +251,14 @@ class Sidecar:
                 f"limits_provider kinde: set {KINDE_CLIENT_ID} and {KINDE_CLIENT_SECRET} "
                 "(the M2M application's credentials) in the environment"
             )
-        self.provider = KindeProvider(settings.kinde_domain, client_id, secret)
+        self.provider = KindeProvider(
+            settings.kinde_domain,
+            client_id,
+            secret,
+            token_domain=settings.kinde_token_domain or settings.kinde_domain,
+            clock=self.clock,
+            metrics=self.metrics,
+        )
         cache = self._limit_cache = LimitCache(
             self.provider,
             self.clock,

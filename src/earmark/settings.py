@@ -97,6 +97,9 @@ class Settings:
     # Where account limits come from: static (Admin.PutBudget only) or kinde.
     limits_provider: str = "static"
     kinde_domain: str = ""
+    # Where the M2M token is asked for, and its audience: with a custom domain, Kinde still
+    # issues tokens at <subdomain>.kinde.com. Empty: kinde_domain.
+    kinde_token_domain: str = ""
     # The feature a Reserve by account counts against when it names none, and the unit of
     # the cycle budgets it makes.
     default_feature: str = "tokens"
@@ -198,13 +201,17 @@ class Settings:
         if self.limits_provider not in {"static", "kinde"}:
             raise ValueError(f"limits_provider: {self.limits_provider!r} is not static or kinde")
         if self.limits_provider == "kinde":
-            domain = urllib.parse.urlsplit(self.kinde_domain)
-            plain_ok = domain.scheme == "http" and is_loopback(domain.hostname or "")
-            if not domain.hostname or not (domain.scheme == "https" or plain_ok):
-                raise ValueError(
-                    "kinde_domain: --limits-provider kinde needs its https:// URL "
-                    "(plain http only on a loopback address)"
-                )
+            for name, value in (
+                ("kinde_domain", self.kinde_domain),
+                ("kinde_token_domain", self.kinde_token_domain or self.kinde_domain),
+            ):
+                domain = urllib.parse.urlsplit(value)
+                plain_ok = domain.scheme == "http" and is_loopback(domain.hostname or "")
+                if not domain.hostname or not (domain.scheme == "https" or plain_ok):
+                    raise ValueError(
+                        f"{name}: --limits-provider kinde needs its https:// URL "
+                        "(plain http only on a loopback address)"
+                    )
         if not 1 <= self.cycle_anchor_day <= limits.cycle_anchor_day_max:
             raise ValueError(
                 f"cycle_anchor_day: {self.cycle_anchor_day} is not in "
@@ -266,6 +273,7 @@ ENV = {
     "worker_token_file": "EARMARK_WORKER_TOKEN_FILE",
     "limits_provider": "EARMARK_LIMITS_PROVIDER",
     "kinde_domain": "EARMARK_KINDE_DOMAIN",
+    "kinde_token_domain": "EARMARK_KINDE_TOKEN_DOMAIN",
     "default_feature": "EARMARK_DEFAULT_FEATURE",
     "plan_unit": "EARMARK_PLAN_UNIT",
     "cycle_anchor_day": "EARMARK_CYCLE_ANCHOR_DAY",

@@ -54,13 +54,13 @@ def test_prometheus_config_is_valid() -> None:
 @needs_promtool
 def test_alert_rules_are_valid() -> None:
     """`promtool check rules` accepts every alert rule."""
-    assert "SUCCESS: 13 rules found" in promtool("check", "rules", "earmark-rules.yml")
+    assert "SUCCESS: 15 rules found" in promtool("check", "rules", "earmark-rules.yml")
 
 
 @needs_promtool
 def test_alert_rules_unit_tests_pass() -> None:
-    """`promtool test rules` passes: the 80%, exhausted, overshoot, in-doubt and overage
-    alerts fire when due, and only then."""
+    """`promtool test rules` passes: the 80%, exhausted, overshoot, in-doubt, overage,
+    meter-rejected and provider-forbidden alerts fire when due, and only then."""
     assert "SUCCESS" in promtool("test", "rules", "earmark-rules.test.yml")
 
 

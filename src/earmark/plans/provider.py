@@ -33,10 +33,16 @@ class Period:
 class ProviderUnavailable(Exception):
     """The provider could not be read or written just now; worth trying again later."""
 
-    def __init__(self, message: str, *, retry_at: datetime | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_at: datetime | None = None, outcome_unknown: bool = False
+    ) -> None:
         super().__init__(message)
         # When the provider said when it takes calls again (a 429's RateLimit-Reset).
         self.retry_at = retry_at
+        # True: the request was sent and no answer came (a timeout), so the provider may
+        # still apply it later; a report's sender must then send its newest total again
+        # after the request's deadline, so that a late straggler is overwritten.
+        self.outcome_unknown = outcome_unknown
 
 
 class ProviderRejected(Exception):

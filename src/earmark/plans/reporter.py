@@ -6,7 +6,14 @@ conditional upsert in a short transaction, for limits.report_claim_seconds), so 
 transaction stays open across an HTTP call, two reporters never send one total at once,
 and the batches that write meter_outbox never conflict with a report. A report is
 absolute, so sending one twice (after a crash between the call and its record) changes
-nothing. A failed report is tried again with full-jitter backoff.
+nothing. A failed report is tried again with full-jitter backoff, and never before the
+provider's own retry time (a 429's RateLimit-Reset). A report the provider refused for
+good (ProviderRejected) is parked: that version is not sent again, a newer total is.
+
+The meter converges on the database's total: a report that timed out after it was sent
+may still be applied by the provider, late, over a newer total sent in between. Its
+deadline (now + provider_timeout_seconds) is recorded as unknown_until, and the newest
+total is sent once more after it.
 """
 
 from __future__ import annotations
@@ -19,10 +26,14 @@ import structlog
 
 from earmark import limits
 from earmark.metrics import Metrics
-from earmark.plans.provider import LimitsProvider, ProviderUnavailable
+from earmark.plans.provider import LimitsProvider, ProviderRejected, ProviderUnavailable
 from earmark.store import Store
+from earmark.store.cycles import Report
 
 log = structlog.get_logger("earmark.reporter")
+
+# The code a total is parked with when its period ended before it was sent.
+PERIOD_CLOSED = "PERIOD_CLOSED"
 
 
 class Reporter:
@@ -52,47 +63,58 @@ class Reporter:
         were sent."""
         sent = 0
         for report in await self._store.claim_reports():
-            if report.period_end is not None and report.period_end <= self._clock():
-                # The provider books a report to the period open when it arrives: a closed
-                # period's total sent now would overwrite the open period's. It is left
-                # as the provider last heard it, and counted.
-                self._metrics.meter_reports.labels("period_closed").inc()
-                log.warning(
-                    "meter_period_closed",
-                    account=report.account,
-                    feature=report.feature,
-                    cycle_start=report.cycle_start.isoformat(),
-                    total=report.total,
-                )
-                await self._store.mark_report(report, None)
-                continue
-            try:
-                await self._provider.report_usage(
-                    report.account, report.feature, report.total, report.at
-                )
-            except ProviderUnavailable as error:
-                self._metrics.meter_reports.labels("failed").inc()
-                log.warning(
-                    "meter_report_failed",
-                    account=report.account,
-                    feature=report.feature,
-                    attempts=report.attempts + 1,
-                    error=str(error),
-                )
-                await self._store.mark_report(report, self._clock() + self.backoff(report.attempts))
-            else:
-                sent += 1
-                self._metrics.meter_reports.labels("sent").inc()
-                log.info(
-                    "meter_reported",
-                    account=report.account,
-                    feature=report.feature,
-                    cycle_start=report.cycle_start.isoformat(),
-                    total=report.total,
-                )
-                await self._store.mark_report(report, None)
+            sent += await self._report(report)
         await self.refresh_gauges()
         return sent
+
+    async def _report(self, report: Report) -> int:
+        """Sends one claimed total and records what came of it; 1 when it was sent."""
+        about = {
+            "account": report.account,
+            "feature": report.feature,
+            "cycle_start": report.cycle_start.isoformat(),
+            "total": report.total,
+        }
+        if report.period_end is not None and report.period_end <= self._clock():
+            # The provider books a report to the period open when it arrives: a closed
+            # period's total sent now would overwrite the open period's. It is parked as
+            # the provider last heard it, and counted.
+            self._metrics.meter_reports.labels("period_closed").inc()
+            log.warning("meter_period_closed", **about)
+            await self._store.park_report(report, PERIOD_CLOSED)
+            return 0
+        try:
+            await self._provider.report_usage(
+                report.account, report.feature, report.total, report.at
+            )
+        except ProviderRejected as error:
+            self._metrics.meter_reports.labels("rejected").inc()
+            self._metrics.meter_rejected.inc()
+            log.error("meter_report_rejected", **about, code=error.code, error=str(error))
+            await self._store.park_report(report, error.code)
+            return 0
+        except ProviderUnavailable as error:
+            self._metrics.meter_reports.labels("failed").inc()
+            log.warning(
+                "meter_report_failed",
+                **about,
+                attempts=report.attempts + 1,
+                outcome_unknown=error.outcome_unknown,
+                error=str(error),
+            )
+            now = self._clock()
+            next_attempt_at = now + self.backoff(report.attempts)
+            if error.retry_at is not None:
+                next_attempt_at = max(next_attempt_at, error.retry_at)
+            unknown_until = None
+            if error.outcome_unknown:
+                unknown_until = now + timedelta(seconds=limits.provider_timeout_seconds)
+            await self._store.mark_report(report, next_attempt_at, unknown_until=unknown_until)
+            return 0
+        self._metrics.meter_reports.labels("sent").inc()
+        log.info("meter_reported", **about)
+        await self._store.mark_report(report, None)
+        return 1
 
     async def refresh_gauges(self) -> None:
         depth, oldest = await self._store.outbox_state()

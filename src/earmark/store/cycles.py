@@ -56,7 +56,8 @@ WITH due AS (
     SELECT o.account, o.feature, o.cycle_start
     FROM meter_outbox o
     LEFT JOIN meter_sent s USING (account, feature, cycle_start)
-    WHERE o.version > coalesce(s.sent_version, 0)
+    WHERE (o.version > coalesce(greatest(s.sent_version, s.parked_version), 0)
+           OR (s.unknown_until <= $now AND o.version > coalesce(s.parked_version, 0)))
       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $now)
       AND (s.claimed_until IS NULL OR s.claimed_until <= $now)
     ORDER BY o.at
@@ -86,24 +87,37 @@ JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS k(account, feature, cy
     USING (account, feature, cycle_start)
 """
 
-# A report that succeeded: the version it carried is sent; a newer total stays due.
+# A report that succeeded: the version it carried is sent; a newer total stays due. A
+# report in doubt whose deadline had not passed when this one was claimed may still land
+# after it, so unknown_until stays and the newest total goes once more then.
 MARK_SENT = NamedQuery("""
 UPDATE meter_sent SET sent_version = greatest(sent_version, $version), sent_total = $total,
-    sent_at = $now, attempts = 0, next_attempt_at = NULL, claimed_until = NULL
+    sent_at = $now, attempts = 0, next_attempt_at = NULL, claimed_until = NULL,
+    unknown_until = CASE WHEN unknown_until <= $claimed_at THEN NULL ELSE unknown_until END
 WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
 """)
 
+# A failed report; $unknown_until, when not null, is the deadline of a report that timed
+# out after it was sent (the latest such deadline is kept).
 MARK_FAILED = NamedQuery("""
 UPDATE meter_sent SET attempts = attempts + 1, next_attempt_at = $next_attempt_at,
-    claimed_until = NULL
+    claimed_until = NULL, unknown_until = greatest(unknown_until, $unknown_until::timestamptz)
 WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
 """)
 
+# A report the provider refused for good: that version is parked, not sent again.
+MARK_PARKED = NamedQuery("""
+UPDATE meter_sent SET parked_version = greatest(parked_version, $version), parked_code = $code,
+    attempts = 0, next_attempt_at = NULL, claimed_until = NULL
+WHERE account = $account AND feature = $feature AND cycle_start = $cycle_start
+""")
+
+# A parked total is not waiting: it is counted in earmark_meter_rejected_total instead.
 OUTBOX_STATE = """
 SELECT count(*) AS depth, min(o.at) AS oldest
 FROM meter_outbox o
 LEFT JOIN meter_sent s USING (account, feature, cycle_start)
-WHERE o.version > coalesce(s.sent_version, 0)
+WHERE o.version > coalesce(greatest(s.sent_version, s.parked_version), 0)
 """
 
 
@@ -118,6 +132,9 @@ class Report:
     at: datetime
     version: int
     attempts: int
+    # When it was claimed: a send that starts after a report in doubt's deadline
+    # overwrites whatever that report did.
+    claimed_at: datetime
     # When the period the total is booked to ended (None: open, or not known yet).
     period_end: datetime | None = None
 
@@ -169,6 +186,7 @@ async def claim_reports(conn: Conn, now: datetime, count: int) -> list[Report]:
             at=row["at"],
             version=row["version"],
             attempts=attempts[(row["account"], row["feature"], row["cycle_start"])],
+            claimed_at=now,
             period_end=row["period_end"],
         )
         for row in rows
@@ -180,6 +198,7 @@ async def mark_sent(conn: Conn, report: Report, now: datetime) -> None:
         version=report.version,
         total=report.total,
         now=now,
+        claimed_at=report.claimed_at,
         account=report.account,
         feature=report.feature,
         cycle_start=report.cycle_start,
@@ -187,14 +206,28 @@ async def mark_sent(conn: Conn, report: Report, now: datetime) -> None:
     await conn.execute(MARK_SENT.sql, *args)
 
 
-async def mark_failed(conn: Conn, report: Report, next_attempt_at: datetime) -> None:
+async def mark_failed(
+    conn: Conn, report: Report, next_attempt_at: datetime, unknown_until: datetime | None = None
+) -> None:
     args = MARK_FAILED.args(
         next_attempt_at=next_attempt_at,
+        unknown_until=unknown_until,
         account=report.account,
         feature=report.feature,
         cycle_start=report.cycle_start,
     )
     await conn.execute(MARK_FAILED.sql, *args)
+
+
+async def mark_parked(conn: Conn, report: Report, code: str) -> None:
+    args = MARK_PARKED.args(
+        version=report.version,
+        code=code,
+        account=report.account,
+        feature=report.feature,
+        cycle_start=report.cycle_start,
+    )
+    await conn.execute(MARK_PARKED.sql, *args)
 
 
 async def outbox_state(conn: Conn) -> tuple[int, datetime | None]:

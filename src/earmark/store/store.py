@@ -266,14 +266,29 @@ class Store:
 
         return await self._transaction(work, "read_committed")
 
-    async def mark_report(self, report: Report, next_attempt_at: datetime | None) -> None:
-        """Records a report as sent (next_attempt_at None) or failed (tried again then)."""
+    async def mark_report(
+        self,
+        report: Report,
+        next_attempt_at: datetime | None,
+        *,
+        unknown_until: datetime | None = None,
+    ) -> None:
+        """Records a report as sent (next_attempt_at None) or failed (tried again then);
+        unknown_until: the failed report may still be applied by the provider until then."""
 
         async def work(conn: Conn) -> None:
             if next_attempt_at is None:
                 await cycles.mark_sent(conn, report, self._clock())
             else:
-                await cycles.mark_failed(conn, report, next_attempt_at)
+                await cycles.mark_failed(conn, report, next_attempt_at, unknown_until)
+
+        await self._transaction(work, "read_committed")
+
+    async def park_report(self, report: Report, code: str) -> None:
+        """Records a report the provider refused for good: its version is not sent again."""
+
+        async def work(conn: Conn) -> None:
+            await cycles.mark_parked(conn, report, code)
 
         await self._transaction(work, "read_committed")
 
