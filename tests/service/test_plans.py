@@ -236,8 +236,8 @@ async def test_a_month_boundary_opens_a_new_cycle(
     side: Running, kinde: FakeKinde, clock: FakeClock
 ) -> None:
     """A hold from the last day of August settles into August after September began; the
-    first Reserve of September opens its own cycle with a fresh limit; August's total is
-    reported."""
+    first Reserve of September opens its own cycle with a fresh limit; the late settle's
+    usage is reported in September's period, where the provider books it."""
     clock.set(datetime(2026, 8, 31, 23, 59, tzinfo=UTC))
     august = await side.budget.Reserve(reserve("acct", 40_000, "late-august"))
     clock.set(datetime(2026, 9, 1, 0, 0, 30, tzinfo=UTC))
@@ -253,7 +253,7 @@ async def test_a_month_boundary_opens_a_new_cycle(
     async def reported() -> bool:
         return any(r["meter_value"] == "30000" for r in kinde.state.meter_reports)
 
-    await eventually(reported, within_seconds=10, what="August's total reported")
+    await eventually(reported, within_seconds=10, what="the late settle reported")
     assert "acct/tokens/2026-09-01" == september.budget_id
     assert (30_000, 0, 100_000) == (old["used"], old["held"], old["limit_units"])
     assert (70_000, 5_000) == (new["limit_units"], new["held"])
