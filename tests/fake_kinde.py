@@ -46,6 +46,8 @@ class KindeState:
     # Set: every answer's body trickles in, a byte every TRICKLE_SECONDS, until it is set.
     trickle: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # What /.well-known/jwks answers: the keys webhooks are signed with.
+    jwks: dict[str, Any] = field(default_factory=lambda: {"keys": []})
 
     def agreement(self, account: str) -> str:
         return f"agreement_{account}"
@@ -135,6 +137,12 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
         state = self.server.state
+        if url.path == "/.well-known/jwks":
+            if self._gate("jwks"):
+                with state.lock:
+                    jwks = dict(state.jwks)
+                self._reply(200, jwks)
+            return
         if url.path == "/api/v1/billing/entitlements":
             if not self._gate("entitlements") or not self._authorized():
                 return

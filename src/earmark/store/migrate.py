@@ -29,7 +29,10 @@ def migrations() -> list[Migration]:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    assert versions == list(range(1, len(found) + 1)), f"migration numbers have gaps: {versions}"
+    # Numbers are handed out to work in progress on other branches (0011 may land before
+    # 0009 and 0010), and migrate() applies every version a database lacks, whatever its
+    # order; what must never happen is two migrations with one number.
+    assert len(set(versions)) == len(versions), f"migration numbers repeat: {versions}"
     return found
 
 
