@@ -284,8 +284,9 @@ admin_call_seconds_max = 600.0
 cli_pages_max = 100
 
 # Plan changes pushed (`earmark kinde-webhooks`, issue 21). A webhook's body (a JWT) is at
-# most webhook_body_bytes_max; at most webhook_requests_max requests are served at once
-# (more are answered 503 by the server), and an event id is at most
+# most webhook_body_bytes_max and must arrive within webhook_body_seconds_max (a client
+# trickling it holds a slot no longer); at most webhook_requests_max requests are served at
+# once (more are answered 503 by the server), and an event id is at most
 # webhook_event_id_length_max characters. Kinde's signing keys (JWKS) are fetched with a
 # timeout of webhook_jwks_timeout_seconds, used for webhook_jwks_max_age_seconds, and
 # fetched again for a key id they lack at most once per webhook_jwks_refetch_seconds_min,
@@ -299,6 +300,7 @@ cli_pages_max = 100
 # connections.
 webhook_body_bytes_max = 1 << 16
 webhook_requests_max = 64
+webhook_body_seconds_max = 10.0
 webhook_event_id_length_max = 128
 webhook_jwks_timeout_seconds = 5.0
 webhook_jwks_max_age_seconds = 600.0
@@ -394,6 +396,7 @@ assert llm_attempts_max <= client_attempts_max
 assert 0 < client_backoff_seconds_max <= client_timeout_seconds_max
 assert 0 < webhook_body_bytes_max <= rpc_message_bytes_max
 assert 1 <= webhook_requests_max <= rpc_concurrency_max
+assert 0 < webhook_body_seconds_max <= 60
 assert 0 < webhook_event_id_length_max <= error_about_chars_max
 assert 0 < webhook_jwks_timeout_seconds < webhook_jwks_refetch_seconds_min
 assert webhook_jwks_refetch_seconds_min <= webhook_jwks_max_age_seconds

@@ -4,8 +4,9 @@ POST /kinde/webhooks takes Kinde's webhook (a JWT, at most webhook_body_bytes_ma
 verifies it (verify.py) and, for an event that changes an account's plan or agreement,
 marks the account in PostgreSQL, in one transaction with the event's id, so that a replay
 changes nothing. Answers: 200 accepted (or acknowledged and ignored), 400 malformed, of an
-unknown type or replayed, 401 not proven to come from Kinde or expired, 413 too large,
-503 when Kinde's keys or the database cannot be reached (Kinde tries again later).
+unknown type or replayed, 401 not proven to come from Kinde or expired, 408 too slow to
+arrive (webhook_body_seconds_max), 413 too large, 503 when Kinde's keys or the database
+cannot be reached (Kinde tries again later).
 GET /metrics: earmark_webhooks_total{result} (counts only, no account or event in a label).
 GET /healthz: 200 while serving.
 """
@@ -48,6 +49,7 @@ RESULTS = (
     "ignored",
     "malformed",
     "too_large",
+    "too_slow",
     "unauthorized",
     "expired",
     "unknown_type",
@@ -129,10 +131,17 @@ class Webhooks:
 
     async def _read(self, request: Request) -> bytes:
         try:
-            return await _body(request)
+            async with asyncio.timeout(limits.webhook_body_seconds_max):
+                return await _body(request)
         except TooLarge:
             raise Refusal(
                 413, "too_large", f"the body is over {limits.webhook_body_bytes_max} bytes"
+            ) from None
+        except TimeoutError:
+            raise Refusal(
+                408,
+                "too_slow",
+                f"the body did not arrive within {limits.webhook_body_seconds_max:g}s",
             ) from None
 
     async def _accept(self, body: bytes) -> Event:
