@@ -18,12 +18,14 @@ import asyncpg
 import httpx
 import jwt
 import pytest
+import yaml
 
 from earmark import limits
 from earmark.plans.marks import MarkWatcher
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
+from earmark.webhooks import settings as webhook_settings
 from earmark.webhooks.keys import KindeKeys, UnknownKey
 from tests.conftest import Running, running
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
@@ -325,3 +327,20 @@ async def test_the_watch_applies_new_marks_once_and_no_history(
     late = await watcher.poll_once()
     assert (3, 0, 1) == (first, again, late)
     assert ["a", "b", "c", "late"] == forgotten
+
+
+def test_the_shipped_manifest_runs_the_command_with_settings_it_takes() -> None:
+    """deploy/kubernetes/kinde-webhooks.yaml runs `kinde-webhooks` with an environment the
+    command's settings accept (the Secret's URL standing in for its reference)."""
+    manifest = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+    docs = list(yaml.safe_load_all((manifest / "kinde-webhooks.yaml").read_text()))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    secret_url = "postgresql://secret@db/earmark"
+    environ = {e["name"]: e.get("value", secret_url) for e in container["env"]}
+    settings = webhook_settings.load({}, environ)
+    assert (["kinde-webhooks"], "0.0.0.0:8788", True) == (
+        container["args"],
+        settings.listen,
+        settings.insecure_listen,
+    )
