@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
 from earmark.webhooks import settings as webhook_settings
-from earmark.webhooks.keys import KindeKeys, UnknownKey
+from earmark.webhooks.keys import KeysUnavailable, KindeKeys, UnknownKey
 from tests.conftest import Running, running
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.helpers import FakeClock, assert_invariants, child, eventually, free_port, scrape
@@ -276,6 +277,21 @@ async def test_keys_are_fetched_again_at_most_once_per_interval(
             outcomes.append("unknown")
     assert ["unknown", "kinde-key-2"] == outcomes
     assert 2 == kinde.state.requests["jwks"]
+
+
+async def test_a_stalled_key_set_is_unavailable_after_the_timeout(kinde: FakeKinde) -> None:
+    """Kinde's JWKS that does not answer is KeysUnavailable once the fetch's timeout has
+    passed, naming the URL."""
+    kinde.state.stall = threading.Event()
+    keys = KindeKeys(kinde.url, timeout_seconds=0.3)
+    try:
+        with pytest.raises(KeysUnavailable) as caught:
+            await keys.key("kinde-key-1")
+    finally:
+        kinde.state.stall.set()
+    assert f"kinde jwks: could not be fetched from {kinde.url}/.well-known/jwks" == str(
+        caught.value
+    )
 
 
 async def test_sigterm_stops_it_and_a_bad_domain_is_one_line(

@@ -18,7 +18,7 @@ import contextlib
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 
 import asyncpg
 import structlog
@@ -36,6 +36,7 @@ from earmark.settings import split_host_port
 from earmark.store import marks
 from earmark.store.migrate import migrate
 from earmark.store.pools import create_pool
+from earmark.store.store import utc_now
 from earmark.store.tx import Conn, mapped_db_errors, run_transaction
 from earmark.webhooks.keys import KindeKeys
 from earmark.webhooks.settings import WEBHOOK_PATH, WebhookSettings
@@ -218,7 +219,7 @@ async def open_database(settings: WebhookSettings) -> asyncpg.Pool:
 
 
 async def serve_webhooks(
-    settings: WebhookSettings, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    settings: WebhookSettings, clock: Callable[[], datetime] = utc_now
 ) -> None:
     """Serves Kinde's webhooks until SIGTERM or SIGINT."""
     sock = bind(settings)

@@ -148,9 +148,13 @@ class Verifier:
                 key,
                 algorithms=[ALGORITHM],
                 issuer=self.issuer,
-                # Times are checked against the injected clock (_check_times).
+                # Times are checked against the injected clock (_check_times). Kinde
+                # documents no audience for webhooks; what tells a webhook from Kinde's other
+                # tokens signed with the same keys (access and ID tokens) is its payload:
+                # type, event_id and data, checked in _event.
                 options={
                     "require": ["iss"],
+                    "verify_aud": False,
                     "verify_exp": False,
                     "verify_iat": False,
                     "verify_nbf": False,
