@@ -238,6 +238,9 @@ async def serve_webhooks(
             lifespan="off",
             server_header=False,
             limit_concurrency=limits.webhook_requests_max,
+            # On SIGTERM, requests in flight get the sidecar's grace to finish (a webhook is
+            # one short transaction); Kinde sends again what was cut off.
+            timeout_graceful_shutdown=int(limits.shutdown_grace_seconds_default),
             ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
             ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
         )
