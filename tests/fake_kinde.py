@@ -115,6 +115,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+        state = self.server.state
+        if url.path == "/.well-known/jwks":
+            if self._gate("jwks"):
+                with state.lock:
+                    jwks = dict(state.jwks)
+                self._reply(200, jwks)
+            return
         if url.path == "/api/v1/billing/entitlements":
             self._listing("entitlements", query, self._entitlements)
         elif url.path == "/api/v1/billing/agreements":

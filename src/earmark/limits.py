@@ -301,6 +301,45 @@ admin_call_seconds_default = 5.0
 admin_call_seconds_max = 600.0
 cli_pages_max = 100
 
+# Plan changes pushed (`earmark kinde-webhooks`, issue 21). A webhook's body (a JWT) is at
+# most webhook_body_bytes_max and must arrive within webhook_body_seconds_max (a client
+# trickling it holds a slot no longer); at most webhook_requests_max requests are served at
+# once (more are answered 503 by the server), and an event id is at most
+# webhook_event_id_length_max characters. Kinde's signing keys (JWKS) are fetched with a
+# timeout of webhook_jwks_timeout_seconds, used for webhook_jwks_max_age_seconds, and
+# fetched again for a key id they lack at most once per webhook_jwks_refetch_seconds_min,
+# so that tokens with made-up key ids cannot make the command hammer Kinde. A token's
+# times may be off by webhook_clock_leeway_seconds; one without `exp` is accepted while its
+# `iat` (else its `timestamp`) is at most webhook_token_age_seconds_max old, and one with
+# `exp` only if that is at most webhook_token_lifetime_seconds_max ahead, so that every
+# accepted event id is kept (for replay refusal) until its token has expired, and the table
+# of them stays bounded. Each accepted event prunes at most webhook_prune_rows_max expired
+# rows of each table. The command's own database pool has at most webhook_pool_size_max
+# connections.
+webhook_body_bytes_max = 1 << 16
+webhook_requests_max = 64
+webhook_body_seconds_max = 10.0
+webhook_event_id_length_max = 128
+webhook_jwks_timeout_seconds = 5.0
+webhook_jwks_max_age_seconds = 600.0
+webhook_jwks_refetch_seconds_min = 30.0
+webhook_clock_leeway_seconds = 30.0
+webhook_token_age_seconds_max = 3600.0
+webhook_token_lifetime_seconds_max = 86_400.0
+webhook_prune_rows_max = 100
+webhook_pool_size_max = 2
+# Every sidecar with a limits provider looks for new plan marks every
+# plan_marks_poll_seconds, reading at most plan_marks_rows_max marks a query and at most
+# plan_marks_pages_max queries a pass. A mark whose transaction committed late can carry a
+# time earlier than marks already seen, by at most one database command; each pass looks
+# plan_marks_overlap_seconds back and skips the marks it has already applied. A mark is
+# kept plan_marks_keep_seconds, long past any sidecar's next look.
+plan_marks_poll_seconds = 0.5
+plan_marks_rows_max = 1_000
+plan_marks_pages_max = 10
+plan_marks_overlap_seconds = 15.0
+plan_marks_keep_seconds = 86_400.0
+
 assert 0 < budget_id_length_max <= 1024
 assert 0 < token_length_min <= token_length_max
 assert 1 <= streams_per_connection_max <= streams_max < rpc_concurrency_max
@@ -380,3 +419,16 @@ assert 0 < admin_call_seconds_default <= admin_call_seconds_max
 assert 1 <= cli_pages_max * page_size_max <= 1_000_000
 assert llm_attempts_max <= client_attempts_max
 assert 0 < client_backoff_seconds_max <= client_timeout_seconds_max
+assert 0 < webhook_body_bytes_max <= rpc_message_bytes_max
+assert 1 <= webhook_requests_max <= rpc_concurrency_max
+assert 0 < webhook_body_seconds_max <= 60
+assert 0 < webhook_event_id_length_max <= error_about_chars_max
+assert 0 < webhook_jwks_timeout_seconds < webhook_jwks_refetch_seconds_min
+assert webhook_jwks_refetch_seconds_min <= webhook_jwks_max_age_seconds
+assert 0 <= webhook_clock_leeway_seconds < webhook_token_age_seconds_max
+assert webhook_token_age_seconds_max <= webhook_token_lifetime_seconds_max
+assert 1 <= webhook_prune_rows_max <= 10_000
+assert 1 <= webhook_pool_size_max <= pool_size_max_default
+assert 0 < plan_marks_poll_seconds < limit_fresh_seconds_default
+assert 1 <= plan_marks_rows_max * plan_marks_pages_max <= 100_000
+assert db_command_timeout_seconds < plan_marks_overlap_seconds < plan_marks_keep_seconds

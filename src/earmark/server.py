@@ -23,6 +23,7 @@ from earmark.metrics import Metrics
 from earmark.plans.cache import LimitCache
 from earmark.plans.gate import PlanGate
 from earmark.plans.kinde import KindeProvider
+from earmark.plans.marks import MarkWatcher
 from earmark.plans.provider import LimitsProvider
 from earmark.plans.reporter import Reporter
 from earmark.service import auth
@@ -182,6 +183,8 @@ class Sidecar:
             reporter=None
             if self.provider is None
             else Reporter(store, self.provider, m, self.clock),
+            # Plan changes pushed by `earmark kinde-webhooks` reach the gate through marks.
+            marks=None if self.plans is None else MarkWatcher(store, self.plans.forget),
         )
         self.background.start()
 

@@ -24,6 +24,7 @@ from earmark.errors import (
 from earmark.store import (
     budgets,
     cycles,
+    marks,
     operator,
     pricebook,
     probe,
@@ -256,6 +257,14 @@ class Store:
 
     async def cycles_of(self, account: str) -> list[Budget]:
         return await self._read(lambda conn: cycles.cycles_of(conn, account))
+
+    async def database_now(self) -> datetime:
+        """The database's clock, which plan marks carry (see store/marks.py)."""
+        return await self._read(marks.database_now)
+
+    async def marks_after(self, after: marks.Mark, count: int) -> list[marks.Mark]:
+        """At most count plan marks after `after`, oldest first."""
+        return await self._read(lambda conn: marks.marks_after(conn, after, count))
 
     async def claim_reports(self, count: int = limits.report_batch_size_max) -> list[Report]:
         """Totals due for the meter, claimed for limits.report_claim_seconds (leaving

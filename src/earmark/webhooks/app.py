@@ -1,0 +1,269 @@
+"""The HTTP side of `earmark kinde-webhooks`: a Starlette app served by uvicorn.
+
+POST /kinde/webhooks takes Kinde's webhook (a JWT, at most webhook_body_bytes_max bytes),
+verifies it (verify.py) and, for an event that changes an account's plan or agreement,
+marks the account in PostgreSQL, in one transaction with the event's id, so that a replay
+changes nothing. Answers: 200 accepted (or acknowledged and ignored), 400 malformed, of an
+unknown type or replayed, 401 not proven to come from Kinde or expired, 408 too slow to
+arrive (webhook_body_seconds_max), 413 too large, 503 when Kinde's keys or the database
+cannot be reached (Kinde tries again later).
+GET /metrics: earmark_webhooks_total{result} (counts only, no account or event in a label).
+GET /healthz: 200 while serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+import asyncpg
+import structlog
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from earmark import limits
+from earmark.errors import EarmarkError, Reason, Unavailable
+from earmark.ops.audit import audit_url
+from earmark.settings import split_host_port
+from earmark.store import marks
+from earmark.store.migrate import migrate
+from earmark.store.pools import create_pool
+from earmark.store.store import utc_now
+from earmark.store.tx import Conn, mapped_db_errors, run_transaction
+from earmark.webhooks.keys import KindeKeys
+from earmark.webhooks.settings import WEBHOOK_PATH, WebhookSettings
+from earmark.webhooks.verify import Event, Refusal, Verifier
+
+log = structlog.get_logger("earmark.webhooks")
+
+# Every value the result label takes: a fixed set, so the series are bounded.
+RESULTS = (
+    "marked",
+    "ignored",
+    "malformed",
+    "too_large",
+    "too_slow",
+    "unauthorized",
+    "expired",
+    "unknown_type",
+    "replayed",
+    "keys_unavailable",
+    "database_unavailable",
+)
+
+
+class WebhookMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.webhooks = Counter(
+            "earmark_webhooks",
+            "Kinde webhooks by result: marked (an account's plan marked stale), ignored "
+            "(an event that changes no plan), or why it was refused.",
+            ["result"],
+            registry=self.registry,
+        )
+        # Every series from the start, so that a rate over a result never lacks one.
+        for result in RESULTS:
+            self.webhooks.labels(result)
+
+
+class TooLarge(Exception):
+    pass
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body, read no further than webhook_body_bytes_max."""
+    cap = limits.webhook_body_bytes_max
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Webhooks:
+    def __init__(self, verifier: Verifier, pool: asyncpg.Pool, metrics: WebhookMetrics) -> None:
+        self._verifier = verifier
+        self._pool = pool
+        self._metrics = metrics
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route(WEBHOOK_PATH, self.receive, methods=["POST"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+                Route("/healthz", self.healthz, methods=["GET"]),
+            ]
+        )
+
+    async def receive(self, request: Request) -> Response:
+        try:
+            event = await self._accept(await self._read(request))
+        except Refusal as refusal:
+            self._metrics.webhooks.labels(refusal.result).inc()
+            log.warning("webhook_refused", result=refusal.result, reason=refusal.message)
+            return JSONResponse(
+                {"result": refusal.result, "error": refusal.message}, status_code=refusal.status
+            )
+        result = "marked" if event.marks else "ignored"
+        self._metrics.webhooks.labels(result).inc()
+        log.info(
+            "webhook_accepted",
+            result=result,
+            type=event.type,
+            account=event.account or None,
+            event_id=event.event_id or None,
+        )
+        return JSONResponse({"result": result})
+
+    async def _read(self, request: Request) -> bytes:
+        try:
+            async with asyncio.timeout(limits.webhook_body_seconds_max):
+                return await _body(request)
+        except TooLarge:
+            raise Refusal(
+                413, "too_large", f"the body is over {limits.webhook_body_bytes_max} bytes"
+            ) from None
+        except TimeoutError:
+            raise Refusal(
+                408,
+                "too_slow",
+                f"the body did not arrive within {limits.webhook_body_seconds_max:g}s",
+            ) from None
+
+    async def _accept(self, body: bytes) -> Event:
+        event = await self._verifier.verify(body)
+        if not event.marks:
+            return event
+
+        async def work(conn: Conn) -> datetime | None:
+            return await marks.mark_account(
+                conn, event.event_id, event.type, event.account, event.keep_until
+            )
+
+        try:
+            marked = await run_transaction(self._pool, work, isolation="read_committed")
+        except EarmarkError as error:
+            # The message names the error's class and text, never the database URL.
+            raise Refusal(503, "database_unavailable", f"database: {error.message}") from None
+        if marked is None:
+            raise Refusal(
+                400,
+                "replayed",
+                f"event {event.event_id!r} was already received; a replay changes nothing",
+            )
+        return event
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self._metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(self, request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handling: uvicorn raises a caught SIGTERM
+    again once it has stopped, which would end the process before the pool is closed.
+    serve_webhooks handles SIGTERM and SIGINT itself."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind(settings: WebhookSettings) -> socket.socket:
+    """The listening socket, bound here so that a port in use is one line naming it."""
+    host, port = split_host_port(settings.listen, "listen")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise Unavailable(
+            f"listen: cannot listen on {settings.listen}: {error.strerror}", Reason.LISTEN_FAILED
+        ) from None
+    return sock
+
+
+async def open_database(settings: WebhookSettings) -> asyncpg.Pool:
+    """A small pool on the sidecars' database (--database-url, else the embedded one on
+    --data-dir, as `earmark audit` finds it), with the migrations it lacks applied."""
+    dsn = audit_url(settings.database_url, settings.data_dir)
+    with mapped_db_errors():
+        pool = await create_pool(
+            dsn, min_size=1, max_size=limits.webhook_pool_size_max, prepared_statements=True
+        )
+        try:
+            async with pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn:
+                await migrate(conn)
+        except BaseException:
+            pool.terminate()
+            raise
+    return pool
+
+
+async def serve_webhooks(
+    settings: WebhookSettings, clock: Callable[[], datetime] = utc_now
+) -> None:
+    """Serves Kinde's webhooks until SIGTERM or SIGINT."""
+    sock = bind(settings)
+    try:
+        pool = await open_database(settings)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        keys = KindeKeys(settings.kinde_domain)
+        webhooks = Webhooks(Verifier(settings.kinde_domain, keys, clock), pool, WebhookMetrics())
+        config = uvicorn.Config(
+            webhooks.app(),
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            limit_concurrency=limits.webhook_requests_max,
+            # On SIGTERM, requests in flight get the sidecar's grace to finish (a webhook is
+            # one short transaction); Kinde sends again what was cut off.
+            timeout_graceful_shutdown=int(limits.shutdown_grace_seconds_default),
+            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
+            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+        )
+        server = _Server(config)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, _stop, server)
+        host, port = sock.getsockname()[:2]
+        log.info(
+            "listening",
+            host=host,
+            port=port,
+            path=WEBHOOK_PATH,
+            tls=settings.tls,
+            jwks=keys.url,
+        )
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+        await pool.close()
+        log.info("stopped")
+
+
+def _stop(server: uvicorn.Server) -> None:
+    log.info("stopping")
+    server.should_exit = True

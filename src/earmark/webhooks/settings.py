@@ -1,0 +1,141 @@
+"""`earmark kinde-webhooks`'s settings: each declared once (its flag, environment variable,
+default and help come from one declaration), flags winning over the environment."""
+
+from __future__ import annotations
+
+import argparse
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from earmark.settings import ENV as SIDECAR_ENV
+from earmark.settings import is_loopback, split_host_port
+
+LISTEN_DEFAULT = "127.0.0.1:8788"
+# The path Kinde posts to: register https://HOST/kinde/webhooks.
+WEBHOOK_PATH = "/kinde/webhooks"
+
+
+def _boolean(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(raw)
+
+
+_boolean.__name__ = "boolean"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    env: str
+    help: str
+    # What an unset option means, for the help.
+    default: str = ""
+    convert: Callable[[str], object] = str
+    flag_only_true: bool = False
+
+
+# The database and the Kinde domain are the sidecar's own variables, so that one
+# deployment's environment serves both commands.
+OPTIONS = (
+    Option("listen", "EARMARK_WEBHOOKS_LISTEN", "HOST:PORT to serve on", LISTEN_DEFAULT),
+    Option(
+        "kinde_domain",
+        SIDECAR_ENV["kinde_domain"],
+        "https://YOURS.kinde.com: the webhooks' issuer, and where its keys are (/.well-known/jwks)",
+    ),
+    Option(
+        "database_url",
+        SIDECAR_ENV["database_url"],
+        "the sidecars' PostgreSQL URL",
+        "the embedded database running on --data-dir",
+    ),
+    Option("data_dir", SIDECAR_ENV["data_dir"], "a sidecar's data dir", ".earmark", Path),
+    Option("tls_cert_file", SIDECAR_ENV["tls_cert_file"], "PEM: serve HTTPS", convert=Path),
+    Option("tls_key_file", SIDECAR_ENV["tls_key_file"], "PEM", convert=Path),
+    Option(
+        "insecure_listen",
+        SIDECAR_ENV["insecure_listen"],
+        "allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
+        convert=_boolean,
+        flag_only_true=True,
+    ),
+    Option("log_level", SIDECAR_ENV["log_level"], "debug, info, warning, error", "info"),
+    Option("log_format", SIDECAR_ENV["log_format"], "auto, json, console", "auto"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    kinde_domain: str = ""
+    listen: str = LISTEN_DEFAULT
+    database_url: str = ""
+    data_dir: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    insecure_listen: bool = False
+    log_level: str = "info"
+    log_format: str = "auto"
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+    def __post_init__(self) -> None:
+        domain = urllib.parse.urlsplit(self.kinde_domain)
+        plain_ok = domain.scheme == "http" and is_loopback(domain.hostname or "")
+        if not domain.hostname or not (domain.scheme == "https" or plain_ok):
+            raise ValueError(
+                "kinde_domain: needs Kinde's https:// URL, e.g. https://yours.kinde.com "
+                "(plain http only on a loopback address)"
+            )
+        host, _ = split_host_port(self.listen, "listen")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file: give both or neither")
+        # The rule of the sidecar's listeners: off loopback, TLS or plaintext asked for.
+        if not (is_loopback(host) or self.tls or self.insecure_listen):
+            raise ValueError(
+                f"listen: {host} is not a loopback address; configure --tls-cert-file and "
+                "--tls-key-file, or pass --insecure-listen when TLS ends in front of it"
+            )
+        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
+        if self.log_format not in {"auto", "json", "console"}:
+            raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
+
+
+def add_arguments(command: argparse.ArgumentParser) -> None:
+    for option in OPTIONS:
+        flag = "--" + option.name.replace("_", "-")
+        shown = f"{option.env}, {option.default}" if option.default else option.env
+        text = f"{option.help} [{shown}]"
+        if option.flag_only_true:
+            command.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            command.add_argument(flag, help=text)
+
+
+def load(flags: dict[str, object], environ: dict[str, str]) -> WebhookSettings:
+    """WebhookSettings from flags (None: not given), then the environment, then defaults."""
+    names = {f.name for f in fields(WebhookSettings)}
+    values: dict[str, object] = {}
+    for option in OPTIONS:
+        assert option.name in names
+        raw = flags.get(option.name)
+        if raw is None and environ.get(option.env):
+            raw = environ[option.env]
+        if raw is None:
+            continue
+        try:
+            values[option.name] = raw if isinstance(raw, bool) else option.convert(str(raw))
+        except ValueError:
+            kind = getattr(option.convert, "__name__", "value")
+            raise ValueError(f"{option.name}: {raw!r} is not a {kind}") from None
+    return WebhookSettings(**values)  # type: ignore[arg-type]

@@ -1,0 +1,362 @@
+"""Plan changes pushed: `earmark kinde-webhooks` as a real process against a fake Kinde
+(its JWKS over real HTTP) and the test PostgreSQL, and the sidecars' watch of the marks it
+leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+import httpx
+import jwt
+import pytest
+import yaml
+
+from earmark import limits
+from earmark.plans.marks import MarkWatcher
+from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
+from earmark.store import Store
+from earmark.v1 import budget_pb2 as pb
+from earmark.webhooks import settings as webhook_settings
+from earmark.webhooks.keys import KeysUnavailable, KindeKeys, UnknownKey
+from tests.conftest import Running, running
+from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
+from tests.helpers import FakeClock, assert_invariants, child, eventually, free_port, scrape
+from tests.plans.kinde_keys import SigningKey, event, jwks, new_key
+from tests.service.test_plans import START, plans_sidecar, reserve, until_remaining
+
+PLAN_CHANGED = "customer.plan_changed"
+
+
+@pytest.fixture(scope="module")
+def key() -> SigningKey:
+    return new_key("kinde-key-1")
+
+
+@pytest.fixture(scope="module")
+def other_key() -> SigningKey:
+    """Not Kinde's: a token it signs must not verify, whatever kid it names."""
+    return new_key("kinde-key-1")
+
+
+@pytest.fixture
+def kinde(key: SigningKey, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKinde]:
+    monkeypatch.setenv(KINDE_CLIENT_ID, CLIENT_ID)
+    monkeypatch.setenv(KINDE_CLIENT_SECRET, CLIENT_SECRET)
+    with fake_kinde() as fake:
+        fake.state.limits["acct"] = {"tokens": 100_000}
+        fake.state.jwks = jwks(key)
+        yield fake
+
+
+@pytest.fixture
+async def marks_dsn(dsn: str) -> str:
+    """The test database with no plan marks and no event ids left by other tests."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("TRUNCATE plan_marks, webhook_events")
+    finally:
+        await conn.close()
+    return dsn
+
+
+@dataclass
+class Webhooks:
+    url: str
+    port: int
+    output: Path
+    process: asyncio.subprocess.Process
+
+    async def post(self, body: bytes | str) -> tuple[int, dict[str, object]]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            answer = await client.post(
+                f"{self.url}/kinde/webhooks",
+                content=body.encode() if isinstance(body, str) else body,
+                headers={"content-type": "application/jwt"},
+            )
+        return answer.status_code, answer.json()
+
+
+@contextlib.asynccontextmanager
+async def webhooks_process(kinde: FakeKinde, dsn: str, folder: Path) -> AsyncIterator[Webhooks]:
+    """`earmark kinde-webhooks` on a free loopback port, its log in a file; stopped with
+    SIGTERM at the end (killed if it will not stop), also on failure."""
+    port = free_port()
+    output = folder / f"webhooks-{port}.log"
+    with output.open("wb") as log_file:
+        async with child(
+            sys.executable, "-m", "earmark", "kinde-webhooks",
+            "--listen", f"127.0.0.1:{port}", "--kinde-domain", kinde.url,
+            "--database-url", dsn, "--log-format", "json",
+            stdout=log_file, stderr=asyncio.subprocess.STDOUT,
+        ) as process:  # fmt: skip
+            url = f"http://127.0.0.1:{port}"
+
+            async def ready() -> bool:
+                assert process.returncode is None, output.read_text()
+                try:
+                    async with httpx.AsyncClient(timeout=1) as client:
+                        return 200 == (await client.get(f"{url}/healthz")).status_code
+                except httpx.TransportError:
+                    return False
+
+            await eventually(ready, within_seconds=30, what="kinde-webhooks serving")
+            yield Webhooks(url=url, port=port, output=output, process=process)
+            process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(process.wait(), timeout=15)
+
+
+@pytest.fixture
+async def webhooks(kinde: FakeKinde, marks_dsn: str, tmp_path: Path) -> AsyncIterator[Webhooks]:
+    async with webhooks_process(kinde, marks_dsn, tmp_path) as running_webhooks:
+        yield running_webhooks
+
+
+async def table_counts(dsn: str) -> tuple[int, int]:
+    """How many plan marks and kept event ids the database holds."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return (
+            await conn.fetchval("SELECT count(*) FROM plan_marks"),
+            await conn.fetchval("SELECT count(*) FROM webhook_events"),
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_plan_change_reaches_the_next_reserve_by_account(
+    kinde: FakeKinde, key: SigningKey, webhooks: Webhooks, marks_dsn: str, socket_dir: Path
+) -> None:
+    """A signed customer.plan_changed marks the account in PostgreSQL, and a running
+    sidecar's next Reserve by account sees the new limit within seconds, though its cache
+    (on a clock moved 5 s) would keep the old one for 60 s."""
+    clock = FakeClock(START)
+    async with running(plans_sidecar(marks_dsn, socket_dir, kinde, clock), marks_dsn) as side:
+        held = await side.budget.Reserve(reserve("acct", 1_000, "first"))
+        assert held.admitted
+        await until_remaining(side, 99_000)
+        kinde.state.limits["acct"] = {"tokens": 250_000}
+        # Seconds pass, far fewer than the cache's 60: only the mark can make it read again.
+        # (A read at the very instant of the last would be taken for the one written.)
+        clock.advance(timedelta(seconds=5))
+        status, answer = await webhooks.post(key.sign(event(kinde.url, PLAN_CHANGED, "acct")))
+        assert (200, {"result": "marked"}) == (status, answer)
+        assert (1, 1) == await table_counts(marks_dsn)
+        took = await _until_remaining_within(side, 249_000, seconds=10)
+        assert took < limits.limit_fresh_seconds_default / 6
+        await side.budget.Settle(pb.SettleRequest(reservation_id=held.reservation_id, used=1_000))
+    await assert_invariants(marks_dsn)
+
+
+async def _until_remaining_within(side: Running, remaining: int, *, seconds: float) -> float:
+    started = time.monotonic()
+    await until_remaining(side, remaining)
+    took = time.monotonic() - started
+    assert took < seconds
+    return took
+
+
+async def test_each_refusal_has_its_status_and_changes_nothing(
+    kinde: FakeKinde, key: SigningKey, other_key: SigningKey, webhooks: Webhooks, marks_dsn: str
+) -> None:
+    """A bad signature, a wrong issuer, an expired or too old token, another algorithm, an
+    unknown event type, a body that is no JWT, an event naming no customer and a body past
+    the bound are each refused with their status; a known event Earmark does not act on is
+    acknowledged; none marks anything, and the counter counts each result."""
+    now = int(time.time())
+    good = event(kinde.url, PLAN_CHANGED, "acct")
+    no_exp = {k: v for k, v in good.items() if k != "exp"}
+    hmac = jwt.encode(good, "a-shared-secret-of-32-bytes-long!", algorithm="HS256")
+    cases = {
+        "other key": other_key.sign(good),
+        "wrong issuer": key.sign(good | {"iss": "https://someone-else.kinde.com"}),
+        "expired": key.sign(good | {"exp": now - 3600}),
+        "too old": key.sign(no_exp | {"iat": now - 2 * int(limits.webhook_token_age_seconds_max)}),
+        "no time": key.sign({k: v for k, v in no_exp.items() if k not in ("iat", "timestamp")}),
+        "hs256": hmac,
+        "unknown type": key.sign(good | {"type": "customer.teleported"}),
+        "not a jwt": "this is not a token",
+        "no customer": key.sign(good | {"data": {"plan_code": "pro"}}),
+        "slash account": key.sign(good | {"data": {"customer_id": "a/b"}}),
+        "too large": "x" * (limits.webhook_body_bytes_max + 1),
+        "ignored": key.sign(event(kinde.url, "customer.meter_usage_updated", "acct")),
+    }
+    actual = {}
+    for name, body in cases.items():
+        status, answer = await webhooks.post(body)
+        actual[name] = (status, answer["result"])
+    expected = {
+        "other key": (401, "unauthorized"),
+        "wrong issuer": (401, "unauthorized"),
+        "expired": (401, "expired"),
+        "too old": (401, "expired"),
+        "no time": (401, "unauthorized"),
+        "hs256": (401, "unauthorized"),
+        "unknown type": (400, "unknown_type"),
+        "not a jwt": (400, "malformed"),
+        "no customer": (400, "malformed"),
+        "slash account": (400, "malformed"),
+        "too large": (413, "too_large"),
+        "ignored": (200, "ignored"),
+    }
+    assert expected == actual
+    assert (0, 0) == await table_counts(marks_dsn)
+    counted = {
+        labels[0][1]: value
+        for (name, labels), value in scrape(webhooks.port).items()
+        if name == "earmark_webhooks_total" and value
+    }
+    assert {
+        "unauthorized": 4, "expired": 2, "unknown_type": 1, "malformed": 3, "too_large": 1,
+        "ignored": 1,
+    } == counted  # fmt: skip
+    logged = webhooks.output.read_text()
+    leaked = [name for name, body in cases.items() if name != "too large" and body in logged]
+    assert [] == leaked
+
+
+async def test_a_replayed_event_is_refused(
+    kinde: FakeKinde, key: SigningKey, webhooks: Webhooks, marks_dsn: str
+) -> None:
+    """The same event sent twice marks the account once; the second is 400 and says why."""
+    token = key.sign(event(kinde.url, "customer.agreement_cancelled", "acct", event_id="event_1"))
+    first = await webhooks.post(token)
+    second = await webhooks.post(token)
+    assert (200, {"result": "marked"}) == first
+    assert (
+        400,
+        {
+            "result": "replayed",
+            "error": "event 'event_1' was already received; a replay changes nothing",
+        },
+    ) == second
+    assert (1, 1) == await table_counts(marks_dsn)
+
+
+async def test_an_unknown_key_id_fetches_the_keys_once_then_is_refused(
+    kinde: FakeKinde, key: SigningKey, webhooks: Webhooks, marks_dsn: str
+) -> None:
+    """A token naming a key id Kinde's set lacks fetches the set (once), is refused 401,
+    and the next within the interval is refused without another fetch."""
+    token = key.sign(event(kinde.url, PLAN_CHANGED, "acct"), kid="rotated-away")
+    answers = [await webhooks.post(token) for _ in range(2)]
+    refused = {
+        "result": "unauthorized",
+        "error": "key id 'rotated-away' is not in Kinde's key set",
+    }
+    assert [(401, refused)] * 2 == answers
+    assert 1 == kinde.state.requests["jwks"]
+    assert (0, 0) == await table_counts(marks_dsn)
+
+
+async def test_keys_are_fetched_again_at_most_once_per_interval(
+    kinde: FakeKinde, key: SigningKey
+) -> None:
+    """A key id the cached set lacks fetches the set again only once the refetch interval
+    has passed since the last fetch; a key that appeared meanwhile is then found."""
+    now = [0.0]
+    keys = KindeKeys(kinde.url, monotonic=lambda: now[0])
+    await keys.key(key.kid)
+    added = new_key("kinde-key-2")
+    kinde.state.jwks = jwks(key, added)
+    outcomes = []
+    for at in (1.0, limits.webhook_jwks_refetch_seconds_min + 0.5):
+        now[0] = at
+        try:
+            outcomes.append((await keys.key(added.kid)).key_id)
+        except UnknownKey:
+            outcomes.append("unknown")
+    assert ["unknown", "kinde-key-2"] == outcomes
+    assert 2 == kinde.state.requests["jwks"]
+
+
+async def test_a_stalled_key_set_is_unavailable_after_the_timeout(kinde: FakeKinde) -> None:
+    """Kinde's JWKS that does not answer is KeysUnavailable once the fetch's timeout has
+    passed, naming the URL."""
+    kinde.state.stall = threading.Event()
+    keys = KindeKeys(kinde.url, timeout_seconds=0.3)
+    try:
+        with pytest.raises(KeysUnavailable) as caught:
+            await keys.key("kinde-key-1")
+    finally:
+        kinde.state.stall.set()
+    assert f"kinde jwks: could not be fetched from {kinde.url}/.well-known/jwks" == str(
+        caught.value
+    )
+
+
+async def test_sigterm_stops_it_and_a_bad_domain_is_one_line(
+    kinde: FakeKinde, marks_dsn: str, tmp_path: Path
+) -> None:
+    """SIGTERM stops the command with exit 0; a Kinde domain that is not https is refused
+    in one line naming the setting."""
+    async with webhooks_process(kinde, marks_dsn, tmp_path) as running_webhooks:
+        process = running_webhooks.process
+    assert 0 == process.returncode
+    refused = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "earmark", "kinde-webhooks", "--kinde-domain", "http://kinde.example",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(refused.communicate(), timeout=60)
+    assert (1, "earmark kinde-webhooks: kinde_domain: needs Kinde's https:// URL, e.g. "
+            "https://yours.kinde.com (plain http only on a loopback address)") == (
+        refused.returncode, err.decode().strip())  # fmt: skip
+
+
+async def _mark(dsn: str, account: str, at: datetime) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "INSERT INTO plan_marks (account, marked_at) VALUES ($1, $2) "
+            "ON CONFLICT (account) DO UPDATE SET marked_at = EXCLUDED.marked_at",
+            account,
+            at,
+        )
+    finally:
+        await conn.close()
+
+
+async def test_the_watch_applies_new_marks_once_and_no_history(
+    store: Store, marks_dsn: str
+) -> None:
+    """The first pass takes no marks made before it; later passes forget each new mark's
+    account once, in pages, including a mark that committed late with an earlier time."""
+    forgotten: list[str] = []
+    watcher = MarkWatcher(store, forgotten.append, rows_max=2)
+    await _mark(marks_dsn, "before", await store.database_now() - timedelta(seconds=1))
+    await watcher.poll_once()
+    start = await store.database_now()
+    for n, account in enumerate(("a", "b", "c")):
+        await _mark(marks_dsn, account, start + timedelta(milliseconds=10 * (n + 1)))
+    first = await watcher.poll_once()
+    again = await watcher.poll_once()
+    await _mark(marks_dsn, "late", start + timedelta(milliseconds=5))
+    late = await watcher.poll_once()
+    assert (3, 0, 1) == (first, again, late)
+    assert ["a", "b", "c", "late"] == forgotten
+
+
+def test_the_shipped_manifest_runs_the_command_with_settings_it_takes() -> None:
+    """deploy/kubernetes/kinde-webhooks.yaml runs `kinde-webhooks` with an environment the
+    command's settings accept (the Secret's URL standing in for its reference)."""
+    manifest = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+    docs = list(yaml.safe_load_all((manifest / "kinde-webhooks.yaml").read_text()))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    secret_url = "postgresql://secret@db/earmark"
+    environ = {e["name"]: e.get("value", secret_url) for e in container["env"]}
+    settings = webhook_settings.load({}, environ)
+    assert (["kinde-webhooks"], "0.0.0.0:8788", True) == (
+        container["args"],
+        settings.listen,
+        settings.insecure_listen,
+    )
