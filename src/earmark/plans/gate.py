@@ -68,8 +68,8 @@ class PlanGate:
         self._unit = unit
         self.admissions_per_minute = admissions_per_minute
         self.default_feature = default_feature
-        # budget id -> the read_at this sidecar last wrote to it.
-        self._written: OrderedDict[str, datetime] = OrderedDict()
+        # budget id -> the read this sidecar last wrote to it.
+        self._written: OrderedDict[str, LimitRead] = OrderedDict()
         # One write per budget at a time: the Reserves that find a cycle new all wait on it.
         self._writing: dict[str, asyncio.Lock] = {}
         # account -> feature -> its period as last known; accounts kept in LRU order.
@@ -235,7 +235,7 @@ class PlanGate:
                         limit_read_at=read.read_at,
                     )
                 )
-                self._written[budget_id] = read.read_at
+                self._written[budget_id] = read
                 self._written.move_to_end(budget_id)
                 while len(self._written) > limits.limit_cache_accounts_max:
                     self._written.popitem(last=False)
@@ -244,8 +244,10 @@ class PlanGate:
         return budget_id
 
     def _is_written(self, budget_id: str, read: LimitRead) -> bool:
+        # The read itself, not only its time: a new read made at the same moment (a clock
+        # that has not moved since, a plan change pushed right after a read) is written.
         written = self._written.get(budget_id)
-        return written is not None and written >= read.read_at
+        return written is not None and (written is read or written.read_at > read.read_at)
 
     async def _seed(self, account: str) -> None:
         """Starts from the limits and periods the current cycles' rows hold, with their
