@@ -175,8 +175,14 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--limits-provider",
-        help=f"static or kinde; kinde reads plans and reports usage [{env['limits_provider']}, "
-        f"static]",
+        help="static, kinde or file; kinde reads plans and reports usage, file reads them "
+        f"from --plans-file (the stand-in) [{env['limits_provider']}, static]",
+    )
+    s.add_argument(
+        "--plans-file",
+        type=Path,
+        help="with --limits-provider file: the TOML file of plans and accounts, read again "
+        f"when it changes (docs/plans.md) [{env['plans_file']}]",
     )
     s.add_argument(
         "--kinde-domain",

@@ -2,7 +2,9 @@
 counts against now, with the limit of the account's plan.
 
 The budget is the account's current billing cycle for the feature, named
-ACCOUNT/FEATURE/CYCLE-START and created by the first Reserve of the cycle. Its limit is the
+ACCOUNT/FEATURE/CYCLE-START and created by the first Reserve of the cycle: the period the
+provider gives for (account, feature), or, when it gives none, the month from the sidecar's
+--cycle-anchor-day. Its limit is the
 plan's maximum as the limit cache last read it; the row keeps the read's time, so that a
 restarted or second sidecar starts from it instead of from nothing. A newer read is written
 to the row once per read, not once per Reserve.
@@ -17,10 +19,11 @@ from datetime import datetime
 
 from earmark import limits
 from earmark.core.bounds import limit_problem
-from earmark.core.cycles import cycle_at, cycle_budget_id
+from earmark.core.cycles import Cycle, cycle_at, cycle_budget_id
 from earmark.core.model import Budget
 from earmark.errors import FailedPrecondition, Reason
-from earmark.plans.cache import LimitCache, LimitRead
+from earmark.plans.cache import LimitCache, LimitRead, LimitUnavailable
+from earmark.plans.provider import ProviderUnavailable
 from earmark.store import Store
 
 
@@ -47,6 +50,9 @@ class PlanGate:
         self._written: OrderedDict[str, datetime] = OrderedDict()
         # One write per budget at a time: the Reserves that find a cycle new all wait on it.
         self._writing: dict[str, asyncio.Lock] = {}
+        # (account, feature) -> the provider's period last read, so that the id checked
+        # before the read (cycle_budget_id) is the one the read will most likely give.
+        self._periods: OrderedDict[tuple[str, str], Cycle] = OrderedDict()
 
     def forget(self, account: str) -> None:
         """The account's plan or agreement changed (a webhook said so): its next admission
@@ -56,8 +62,29 @@ class PlanGate:
 
     def cycle_budget_id(self, account: str, feature: str) -> str:
         """The id budget_for would answer now, found without a read or a write: the
-        service checks the caller's permission on it first."""
-        return cycle_budget_id(account, feature, cycle_at(self._clock(), self._anchor_day))
+        service checks the caller's permission on it first (and again on the id budget_for
+        answers, in case the provider's period turned out otherwise)."""
+        now = self._clock()
+        known = self._periods.get((account, feature))
+        if known is not None and known.start <= now < known.end:
+            return cycle_budget_id(account, feature, known)
+        return cycle_budget_id(account, feature, cycle_at(now, self._anchor_day))
+
+    async def cycle(self, account: str, feature: str) -> Cycle:
+        """The (account, feature)'s current billing cycle: the provider's period, or the
+        month from the anchor day when it gives none; LimitUnavailable when it cannot say."""
+        try:
+            period = await self._cache.provider.read_period(account, feature)
+        except ProviderUnavailable as error:
+            raise LimitUnavailable(f"account {account!r}: no billing period ({error})") from None
+        if period is None:
+            return cycle_at(self._clock(), self._anchor_day)
+        found = Cycle(start=period.start, end=period.end)
+        self._periods[(account, feature)] = found
+        self._periods.move_to_end((account, feature))
+        while len(self._periods) > limits.limit_cache_accounts_max:
+            self._periods.popitem(last=False)
+        return found
 
     async def budget_for(self, account: str, feature: str) -> str:
         """The id of the account's current cycle budget for feature, made or updated from
@@ -80,18 +107,18 @@ class PlanGate:
     async def refresh(self, account: str) -> list[Budget]:
         """Reads the account's plan now and applies it to the features it has used."""
         read = await self._cache.get(account, force=True)
-        now = self._clock()
-        current = cycle_at(now, self._anchor_day).start
         for budget in await self._store.cycles_of(account):
             feature = budget.feature
-            if budget.cycle_start == current and feature is not None and feature in read.limits:
+            if feature is None or feature not in read.limits:
+                continue
+            if budget.cycle_start == (await self.cycle(account, feature)).start:
                 await self._apply(account, feature, read, force=True)
         return await self._store.cycles_of(account)
 
     async def _apply(
         self, account: str, feature: str, read: LimitRead, *, force: bool = False
     ) -> str:
-        cycle = cycle_at(self._clock(), self._anchor_day)
+        cycle = await self.cycle(account, feature)
         budget_id = cycle_budget_id(account, feature, cycle)
         if not force and self._is_written(budget_id, read):
             return budget_id
@@ -124,8 +151,12 @@ class PlanGate:
 
     async def _seed(self, account: str) -> None:
         """Starts from the limits the current cycle's rows hold, with their age."""
-        current = cycle_at(self._clock(), self._anchor_day).start
-        rows = [b for b in await self._store.cycles_of(account) if _seeds(b, current)]
+        found = await self._store.cycles_of(account)
+        # Each feature's current cycle: the provider may give each its own period.
+        current: dict[str, datetime] = {}
+        for feature in {b.feature for b in found if b.feature}:
+            current[feature] = (await self.cycle(account, feature)).start
+        rows = [b for b in found if b.feature and _seeds(b, current[b.feature])]
         if rows:
             read_at = min(b.limit_read_at for b in rows if b.limit_read_at is not None)
             self._cache.seed(
