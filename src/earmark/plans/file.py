@@ -311,15 +311,20 @@ class FileProvider:
 
     async def _current(self) -> Plans:
         """The plans, read again first if the check interval passed and the file changed."""
-        if (self._clock() - self._checked_at).total_seconds() < self._check_seconds:
+        if not self._due():
             return self._plans
+        # A caller that comes while another looks at the file waits for it (the check time
+        # moves only once the look is done), so that no read answers the plans it replaces.
         async with self._lock:
-            if (self._clock() - self._checked_at).total_seconds() >= self._check_seconds:
-                self._checked_at = self._clock()
+            if self._due():
                 # A stat, and a read of at most plans_file_bytes_max when it changed: off
                 # the event loop that the admissions share.
                 await asyncio.to_thread(self._reload)
+                self._checked_at = self._clock()
         return self._plans
+
+    def _due(self) -> bool:
+        return (self._clock() - self._checked_at).total_seconds() >= self._check_seconds
 
     def _reload(self) -> None:
         try:
