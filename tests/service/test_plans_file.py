@@ -241,3 +241,18 @@ async def test_a_bad_plans_file_stops_earmark_serve_in_one_line(tmp_path: Path) 
         code,
         err.splitlines(),
     ), out
+
+
+async def test_earmark_usage_of_no_cycle_and_of_a_bad_account(dsn: str) -> None:
+    """`earmark usage` of an account without cycle budgets says so; an account name no
+    Reserve could use is refused in one line naming the field, exit 1."""
+    none_code, none_out, none_err = await earmark("usage", "nobody", "--database-url", dsn)
+    bad_code, bad_out, bad_err = await earmark("usage", "a/b", "--database-url", dsn)
+    assert (0, "account 'nobody' has no billing-cycle budget yet\n") == (none_code, none_out), (
+        none_err
+    )
+    assert (1, "", ["earmark usage: account: may not contain '/'"]) == (
+        bad_code,
+        bad_out,
+        bad_err.splitlines(),
+    )
