@@ -64,6 +64,16 @@ def test_the_example_parses_to_plans_accounts_and_a_default() -> None:
     assert expected == parse(EXAMPLE)
 
 
+def test_an_anchor_may_be_a_day_or_have_any_offset() -> None:
+    """A day alone anchors at its midnight UTC; an instant with an offset is taken in UTC."""
+    text = (
+        "[plans.p]\n[accounts.a]\nplan = 'p'\nperiod_anchor = 2026-11-15\n"
+        "[accounts.b]\nplan = 'p'\nperiod_anchor = 2026-11-15T02:00:00+02:00\n"
+    )
+    found = parse(text).accounts
+    assert (utc(2026, 11, 15), utc(2026, 11, 15)) == (found["a"].anchor, found["b"].anchor)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -122,6 +132,10 @@ def test_the_example_parses_to_plans_accounts_and_a_default() -> None:
         ("default_plan = 'gold'\n[plans.p]", "default_plan: names no plan of [plans] ('gold')"),
         ("[plans.p]\naccounts = 'x'", "plans.p.accounts: is not a key here (known: features)"),
         ("plans = {", "is not TOML: "),
+        (
+            "[plans.p]\n[accounts.acme]\nplan = 'p'\nperiod_anchor = 07:00:00",
+            "accounts.acme.period_anchor: is a time; give an instant like 2026-11-15T00:00:00Z",
+        ),
     ],
 )
 def test_a_bad_file_names_the_key_path(text: str, message: str) -> None:

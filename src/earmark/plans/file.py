@@ -54,7 +54,7 @@ _TOP_KEYS = ("default_plan", "plans", "accounts")
 _PLAN_KEYS = ("features",)
 _ACCOUNT_KEYS = ("plan", "period_anchor")
 # A key shown as it is in a key path; any other is quoted (and cut, as it came from outside).
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_BARE_KEY = re.compile(rf"[A-Za-z0-9_-]{{1,{limits.provider_value_shown_chars_max}}}")
 
 # What identifies one version of the file without reading it: (mtime_ns, size, inode).
 Stamp = tuple[int, int, int]
@@ -92,7 +92,7 @@ def key_path(*parts: str) -> str:
 
 
 def _quoted(key: str) -> str:
-    cap = limits.plan_name_length_max
+    cap = limits.provider_value_shown_chars_max
     return json.dumps(key if len(key) <= cap else f"{key[: cap - 3]}...")
 
 
