@@ -246,7 +246,8 @@ def _lab_arguments(lab_command: argparse.ArgumentParser) -> None:
     lab_command.add_argument(
         "--account",
         default="",
-        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde)",
+        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde "
+        "or file)",
     )
     lab_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -266,7 +267,8 @@ def _load_arguments(load_command: argparse.ArgumentParser) -> None:
     load_command.add_argument(
         "--account",
         default="",
-        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde)",
+        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde "
+        "or file)",
     )
     load_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

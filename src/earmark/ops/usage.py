@@ -37,7 +37,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="an account's used totals per feature and billing period, and what was "
         "reported to the provider's meter (reads the database)",
     )
-    usage.add_argument("account")
+    usage.add_argument("account", help="the account, as a Reserve by account names it")
     usage.add_argument(
         "--database-url",
         default=os.environ.get(earmark_settings.ENV["database_url"], ""),
