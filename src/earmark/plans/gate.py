@@ -4,10 +4,9 @@ counts against now, with the limit of the account's plan.
 The budget is the account's current billing cycle for the feature, named
 ACCOUNT/FEATURE/CYCLE-START and created by the first Reserve of the cycle: the period the
 provider gives for (account, feature), or, when it gives none, the month from the sidecar's
---cycle-anchor-day. Its limit is the
-plan's maximum as the limit cache last read it; the row keeps the read's time, so that a
-restarted or second sidecar starts from it instead of from nothing. A newer read is written
-to the row once per read, not once per Reserve.
+--cycle-anchor-day. Its limit is the plan's maximum as the limit cache last read it; the
+row keeps the read's time, so that a restarted or second sidecar starts from it instead of
+from nothing. A newer read is written to the row once per read, not once per Reserve.
 """
 
 from __future__ import annotations
