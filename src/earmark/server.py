@@ -21,6 +21,7 @@ from earmark.datadir import DataDirLock
 from earmark.errors import Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitCache
+from earmark.plans.file import FileProvider
 from earmark.plans.gate import PlanGate
 from earmark.plans.kinde import KindeProvider
 from earmark.plans.marks import MarkWatcher
@@ -99,6 +100,9 @@ class Sidecar:
         # Before anything else: the data dir (the embedded PostgreSQL's home, the admin
         # socket) belongs to one sidecar at a time.
         self._data_dir_lock = DataDirLock.take(self.settings.data_dir)
+        # Then the provider, before the database starts: a plans file that cannot be used,
+        # or Kinde credentials missing, stops the start in one line, at once.
+        self.provider = self._provider()
         dsn = self.settings.database_url
         if dsn is None:
             self.embedded = EmbeddedPostgres(self.settings.data_dir)
@@ -185,6 +189,7 @@ class Sidecar:
             else Reporter(store, self.provider, m, self.clock),
             # Plan changes pushed by `earmark kinde-webhooks` reach the gate through marks.
             marks=None if self.plans is None else MarkWatcher(store, self.plans.forget),
+            plans_file=self.provider if isinstance(self.provider, FileProvider) else None,
         )
         self.background.start()
 
@@ -241,12 +246,22 @@ class Sidecar:
         if self.background is not None:
             self.background.write_fault(error)
 
-    def _start_plans(self, store: Store) -> None:
-        """The limits provider, its cache and the gate, for --limits-provider kinde; the
-        static provider has none (budgets are PutBudget's)."""
+    def _plans_reloaded(self, result: str) -> None:
+        """The plans file was read again: counted, and when it loaded, every account's next
+        admission reads its plan and period from it."""
+        self.metrics.plans_file_reloads.labels(result).inc()
+        if result == "loaded" and self.plans is not None:
+            self.plans.forget_all()
+
+    def _provider(self) -> LimitsProvider | None:
+        """The limits provider --limits-provider names; None for static (budgets are
+        PutBudget's). A bad plans file raises PlansFileError (a ValueError) naming the key."""
         settings = self.settings
+        if settings.limits_provider == "file":
+            assert settings.plans_file is not None
+            return FileProvider(settings.plans_file, self.clock, on_reload=self._plans_reloaded)
         if settings.limits_provider != "kinde":
-            return
+            return None
         client_id = os.environ.get(KINDE_CLIENT_ID, "")
         secret = os.environ.get(KINDE_CLIENT_SECRET, "")
         if not client_id or not secret:
@@ -254,7 +269,7 @@ class Sidecar:
                 f"limits_provider kinde: set {KINDE_CLIENT_ID} and {KINDE_CLIENT_SECRET} "
                 "(the M2M application's credentials) in the environment"
             )
-        self.provider = KindeProvider(
+        return KindeProvider(
             settings.kinde_domain,
             client_id,
             secret,
@@ -262,6 +277,13 @@ class Sidecar:
             clock=self.clock,
             metrics=self.metrics,
         )
+
+    def _start_plans(self, store: Store) -> None:
+        """The limits provider's cache and the gate, for a sidecar with a provider (kinde,
+        or the file stand-in)."""
+        settings = self.settings
+        if self.provider is None:
+            return
         cache = self._limit_cache = LimitCache(
             self.provider,
             self.clock,

@@ -94,12 +94,14 @@ class Settings:
     worker_token_file: Path | None = None
     # OpenTelemetry spans for every call, and trace ids in the log (the `otel` extra).
     tracing: bool = False
-    # Where account limits come from: static (Admin.PutBudget only) or kinde.
+    # Where account limits come from: static (Admin.PutBudget only), kinde, or file (the
+    # stand-in: plans and accounts from the TOML file at plans_file).
     limits_provider: str = "static"
     kinde_domain: str = ""
     # Where the M2M token is asked for, and its audience: with a custom domain, Kinde still
     # issues tokens at <subdomain>.kinde.com. Empty: kinde_domain.
     kinde_token_domain: str = ""
+    plans_file: Path | None = None
     # The feature a Reserve by account counts against when it names none, and the unit of
     # the cycle budgets it makes.
     default_feature: str = "tokens"
@@ -198,8 +200,19 @@ class Settings:
         self._check_plans()
 
     def _check_plans(self) -> None:
-        if self.limits_provider not in {"static", "kinde"}:
-            raise ValueError(f"limits_provider: {self.limits_provider!r} is not static or kinde")
+        if self.limits_provider not in {"static", "kinde", "file"}:
+            raise ValueError(
+                f"limits_provider: {self.limits_provider!r} is not static, kinde or file"
+            )
+        if self.limits_provider == "file" and self.plans_file is None:
+            raise ValueError(
+                "plans_file: --limits-provider file needs --plans-file PATH (a TOML file of "
+                "plans and accounts; see docs/plans.md)"
+            )
+        if self.plans_file is not None and self.limits_provider != "file":
+            raise ValueError(
+                f"plans_file: is read only with --limits-provider file, not {self.limits_provider}"
+            )
         if self.limits_provider == "kinde":
             for name, value in (
                 ("kinde_domain", self.kinde_domain),
@@ -274,6 +287,7 @@ ENV = {
     "limits_provider": "EARMARK_LIMITS_PROVIDER",
     "kinde_domain": "EARMARK_KINDE_DOMAIN",
     "kinde_token_domain": "EARMARK_KINDE_TOKEN_DOMAIN",
+    "plans_file": "EARMARK_PLANS_FILE",
     "default_feature": "EARMARK_DEFAULT_FEATURE",
     "plan_unit": "EARMARK_PLAN_UNIT",
     "cycle_anchor_day": "EARMARK_CYCLE_ANCHOR_DAY",
@@ -322,6 +336,7 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "insecure_listen": _flag,
     "tracing": _flag,
     "worker_token_file": Path,
+    "plans_file": Path,
     "cycle_anchor_day": int,
     "limit_fresh_seconds": float,
     "limit_stale_seconds": float,

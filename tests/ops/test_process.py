@@ -10,12 +10,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from earmark.spawn import spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
 from tests.conftest import Running
-from tests.helpers import free_port, stop_leftover_postgres
+from tests.helpers import eventually_sync, free_port, stop_leftover_postgres
 from tests.ops.test_commands import rows
 from tests.service.test_security import ADMIN_TOKEN, tcp_admin
 from tests.workloads.test_commands import earmark
@@ -139,3 +141,55 @@ def test_audit_with_no_url_audits_the_data_dirs_database(socket_dir: Path) -> No
         f"earmark audit: no embedded PostgreSQL runs in {socket_dir / 'pgdata'} "
         f"(start `earmark serve --data-dir {socket_dir}`, or give --database-url)"
     ] == stopped.stderr.splitlines()
+
+
+def test_usage_with_no_url_reads_the_data_dirs_database(socket_dir: Path) -> None:
+    """`earmark serve --limits-provider file` on an embedded database, as an operator starts
+    it: a Reserve by account and its Settle, then `earmark usage ACCOUNT --data-dir D` shows
+    the total reported; once the sidecar stopped, usage says in one line that none runs."""
+    plans = socket_dir / "plans.toml"
+    plans.write_text('[plans.trial.features]\ntokens = 1_000\n[accounts.acme]\nplan = "trial"\n')
+
+    def usage(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "earmark", "usage", "acme", "--data-dir", str(socket_dir),
+             *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    sidecar = spawn_sidecar(
+        socket_dir, "--metrics-listen", "", "--limits-provider", "file", "--plans-file", str(plans)
+    )
+    try:
+        with grpc.insecure_channel(sidecar.target) as channel:
+            budget = budget_pb2_grpc.BudgetStub(channel)
+            held = budget.Reserve(
+                pb.ReserveRequest(account="acme", amount=600, idempotency_key="job"), timeout=10
+            )
+            budget.Settle(pb.SettleRequest(reservation_id=held.reservation_id, used=250))
+
+        def reported() -> bool:
+            found = usage("-o", "json")
+            return (
+                0 == found.returncode
+                and "reported" == json.loads(found.stdout)["periods"][0]["state"]
+            )
+
+        eventually_sync(reported, within_seconds=30, what="the settled total reported")
+        (period,) = json.loads(usage("-o", "json").stdout)["periods"]
+        assert 0 == sidecar.stop()
+    finally:
+        sidecar.stop()
+        stop_leftover_postgres(socket_dir)
+    stopped = usage()
+    assert (True, 1_000, 250, 250, 250) == (
+        period["budget_id"].startswith("acme/tokens/"),
+        period["limit"],
+        period["used"],
+        period["metered"],
+        period["reported"],
+    )
+    assert (1, [
+        f"earmark usage: no embedded PostgreSQL runs in {socket_dir / 'pgdata'} "
+        f"(start `earmark serve --data-dir {socket_dir}`, or give --database-url)"
+    ]) == (stopped.returncode, stopped.stderr.splitlines())  # fmt: skip

@@ -82,6 +82,11 @@ class LimitCache:
         if account in self._reads:
             self._changed.add(account)
 
+    def forget_all(self) -> None:
+        """Every account's plan may have changed (the plans file was edited): each one's
+        next admission waits for a new read."""
+        self._changed = set(self._reads)
+
     def knows(self, account: str) -> bool:
         return account in self._reads
 

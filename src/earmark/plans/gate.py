@@ -84,6 +84,11 @@ class PlanGate:
         self._cache.provider.forget(account)
         self._periods.pop(account, None)
 
+    def forget_all(self) -> None:
+        """Every account's plan or periods may have changed (the plans file was edited)."""
+        self._cache.forget_all()
+        self._periods.clear()
+
     async def close(self) -> None:
         """Stops the period reads still running, before the provider closes."""
         tasks = list(self._period_reads.values())

@@ -110,7 +110,8 @@ class AdminService(pb_grpc.AdminServicer):
         account = validate.account(request.account)
         if self.plans is None:
             raise FailedPrecondition(
-                "account: this sidecar reads no plans; start it with --limits-provider kinde",
+                "account: this sidecar reads no plans; start it with --limits-provider kinde "
+                "or --limits-provider file",
                 Reason.NO_LIMITS_PROVIDER,
                 field="account",
             )

@@ -94,7 +94,8 @@ class BudgetService(pb_grpc.BudgetServicer):
             raise InvalidArgument("budget_id", "and account are both given; a Reserve names one")
         if self.plans is None:
             raise FailedPrecondition(
-                "account: this sidecar reads no plans; start it with --limits-provider kinde",
+                "account: this sidecar reads no plans; start it with --limits-provider kinde "
+                "or --limits-provider file",
                 Reason.NO_LIMITS_PROVIDER,
                 field="account",
             )
