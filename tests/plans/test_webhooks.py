@@ -30,6 +30,7 @@ from earmark.webhooks import settings as webhook_settings
 from earmark.webhooks.keys import KeysUnavailable, KindeKeys, UnknownKey
 from tests.conftest import Running, running
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
+from tests.fake_kinde_state import Agreement
 from tests.helpers import FakeClock, assert_invariants, child, eventually, free_port, scrape
 from tests.plans.kinde_keys import SigningKey, event, jwks, new_key
 from tests.service.test_plans import START, plans_sidecar, reserve, until_remaining
@@ -136,25 +137,44 @@ async def table_counts(dsn: str) -> tuple[int, int]:
 async def test_a_plan_change_reaches_the_next_reserve_by_account(
     kinde: FakeKinde, key: SigningKey, webhooks: Webhooks, marks_dsn: str, socket_dir: Path
 ) -> None:
-    """A signed customer.plan_changed marks the account in PostgreSQL, and a running
-    sidecar's next Reserve by account sees the new limit within seconds, though its cache
-    (on a clock moved 5 s) would keep the old one for 60 s."""
+    """Kinde changes the plan (a new agreement, the old one cancelled) and signs a
+    customer.plan_changed: the account is marked in PostgreSQL, a running sidecar's next
+    Reserve by account sees the new limit within seconds, though its cache (on a clock
+    moved 5 s) would keep the old one for 60 s, and the reports after it go to the new
+    agreement, none to the old."""
+    kinde.state.agreements["acct"] = [Agreement("agreement_old", features=("tokens",))]
     clock = FakeClock(START)
+    kinde.state.now = clock
     async with running(plans_sidecar(marks_dsn, socket_dir, kinde, clock), marks_dsn) as side:
-        held = await side.budget.Reserve(reserve("acct", 1_000, "first"))
-        assert held.admitted
-        await until_remaining(side, 99_000)
+        first = await side.budget.Reserve(reserve("acct", 1_000, "first"))
+        held = await side.budget.Reserve(reserve("acct", 1_000, "held"))
+        await side.budget.Settle(pb.SettleRequest(reservation_id=first.reservation_id, used=500))
+        await metered(kinde, "agreement_old", 500)
         kinde.state.limits["acct"] = {"tokens": 250_000}
+        kinde.state.change_plan("acct", Agreement("agreement_new", features=("tokens",)))
+        reports_before = len(kinde.state.meter_reports)
         # Seconds pass, far fewer than the cache's 60: only the mark can make it read again.
-        # (A read at the very instant of the last would be taken for the one written.)
         clock.advance(timedelta(seconds=5))
         status, answer = await webhooks.post(key.sign(event(kinde.url, PLAN_CHANGED, "acct")))
         assert (200, {"result": "marked"}) == (status, answer)
         assert (1, 1) == await table_counts(marks_dsn)
-        took = await _until_remaining_within(side, 249_000, seconds=10)
+        took = await _until_remaining_within(side, 248_500, seconds=10)
         assert took < limits.limit_fresh_seconds_default / 6
-        await side.budget.Settle(pb.SettleRequest(reservation_id=held.reservation_id, used=1_000))
+        await side.budget.Settle(pb.SettleRequest(reservation_id=held.reservation_id, used=700))
+        await metered(kinde, "agreement_new", 1_200)
+    after = kinde.state.meter_reports[reports_before:]
+    assert {"agreement_new"} == {r["customer_agreement_id"] for r in after}
+    assert 500 == kinde.state.meters[("agreement_old", "tokens")]
     await assert_invariants(marks_dsn)
+
+
+async def metered(kinde: FakeKinde, agreement: str, total: int) -> None:
+    """Waits until the fake Kinde's meter of agreement's tokens holds total."""
+
+    async def holds() -> bool:
+        return kinde.state.meters.get((agreement, "tokens")) == total
+
+    await eventually(holds, within_seconds=10, what=f"{agreement} metered at {total}")
 
 
 async def _until_remaining_within(side: Running, remaining: int, *, seconds: float) -> float:
