@@ -57,14 +57,56 @@ def test_cost_is_the_exact_cost_rounded_up_once(
     attempts: int,
 ) -> None:
     """A shape's cost is never below the exact rational cost, and less than 1 micro-dollar
-    above it; usage of the same size costs the same."""
+    above it; one call's usage of the same size costs what a one-attempt shape does."""
     price = price_of(input_rate, output_rate, cached_rate, fee)
     shape = Shape("p", "m", uncached + cached, output, cached, attempts)
-    usage = Usage(uncached + cached, output, cached, attempts)
+    one_call = Shape("p", "m", uncached + cached, output, cached, 1)
+    usage = Usage(uncached + cached, output, cached, 1)
     cost = prices.shape_cost(price, shape)
     truth = exact(price, uncached, cached, output, attempts)
     assert truth <= cost < truth + 1
-    assert cost == prices.usage_cost(price, usage)
+    assert prices.shape_cost(price, one_call) == prices.usage_cost(price, usage)
+
+
+@settings(max_examples=500, deadline=None)
+@given(rates, rates, rates, st.integers(0, 10**6), tokens, tokens, tokens, calls)
+def test_requests_multiply_only_the_fee(
+    input_rate: int,
+    output_rate: int,
+    cached_rate: int,
+    fee: int,
+    uncached: int,
+    cached: int,
+    output: int,
+    requests: int,
+) -> None:
+    """A usage's tokens are the total over all its requests: they are priced once, and the
+    requests multiply only the per-request fee (the exact cost, rounded up once)."""
+    price = price_of(input_rate, output_rate, cached_rate, fee)
+    usage = Usage(uncached + cached, output, cached, requests)
+    tokens_only = exact(
+        price_of(input_rate, output_rate, cached_rate, 0), uncached, cached, output, 1
+    )
+    truth = tokens_only + requests * fee
+    cost = prices.usage_cost(price, usage)
+    assert truth <= cost < truth + 1
+    assert (requests - 1) * fee == cost - prices.usage_cost(
+        price, Usage(uncached + cached, output, cached, 1)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(rates, rates, tokens, tokens, tokens)
+def test_cache_writes_cost_their_own_rate(
+    input_rate: int, write_rate: int, plain: int, written: int, output: int
+) -> None:
+    """Input written to the cache costs the cache-write rate (0: the input rate); the rest
+    of the input costs the input rate."""
+    price = Price("p", "m", 1, START, None, input_rate, 0, cache_write_per_mtok=write_rate)
+    usage = Usage(plain + written, output, 0, cache_write_input_tokens=written)
+    truth = Fraction(plain * input_rate + written * (write_rate or input_rate), 1_000_000)
+    cost = prices.usage_cost(price, usage)
+    assert truth <= cost < truth + 1
 
 
 @settings(max_examples=500, deadline=None)
@@ -119,6 +161,27 @@ def test_cached_input_and_fees_and_attempts() -> None:
     # (2,000 x 3 + 6,000 x 0.3 + 2,000 x 15) per call = 37,800 + 10,000 fee, x 3.
     assert 143_400 == prices.shape_cost(price, shape)
     assert 3 * (24_000 + 30_000) == prices.shape_cost(price_of(3_000_000, 15_000_000, 0, 0), shape)
+
+
+def test_two_requests_of_a_usage_charge_its_tokens_once() -> None:
+    """The issue's case: 30,000 input and 2,000 output tokens over 2 requests at $1/$1 per
+    million and no fee cost 32,000, not 64,000; a $0.01 fee is taken twice."""
+    assert 32_000 == prices.usage_cost(
+        price_of(1_000_000, 1_000_000, 0, 0), Usage(30_000, 2_000, 0, 2)
+    )
+    assert 52_000 == prices.usage_cost(
+        price_of(1_000_000, 1_000_000, 0, 10_000), Usage(30_000, 2_000, 0, 2)
+    )
+
+
+def test_anthropic_cache_reads_and_writes() -> None:
+    """Sonnet at $3 input, $15 output, $0.30 cache reads and $3.75 cache writes: 1,000
+    plain input, 20,000 read and 5,000 written, 800 output cost 3,000 + 6,000 + 18,750 +
+    12,000 micro-dollars."""
+    price = Price("anthropic", "sonnet", 1, START, None, 3_000_000, 15_000_000, 300_000,
+                  cache_write_per_mtok=3_750_000)  # fmt: skip
+    usage = Usage(26_000, 800, 20_000, cache_write_input_tokens=5_000)
+    assert 39_750 == prices.usage_cost(price, usage)
 
 
 def test_tokens_budgets_count_input_and_output() -> None:

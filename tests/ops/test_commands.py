@@ -98,7 +98,7 @@ async def test_prices_are_put_and_listed(sidecar: Running) -> None:
     listed = rows(await run(sidecar, "prices", "list", "--provider", "openai"))
     assert [["openai", "gpt-4o", "1", "$2.50", "$10.00", "$0.00"],
             ["openai", "gpt-4o", "2", "$2.50", "$10.00", "$0.001"]] == [
-        [r[0], r[1], r[2], r[5], r[6], r[8]] for r in listed[1:]
+        [r[0], r[1], r[2], r[5], r[6], r[9]] for r in listed[1:]
     ]  # fmt: skip
     assert 2 == len((await run_json(sidecar, "prices", "list"))["prices"])
 

@@ -166,3 +166,54 @@ async def test_an_operator_resolves_and_releases(clocked: Running, clock: FakeCl
     budget = await clocked.admin.GetBudget(pb.GetBudgetRequest(budget_id="d"))
     assert (0, 950, 0) == (budget.held, budget.used, budget.open_reservations)
     await assert_invariants(clocked.dsn)
+
+
+async def test_an_unknown_outcome_keeps_the_hold_in_doubt_at_once(
+    clocked: Running, clock: FakeClock
+) -> None:
+    """A Settle with OUTCOME_UNKNOWN and 2,000 used so far, well inside the lease: the hold is
+    IN_DOUBT at once with 2,000 charged and the other 8,000 still held; said again it
+    changes nothing; ResolveHold at what the provider billed (7,000) leaves the budget
+    exact, and what moved on the budget equals what the ledger says moved."""
+    rid = await hold(clocked, 10_000)
+    unknown = pb.SettleRequest(reservation_id=rid, used=2_000, outcome=pb.OUTCOME_UNKNOWN)
+    first = await clocked.budget.Settle(unknown)
+    again = await clocked.budget.Settle(unknown)
+    doubted = await clocked.admin.GetBudget(pb.GetBudgetRequest(budget_id="d"))
+    found = await states(clocked)
+    assert (pb.RESERVATION_STATE_IN_DOUBT, 2_000, 0) == (first.state, first.charged, first.released)
+    assert (pb.RESERVATION_STATE_IN_DOUBT, 2_000) == (again.state, again.charged)
+    assert (8_000, 2_000, 1) == (doubted.held, doubted.used, doubted.open_reservations)
+    assert {rid: pb.RESERVATION_STATE_IN_DOUBT} == found
+    resolved = await clocked.admin.ResolveHold(
+        pb.ResolveHoldRequest(reservation_id=rid, used=7_000)
+    )
+    after = await clocked.admin.GetBudget(pb.GetBudgetRequest(budget_id="d"))
+    ledger = await clocked.admin.ListLedger(pb.ListLedgerRequest(budget_id="d"))
+    assert (7_000, 3_000) == (resolved.charged, resolved.released)
+    assert (0, 7_000, 0) == (after.held, after.used, after.open_reservations)
+    assert (after.used, after.held) == (
+        sum(e.used_delta for e in ledger.entries),
+        sum(e.held_delta for e in ledger.entries),
+    )
+    await assert_invariants(clocked.dsn)
+
+
+async def test_a_later_settle_closes_an_unknown_outcome(clocked: Running) -> None:
+    """After OUTCOME_UNKNOWN, the worker learns the truth and settles SUCCEEDED at 3,500: the
+    hold closes there, as a late answer closes any in-doubt hold."""
+    rid = await hold(clocked, 10_000, charge=1_000)
+    await clocked.budget.Settle(
+        pb.SettleRequest(reservation_id=rid, used=1_000, outcome=pb.OUTCOME_UNKNOWN)
+    )
+    settled = await clocked.budget.Settle(
+        pb.SettleRequest(reservation_id=rid, used=3_500, outcome=pb.OUTCOME_SUCCEEDED)
+    )
+    after = await clocked.admin.GetBudget(pb.GetBudgetRequest(budget_id="d"))
+    assert (pb.RESERVATION_STATE_SETTLED, 3_500, 6_500) == (
+        settled.state,
+        settled.charged,
+        settled.released,
+    )
+    assert (0, 3_500) == (after.held, after.used)
+    await assert_invariants(clocked.dsn)

@@ -203,6 +203,21 @@ async def test_same_key_another_shape_is_already_exists(side: Running) -> None:
         (
             pb.ReserveRequest(
                 budget_id="usd",
+                shape=pb.UsageShape(
+                    provider="openai",
+                    model="gpt-4o",
+                    input_tokens=10,
+                    cached_input_tokens=6,
+                    cache_write_input_tokens=5,
+                ),
+                idempotency_key="k",
+            ),
+            "INVALID_ARGUMENT",
+            "shape.cache_write_input_tokens",
+        ),
+        (
+            pb.ReserveRequest(
+                budget_id="usd",
                 shape=pb.UsageShape(provider="openai", input_tokens=5),
                 idempotency_key="k",
             ),

@@ -89,6 +89,7 @@ def price_of(reply: pb.Price) -> Price:
         captured_at=at("captured_at"),
         daily_from_minute=reply.daily_from_minute,
         daily_to_minute=reply.daily_to_minute,
+        cache_write_per_mtok=reply.cache_write_usd_micros_per_mtok,
     )
 
 
@@ -207,6 +208,7 @@ class AdminCalls:
         captured_at: datetime | None = None,
         daily_from_minute: int = 0,
         daily_to_minute: int = 0,
+        cache_write_usd_micros_per_mtok: int = 0,
     ) -> Price:
         """Appends a price version for provider's model, in effect from effective_from (None:
         now); rates are micro-dollars per million tokens. Returns it with its version."""
@@ -221,6 +223,7 @@ class AdminCalls:
             source=source,
             daily_from_minute=daily_from_minute,
             daily_to_minute=daily_to_minute,
+            cache_write_usd_micros_per_mtok=cache_write_usd_micros_per_mtok,
         )
         if effective_to is not None:
             price.effective_to.CopyFrom(_stamp(effective_to))

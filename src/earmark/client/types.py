@@ -174,6 +174,7 @@ def shape_message(shape: Shape) -> pb.UsageShape:
         max_output_tokens=shape.max_output_tokens,
         cached_input_tokens=shape.cached_input_tokens,
         attempts=shape.attempts,
+        cache_write_input_tokens=shape.cache_write_input_tokens,
     )
 
 
@@ -185,6 +186,7 @@ def usage_message(usage: Usage) -> pb.TokenUsage:
         requests=usage.requests,
         provider=usage.provider,
         model=usage.model,
+        cache_write_input_tokens=usage.cache_write_input_tokens,
     )
 
 

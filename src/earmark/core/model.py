@@ -48,6 +48,8 @@ class Outcome(enum.IntEnum):
     SUCCEEDED = 1
     FAILED = 2
     CANCELLED = 3
+    # The caller cannot tell whether the work ran: the hold goes into doubt at once.
+    UNKNOWN = 4
 
 
 class RefusalReason(enum.IntEnum):

@@ -41,9 +41,14 @@ class Price:
     captured_at: datetime | None = None
     daily_from_minute: int = 0
     daily_to_minute: int = 0
+    # 0: input written to the provider's cache costs what input costs.
+    cache_write_per_mtok: int = 0
 
     def cached_rate(self) -> int:
         return self.cached_input_per_mtok or self.input_per_mtok
+
+    def cache_write_rate(self) -> int:
+        return self.cache_write_per_mtok or self.input_per_mtok
 
     def in_effect(self, at: datetime) -> bool:
         if at < self.effective_from:
@@ -73,6 +78,7 @@ class Shape:
     max_output_tokens: int
     cached_input_tokens: int = 0
     attempts: int = 1
+    cache_write_input_tokens: int = 0
 
     def names_model_only(self) -> bool:
         """A shape without tokens names the model whose history an estimate learns from."""
@@ -89,42 +95,57 @@ class Usage:
     requests: int = 1
     provider: str = ""
     model: str = ""
+    cache_write_input_tokens: int = 0
 
 
-def _cost(price: Price, *, input_tokens: int, cached: int, output: int, calls: int) -> int:
-    assert 0 <= cached <= input_tokens
+def _tokens_cost(price: Price, *, input_tokens: int, cached: int, written: int, output: int) -> int:
+    """One call's tokens at the price, in micro-dollars times TOKENS_PER_RATE (not yet
+    rounded). input_tokens counts every input token; cached of them were read from the
+    provider's cache and written of them were written to it, each at its own rate."""
+    assert cached >= 0
+    assert written >= 0
+    assert cached + written <= input_tokens
     assert output >= 0
-    assert calls >= 1
-    per_call = (
-        (input_tokens - cached) * price.input_per_mtok
+    return (
+        (input_tokens - cached - written) * price.input_per_mtok
         + cached * price.cached_rate()
+        + written * price.cache_write_rate()
         + output * price.output_per_mtok
-        + price.request_fee * TOKENS_PER_RATE
     )
-    # Ceiling division of non-negative integers: one rounding, always up.
-    return -(-(calls * per_call) // TOKENS_PER_RATE)
+
+
+def _rounded_up(scaled: int) -> int:
+    # Ceiling division of a non-negative integer: one rounding, always up.
+    return -(-scaled // TOKENS_PER_RATE)
 
 
 def shape_cost(price: Price, shape: Shape) -> int:
-    """The conservative ceiling: every attempt at its full input and maximum output."""
-    return _cost(
+    """The conservative ceiling: every attempt at its full input and maximum output, and
+    each attempt's request fee."""
+    assert shape.attempts >= 1
+    per_call = _tokens_cost(
         price,
         input_tokens=shape.input_tokens,
         cached=shape.cached_input_tokens,
+        written=shape.cache_write_input_tokens,
         output=shape.max_output_tokens,
-        calls=shape.attempts,
     )
+    return _rounded_up(shape.attempts * (per_call + price.request_fee * TOKENS_PER_RATE))
 
 
 def usage_cost(price: Price, usage: Usage) -> int:
-    """What the provider bills for the usage it reported."""
-    return _cost(
+    """What the provider bills for the usage it reported: its tokens are the total over
+    all its requests, so they are priced once; only the per-request fee is multiplied by
+    the requests."""
+    assert usage.requests >= 1
+    tokens = _tokens_cost(
         price,
         input_tokens=usage.input_tokens,
         cached=usage.cached_input_tokens,
+        written=usage.cache_write_input_tokens,
         output=usage.output_tokens,
-        calls=usage.requests,
     )
+    return _rounded_up(tokens + usage.requests * price.request_fee * TOKENS_PER_RATE)
 
 
 def shape_tokens(shape: Shape) -> int:

@@ -85,8 +85,9 @@ def counters_fit(budget: Budget, used_delta: int, held_delta: int) -> bool:
 
 
 def charge_step(hold: Hold, amount: int) -> ChargeStep:
-    """Charges one step against a live hold, never beyond what the hold still has."""
-    assert hold.state is HoldState.HELD
+    """Charges one step against an open hold (a live one, or one going into doubt with the
+    usage it had), never beyond what the hold still has."""
+    assert hold.state in OPEN_STATES
     # 0 is a usage that priced to nothing: nothing is charged, and nothing was capped.
     assert amount >= 0
     room = hold.amount - hold.charged

@@ -167,6 +167,8 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
     used, version = amounts.spent_amount(budget, op.used, op.usage, hold, state.prices, now)
     if rules.lease_passed(hold, now):
         lapse(state, decision, hold, now)
+    if op.outcome is Outcome.UNKNOWN and hold.state in OPEN_STATES:
+        return _doubt(state, decision, hold, used, version, now)
     result = _close_with(state, decision, hold, used, version, op.outcome, LedgerKind.SETTLE, now)
     if op.outcome is Outcome.SUCCEEDED and hold.job:
         for key in amounts.sample_keys(budget.unit, hold.job, sample_model(op, hold)):
@@ -217,6 +219,40 @@ def release(state: BatchState, decision: BatchDecision, op: ReleaseOp, now: date
         price_version=hold.price_version,
         source=hold.source,
         was_in_doubt=was_in_doubt,
+    )
+
+
+def _doubt(
+    state: BatchState, decision: BatchDecision, hold: Hold, used: int, version: int, now: datetime
+) -> SettleResult:
+    """The caller cannot tell whether the work ran (OUTCOME_UNKNOWN): the usage it gives is
+    charged (within the hold, as a Charge is), the hold keeps the rest, and it goes into
+    doubt at once, so that what the provider may still bill stays held until ResolveHold
+    or a later Settle closes it. Said again, it charges nothing more."""
+    was_in_doubt = hold.state is HoldState.IN_DOUBT
+    step = rules.charge_step(hold, max(0, used - hold.charged))
+    if step.charged:
+        move(state, decision, hold, LedgerKind.CHARGE, -step.charged, step.charged, now)
+        hold.charged = step.total_charged
+    hold.dispatched = True
+    if not was_in_doubt:
+        # In doubt from now: the lease no longer matters, and doubted_since is this moment.
+        hold.expires_at = now
+        move(state, decision, hold, LedgerKind.IN_DOUBT, 0, 0, now)
+        hold.state = HoldState.IN_DOUBT
+        decision.doubted.append(hold)
+    decision.changed_holds[hold.reservation_id] = hold
+    return SettleResult(
+        amount=hold.amount,
+        charged=hold.charged,
+        released=0,
+        overshoot=max(0, used - hold.amount),
+        state=hold.state,
+        used=used,
+        price_version=version,
+        source=hold.source,
+        was_in_doubt=was_in_doubt,
+        used_delta=step.charged,
     )
 
 

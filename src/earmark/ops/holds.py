@@ -20,7 +20,9 @@ STATES = {
     "in-doubt": pb.RESERVATION_STATE_IN_DOUBT,
 }
 R = TypeVar("R")
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "requests")
+USAGE_FIELDS = (
+    "input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens", "requests",
+)  # fmt: skip
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

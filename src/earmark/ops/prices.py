@@ -17,10 +17,14 @@ RATES = (
     ("output_usd_micros_per_mtok", "micro-dollars per million output tokens"),
     ("cached_input_usd_micros_per_mtok", "per million cached input tokens (0: as input)"),
     ("request_usd_micros", "a flat fee per provider call"),
+    (
+        "cache_write_usd_micros_per_mtok",
+        "per million input tokens written to the cache (0: as input)",
+    ),
 )
 HEADERS = ("PROVIDER", "MODEL", "VERSION", "FROM", "TO", "INPUT/MTOK", "OUTPUT/MTOK",
-           "CACHED/MTOK", "PER CALL", "WINDOW", "SOURCE")  # fmt: skip
-AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "PER CALL")
+           "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL", "WINDOW", "SOURCE")  # fmt: skip
+AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,6 +112,9 @@ def table(prices: list[pb.Price]) -> str:
             render.dollars(price.output_usd_micros_per_mtok),
             render.dollars(price.cached_input_usd_micros_per_mtok)
             if price.cached_input_usd_micros_per_mtok
+            else "as input",
+            render.dollars(price.cache_write_usd_micros_per_mtok)
+            if price.cache_write_usd_micros_per_mtok
             else "as input",
             render.dollars(price.request_usd_micros),
             window(price),

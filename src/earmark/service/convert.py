@@ -107,6 +107,7 @@ def price_message(price: Price) -> pb.Price:
         input_usd_micros_per_mtok=price.input_per_mtok,
         output_usd_micros_per_mtok=price.output_per_mtok,
         cached_input_usd_micros_per_mtok=price.cached_input_per_mtok,
+        cache_write_usd_micros_per_mtok=price.cache_write_per_mtok,
         request_usd_micros=price.request_fee,
         source=price.source,
         version=price.version,

@@ -193,20 +193,28 @@ def _model(prefix: str, provider: str, model: str) -> tuple[str, str]:
     )
 
 
-def _input(prefix: str, value: pb.UsageShape | pb.TokenUsage) -> tuple[int, int]:
-    """(input tokens, the cached part of them)."""
+def _input(prefix: str, value: pb.UsageShape | pb.TokenUsage) -> tuple[int, int, int]:
+    """(input tokens, the part of them read from the provider's cache, the part written to
+    it): the two parts together are at most the input."""
     input_tokens = _tokens(f"{prefix}.input_tokens", value.input_tokens)
     cached = _tokens(f"{prefix}.cached_input_tokens", value.cached_input_tokens)
+    written = _tokens(f"{prefix}.cache_write_input_tokens", value.cache_write_input_tokens)
     if cached > input_tokens:
         raise InvalidArgument(
             f"{prefix}.cached_input_tokens", f"is {cached}, more than input_tokens ({input_tokens})"
         )
-    return input_tokens, cached
+    if cached + written > input_tokens:
+        raise InvalidArgument(
+            f"{prefix}.cache_write_input_tokens",
+            f"is {written}; with cached_input_tokens ({cached}) more than input_tokens "
+            f"({input_tokens}), which counts both",
+        )
+    return input_tokens, cached, written
 
 
 def shape(value: pb.UsageShape) -> Shape:
     provider, model = _model("shape", value.provider, value.model)
-    input_tokens, cached = _input("shape", value)
+    input_tokens, cached, written = _input("shape", value)
     return Shape(
         provider=provider,
         model=model,
@@ -214,6 +222,7 @@ def shape(value: pb.UsageShape) -> Shape:
         max_output_tokens=_tokens("shape.max_output_tokens", value.max_output_tokens),
         cached_input_tokens=cached,
         attempts=_calls("shape.attempts", value.attempts),
+        cache_write_input_tokens=written,
     )
 
 
@@ -221,7 +230,7 @@ def usage(value: pb.TokenUsage) -> Usage:
     provider, model = "", ""
     if value.provider or value.model:
         provider, model = _model("usage", value.provider, value.model)
-    input_tokens, cached = _input("usage", value)
+    input_tokens, cached, written = _input("usage", value)
     return Usage(
         input_tokens=input_tokens,
         output_tokens=_tokens("usage.output_tokens", value.output_tokens),
@@ -229,6 +238,7 @@ def usage(value: pb.TokenUsage) -> Usage:
         requests=_calls("usage.requests", value.requests),
         provider=provider,
         model=model,
+        cache_write_input_tokens=written,
     )
 
 
@@ -328,6 +338,11 @@ def price(present: bool, value: pb.Price) -> Price:
         ),
         request_fee=_rate(
             "price.request_usd_micros", value.request_usd_micros, limits.request_fee_usd_micros_max
+        ),
+        cache_write_per_mtok=_rate(
+            "price.cache_write_usd_micros_per_mtok",
+            value.cache_write_usd_micros_per_mtok,
+            rate_max,
         ),
         source=source,
         captured_at=(

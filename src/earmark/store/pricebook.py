@@ -18,13 +18,13 @@ _PRICES_LOCK_KEY = 0x45505243  # "EPRC"
 INSERT_PRICE = NamedQuery(f"""
 INSERT INTO prices (provider, model, version, effective_from, effective_to, input_per_mtok,
                     output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at,
-                    daily_from_minute, daily_to_minute)
+                    daily_from_minute, daily_to_minute, cache_write_per_mtok)
 VALUES ($provider, $model,
         (SELECT coalesce(max(version), 0) + 1 FROM prices
          WHERE provider = $provider AND model = $model),
         $effective_from, $effective_to, $input_per_mtok, $output_per_mtok,
         $cached_input_per_mtok, $request_fee, $source, $captured_at,
-        $daily_from_minute, $daily_to_minute)
+        $daily_from_minute, $daily_to_minute, $cache_write_per_mtok)
 RETURNING {PRICE_COLUMNS}
 """)
 
@@ -61,6 +61,7 @@ async def insert_price(conn: Conn, price: Price) -> Price:
         captured_at=price.captured_at,
         daily_from_minute=price.daily_from_minute,
         daily_to_minute=price.daily_to_minute,
+        cache_write_per_mtok=price.cache_write_per_mtok,
     )
     row = await conn.fetchrow(INSERT_PRICE.sql, *args)
     assert row is not None

@@ -39,7 +39,7 @@ assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
     "price_id, provider, model, version, effective_from, effective_to, input_per_mtok, "
     "output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at, "
-    "daily_from_minute, daily_to_minute"
+    "daily_from_minute, daily_to_minute, cache_write_per_mtok"
 )
 
 HOLD_COLUMN_NAMES = (
@@ -113,13 +113,16 @@ def price_from_row(row: asyncpg.Record) -> Price:
         captured_at=row["captured_at"],
         daily_from_minute=row["daily_from_minute"],
         daily_to_minute=row["daily_to_minute"],
+        cache_write_per_mtok=row["cache_write_per_mtok"],
     )
 
 
 # A hold's shape is stored as a compact JSON array in a text column: it is written with
 # every version of the row, and keys or a jsonb encoding would make each one wider.
+# Fields are only ever appended (a shape stored before a field existed has its default).
 _SHAPE_FIELDS = (
     "provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts",
+    "cache_write_input_tokens",
 )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_SUCCEEDED: _ClassVar[Outcome]
     OUTCOME_FAILED: _ClassVar[Outcome]
     OUTCOME_CANCELLED: _ClassVar[Outcome]
+    OUTCOME_UNKNOWN: _ClassVar[Outcome]
 
 class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -74,6 +75,7 @@ OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_SUCCEEDED: Outcome
 OUTCOME_FAILED: Outcome
 OUTCOME_CANCELLED: Outcome
+OUTCOME_UNKNOWN: Outcome
 RESERVATION_STATE_UNSPECIFIED: ReservationState
 RESERVATION_STATE_HELD: ReservationState
 RESERVATION_STATE_SETTLED: ReservationState
@@ -314,7 +316,7 @@ class RefreshLimitsRequest(_message.Message):
     def __init__(self, account: _Optional[str] = ...) -> None: ...
 
 class Price(_message.Message):
-    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute")
+    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute", "cache_write_usd_micros_per_mtok")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_FROM_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +330,7 @@ class Price(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DAILY_FROM_MINUTE_FIELD_NUMBER: _ClassVar[int]
     DAILY_TO_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
     effective_from: _timestamp_pb2.Timestamp
@@ -341,7 +344,8 @@ class Price(_message.Message):
     version: int
     daily_from_minute: int
     daily_to_minute: int
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ...) -> None: ...
+    cache_write_usd_micros_per_mtok: int
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ..., cache_write_usd_micros_per_mtok: _Optional[int] = ...) -> None: ...
 
 class PutPriceRequest(_message.Message):
     __slots__ = ("price",)
@@ -364,36 +368,40 @@ class ListPricesResponse(_message.Message):
     def __init__(self, prices: _Optional[_Iterable[_Union[Price, _Mapping]]] = ...) -> None: ...
 
 class UsageShape(_message.Message):
-    __slots__ = ("provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts")
+    __slots__ = ("provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts", "cache_write_input_tokens")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
     input_tokens: int
     max_output_tokens: int
     cached_input_tokens: int
     attempts: int
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., attempts: _Optional[int] = ...) -> None: ...
+    cache_write_input_tokens: int
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., attempts: _Optional[int] = ..., cache_write_input_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
-    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "requests", "provider", "model")
+    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "requests", "provider", "model", "cache_write_input_tokens")
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
     requests: int
     provider: str
     model: str
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    cache_write_input_tokens: int
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., cache_write_input_tokens: _Optional[int] = ...) -> None: ...
 
 class Hold(_message.Message):
     __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "state", "amount", "charged", "dispatched", "phase", "idempotency_key", "owner", "job", "labels", "created_at", "expires_at", "closed_at", "settled_used")
