@@ -305,7 +305,8 @@ KINDE_CLIENT_ID = "EARMARK_KINDE_CLIENT_ID"
 KINDE_CLIENT_SECRET = "EARMARK_KINDE_CLIENT_SECRET"
 
 
-def _flag(raw: object) -> bool:
+def boolean(raw: object) -> bool:
+    """A yes or no from a flag or the environment: 1/true/yes/on or 0/false/no/off/empty."""
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()
@@ -314,9 +315,6 @@ def _flag(raw: object) -> bool:
     if text in {"0", "false", "no", "off", ""}:
         return False
     raise ValueError(raw)
-
-
-_flag.__name__ = "boolean"
 
 
 _TYPES: dict[str, Callable[[Any], object]] = {
@@ -333,8 +331,8 @@ _TYPES: dict[str, Callable[[Any], object]] = {
     "tls_cert_file": Path,
     "tls_key_file": Path,
     "tls_client_ca_file": Path,
-    "insecure_listen": _flag,
-    "tracing": _flag,
+    "insecure_listen": boolean,
+    "tracing": boolean,
     "worker_token_file": Path,
     "plans_file": Path,
     "cycle_anchor_day": int,

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncpg
-
-from earmark import limits
 from earmark.core.bounds import limit_problem
-from earmark.errors import Reason, Unavailable
-from earmark.store.tx import Conn, mapped_db_errors
+from earmark.store.tx import Conn, read_snapshot
 
 # A budget's holds are those it is the budget_id of and those naming it in also_budget_ids
 # (migration 0007): every sum below is over both. Open holds are states 1 (held) and 4 (in
@@ -114,20 +110,11 @@ async def audit(conn: Conn) -> list[str]:
 
 
 async def audit_database(url: str) -> tuple[list[str], int]:
-    """`earmark audit`: the audit of the database at url, and how many budgets it covered.
-    It reads in one REPEATABLE READ transaction, so that a live sidecar's writes cannot make
-    one table disagree with another mid-audit."""
-    with mapped_db_errors():
-        try:
-            conn = await asyncpg.connect(url, timeout=limits.db_connect_timeout_seconds)
-        except asyncpg.PostgresError as refused:
-            raise Unavailable(
-                f"the database refused: {type(refused).__name__}", Reason.DATABASE_UNAVAILABLE
-            ) from None
-        try:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                problems = await audit(conn)
-                budgets = await conn.fetchval("SELECT count(*) FROM budgets")
-        finally:
-            await conn.close()
-    return problems, int(budgets)
+    """`earmark audit`: the audit of the database at url, and how many budgets it covered,
+    read in one snapshot (read_snapshot)."""
+
+    async def work(conn: Conn) -> tuple[list[str], int]:
+        problems = await audit(conn)
+        return problems, int(await conn.fetchval("SELECT count(*) FROM budgets"))
+
+    return await read_snapshot(url, work)

@@ -277,3 +277,21 @@ async def run_transaction(
     if on_exhausted is not None:
         on_exhausted()
     raise RetryExhausted(f"gave up after {attempts_max} serialization conflicts; nothing changed")
+
+
+async def read_snapshot(url: str, work: Callable[[Conn], Awaitable[T]]) -> T:
+    """work on a connection of its own to url, in one read-only REPEATABLE READ
+    transaction, so that a live sidecar's writes cannot make one table disagree with
+    another mid-read (the operator's audit and usage read this way)."""
+    with mapped_db_errors():
+        try:
+            conn = await asyncpg.connect(url, timeout=limits.db_connect_timeout_seconds)
+        except asyncpg.PostgresError as refused:
+            raise Unavailable(
+                f"the database refused: {type(refused).__name__}", Reason.DATABASE_UNAVAILABLE
+            ) from None
+        try:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                return await work(conn)
+        finally:
+            await conn.close()

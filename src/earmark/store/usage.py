@@ -7,11 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
 from earmark import limits
-from earmark.errors import Reason, Unavailable
-from earmark.store.tx import mapped_db_errors
+from earmark.store.tx import Conn, read_snapshot
 
 # Newest period first. A cycle budget exists for every outbox row (the batches write the
 # row from the budget's used total), so the budgets are the rows and the outbox and what
@@ -57,7 +54,7 @@ class PeriodUsage:
     attempts: int
 
 
-async def usage_of(conn: asyncpg.Connection, account: str) -> list[PeriodUsage]:
+async def usage_of(conn: Conn, account: str) -> list[PeriodUsage]:
     rows = await conn.fetch(USAGE_OF, account, limits.cycles_listed_max)
     return [
         PeriodUsage(
@@ -81,18 +78,6 @@ async def usage_of(conn: asyncpg.Connection, account: str) -> list[PeriodUsage]:
 
 
 async def usage_in_database(url: str, account: str) -> list[PeriodUsage]:
-    """usage_of on a connection of its own to url, in one read-only REPEATABLE READ
-    transaction, so that a live sidecar's writes cannot make the outbox disagree with the
-    budget mid-read."""
-    with mapped_db_errors():
-        try:
-            conn = await asyncpg.connect(url, timeout=limits.db_connect_timeout_seconds)
-        except asyncpg.PostgresError as refused:
-            raise Unavailable(
-                f"the database refused: {type(refused).__name__}", Reason.DATABASE_UNAVAILABLE
-            ) from None
-        try:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                return await usage_of(conn, account)
-        finally:
-            await conn.close()
+    """usage_of on a connection of its own to url, in one read-only snapshot, so that a
+    live sidecar's writes cannot make the outbox disagree with the budget mid-read."""
+    return await read_snapshot(url, lambda conn: usage_of(conn, account))

@@ -10,25 +10,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from earmark.settings import ENV as SIDECAR_ENV
-from earmark.settings import is_loopback, split_host_port
+from earmark.settings import boolean, is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8788"
 # The path Kinde posts to: register https://HOST/kinde/webhooks.
 WEBHOOK_PATH = "/kinde/webhooks"
-
-
-def _boolean(raw: object) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(raw)
-
-
-_boolean.__name__ = "boolean"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +50,7 @@ OPTIONS = (
         "insecure_listen",
         SIDECAR_ENV["insecure_listen"],
         "allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
-        convert=_boolean,
+        convert=boolean,
         flag_only_true=True,
     ),
     Option("log_level", SIDECAR_ENV["log_level"], "debug, info, warning, error", "info"),
