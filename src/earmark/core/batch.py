@@ -81,15 +81,34 @@ def sample_keys(state: BatchState, ops: list[Op]) -> set[SampleKey]:
 def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecision:
     """Decides ops in order against state, mutating state as each one commits in memory."""
     decision = BatchDecision()
+    before = {b.budget_id: (b.used, b.held) for b in state.budgets.values()}
     for op in ops:
         try:
             decision.results.append(_in_unit(state, _decide_one(state, decision, op, now)))
         except EarmarkError as error:
             decision.results.append(error)
-    for budget in decision.touched.values():
+    _assert_pairs(state, decision, before)
+    return decision
+
+
+def _assert_pairs(
+    state: BatchState, decision: BatchDecision, before: dict[str, tuple[int, int]]
+) -> None:
+    """What moved on every budget equals what the ledger rows the batch writes say moved
+    (TigerBeetle's pair assertions): a move that skipped the ledger, or a ledger row that
+    moved nothing, fails here before anything is written."""
+    moved: dict[str, tuple[int, int]] = {}
+    for entry in decision.ledger:
+        used, held = moved.get(entry.budget_id, (0, 0))
+        moved[entry.budget_id] = (used + entry.used_delta, held + entry.held_delta)
+    assert set(moved) <= set(decision.touched), "a ledger row names a budget not touched"
+    for budget in state.budgets.values():
+        used, held = before.get(budget.budget_id, (0, 0))
+        assert (budget.used - used, budget.held - held) == moved.get(budget.budget_id, (0, 0)), (
+            f"budget {budget.budget_id!r} moved otherwise than its ledger rows say"
+        )
         assert budget.held >= 0, "held went negative"
         assert budget.open_reservations >= 0, "open_reservations went negative"
-    return decision
 
 
 def _in_unit(state: BatchState, result: Result) -> Result:

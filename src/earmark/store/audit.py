@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from earmark.core.bounds import limit_problem
+from earmark.core.model import OPEN_STATES, HoldState
 from earmark.store.tx import Conn, read_snapshot
 
+# The states as the reservations table stores them: HoldState's numbers, never typed here.
+_OPEN = ", ".join(str(int(state)) for state in sorted(OPEN_STATES))
+_HELD, _SETTLED, _IN_DOUBT = int(HoldState.HELD), int(HoldState.SETTLED), int(HoldState.IN_DOUBT)
+
 # A budget's holds are those it is the budget_id of and those naming it in also_budget_ids
-# (migration 0007): every sum below is over both. Open holds are states 1 (held) and 4 (in
+# (migration 0007): every sum below is over both. Open holds are OPEN_STATES (held and in
 # doubt). ceiling_max is the highest ceiling the budget ever had (its limit, and under
 # SOFT the overage limit past it; NULL once unbounded), kept by a trigger: a limit lowered
 # below what was admitted under the old one is no violation.
-AUDIT = """
+AUDIT = f"""
 WITH members AS (
     SELECT budget_id, reservation_id FROM reservations
     UNION ALL
@@ -18,9 +23,10 @@ WITH members AS (
     WHERE cardinality(also_budget_ids) > 0
 ), holds AS (
     SELECT m.budget_id,
-           sum(r.amount - r.charged) FILTER (WHERE r.state IN (1, 4)) AS open_held,
-           count(*) FILTER (WHERE r.state IN (1, 4)) AS open_count,
-           sum(greatest(0, r.settled_used - r.amount)) FILTER (WHERE r.state = 2) AS overshoot
+           sum(r.amount - r.charged) FILTER (WHERE r.state IN ({_OPEN})) AS open_held,
+           count(*) FILTER (WHERE r.state IN ({_OPEN})) AS open_count,
+           sum(greatest(0, r.settled_used - r.amount))
+               FILTER (WHERE r.state = {_SETTLED}) AS overshoot
     FROM members m JOIN reservations r USING (reservation_id)
     GROUP BY m.budget_id
 )
@@ -44,18 +50,18 @@ ORDER BY b.budget_id
 
 
 # open_holds must list exactly the held reservations, with their deadlines.
-OPEN_HOLDS_DRIFT = """
+OPEN_HOLDS_DRIFT = f"""
 SELECT count(*) FROM reservations r
 FULL JOIN open_holds o USING (reservation_id)
-WHERE (r.state = 1) IS DISTINCT FROM (o.reservation_id IS NOT NULL)
-   OR (r.state = 1 AND r.expires_at <> o.expires_at)
+WHERE (r.state = {_HELD}) IS DISTINCT FROM (o.reservation_id IS NOT NULL)
+   OR (r.state = {_HELD} AND r.expires_at <> o.expires_at)
 """
 
 # in_doubt_holds must list exactly the reservations in doubt.
-IN_DOUBT_DRIFT = """
+IN_DOUBT_DRIFT = f"""
 SELECT count(*) FROM reservations r
 FULL JOIN in_doubt_holds d USING (reservation_id)
-WHERE (r.state = 4) IS DISTINCT FROM (d.reservation_id IS NOT NULL)
+WHERE (r.state = {_IN_DOUBT}) IS DISTINCT FROM (d.reservation_id IS NOT NULL)
 """
 
 # hold_scopes must hold exactly one row per entry of a reservation's also_budget_ids.
