@@ -371,9 +371,9 @@ def expire_due(state: BatchState, now: datetime) -> BatchDecision:
     undispatched one is closed (the job keeps what it charged, the rest returns to its
     budgets); a dispatched one goes into doubt, still held."""
     decision = BatchDecision()
+    before = {b.budget_id: (b.used, b.held) for b in state.budgets.values()}
     for hold in state.holds_by_id.values():
         if rules.lease_passed(hold, now):
             lapse(state, decision, hold, now)
-    for budget in decision.touched.values():
-        assert budget.held >= 0, "held went negative"
+    _assert_pairs(state, decision, before)
     return decision

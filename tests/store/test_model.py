@@ -1,0 +1,259 @@
+"""The PostgreSQL store checked against its model: a Hypothesis state machine runs the same
+random operations (Reserves plain, priced and nested; Charges by amount and by usage;
+Renews; Settles with every outcome; sweeps on an injected clock; ResolveHold; ReleaseHold;
+PutBudget changing limits, escrow and overage; PutPrice) on the store and on the model in
+memory, compares every answer and every budget, hold and ledger row after each step, and
+ends each run on the audit. EARMARK_MODEL_EXAMPLES runs it longer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import asyncpg
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from earmark.core.model import Budget, Hold, Outcome, OveragePolicy
+from earmark.core.ops import (
+    ChargeOp,
+    Op,
+    ReleaseOp,
+    RenewOp,
+    ReserveOp,
+    ResolveOp,
+    Result,
+    SettleOp,
+)
+from earmark.core.prices import Price, Shape, Usage
+from earmark.errors import EarmarkError
+from earmark.store import Store
+from earmark.store.audit import audit
+from earmark.store.model import Holds, Model
+from tests.conftest import TABLES
+from tests.helpers import FakeClock
+
+T = TypeVar("T")
+START = datetime(2026, 12, 1, 12, tzinfo=UTC)
+# Two budgets in tokens (t2 may be held on with t1, nested) and one in money, priced.
+TOKENS, MONEY = ("t1", "t2"), "u1"
+SHAPE = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=500)
+EXAMPLES = int(os.environ.get("EARMARK_MODEL_EXAMPLES", "25"))
+
+amounts = st.integers(1, 3_000)
+keys = st.sampled_from(["k1", "k2", "k3", "k4"])
+leases = st.integers(5, 60).map(lambda s: timedelta(seconds=s))
+outcomes = st.sampled_from(list(Outcome))
+usages = st.builds(
+    Usage,
+    input_tokens=st.integers(0, 2_000),
+    output_tokens=st.integers(0, 1_000),
+    requests=st.integers(1, 3),
+)
+
+
+def answer(outcome: Result | EarmarkError) -> object:
+    """What a caller is told: the result itself, or the error's kind and reason."""
+    if isinstance(outcome, EarmarkError):
+        return (type(outcome).__name__, outcome.reason)
+    return outcome
+
+
+def budget_row(budget: Budget) -> tuple[object, ...]:
+    return (
+        budget.budget_id, budget.limit, budget.used, budget.held, budget.open_reservations,
+        budget.escrow_bps, budget.overage_policy, budget.overage_limit, budget.overage_since,
+    )  # fmt: skip
+
+
+def hold_row(hold: Hold) -> tuple[object, ...]:
+    return (
+        hold.reservation_id, hold.budget_id, hold.also_budget_ids, int(hold.state), hold.amount,
+        hold.charged, hold.expires_at, hold.dispatched, hold.price_version,
+    )  # fmt: skip
+
+
+class StoreAgainstModel(RuleBasedStateMachine):
+    holds = Bundle("holds")
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.loop = asyncio.new_event_loop()
+        self.clock = FakeClock(START)
+        self.model = Model.empty(self.clock)
+        self.run(self._empty())
+        self.store = self.run(Store.open(dsn, clock=self.clock))
+
+    def run(self, work: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(work)
+
+    async def _empty(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f"TRUNCATE {TABLES}")
+        finally:
+            await conn.close()
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.store.close())
+        finally:
+            self.loop.close()
+
+    def both(self, call: str, *args: Any, **kwargs: Any) -> object:
+        """Calls both stores the same way and asserts they told the caller the same."""
+        told = []
+        for store in (self.store, self.model):
+            method = getattr(store, call)
+            try:
+                told.append(answer(self.run(method(*args, **kwargs))))
+            except EarmarkError as error:
+                told.append(answer(error))
+        stored, modelled = told
+        assert modelled == stored
+        return stored
+
+    def op(self, op: Op) -> object:
+        return self.both("submit", op)
+
+    @initialize()
+    def budgets(self) -> None:
+        for budget_id in TOKENS:
+            self.both("put_budget", budget_id, 5_000, "tokens")
+        self.both("put_budget", MONEY, 10_000, "usd_micros")
+        price = Price("openai", "gpt", 0, START - timedelta(days=1), None, 1_000_000, 4_000_000)
+        self.both("put_price", price)
+
+    @rule(
+        budget=st.sampled_from(TOKENS),
+        limit=st.one_of(st.none(), st.integers(0, 8_000)),
+        escrow_bps=st.sampled_from([0, 1_000]),
+        soft=st.booleans(),
+    )
+    def put_budget(self, budget: str, limit: int | None, escrow_bps: int, soft: bool) -> None:
+        policy = OveragePolicy.SOFT if soft and limit is not None else OveragePolicy.HARD
+        overage = 1_000 if policy is OveragePolicy.SOFT else None
+        self.both(
+            "put_budget", budget, limit, "tokens",
+            escrow_bps=escrow_bps, overage_policy=policy, overage_limit=overage,
+        )  # fmt: skip
+
+    @rule(input_rate=st.integers(0, 3_000_000), request_fee=st.integers(0, 50))
+    def put_price(self, input_rate: int, request_fee: int) -> None:
+        at = self.clock() - timedelta(seconds=1)
+        price = Price("openai", "gpt", 0, at, None, input_rate, 4_000_000, request_fee=request_fee)
+        self.both("put_price", price)
+
+    @rule(
+        target=holds,
+        budget=st.sampled_from([*TOKENS, MONEY]),
+        amount=amounts,
+        key=keys,
+        lease=leases,
+        nested=st.booleans(),
+        shaped=st.booleans(),
+    )
+    def reserve(
+        self, budget: str, amount: int, key: str, lease: timedelta, nested: bool, shaped: bool
+    ) -> str:
+        also = ("t2",) if nested and budget == "t1" else ()
+        rid = str(uuid.uuid4())
+        op = ReserveOp(
+            budget, key, 0 if shaped else amount, lease, rid,
+            shape=SHAPE if shaped else None, also_budget_ids=also,
+        )  # fmt: skip
+        told = self.op(op)
+        return getattr(told, "reservation_id", "") or rid
+
+    @rule(hold=holds, amount=st.integers(0, 2_000), key=keys, usage=st.one_of(st.none(), usages))
+    def charge(self, hold: str, amount: int, key: str, usage: Usage | None) -> None:
+        self.op(ChargeOp(hold, key, 0 if usage else amount, usage=usage))
+
+    @rule(hold=holds, lease=leases)
+    def renew(self, hold: str, lease: timedelta) -> None:
+        self.op(RenewOp(hold, lease))
+
+    @rule(
+        hold=holds, used=st.integers(0, 4_000), outcome=outcomes, usage=st.one_of(st.none(), usages)
+    )
+    def settle(self, hold: str, used: int, outcome: Outcome, usage: Usage | None) -> None:
+        self.op(SettleOp(hold, 0 if usage else used, outcome, usage=usage))
+
+    @rule(hold=holds, used=st.integers(0, 4_000))
+    def resolve(self, hold: str, used: int) -> None:
+        self.op(ResolveOp(hold, used))
+
+    @rule(hold=holds)
+    def release(self, hold: str) -> None:
+        self.op(ReleaseOp(hold))
+
+    @rule(seconds=st.integers(0, 90))
+    def sweep(self, seconds: int) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
+        self.both("sweep_once")
+
+    @invariant()
+    def same_rows(self) -> None:
+        """Every budget, hold and ledger row of the store is the model's."""
+        if not hasattr(self, "store"):
+            return
+        budgets, holds, ledger, problems = self.run(self._rows())
+        assert sorted(budget_row(b) for b in self.model.budgets.values()) == budgets
+        assert sorted(hold_row(h) for h in self.model.holds.values()) == holds
+        modelled = sorted(
+            (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at)
+            for e in self.model.ledger
+        )
+        assert modelled == ledger
+        assert [] == problems
+
+    async def _rows(self) -> tuple[list[Any], list[Any], list[Any], list[str]]:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            budgets = [budget_row(await self.store.get_budget(r["budget_id"]))
+                       for r in await conn.fetch("SELECT budget_id FROM budgets")]  # fmt: skip
+            rows = await conn.fetch(
+                "SELECT reservation_id::text, budget_id, also_budget_ids, state, amount, "
+                "charged, expires_at, dispatched, price_version FROM reservations"
+            )
+            holds = [(r[0], r[1], tuple(r[2]), *tuple(r)[3:]) for r in rows]
+            ledger = [
+                tuple(r)
+                for r in await conn.fetch(
+                    "SELECT budget_id, reservation_id::text, kind, held_delta, used_delta, at "
+                    "FROM ledger"
+                )
+            ]
+            return sorted(budgets), sorted(holds), sorted(ledger), await audit(conn)
+        finally:
+            await conn.close()
+
+
+def test_the_store_does_what_its_model_does(database_url: str) -> None:
+    """Random operations on the store and on the model: the same answers, the same rows,
+    and a clean audit after every step."""
+    store_is_a_store: type[Holds] = Store
+    model_is_a_store: type[Holds] = Model
+    assert (store_is_a_store, model_is_a_store) == (Store, Model)
+    run_state_machine_as_test(
+        lambda: StoreAgainstModel(database_url),  # type: ignore[arg-type]
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
