@@ -84,3 +84,28 @@ def test_the_file_provider_needs_its_plans_file() -> None:
         "plans_file: is read only with --limits-provider file, not static",
     ] == problems
     assert ("file", Path("/etc/plans.toml")) == (loaded.limits_provider, loaded.plans_file)
+
+
+def test_each_setting_is_declared_once_for_its_flag_env_and_help() -> None:
+    """Every setting of Settings has its --flag, its EARMARK_ variable and its default in
+    --help, all from its one declaration; a flag parsed sets that setting."""
+    import argparse
+    from dataclasses import fields
+
+    from earmark import cli
+
+    parser = argparse.ArgumentParser()
+    cli._serve_arguments(parser)
+    by_dest = {action.dest: action for action in parser._actions}
+    for declared in fields(settings.Settings):
+        action = by_dest[declared.name]
+        default = settings.shown_default(declared)
+        variable = f"EARMARK_{declared.name.upper()}"
+        assert (["--" + declared.name.replace("_", "-")], variable) == (
+            action.option_strings,
+            settings.ENV[declared.name],
+        )
+        assert (action.help or "").endswith(f"[{variable}{', ' + default if default else ''}]")
+    parsed = vars(parser.parse_args(["--lease-seconds-max", "90", "--insecure-listen"]))
+    loaded = settings.load(parsed, {})
+    assert (90.0, True) == (loaded.lease_seconds_max, loaded.insecure_listen)

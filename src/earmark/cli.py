@@ -16,6 +16,8 @@ import argparse
 import asyncio
 import importlib.util
 import sys
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import earmark
@@ -83,167 +85,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _serve_arguments(s: argparse.ArgumentParser) -> None:
-    env = earmark_settings.ENV
-    s.add_argument("--listen", help=f"gRPC HOST:PORT [{env['listen']}, 127.0.0.1:50051]")
-    s.add_argument(
-        "--metrics-listen",
-        help=f"Prometheus HOST:PORT, empty to disable [{env['metrics_listen']}, 127.0.0.1:9464]",
-    )
-    s.add_argument(
-        "--health-listen",
-        help="HOST:PORT serving grpc.health.v1 alone, in plaintext, for probes that cannot "
-        f"reach loopback (the kubelet); empty for none [{env['health_listen']}]",
-    )
-    s.add_argument(
-        "--database-url",
-        help=f"PostgreSQL URL; unset starts the embedded one [{env['database_url']}]",
-    )
-    s.add_argument(
-        "--data-dir", type=Path, help=f"embedded PostgreSQL's home [{env['data_dir']}, .earmark]"
-    )
-    s.add_argument(
-        "--database-wait-seconds",
-        type=float,
-        help="at start, how long to wait for a database that does not answer, health "
-        f"NOT_SERVING meanwhile; 0 fails at once [{env['database_wait_seconds']}, 60]",
-    )
-    s.add_argument("--lease-seconds-max", type=float, help=f"[{env['lease_seconds_max']}, 3600]")
-    s.add_argument(
-        "--sweep-interval-seconds", type=float, help=f"[{env['sweep_interval_seconds']}, 1]"
-    )
-    s.add_argument(
-        "--shutdown-grace-seconds", type=float, help=f"[{env['shutdown_grace_seconds']}, 10]"
-    )
-    s.add_argument(
-        "--drain-holds-seconds",
-        type=float,
-        help="within the grace, how long holds admitted here may still be charged and settled "
-        f"[{env['drain_holds_seconds']}, 10]",
-    )
-    s.add_argument(
-        "--drain-quiet-seconds",
-        type=float,
-        help="on SIGTERM, draining ends once no call arrived for this long "
-        f"[{env['drain_quiet_seconds']}, 0.2]",
-    )
-    s.add_argument("--pool-size-max", type=int, help=f"[{env['pool_size_max']}, 10]")
-    s.add_argument(
-        "--metrics-budgets-max",
-        type=int,
-        help=f"budgets with gauges, most used first [{env['metrics_budgets_max']}, 100]",
-    )
-    s.add_argument(
-        "--metrics-refresh-seconds",
-        type=float,
-        help=f"how often database gauges refresh [{env['metrics_refresh_seconds']}, 10]",
-    )
-    s.add_argument(
-        "--database-pooler",
-        help="none, or pgbouncer when --database-url is a PgBouncer in transaction pooling "
-        f"[{env['database_pooler']}, none]",
-    )
-    s.add_argument(
-        "--admission",
-        choices=["grouped", "naive"],
-        help=f"grouped, or naive for comparison [{env['admission']}, grouped]",
-    )
-    s.add_argument(
-        "--admin-listen",
-        help=f"Admin's listener: unix:PATH or HOST:PORT [{env['admin_listen']}, "
-        "unix:DATA_DIR/admin.sock]",
-    )
-    s.add_argument(
-        "--admin-token-file",
-        type=Path,
-        help=f"the admin bearer token; required on TCP [{env['admin_token_file']}]",
-    )
-    s.add_argument("--tls-cert-file", type=Path, help=f"PEM [{env['tls_cert_file']}]")
-    s.add_argument("--tls-key-file", type=Path, help=f"PEM [{env['tls_key_file']}]")
-    s.add_argument(
-        "--tls-client-ca-file",
-        type=Path,
-        help=f"PEM; clients must present a certificate it signed [{env['tls_client_ca_file']}]",
-    )
-    s.add_argument(
-        "--insecure-listen",
-        action="store_true",
-        default=None,
-        help=f"allow plaintext on a non-loopback address [{env['insecure_listen']}]",
-    )
-    s.add_argument(
-        "--tracing",
-        action="store_true",
-        default=None,
-        help="OpenTelemetry spans per call and trace ids in the log; needs "
-        f"`pip install 'earmark[otel]'` and a tracer provider [{env['tracing']}]",
-    )
-    s.add_argument(
-        "--worker-token-file",
-        type=Path,
-        help=f"lines of NAME TOKEN PREFIX...; workers then need a token "
-        f"[{env['worker_token_file']}]",
-    )
-    s.add_argument(
-        "--limits-provider",
-        help="static, kinde or file; kinde reads plans and reports usage, file reads them "
-        f"from --plans-file (the stand-in) [{env['limits_provider']}, static]",
-    )
-    s.add_argument(
-        "--plans-file",
-        type=Path,
-        help="with --limits-provider file: the TOML file of plans and accounts, read again "
-        f"when it changes (docs/plans.md) [{env['plans_file']}]",
-    )
-    s.add_argument(
-        "--kinde-domain",
-        help=f"https://YOURS.kinde.com; the M2M client's id and secret come from "
-        f"{earmark_settings.KINDE_CLIENT_ID} and {earmark_settings.KINDE_CLIENT_SECRET} "
-        f"[{env['kinde_domain']}]",
-    )
-    s.add_argument(
-        "--kinde-token-domain",
-        help="https://YOURS.kinde.com where the M2M token is asked for, and its audience: "
-        "with a custom --kinde-domain, Kinde still issues tokens at the kinde.com one "
-        f"[{env['kinde_token_domain']}, --kinde-domain]",
-    )
-    s.add_argument(
-        "--default-feature",
-        help=f"the feature of a Reserve by account that names none [{env['default_feature']}, "
-        f"tokens]",
-    )
-    s.add_argument("--plan-unit", help=f"the unit of cycle budgets [{env['plan_unit']}, tokens]")
-    s.add_argument(
-        "--cycle-anchor-day",
-        type=int,
-        help=f"the day of the month cycles start, 1 to 28 [{env['cycle_anchor_day']}, 1]",
-    )
-    s.add_argument(
-        "--limit-fresh-seconds",
-        type=float,
-        help=f"a limit read is used as it is this long [{env['limit_fresh_seconds']}, 60]",
-    )
-    s.add_argument(
-        "--limit-stale-seconds",
-        type=float,
-        help=f"and kept this long while the provider fails [{env['limit_stale_seconds']}, 600]",
-    )
-    s.add_argument(
-        "--limit-retry-seconds",
-        type=float,
-        help=f"a failed read is tried again after this [{env['limit_retry_seconds']}, 5]",
-    )
-    s.add_argument(
-        "--admissions-per-minute",
-        type=int,
-        help=f"new admissions per account per minute [{env['admissions_per_minute']}, 120]",
-    )
-    s.add_argument(
-        "--report-interval-seconds",
-        type=float,
-        help=f"how often usage goes to the meter [{env['report_interval_seconds']}, 1]",
-    )
-    s.add_argument("--log-level", help=f"debug, info, warning, error [{env['log_level']}, info]")
-    s.add_argument("--log-format", help=f"auto, json, console [{env['log_format']}, auto]")
+    """A flag per setting, from its one declaration in settings.py (help, type, default
+    shown, environment variable); a flag left out is None, so the environment and then the
+    default apply."""
+    for declared in fields(earmark_settings.Settings):
+        flag = "--" + declared.name.replace("_", "-")
+        convert: Callable[[str], object] = declared.metadata["convert"]
+        help_text = earmark_settings.help_of(declared)
+        if convert is earmark_settings.boolean:
+            s.add_argument(flag, action="store_true", default=None, help=help_text)
+        else:
+            choices = declared.metadata["choices"]
+            s.add_argument(flag, type=convert, choices=choices, help=help_text)
 
 
 def _lab_arguments(lab_command: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,69 +51,190 @@ def unix_socket_path(value: str, name: str) -> Path:
     return path
 
 
+def boolean(raw: object) -> bool:
+    """A yes or no from a flag or the environment: 1/true/yes/on or 0/false/no/off/empty."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(raw)
+
+
+_NO_DEFAULT: Any = object()
+
+
+def setting(
+    default: Any = _NO_DEFAULT,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    convert: Callable[[Any], object] = str,
+    choices: tuple[str, ...] | None = None,
+    shown: str | None = None,
+) -> Any:
+    """One setting, declared once: its default, what --help says of it, how a flag's or the
+    environment's text becomes its value, and (shown) what --help shows as its default
+    where that is not simply the default itself. Its flag is --NAME-WITH-DASHES and its
+    environment variable EARMARK_NAME."""
+    meta = {"help": help, "convert": convert, "choices": choices, "shown": shown}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    assert default is not _NO_DEFAULT
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    listen: str = "127.0.0.1:50051"
+    listen: str = setting("127.0.0.1:50051", "gRPC HOST:PORT")
     # Empty disables the metrics endpoint.
-    metrics_listen: str = "127.0.0.1:9464"
+    metrics_listen: str = setting("127.0.0.1:9464", "Prometheus HOST:PORT, empty to disable")
     # A listener with grpc.health.v1 alone, for probes that cannot reach loopback (the
     # kubelet probes the pod's IP): always plaintext, since it says only SERVING or not,
     # and so allowed on any address. Empty: none.
-    health_listen: str = ""
+    health_listen: str = setting(
+        "",
+        "HOST:PORT serving grpc.health.v1 alone, in plaintext, for probes that cannot reach "
+        "loopback (the kubelet); empty for none",
+    )
     # None starts the embedded PostgreSQL under data_dir.
-    database_url: str | None = None
-    data_dir: Path = field(default_factory=lambda: DATA_DIR_DEFAULT)
-    lease_seconds_max: float = limits.lease_seconds_max_default
-    sweep_interval_seconds: float = limits.sweep_interval_seconds_default
-    shutdown_grace_seconds: float = limits.shutdown_grace_seconds_default
+    database_url: str | None = setting(None, "PostgreSQL URL; unset starts the embedded one")
+    data_dir: Path = setting(
+        help="embedded PostgreSQL's home", factory=lambda: DATA_DIR_DEFAULT, convert=Path
+    )
+    lease_seconds_max: float = setting(
+        limits.lease_seconds_max_default,
+        "the longest lease a Reserve or Renew may ask for",
+        convert=float,
+    )
+    sweep_interval_seconds: float = setting(
+        limits.sweep_interval_seconds_default,
+        "how often the sweeper returns holds whose lease passed",
+        convert=float,
+    )
+    shutdown_grace_seconds: float = setting(
+        limits.shutdown_grace_seconds_default,
+        "on SIGTERM, how long calls in flight may finish",
+        convert=float,
+    )
     # How long, within the grace, open holds' Charges and Settles are still served.
-    drain_holds_seconds: float = limits.drain_holds_seconds_default
+    drain_holds_seconds: float = setting(
+        limits.drain_holds_seconds_default,
+        "within the grace, how long holds admitted here may still be charged and settled",
+        convert=float,
+    )
     # Draining ends once no call has arrived for this long (calls queued inside gRPC).
-    drain_quiet_seconds: float = limits.drain_quiet_seconds
-    pool_size_max: int = limits.pool_size_max_default
-    metrics_budgets_max: int = limits.metrics_budgets_max_default
-    metrics_refresh_seconds: float = limits.metrics_refresh_interval_seconds
+    drain_quiet_seconds: float = setting(
+        limits.drain_quiet_seconds,
+        "on SIGTERM, draining ends once no call arrived for this long",
+        convert=float,
+    )
+    pool_size_max: int = setting(
+        limits.pool_size_max_default, "database connections for workers' calls", convert=int
+    )
+    metrics_budgets_max: int = setting(
+        limits.metrics_budgets_max_default, "budgets with gauges, most used first", convert=int
+    )
+    metrics_refresh_seconds: float = setting(
+        limits.metrics_refresh_interval_seconds, "how often database gauges refresh", convert=float
+    )
     # grouped (the default) or naive: see Store; naive is kept for benchmarks and tests.
-    admission: str = "grouped"
+    admission: str = setting(
+        "grouped", "grouped, or naive for comparison", choices=("grouped", "naive")
+    )
     # none, or pgbouncer: the database URL is a PgBouncer in transaction pooling, where a
     # prepared statement must not outlive its transaction (PgBouncer < 1.21 cannot route it).
-    database_pooler: str = "none"
-    log_level: str = "info"
-    log_format: str = "auto"
+    database_pooler: str = setting(
+        "none", "none, or pgbouncer when --database-url is a PgBouncer in transaction pooling"
+    )
+    log_level: str = setting("info", "debug, info, warning, error")
+    log_format: str = setting("auto", "auto, json, console")
     # Admin's own listener: unix:PATH or HOST:PORT; empty is unix:DATA_DIR/admin.sock.
-    admin_listen: str = ""
+    admin_listen: str = setting(
+        "", "Admin's listener: unix:PATH or HOST:PORT", shown="unix:DATA_DIR/admin.sock"
+    )
     # Required when Admin listens on TCP: every Admin call carries this bearer token.
-    admin_token_file: Path | None = None
+    admin_token_file: Path | None = setting(
+        None, "the admin bearer token; required on TCP", convert=Path
+    )
     # TLS for every TCP listener; a client CA makes it mutual.
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_client_ca_file: Path | None = None
+    tls_cert_file: Path | None = setting(None, "PEM", convert=Path)
+    tls_key_file: Path | None = setting(None, "PEM", convert=Path)
+    tls_client_ca_file: Path | None = setting(
+        None, "PEM; clients must present a certificate it signed", convert=Path
+    )
     # Plaintext on a non-loopback address, on purpose.
-    insecure_listen: bool = False
+    insecure_listen: bool = setting(
+        False, "allow plaintext on a non-loopback address", convert=boolean
+    )
     # Worker tokens, each with the budget id prefixes it may use (see service/auth.py).
-    worker_token_file: Path | None = None
+    worker_token_file: Path | None = setting(
+        None, "lines of NAME TOKEN PREFIX...; workers then need a token", convert=Path
+    )
     # OpenTelemetry spans for every call, and trace ids in the log (the `otel` extra).
-    tracing: bool = False
+    tracing: bool = setting(
+        False,
+        "OpenTelemetry spans per call and trace ids in the log; needs `pip install "
+        "'earmark[otel]'` and a tracer provider",
+        convert=boolean,
+    )
     # Where account limits come from: static (Admin.PutBudget only), kinde, or file (the
     # stand-in: plans and accounts from the TOML file at plans_file).
-    limits_provider: str = "static"
-    kinde_domain: str = ""
+    limits_provider: str = setting(
+        "static",
+        "static, kinde or file; kinde reads plans and reports usage, file reads them from "
+        "--plans-file (the stand-in)",
+    )
+    kinde_domain: str = setting(
+        "",
+        "https://YOURS.kinde.com; the M2M client's id and secret come from EARMARK_KINDE_CLIENT_ID"
+        " and EARMARK_KINDE_CLIENT_SECRET",
+    )
     # Where the M2M token is asked for, and its audience: with a custom domain, Kinde still
     # issues tokens at <subdomain>.kinde.com. Empty: kinde_domain.
-    kinde_token_domain: str = ""
-    plans_file: Path | None = None
+    kinde_token_domain: str = setting(
+        "",
+        "https://YOURS.kinde.com where the M2M token is asked for, and its audience: with a custom"
+        " --kinde-domain, Kinde still issues tokens at the kinde.com one",
+        shown="--kinde-domain",
+    )
+    plans_file: Path | None = setting(
+        None,
+        "with --limits-provider file: the TOML file of plans and accounts, read again when it "
+        "changes (docs/plans.md)",
+        convert=Path,
+    )
     # The feature a Reserve by account counts against when it names none, and the unit of
     # the cycle budgets it makes.
-    default_feature: str = "tokens"
-    plan_unit: str = "tokens"
-    cycle_anchor_day: int = 1
-    limit_fresh_seconds: float = limits.limit_fresh_seconds_default
-    limit_stale_seconds: float = limits.limit_stale_seconds_default
-    limit_retry_seconds: float = limits.limit_retry_seconds
-    admissions_per_minute: int = limits.admissions_per_minute_default
-    report_interval_seconds: float = limits.report_interval_seconds_default
+    default_feature: str = setting("tokens", "the feature of a Reserve by account that names none")
+    plan_unit: str = setting("tokens", "the unit of cycle budgets")
+    cycle_anchor_day: int = setting(1, "the day of the month cycles start, 1 to 28", convert=int)
+    limit_fresh_seconds: float = setting(
+        limits.limit_fresh_seconds_default, "a limit read is used as it is this long", convert=float
+    )
+    limit_stale_seconds: float = setting(
+        limits.limit_stale_seconds_default,
+        "and kept this long while the provider fails",
+        convert=float,
+    )
+    limit_retry_seconds: float = setting(
+        limits.limit_retry_seconds, "a failed read is tried again after this", convert=float
+    )
+    admissions_per_minute: int = setting(
+        limits.admissions_per_minute_default, "new admissions per account per minute", convert=int
+    )
+    report_interval_seconds: float = setting(
+        limits.report_interval_seconds_default, "how often usage goes to the meter", convert=float
+    )
     # How long `earmark serve` waits at start for a database it cannot reach (0: not at all).
-    database_wait_seconds: float = limits.database_wait_seconds_default
+    database_wait_seconds: float = setting(
+        limits.database_wait_seconds_default,
+        "at start, how long to wait for a database that does not answer, health NOT_SERVING "
+        "meanwhile; 0 fails at once",
+        convert=float,
+    )
 
     @property
     def admin_address(self) -> str:
@@ -258,46 +379,7 @@ class Settings:
 
 
 # Each setting's environment variable; flags win over these.
-ENV = {
-    "listen": "EARMARK_LISTEN",
-    "metrics_listen": "EARMARK_METRICS_LISTEN",
-    "health_listen": "EARMARK_HEALTH_LISTEN",
-    "database_url": "EARMARK_DATABASE_URL",
-    "data_dir": "EARMARK_DATA_DIR",
-    "lease_seconds_max": "EARMARK_LEASE_SECONDS_MAX",
-    "sweep_interval_seconds": "EARMARK_SWEEP_INTERVAL_SECONDS",
-    "shutdown_grace_seconds": "EARMARK_SHUTDOWN_GRACE_SECONDS",
-    "drain_holds_seconds": "EARMARK_DRAIN_HOLDS_SECONDS",
-    "drain_quiet_seconds": "EARMARK_DRAIN_QUIET_SECONDS",
-    "pool_size_max": "EARMARK_POOL_SIZE_MAX",
-    "metrics_budgets_max": "EARMARK_METRICS_BUDGETS_MAX",
-    "metrics_refresh_seconds": "EARMARK_METRICS_REFRESH_SECONDS",
-    "admission": "EARMARK_ADMISSION",
-    "database_pooler": "EARMARK_DATABASE_POOLER",
-    "log_level": "EARMARK_LOG_LEVEL",
-    "log_format": "EARMARK_LOG_FORMAT",
-    "admin_listen": "EARMARK_ADMIN_LISTEN",
-    "admin_token_file": "EARMARK_ADMIN_TOKEN_FILE",
-    "tls_cert_file": "EARMARK_TLS_CERT_FILE",
-    "tls_key_file": "EARMARK_TLS_KEY_FILE",
-    "tls_client_ca_file": "EARMARK_TLS_CLIENT_CA_FILE",
-    "insecure_listen": "EARMARK_INSECURE_LISTEN",
-    "tracing": "EARMARK_TRACING",
-    "worker_token_file": "EARMARK_WORKER_TOKEN_FILE",
-    "limits_provider": "EARMARK_LIMITS_PROVIDER",
-    "kinde_domain": "EARMARK_KINDE_DOMAIN",
-    "kinde_token_domain": "EARMARK_KINDE_TOKEN_DOMAIN",
-    "plans_file": "EARMARK_PLANS_FILE",
-    "default_feature": "EARMARK_DEFAULT_FEATURE",
-    "plan_unit": "EARMARK_PLAN_UNIT",
-    "cycle_anchor_day": "EARMARK_CYCLE_ANCHOR_DAY",
-    "limit_fresh_seconds": "EARMARK_LIMIT_FRESH_SECONDS",
-    "limit_stale_seconds": "EARMARK_LIMIT_STALE_SECONDS",
-    "limit_retry_seconds": "EARMARK_LIMIT_RETRY_SECONDS",
-    "admissions_per_minute": "EARMARK_ADMISSIONS_PER_MINUTE",
-    "report_interval_seconds": "EARMARK_REPORT_INTERVAL_SECONDS",
-    "database_wait_seconds": "EARMARK_DATABASE_WAIT_SECONDS",
-}
+ENV = {f.name: f"EARMARK_{f.name.upper()}" for f in fields(Settings)}
 
 # The Kinde M2M application's credentials come from the environment only: never a flag
 # (flags show in process listings), never logged.
@@ -305,44 +387,26 @@ KINDE_CLIENT_ID = "EARMARK_KINDE_CLIENT_ID"
 KINDE_CLIENT_SECRET = "EARMARK_KINDE_CLIENT_SECRET"
 
 
-def boolean(raw: object) -> bool:
-    """A yes or no from a flag or the environment: 1/true/yes/on or 0/false/no/off/empty."""
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(raw)
-
-
 _TYPES: dict[str, Callable[[Any], object]] = {
-    "data_dir": Path,
-    "lease_seconds_max": float,
-    "sweep_interval_seconds": float,
-    "shutdown_grace_seconds": float,
-    "drain_holds_seconds": float,
-    "drain_quiet_seconds": float,
-    "pool_size_max": int,
-    "metrics_budgets_max": int,
-    "metrics_refresh_seconds": float,
-    "admin_token_file": Path,
-    "tls_cert_file": Path,
-    "tls_key_file": Path,
-    "tls_client_ca_file": Path,
-    "insecure_listen": boolean,
-    "tracing": boolean,
-    "worker_token_file": Path,
-    "plans_file": Path,
-    "cycle_anchor_day": int,
-    "limit_fresh_seconds": float,
-    "limit_stale_seconds": float,
-    "limit_retry_seconds": float,
-    "admissions_per_minute": int,
-    "report_interval_seconds": float,
-    "database_wait_seconds": float,
+    f.name: f.metadata["convert"] for f in fields(Settings)
 }
+
+
+def shown_default(declared: Field[Any]) -> str:
+    """What --help shows as a setting's default: its own text, or the default's."""
+    if declared.metadata["shown"] is not None:
+        return str(declared.metadata["shown"])
+    value = declared.default if declared.default_factory is MISSING else declared.default_factory()
+    if value is None or value == "" or value is False:
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def help_of(declared: Field[Any]) -> str:
+    """A setting's --help: what it is, then [its environment variable, its default]."""
+    default = shown_default(declared)
+    where = ENV[declared.name] + (f", {default}" if default else "")
+    return f"{declared.metadata['help']} [{where}]"
 
 
 def load(flags: dict[str, object], environ: dict[str, str] | None = None) -> Settings:
