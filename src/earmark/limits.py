@@ -43,6 +43,8 @@ int64_max = 2**63 - 1
 # most 10^12 and attempts at most 1,000; a priced amount past amount_units_max is refused.
 # The price book holds at most price_versions_max versions, all cached in every sidecar.
 provider_length_max = 64
+# A caller's x-request-id longer than this is replaced by a fresh one.
+request_id_length_max = 64
 model_length_max = 128
 price_source_length_max = 512
 rate_usd_micros_per_mtok_max = 10**12

@@ -24,7 +24,8 @@ from earmark.plans.gate import PlanGate
 from earmark.service import convert, validate, validate_scopes
 from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
-from earmark.service.errors import Context, rpc
+from earmark.service.errors import Context
+from earmark.service.middleware import rpc
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
