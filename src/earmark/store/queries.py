@@ -109,6 +109,13 @@ FOR UPDATE OF r SKIP LOCKED
 _UNITS_LOCK_KEY = 0x45554E54  # "EUNT"
 
 
+async def get_budget(conn: Conn, budget_id: str) -> Budget | None:
+    row = await conn.fetchrow(
+        f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE budget_id = $1", budget_id
+    )
+    return None if row is None else budget_from_row(row)
+
+
 async def lock_budget_for_update(conn: Conn, budget_id: str) -> Budget | None:
     row = await conn.fetchrow(
         f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE budget_id = $1 FOR UPDATE", budget_id

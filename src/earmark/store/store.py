@@ -1,4 +1,5 @@
-"""The store: budgets, group admission through lanes, and the sweeper's transactions."""
+"""The store: its pools and transactions, and what each part of Earmark reads and writes
+through them; holds go through the batches (store/batches.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,15 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import asyncpg
 
 from earmark import limits
-from earmark.core.batch import BatchDecision, BatchState, decide_batch
 from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, UnitTotals
-from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
-from earmark.core.prices import Price, PriceBook
+from earmark.core.ops import Op, Result
+from earmark.core.prices import Price
 from earmark.errors import (
-    EarmarkError,
     Reason,
     Unavailable,
     budget_not_found,
@@ -29,15 +28,12 @@ from earmark.store import (
     pricebook,
     probe,
     queries,
-    routes,
     stripes,
     sweeper,
-    writes,
 )
+from earmark.store.batches import Admission, Batches
 from earmark.store.cycles import Report
-from earmark.store.lanes import Lanes, Route, TopUp
 from earmark.store.pools import open_pools
-from earmark.store.rows import BUDGET_COLUMNS, budget_from_row
 from earmark.store.scans import Scans
 from earmark.store.tx import (
     WRITE_FAULTS,
@@ -48,8 +44,6 @@ from earmark.store.tx import (
 )
 
 Clock = Callable[[], datetime]
-# grouped: a lane per budget, one transaction per batch; naive: one per request.
-Admission = Literal["grouped", "naive"]
 T = TypeVar("T")
 
 
@@ -94,17 +88,16 @@ class Store:
         self._dsn = dsn
         self._pool_size_max = pool_size_max
         self._prepared_statements = prepared_statements
-        self._admission = admission
         self._connected: asyncpg.Pool | None = None
         self._scans: Scans | None = None
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
-        # Every price version, reloaded by a batch that finds a newer one in the database.
-        self._prices = PriceBook()
-        self._routes = routes.RouteCache()
-        self._lanes = Lanes(
-            self._run_batch,
+        self._batches = Batches(
+            self._serializable,
+            self._read,
+            clock,
+            admission=admission,
             lanes=lanes,
             batch_size_max=batch_size_max,
             on_batch=self._observer.on_batch,
@@ -173,7 +166,7 @@ class Store:
 
     async def close(self) -> None:
         """Decides what is queued, then closes both pools."""
-        await self._lanes.close()
+        await self._batches.close()
         if self._connected is not None:
             await self._connected.close()
             self._connected = None
@@ -223,13 +216,10 @@ class Store:
         return await self._transaction(work, "read_committed")
 
     async def get_budget(self, budget_id: str) -> Budget:
-        with mapped_db_errors():
-            row = await self._pool.fetchrow(
-                f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE budget_id = $1", budget_id
-            )
-        if row is None:
+        found = await self._read(lambda conn: queries.get_budget(conn, budget_id))
+        if found is None:
             raise budget_not_found(budget_id)
-        return budget_from_row(row)
+        return found
 
     # Prices.
 
@@ -325,76 +315,11 @@ class Store:
         assert 0 <= count <= limits.metrics_budgets_max_ceiling
         return await self._read(lambda conn: operator.most_used_budgets(conn, count))
 
-    # Holds: every operation goes through its budget's lane.
+    # Holds: every operation goes through its budget's lane (store/batches.py).
 
     async def submit(self, op: Op) -> Result:
         """Decides op with whatever else is waiting on its budget, in one transaction."""
-        if isinstance(op, ReserveOp):
-            route = (op.budget_id, *op.also_budget_ids)
-        else:
-            route = await self._route_of(op.reservation_id)
-        if self._admission == "naive":
-            return await self._decide_alone(route, op)
-        return await self._lanes.submit(route, op)
-
-    async def _decide_alone(self, route: Route, op: Op) -> Result:
-        """Naive admission: one serializable transaction per request, retried on conflict,
-        nothing coalesced. Kept as the baseline that group admission is measured against."""
-        (result,) = await self._run_batch([(route, op)])
-        if isinstance(result, EarmarkError):
-            raise result
-        return result
-
-    async def _route_of(self, reservation_id: str) -> Route:
-        """The reservation's budget, then those it also holds on."""
-        route = self._routes.get(reservation_id)
-        if route is None:
-            route = await self._read(lambda conn: routes.route_of(conn, reservation_id))
-            self._routes.remember(reservation_id, route)
-        return route
-
-    async def _run_batch(
-        self, entries: list[tuple[Route, Op]], top_up: TopUp | None = None
-    ) -> list[Result | EarmarkError]:
-        """Decides entries, per budget in their order, in one serializable transaction.
-        Its first statement locks the stripes of every budget the entries' routes name,
-        before the snapshot (migration 0006): another sidecar's batch on these budgets is
-        waited for, not aborted against; once they are held, top_up adds what arrived on
-        them meanwhile, so that the wait grows the batch instead of the queue."""
-        named = {budget_id for route, _ in entries for budget_id in route}
-        locked = {stripes.stripe_of(budget_id) for budget_id in named}
-        by_budget: dict[str, list[int]] = {}
-
-        async def work(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
-            if top_up is not None:
-                top_up(lambda route: all(stripes.stripe_of(b) in locked for b in route))
-            by_budget.clear()
-            for index, (route, _) in enumerate(entries):
-                by_budget.setdefault(route[0], []).append(index)
-            states, self._prices = await queries.load_batches(conn, entries, self._prices)
-            now = self._clock()
-            decided = [
-                (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
-                for b, indices in by_budget.items()
-            ]
-            await writes.write_decisions(conn, decided)
-            return decided
-
-        decided = await self._serializable(work, first=stripes.first_statement(named))
-        slots: list[Result | EarmarkError | None] = [None] * len(entries)
-        for (_, decision), indices in zip(decided, by_budget.values(), strict=True):
-            for index, result in zip(indices, decision.results, strict=True):
-                slots[index] = result
-            for hold in decision.new_holds:
-                self._routes.remember(hold.reservation_id, hold.budget_ids())
-        outcomes = [slot for slot in slots if slot is not None]
-        assert len(outcomes) == len(entries)
-        for (_, op), outcome in zip(entries, outcomes, strict=True):
-            # A settled hold is done: its route goes, so the cache holds only live holds
-            # (a late retry of the Settle looks its budget up again).
-            if isinstance(op, SettleOp) and isinstance(outcome, SettleResult):
-                self._routes.forget(op.reservation_id)
-        return outcomes
+        return await self._batches.submit(op)
 
     # The sweeper.
 
