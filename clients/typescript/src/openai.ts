@@ -153,13 +153,23 @@ function endingOf(error: unknown, sent: boolean): Ending {
     return { outcome: 'CANCELLED', atNothing: true };
   }
   if (error instanceof StreamCappedError) return { outcome: 'CANCELLED', atNothing: false };
-  const e = error as { status?: unknown; name?: unknown; constructor?: { name?: string } } | null;
+  const e = error as { status?: unknown; name?: unknown; constructor?: { name?: string }; cause?: unknown } | null;
   const name = String(e?.constructor?.name ?? e?.name ?? '');
+  // A connection that was never made carried nothing to the provider.
+  if (refused(e?.cause)) return { outcome: 'FAILED', atNothing: true };
   if (name === 'APIUserAbortError' || name === 'AbortError') return { outcome: 'CANCELLED', atNothing: false };
   if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500) {
     return { outcome: 'FAILED', atNothing: true };
   }
   return { outcome: 'UNKNOWN', atNothing: false };
+}
+
+function refused(cause: unknown): boolean {
+  for (let at = cause, depth = 0; at && typeof at === 'object' && depth < 4; depth += 1) {
+    if ((at as { code?: unknown }).code === 'ECONNREFUSED') return true;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 function rateLimited(error: unknown): boolean {

@@ -96,6 +96,41 @@ test('a 5xx after sending settles UNKNOWN: the hold stays in doubt, and the erro
   assert.equal(state.used, 2 * promptTokens({ messages }));
 });
 
+test('a timeout after sending settles UNKNOWN: the hold stays in doubt', async () => {
+  const id = await usdBudget('llm-timeout', 1_000_000);
+  const impatient = new OpenAI({ baseURL: FAKE_OPENAI_URL, apiKey: 'sk-fake', timeout: 300 });
+  const llm = metered(impatient, earmark, id);
+  const messages = ask('slow');
+  const error = await llm.chat.completions.create({ model, max_tokens: 100, messages }).catch((e) => e);
+  assert.equal(error.constructor.name, 'APIConnectionTimeoutError');
+  const state = await earmark.getBudget(id);
+  assert.deepEqual([state.used, state.used + state.held, state.openReservations], [2 * promptTokens({ messages }), 2 * promptTokens({ messages }) + 800, 1]);
+});
+
+test('a connection refused before sending settles at nothing', async () => {
+  const id = await usdBudget('llm-refused-conn', 1_000_000);
+  // A port that was free a moment ago: nothing listens there.
+  const probe = http.createServer();
+  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address();
+  await new Promise((resolve) => probe.close(resolve));
+  const nowhere = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'sk-fake' });
+  const llm = metered(nowhere, earmark, id);
+  const error = await llm.chat.completions.create({ model, max_tokens: 100, messages: ask('hello') }).catch((e) => e);
+  assert.equal(error.constructor.name, 'APIConnectionError');
+  const state = await earmark.getBudget(id);
+  assert.deepEqual([state.used, state.held, state.openReservations], [0, 0, 0]);
+});
+
+test('a 429 is tried again on a new hold, each settled at nothing', async () => {
+  const id = await usdBudget('llm-429', 1_000_000);
+  const llm = metered(openai, earmark, id, { retry: { attemptsMax: 2, backoffBaseMs: 1, backoffMaxMs: 1 } });
+  const error = await llm.chat.completions.create({ model, max_tokens: 100, messages: ask('fail:429') }).catch((e) => e);
+  assert.equal(error.status, 429);
+  const state = await earmark.getBudget(id);
+  assert.deepEqual([state.used, state.held, state.openReservations], [0, 0, 0]);
+});
+
 test('a stream settles at its streamed usage and hides the usage chunk', async () => {
   const id = await usdBudget('llm-stream', 1_000_000);
   const llm = metered(openai, earmark, id);
