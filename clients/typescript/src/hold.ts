@@ -60,6 +60,7 @@ export class Hold {
   private lost: unknown = null;
   private timer: NodeJS.Timeout | null = null;
   private readonly controller = new AbortController();
+  private combined: AbortSignal | null = null;
   private readonly options: HoldOptions;
 
   constructor(client: EarmarkClient, budgetId: string, amount: number, options: HoldOptions = {}) {
@@ -71,7 +72,10 @@ export class Hold {
 
   /** Aborts when the caller's signal does, or when the hold was found gone. */
   get signal(): AbortSignal {
-    return this.options.signal ? AbortSignal.any([this.options.signal, this.controller.signal]) : this.controller.signal;
+    this.combined ??= this.options.signal
+      ? AbortSignal.any([this.options.signal, this.controller.signal])
+      : this.controller.signal;
+    return this.combined;
   }
 
   get admitted(): boolean {

@@ -110,3 +110,19 @@ test('hold() renews the lease while the job outlives it', async () => {
   const state = await earmark.getBudget(id);
   assert.deepEqual([state.used, state.held], [2_000, 0]);
 });
+
+test('a hold closed under the job makes the next charge throw HoldLostError', async () => {
+  const id = budgetId('hold-lost');
+  await earmark.putBudget(id, 100_000, 'tokens');
+  let seen;
+  const error = await hold(earmark, id, 10_000, async (h) => {
+    seen = h;
+    await earmark.settle(h.reservationId, 0); // settled elsewhere, behind the job's back
+    await h.charge(1_000);
+  }).catch((e) => e);
+  assert.equal(error.name, 'HoldLostError');
+  assert.equal(error.reason, 'HOLD_SETTLED');
+  assert.equal(seen.signal.aborted, true);
+  const state = await earmark.getBudget(id);
+  assert.deepEqual([state.used, state.held, state.openReservations], [0, 0, 0]);
+});
