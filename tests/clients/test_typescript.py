@@ -87,7 +87,8 @@ async def test_node_test_suite_against_a_live_sidecar(sidecar: Running) -> None:
             NODE, "--test", "--test-concurrency=1", "--test-reporter=tap", "test/",
             cwd=PACKAGE, env=env,
         )  # fmt: skip
-    counts = dict(re.findall(r"^# (pass|fail) (\d+)$", out, re.M))
+    counts = dict(re.findall(r"^# (tests|pass|fail|duration_ms) ([\d.]+)$", out, re.M))
+    print(f"node --test: {counts}")
     assert counts.get("fail") == "0", out
     assert int(counts.get("pass", "0")) >= 20, out
     await assert_invariants(sidecar.dsn)
