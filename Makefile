@@ -6,16 +6,35 @@ STAMP := $(VENV)/.installed
 
 NODE_WORKER := examples/node-worker
 NODE_STAMP := $(NODE_WORKER)/node_modules/.installed
+TS_CLIENT := clients/typescript
+TS_STAMP := $(TS_CLIENT)/node_modules/.installed
+TS_BUILT := $(TS_CLIENT)/node_modules/.built
+TS_SOURCES := $(shell find $(TS_CLIENT)/src -name '*.ts') $(TS_CLIENT)/tsconfig.json
 BUF_TOOLS := tools/buf
 BUF := $(BUF_TOOLS)/node_modules/.bin/buf
 BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
-.PHONY: venv node buf-tools buf run test check lint typecheck proto bench clean
+.PHONY: venv node typescript ts-proto buf-tools buf run test check lint typecheck proto bench clean
 
 venv: $(STAMP)
 
-# The Node.js example worker's packages, from its lock file.
-node: $(NODE_STAMP)
+# The TypeScript SDK (@earmark/client): its packages from its lock file, then tsc.
+typescript: $(TS_BUILT)
+
+$(TS_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(TS_STAMP)
+
+$(TS_BUILT): $(TS_STAMP) $(TS_SOURCES)
+	cd $(TS_CLIENT) && npm run --silent build
+	touch $(TS_BUILT)
+
+# Regenerates the SDK's src/gen/ from protos/ (ts-proto, run by .venv's protoc).
+ts-proto: venv $(TS_STAMP)
+	cd $(TS_CLIENT) && npm run --silent generate
+
+# The Node.js example worker's packages, from its lock file; it uses the SDK from its folder.
+node: $(TS_BUILT) $(NODE_STAMP)
 
 $(NODE_STAMP): $(NODE_WORKER)/package.json $(NODE_WORKER)/package-lock.json
 	cd $(NODE_WORKER) && npm ci --no-audit --no-fund --loglevel=error
@@ -45,7 +64,7 @@ $(STAMP): pyproject.toml
 run: venv
 	$(BIN)/earmark serve
 
-test: venv node buf-tools
+test: venv typescript node buf-tools
 	$(BIN)/pytest
 
 lint: venv
@@ -66,4 +85,4 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules \
-		$(BUF_TOOLS)/node_modules
+		$(BUF_TOOLS)/node_modules $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist

@@ -1,4 +1,5 @@
-"""The Node.js worker, built on protos/ alone, racing on one budget through a live sidecar."""
+"""The Node.js worker, on the TypeScript SDK (@earmark/client), racing on one budget through a
+live sidecar."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from tests.helpers import assert_invariants, child
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "examples" / "node-worker" / "worker.js"
 NODE = shutil.which("node")
-INSTALLED = (ROOT / "examples" / "node-worker" / "node_modules" / "@grpc" / "grpc-js").exists()
+# The SDK is linked from clients/typescript and must be built (make test does both).
+INSTALLED = (
+    ROOT / "examples" / "node-worker" / "node_modules" / "@earmark" / "client" / "dist" / "index.js"
+).exists()
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not on this machine")
@@ -51,7 +55,8 @@ async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
 @pytest.mark.skipif(NODE is None, reason="node is not on this machine")
 async def test_node_worker_reads_the_error_reason(sidecar: Running) -> None:
     """Jobs on a budget that does not exist fail NOT_FOUND, and the Node worker reads the
-    reason from the status details (google.rpc.ErrorInfo): BUDGET_NOT_FOUND for each."""
+    reason the SDK decoded from the status details (google.rpc.ErrorInfo): BUDGET_NOT_FOUND
+    for each."""
     assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
     assert NODE is not None
     async with child(

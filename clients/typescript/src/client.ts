@@ -1,0 +1,335 @@
+// EarmarkClient: Budget's calls (reserve, charge, renew, settle) on the workers' port and a
+// few of Admin's (putBudget, getBudget, putPrice) on the admin listener, over @grpc/grpc-js
+// with the messages ts-proto generated from protos/ (src/gen/).
+//
+// Every call has a deadline (timeoutMs, 5 s by default) and waits within it for the
+// sidecar to be ready; when nothing answered by then it throws UnavailableError naming the
+// target, without another attempt. Otherwise UNAVAILABLE and DEADLINE_EXCEEDED are retried
+// with bounded full-jitter backoff (5 attempts, 50 ms doubling to 2 s), which is safe
+// because each call that changes something carries an idempotency key generated once per
+// logical call and sent again on every retry (Settle is idempotent by its `used`).
+import { randomUUID } from 'node:crypto';
+import {
+  ChannelCredentials,
+  Client as GrpcClient,
+  credentials as grpcCredentials,
+  Metadata,
+  status as Status,
+  type ServiceError,
+} from '@grpc/grpc-js';
+import * as pb from './gen/earmark/v1/budget';
+import { fromServiceError, unreachable } from './errors';
+import {
+  budgetStateOf,
+  chargedOf,
+  durationOf,
+  int64,
+  OUTCOME,
+  reservationOf,
+  settledOf,
+  shapeToWire,
+  usageToWire,
+  type BudgetState,
+  type Charged,
+  type Outcome,
+  type Refusal,
+  type Reservation,
+  type Settled,
+  type Shape,
+  type Usage,
+} from './types';
+
+export const DEFAULT_TARGET = '127.0.0.1:50051';
+export const DEFAULT_ADMIN_TARGET = 'unix:.earmark/admin.sock';
+export const TARGET_ENV = 'EARMARK_TARGET';
+export const ADMIN_TARGET_ENV = 'EARMARK_ADMIN_TARGET';
+
+/** How UNAVAILABLE and DEADLINE_EXCEEDED are retried: at most attemptsMax calls in all,
+ * with full-jitter exponential backoff from backoffBaseMs up to backoffMaxMs. */
+export interface RetryPolicy {
+  attemptsMax: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { attemptsMax: 5, backoffBaseMs: 50, backoffMaxMs: 2000 };
+
+/** The wait before attempt + 1: uniform in [0, min(max, base * 2^attempt)]. */
+export function backoffMs(policy: RetryPolicy, attempt: number, random: () => number = Math.random): number {
+  return random() * Math.min(policy.backoffMaxMs, policy.backoffBaseMs * 2 ** attempt);
+}
+
+export interface ClientOptions {
+  /** The workers' port; else EARMARK_TARGET, else 127.0.0.1:50051. */
+  target?: string;
+  /** The admin listener; else EARMARK_ADMIN_TARGET, else unix:.earmark/admin.sock. */
+  adminTarget?: string;
+  /** The worker token (sent as `authorization: Bearer ...`), when the sidecar has one. */
+  token?: string;
+  adminToken?: string;
+  /** Each call's deadline, per attempt; 5000 by default. */
+  timeoutMs?: number;
+  retry?: Partial<RetryPolicy>;
+  /** TLS (grpc.credentials.createSsl(...)); insecure by default (localhost). */
+  credentials?: ChannelCredentials;
+  /** Metadata sent with every call beside the token (x-request-id, traceparent...). */
+  metadata?: Record<string, string>;
+}
+
+export interface ReserveOptions {
+  /** What the job may cost, priced by the sidecar, instead of an amount. */
+  shape?: Shape;
+  /** The kind of job, whose estimates learn. */
+  job?: string;
+  /** With budgetId "": the account's current billing cycle for feature. */
+  account?: string;
+  feature?: string;
+  idempotencyKey?: string;
+  /** The lease; the sidecar's default (120 s) when absent. */
+  leaseSeconds?: number;
+  labels?: Record<string, string>;
+  /** Hold the same amount on these budgets too, all or nothing. */
+  alsoBudgetIds?: string[];
+  /** The job's final phase, which may use a budget's output escrow. */
+  final?: boolean;
+}
+
+export interface ChargeOptions {
+  /** What the step consumed, priced now, instead of an amount. */
+  usage?: Usage;
+  idempotencyKey?: string;
+}
+
+export interface SettleOptions {
+  /** The job's total usage as the provider reported it, priced now, instead of used. */
+  usage?: Usage;
+}
+
+export interface PutBudgetOptions {
+  defaultEstimate?: number;
+}
+
+export interface Price {
+  provider: string;
+  model: string;
+  effectiveFrom: Date;
+  inputUsdMicrosPerMtok: number;
+  outputUsdMicrosPerMtok: number;
+  cachedInputUsdMicrosPerMtok?: number;
+  cacheWriteUsdMicrosPerMtok?: number;
+  requestUsdMicros?: number;
+  source?: string;
+}
+
+type Unary<Req, Res> = (
+  request: Req,
+  metadata: Metadata,
+  options: { deadline: Date },
+  callback: (error: ServiceError | null, response: Res) => void,
+) => unknown;
+
+const RETRIED = new Set<Status>([Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED]);
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export class EarmarkClient {
+  readonly target: string;
+  readonly adminTarget: string;
+  readonly timeoutMs: number;
+  readonly retry: RetryPolicy;
+  private readonly budget: pb.BudgetClient;
+  private adminStub: pb.AdminClient | null = null;
+  private readonly credentials: ChannelCredentials;
+  private readonly metadata: Metadata;
+  private readonly adminMetadata: Metadata;
+
+  constructor(options: ClientOptions = {}) {
+    this.target = options.target || process.env[TARGET_ENV] || DEFAULT_TARGET;
+    this.adminTarget = options.adminTarget || process.env[ADMIN_TARGET_ENV] || DEFAULT_ADMIN_TARGET;
+    this.timeoutMs = options.timeoutMs ?? 5000;
+    if (!(this.timeoutMs > 0 && this.timeoutMs <= 3_600_000)) {
+      throw new RangeError(`timeoutMs must be over 0 and at most 3600000, not ${this.timeoutMs}`);
+    }
+    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    const { attemptsMax, backoffBaseMs, backoffMaxMs } = this.retry;
+    if (!(Number.isInteger(attemptsMax) && attemptsMax >= 1 && attemptsMax <= 20)) {
+      throw new RangeError(`retry.attemptsMax must be from 1 to 20, not ${attemptsMax}`);
+    }
+    if (!(backoffBaseMs > 0 && backoffBaseMs <= backoffMaxMs && backoffMaxMs <= 60_000)) {
+      throw new RangeError(
+        `retry backoff must be 0 < backoffBaseMs <= backoffMaxMs <= 60000, not ${backoffBaseMs} and ${backoffMaxMs}`,
+      );
+    }
+    this.credentials = options.credentials ?? grpcCredentials.createInsecure();
+    this.metadata = metadataOf(options.token, options.metadata);
+    this.adminMetadata = metadataOf(options.adminToken, options.metadata);
+    this.budget = new pb.BudgetClient(this.target, this.credentials);
+  }
+
+  private admin(): pb.AdminClient {
+    this.adminStub ??= new pb.AdminClient(this.adminTarget, this.credentials);
+    return this.adminStub;
+  }
+
+  /** Sends request (the same one, so the same idempotency key) until it is answered, or
+   * fails with something other than UNAVAILABLE or DEADLINE_EXCEEDED, or the attempts run
+   * out; a failure becomes the most specific ClientError. */
+  private async unary<Req, Res>(
+    stub: GrpcClient,
+    call: Unary<Req, Res>,
+    request: Req,
+    target: string,
+    metadata: Metadata,
+  ): Promise<Res> {
+    for (let attempt = 0; ; attempt += 1) {
+      const deadline = new Date(Date.now() + this.timeoutMs);
+      const ready = await new Promise<boolean>((resolve) =>
+        stub.waitForReady(deadline, (error) => resolve(error === undefined || error === null)),
+      );
+      if (!ready) throw unreachable(target, this.timeoutMs);
+      try {
+        return await new Promise<Res>((resolve, reject) => {
+          call.call(stub, request, metadata, { deadline }, (error, response) =>
+            error ? reject(error) : resolve(response),
+          );
+        });
+      } catch (error) {
+        const failure = error as ServiceError;
+        if (typeof failure.code !== 'number') throw error;
+        if (!RETRIED.has(failure.code) || attempt + 1 >= this.retry.attemptsMax) {
+          throw fromServiceError(failure, target);
+        }
+      }
+      await sleep(backoffMs(this.retry, attempt));
+    }
+  }
+
+  private budgetCall<Req, Res>(call: Unary<Req, Res>, request: Req): Promise<Res> {
+    return this.unary(this.budget, call, request, this.target, this.metadata);
+  }
+
+  private adminCall<Req, Res>(call: (stub: pb.AdminClient) => Unary<Req, Res>, request: Req): Promise<Res> {
+    const stub = this.admin();
+    return this.unary(stub, call(stub), request, this.adminTarget, this.adminMetadata);
+  }
+
+  /** Checks and holds part of budgetId: amount, or what options.shape may cost, or
+   * (neither) the sidecar's estimate for options.job. A refusal is returned, not thrown. */
+  async reserve(budgetId: string, amount = 0, options: ReserveOptions = {}): Promise<Reservation | Refusal> {
+    const request: pb.ReserveRequest = {
+      budgetId,
+      amount: int64(amount, 'amount'),
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      lease: options.leaseSeconds === undefined ? undefined : durationOf(options.leaseSeconds),
+      labels: { ...options.labels },
+      shape: options.shape === undefined ? undefined : shapeToWire(options.shape),
+      job: options.job ?? '',
+      account: options.account ?? '',
+      feature: options.feature ?? '',
+      alsoBudgetIds: [...(options.alsoBudgetIds ?? [])],
+      phase: options.final ? pb.Phase.PHASE_FINAL : pb.Phase.PHASE_UNSPECIFIED,
+    };
+    return reservationOf(await this.budgetCall(this.budget.reserve, request));
+  }
+
+  /** Debits one step against the hold before the step runs: an amount, or usage priced
+   * now; capped means the hold is spent. */
+  async charge(reservationId: string, amount = 0, options: ChargeOptions = {}): Promise<Charged> {
+    const request: pb.ChargeRequest = {
+      reservationId,
+      amount: int64(amount, 'amount'),
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      usage: options.usage === undefined ? undefined : usageToWire(options.usage),
+    };
+    return chargedOf(await this.budgetCall(this.budget.charge, request));
+  }
+
+  /** Extends the lease to now + leaseSeconds (the sidecar's default when absent); answers
+   * the new deadline. */
+  async renew(reservationId: string, leaseSeconds?: number): Promise<Date> {
+    const request: pb.RenewRequest = {
+      reservationId,
+      lease: leaseSeconds === undefined ? undefined : durationOf(leaseSeconds),
+    };
+    const reply = await this.budgetCall(this.budget.renew, request);
+    return reply.expiresAt ?? new Date();
+  }
+
+  /** Charges what the job used in all (absolute) and returns the rest of the hold. */
+  async settle(
+    reservationId: string,
+    used: number,
+    outcome: Outcome = 'SUCCEEDED',
+    options: SettleOptions = {},
+  ): Promise<Settled> {
+    const request: pb.SettleRequest = {
+      reservationId,
+      used: int64(used, 'used'),
+      outcome: OUTCOME[outcome],
+      usage: options.usage === undefined ? undefined : usageToWire(options.usage),
+    };
+    return settledOf(await this.budgetCall(this.budget.settle, request));
+  }
+
+  /** Admin: a budget's limit, used, held and remaining. */
+  async getBudget(budgetId: string): Promise<BudgetState> {
+    return budgetStateOf(await this.adminCall((s) => s.getBudget, { budgetId }));
+  }
+
+  /** Admin: creates or replaces a budget (limit null: unlimited). */
+  async putBudget(
+    budgetId: string,
+    limit: number | null,
+    unit: string,
+    options: PutBudgetOptions = {},
+  ): Promise<BudgetState> {
+    const request: pb.PutBudgetRequest = {
+      budgetId,
+      limit: limit === null ? undefined : int64(limit, 'limit'),
+      unit,
+      defaultEstimate:
+        options.defaultEstimate === undefined ? undefined : int64(options.defaultEstimate, 'defaultEstimate'),
+      estimatePolicy: pb.EstimatePolicy.ESTIMATE_POLICY_UNSPECIFIED,
+      escrowBps: 0,
+      overagePolicy: pb.OveragePolicy.OVERAGE_POLICY_UNSPECIFIED,
+      overageLimit: undefined,
+    };
+    return budgetStateOf(await this.adminCall((s) => s.putBudget, request));
+  }
+
+  /** Admin: appends a price version for a provider's model; answers its version. */
+  async putPrice(price: Price): Promise<number> {
+    const wire = pb.Price.fromPartial({
+      provider: price.provider,
+      model: price.model,
+      effectiveFrom: price.effectiveFrom,
+      inputUsdMicrosPerMtok: int64(price.inputUsdMicrosPerMtok, 'inputUsdMicrosPerMtok'),
+      outputUsdMicrosPerMtok: int64(price.outputUsdMicrosPerMtok, 'outputUsdMicrosPerMtok'),
+      cachedInputUsdMicrosPerMtok: int64(price.cachedInputUsdMicrosPerMtok ?? 0, 'cachedInputUsdMicrosPerMtok'),
+      cacheWriteUsdMicrosPerMtok: int64(price.cacheWriteUsdMicrosPerMtok ?? 0, 'cacheWriteUsdMicrosPerMtok'),
+      requestUsdMicros: int64(price.requestUsdMicros ?? 0, 'requestUsdMicros'),
+      source: price.source ?? '',
+    });
+    const reply = await this.adminCall((s) => s.putPrice, { price: wire });
+    return Number(reply.version);
+  }
+
+  /** Closes the channels; calls after this fail. */
+  close(): void {
+    this.budget.close();
+    this.adminStub?.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
+
+function metadataOf(token: string | undefined, extra: Record<string, string> | undefined): Metadata {
+  const metadata = new Metadata();
+  if (token) metadata.set('authorization', `Bearer ${token}`);
+  for (const [key, value] of Object.entries(extra ?? {})) metadata.set(key, value);
+  return metadata;
+}

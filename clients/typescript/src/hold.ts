@@ -1,0 +1,224 @@
+// hold(): the main way a worker uses Earmark.
+//
+//   const answer = await hold(client, 'acme/tokens', 40_000, async (h) => {
+//     const step = await h.charge(estimate);     // before the step runs
+//     if (step.capped) return null;              // the hold is spent: stop
+//     const reply = await llm(prompt);
+//     h.used = tokensUsedInAll;                  // the truth, settled at the end
+//     return reply;
+//   });
+//
+// It reserves (throwing RefusedError, or with returnRefusal handing the Refusal back
+// without running fn); while fn runs it renews the lease at a third of its length; in
+// `finally` it settles: SUCCEEDED with h.used (what was charged, if fn never set it), FAILED
+// when fn throws, CANCELLED when the caller's signal aborted, before the error reaches the
+// caller. If a renewal finds the hold gone, h.signal aborts and the next charge throws
+// HoldLostError. A retry of the expensive work must take a new hold: each hold() has its own
+// idempotency key, so a cheap first attempt never authorizes an expensive second one.
+import { randomUUID } from 'node:crypto';
+import type { EarmarkClient, ReserveOptions } from './client';
+import {
+  EarmarkClientError,
+  HoldClosedError,
+  HoldLostError,
+  ReservationNotFoundError,
+} from './errors';
+import { RefusedError, type Charged, type Outcome, type Refusal, type Reservation, type Settled, type Usage } from './types';
+
+export interface HoldOptions extends Omit<ReserveOptions, 'idempotencyKey'> {
+  /** Aborting it settles the hold CANCELLED (fn should stop on h.signal). */
+  signal?: AbortSignal;
+  /** Hand a refusal back instead of throwing RefusedError; fn does not run. */
+  returnRefusal?: boolean;
+}
+
+// Renew when this fraction of the lease has passed, so two renewals can fail in a row
+// before the hold expires.
+const RENEW_FRACTION = 1 / 3;
+const LEASE_SECONDS_MIN = 1;
+
+function gone(error: unknown): boolean {
+  return error instanceof HoldClosedError || error instanceof ReservationNotFoundError;
+}
+
+/** One reservation for the length of fn. */
+export class Hold {
+  readonly client: EarmarkClient;
+  readonly budgetId: string;
+  readonly amount: number;
+  readonly idempotencyKey = randomUUID();
+  /** What the job used in all, set before fn ends; else what was charged is settled. */
+  used: number | null = null;
+  /** The provider's usage in all, priced by the sidecar; wins over used. */
+  usage: Usage | null = null;
+  /** How the hold settles; decided from how fn ended unless set. */
+  outcome: Outcome | null = null;
+  charged = 0;
+  reservation: Reservation | null = null;
+  refusal: Refusal | null = null;
+  settled: Settled | null = null;
+  private lost: unknown = null;
+  private timer: NodeJS.Timeout | null = null;
+  private readonly controller = new AbortController();
+  private combined: AbortSignal | null = null;
+  private readonly options: HoldOptions;
+
+  constructor(client: EarmarkClient, budgetId: string, amount: number, options: HoldOptions = {}) {
+    this.client = client;
+    this.budgetId = budgetId;
+    this.amount = amount;
+    this.options = options;
+  }
+
+  /** Aborts when the caller's signal does, or when the hold was found gone. */
+  get signal(): AbortSignal {
+    this.combined ??= this.options.signal
+      ? AbortSignal.any([this.options.signal, this.controller.signal])
+      : this.controller.signal;
+    return this.combined;
+  }
+
+  get admitted(): boolean {
+    return this.reservation !== null;
+  }
+
+  get reservationId(): string {
+    if (this.reservation === null) throw new RefusedError(this.refusal!);
+    return this.reservation.reservationId;
+  }
+
+  /** Reserves; a refusal is kept in this.refusal (and thrown unless returnRefusal). */
+  async start(): Promise<this> {
+    const { signal: _signal, returnRefusal, ...reserve } = this.options;
+    const result = await this.client.reserve(this.budgetId, this.amount, {
+      ...reserve,
+      idempotencyKey: this.idempotencyKey,
+    });
+    if (!result.admitted) {
+      this.refusal = result;
+      if (!returnRefusal) throw new RefusedError(result);
+      return this;
+    }
+    this.reservation = result;
+    this.scheduleRenewal();
+    return this;
+  }
+
+  /** Debits one step against the hold before the step runs: an amount, or usage. */
+  async charge(amount: number | { usage: Usage }, idempotencyKey?: string): Promise<Charged> {
+    const rid = this.reservationId;
+    if (this.lost !== null) throw new HoldLostError(`reservation ${rid} is gone: ${String(this.lost)}`, this.lost);
+    try {
+      const result =
+        typeof amount === 'number'
+          ? await this.client.charge(rid, amount, { idempotencyKey })
+          : await this.client.charge(rid, 0, { usage: amount.usage, idempotencyKey });
+      this.charged = result.totalCharged;
+      return result;
+    } catch (error) {
+      if (gone(error)) {
+        this.markLost(error);
+        throw new HoldLostError(`reservation ${rid} is gone: ${(error as Error).message}`, error);
+      }
+      throw error;
+    }
+  }
+
+  private markLost(error: unknown): void {
+    this.lost = error;
+    this.controller.abort(new HoldLostError(`reservation ${this.reservation?.reservationId} is gone`, error));
+  }
+
+  private leaseMs(): number {
+    if (this.options.leaseSeconds !== undefined) return this.options.leaseSeconds * 1000;
+    const granted = this.reservation!.expiresAt.getTime() - Date.now();
+    return Math.max(LEASE_SECONDS_MIN * 1000, granted);
+  }
+
+  private scheduleRenewal(): void {
+    const period = this.leaseMs() * RENEW_FRACTION;
+    this.timer = setTimeout(() => void this.renewOnce(), period);
+    // A renewal never keeps the process alive by itself: fn's own work does.
+    this.timer.unref();
+  }
+
+  private async renewOnce(): Promise<void> {
+    if (this.timer === null) return;
+    try {
+      await this.client.renew(this.reservationId, this.options.leaseSeconds);
+    } catch (error) {
+      if (gone(error)) {
+        this.markLost(error);
+        return;
+      }
+      // Still unreachable after the client's retries: the lease may yet hold, so try again
+      // at the next tick.
+      process.emitWarning(`earmark renew failed: ${(error as Error).message}`);
+    }
+    if (this.timer !== null) this.scheduleRenewal();
+  }
+
+  /** Stops renewing and settles: outcome (else what error says), at this.usage, else
+   * this.used, else what was charged. */
+  async finish(error?: unknown, failed = error !== undefined): Promise<Settled | null> {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.reservation === null || this.settled !== null) return this.settled;
+    let outcome = this.outcome;
+    if (outcome === null) {
+      if (this.options.signal?.aborted) outcome = 'CANCELLED';
+      else if (!failed) outcome = 'SUCCEEDED';
+      else if (error instanceof Error && error.name === 'AbortError') {
+        outcome = 'CANCELLED';
+      } else outcome = 'FAILED';
+    }
+    const used = this.usage !== null ? 0 : (this.used ?? this.charged);
+    this.settled = await this.client.settle(this.reservation.reservationId, used, outcome, {
+      usage: this.usage ?? undefined,
+    });
+    return this.settled;
+  }
+}
+
+/** Runs fn under a hold of amount on budgetId (see the module's text); answers what fn
+ * answered, or, with returnRefusal, the Refusal when the Reserve said no. */
+export async function hold<T>(
+  client: EarmarkClient,
+  budgetId: string,
+  amount: number,
+  fn: (h: Hold) => Promise<T> | T,
+  options: HoldOptions & { returnRefusal: true },
+): Promise<T | Refusal>;
+export async function hold<T>(
+  client: EarmarkClient,
+  budgetId: string,
+  amount: number,
+  fn: (h: Hold) => Promise<T> | T,
+  options?: HoldOptions,
+): Promise<T>;
+export async function hold<T>(
+  client: EarmarkClient,
+  budgetId: string,
+  amount: number,
+  fn: (h: Hold) => Promise<T> | T,
+  options: HoldOptions = {},
+): Promise<T | Refusal> {
+  const h = await new Hold(client, budgetId, amount, options).start();
+  if (h.refusal !== null) return h.refusal;
+  let result: T;
+  try {
+    result = await fn(h);
+  } catch (error) {
+    try {
+      await h.finish(error, true);
+    } catch (settleError) {
+      // fn's own error matters more; the sweeper returns the hold.
+      if (settleError instanceof EarmarkClientError) {
+        process.emitWarning(`earmark settle failed after ${String(error)}: ${settleError.message}`);
+      } else throw settleError;
+    }
+    throw error;
+  }
+  await h.finish();
+  return result;
+}

@@ -1,0 +1,35 @@
+// @earmark/client: budgets held before AI workers spend. See docs/sdk-typescript.md.
+export {
+  EarmarkClient,
+  backoffMs,
+  DEFAULT_ADMIN_TARGET,
+  DEFAULT_RETRY,
+  DEFAULT_TARGET,
+  TARGET_ENV,
+  ADMIN_TARGET_ENV,
+  type ChargeOptions,
+  type ClientOptions,
+  type Price,
+  type PutBudgetOptions,
+  type ReserveOptions,
+  type RetryPolicy,
+  type SettleOptions,
+} from './client';
+export * from './errors';
+export { Hold, hold, type HoldOptions } from './hold';
+export {
+  RefusedError,
+  type BudgetState,
+  type Charged,
+  type EstimateSource,
+  type Outcome,
+  type Refusal,
+  type RefusalReason,
+  type Reservation,
+  type ReservationState,
+  type Settled,
+  type Shape,
+  type Usage,
+} from './types';
+/** The messages and grpc-js clients generated from protos/ by ts-proto. */
+export * as wire from './gen/earmark/v1/budget';

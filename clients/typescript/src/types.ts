@@ -1,0 +1,228 @@
+// What the client's calls take and answer, as plain objects with numbers: amounts are
+// integers of the budget's unit, exact in a number up to 2^53 - 1 (the contract bounds
+// amounts at 10^15). A value past that (only a budget's limit may be) throws RangeError.
+import * as pb from './gen/earmark/v1/budget';
+import { EarmarkClientError } from './errors';
+
+/** How a job ended, for Settle. UNKNOWN keeps the hold IN_DOUBT at once (the work may
+ * have run: a timeout, a lost connection or a 5xx after the request was sent). */
+export type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'UNKNOWN';
+
+export const OUTCOME: Record<Outcome, pb.Outcome> = {
+  SUCCEEDED: pb.Outcome.OUTCOME_SUCCEEDED,
+  FAILED: pb.Outcome.OUTCOME_FAILED,
+  CANCELLED: pb.Outcome.OUTCOME_CANCELLED,
+  UNKNOWN: pb.Outcome.OUTCOME_UNKNOWN,
+};
+
+/** What a job may consume, priced by the sidecar when it reserves. Input and output 0:
+ * the model alone, whose estimate the sidecar holds. */
+export interface Shape {
+  provider: string;
+  model: string;
+  inputTokens: number;
+  maxOutputTokens: number;
+  cachedInputTokens?: number;
+  cacheWriteInputTokens?: number;
+  attempts?: number;
+}
+
+/** What a provider reported, priced by the sidecar when it charges or settles. */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number;
+  cacheWriteInputTokens?: number;
+  requests?: number;
+  provider?: string;
+  model?: string;
+}
+
+export type EstimateSource = 'CALLER' | 'SHAPE' | 'DEFAULT' | 'JOB_MEDIAN' | 'JOB_P75' | 'JOB_MAX' | 'UNSPECIFIED';
+export type RefusalReason = 'INSUFFICIENT_BUDGET' | 'LIMIT_UNAVAILABLE' | 'RATE_LIMITED' | 'UNSPECIFIED';
+export type ReservationState = 'HELD' | 'SETTLED' | 'EXPIRED' | 'IN_DOUBT' | 'UNSPECIFIED';
+
+/** Reserve said yes. */
+export interface Reservation {
+  admitted: true;
+  reservationId: string;
+  budgetId: string;
+  amount: number;
+  /** What is left after this decision; null for an unlimited budget. */
+  remaining: number | null;
+  expiresAt: Date;
+  estimateSource: EstimateSource;
+  priceVersion: number;
+  overLimit: boolean;
+}
+
+/** Reserve said no: a normal answer, returned rather than thrown. It held nothing. */
+export interface Refusal {
+  admitted: false;
+  budgetId: string;
+  reason: RefusalReason;
+  message: string;
+  remaining: number | null;
+  /** Which budget refused (budgetId or one of alsoBudgetIds). */
+  refusedBudgetId: string;
+  /** With RATE_LIMITED: when the account's window has room again, in ms; else null. */
+  retryAfterMs: number | null;
+}
+
+export interface Charged {
+  charged: number;
+  /** charged < what was asked: the hold is spent, stop. */
+  capped: boolean;
+  totalCharged: number;
+  holdRemaining: number;
+  expiresAt: Date | null;
+  priceVersion: number;
+  /** What this Charge asked for: the amount, or the usage priced. */
+  requested: number;
+}
+
+export interface Settled {
+  charged: number;
+  released: number;
+  overshoot: number;
+  state: ReservationState;
+  priceVersion: number;
+}
+
+export interface BudgetState {
+  budgetId: string;
+  limit: number | null;
+  used: number;
+  held: number;
+  remaining: number | null;
+  unit: string;
+  openReservations: number;
+  defaultEstimate: number | null;
+  exceeded: boolean;
+}
+
+/** hold() (and metered calls) throw a refusal as this, unless asked for it back. reason is
+ * the refusal's (INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE). */
+export class RefusedError extends EarmarkClientError {
+  readonly refusal: Refusal;
+
+  constructor(refusal: Refusal) {
+    super(`${refusal.budgetId}: ${refusal.message}`);
+    this.refusal = refusal;
+    this.reason = refusal.reason;
+    this.about = { budget_id: refusal.refusedBudgetId || refusal.budgetId };
+  }
+}
+
+/** An int64 from the wire as a number, exactly, or RangeError. */
+export function num(value: bigint, what: string): number {
+  if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < BigInt(Number.MIN_SAFE_INTEGER)) {
+    throw new RangeError(`${what} is ${value}, past what a number holds exactly`);
+  }
+  return Number(value);
+}
+
+/** A number for an int64 on the wire: a safe integer, else RangeError naming it. */
+export function int64(value: number, what: string): bigint {
+  if (!Number.isSafeInteger(value)) {
+    throw new RangeError(`${what} must be an integer (a safe one), not ${value}`);
+  }
+  return BigInt(value);
+}
+
+function suffix<T extends string>(name: string, prefix: string): T {
+  return name.slice(prefix.length) as T;
+}
+
+export function reservationOf(reply: pb.ReserveResponse): Reservation | Refusal {
+  const remaining = reply.remaining === undefined ? null : num(reply.remaining, 'remaining');
+  if (!reply.admitted) {
+    const retry = reply.retryAfter;
+    return {
+      admitted: false,
+      budgetId: reply.budgetId,
+      reason: suffix(pb.refusalReasonToJSON(reply.reason), 'REFUSAL_REASON_'),
+      message: reply.message,
+      remaining,
+      refusedBudgetId: reply.refusedBudgetId,
+      retryAfterMs: retry ? Number(retry.seconds) * 1000 + Math.floor(retry.nanos / 1e6) : null,
+    };
+  }
+  return {
+    admitted: true,
+    reservationId: reply.reservationId,
+    budgetId: reply.budgetId,
+    amount: num(reply.amount, 'amount'),
+    remaining,
+    expiresAt: reply.expiresAt ?? new Date(),
+    estimateSource: suffix(pb.estimateSourceToJSON(reply.estimateSource), 'ESTIMATE_SOURCE_'),
+    priceVersion: num(reply.priceVersion, 'price_version'),
+    overLimit: reply.overLimit,
+  };
+}
+
+export function chargedOf(reply: pb.ChargeResponse): Charged {
+  return {
+    charged: num(reply.charged, 'charged'),
+    capped: reply.capped,
+    totalCharged: num(reply.totalCharged, 'total_charged'),
+    holdRemaining: num(reply.holdRemaining, 'hold_remaining'),
+    expiresAt: reply.expiresAt ?? null,
+    priceVersion: num(reply.priceVersion, 'price_version'),
+    requested: num(reply.requested, 'requested'),
+  };
+}
+
+export function settledOf(reply: pb.SettleResponse): Settled {
+  return {
+    charged: num(reply.charged, 'charged'),
+    released: num(reply.released, 'released'),
+    overshoot: num(reply.overshoot, 'overshoot'),
+    state: suffix(pb.reservationStateToJSON(reply.state), 'RESERVATION_STATE_'),
+    priceVersion: num(reply.priceVersion, 'price_version'),
+  };
+}
+
+export function budgetStateOf(reply: pb.BudgetState): BudgetState {
+  const maybe = (v: bigint | undefined, what: string) => (v === undefined ? null : num(v, what));
+  return {
+    budgetId: reply.budgetId,
+    limit: maybe(reply.limit, 'limit'),
+    used: num(reply.used, 'used'),
+    held: num(reply.held, 'held'),
+    remaining: maybe(reply.remaining, 'remaining'),
+    unit: reply.unit,
+    openReservations: num(reply.openReservations, 'open_reservations'),
+    defaultEstimate: maybe(reply.defaultEstimate, 'default_estimate'),
+    exceeded: reply.exceeded,
+  };
+}
+
+export function shapeToWire(shape: Shape): pb.UsageShape {
+  return {
+    provider: shape.provider,
+    model: shape.model,
+    inputTokens: int64(shape.inputTokens, 'shape.inputTokens'),
+    maxOutputTokens: int64(shape.maxOutputTokens, 'shape.maxOutputTokens'),
+    cachedInputTokens: int64(shape.cachedInputTokens ?? 0, 'shape.cachedInputTokens'),
+    cacheWriteInputTokens: int64(shape.cacheWriteInputTokens ?? 0, 'shape.cacheWriteInputTokens'),
+    attempts: int64(shape.attempts ?? 0, 'shape.attempts'),
+  };
+}
+
+export function usageToWire(usage: Usage): pb.TokenUsage {
+  return {
+    inputTokens: int64(usage.inputTokens, 'usage.inputTokens'),
+    outputTokens: int64(usage.outputTokens, 'usage.outputTokens'),
+    cachedInputTokens: int64(usage.cachedInputTokens ?? 0, 'usage.cachedInputTokens'),
+    cacheWriteInputTokens: int64(usage.cacheWriteInputTokens ?? 0, 'usage.cacheWriteInputTokens'),
+    requests: int64(usage.requests ?? 0, 'usage.requests'),
+    provider: usage.provider ?? '',
+    model: usage.model ?? '',
+  };
+}
+
+export function durationOf(seconds: number): { seconds: bigint; nanos: number } {
+  const whole = Math.floor(seconds);
+  return { seconds: BigInt(whole), nanos: Math.round((seconds - whole) * 1e9) };
+}

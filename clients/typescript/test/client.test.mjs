@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { status } from '@grpc/grpc-js';
+import {
+  BudgetNotFoundError,
+  ClientError,
+  EarmarkClient,
+  EarmarkClientError,
+  KeyReusedError,
+  NotFoundError,
+  ReservationNotFoundError,
+  UnavailableError,
+  backoffMs,
+} from '../dist/index.js';
+import { budgetId, client } from './helpers.mjs';
+
+const earmark = client();
+after(() => earmark.close());
+
+test('reserve, charge and settle round trip', async () => {
+  const id = budgetId('round-trip');
+  await earmark.putBudget(id, 100_000, 'tokens');
+  const held = await earmark.reserve(id, 40_000, { leaseSeconds: 60 });
+  assert.equal(held.admitted, true);
+  assert.equal(held.amount, 40_000);
+  assert.equal(held.remaining, 60_000);
+  assert.equal(held.estimateSource, 'CALLER');
+  assert.ok(held.expiresAt > new Date());
+  const step = await earmark.charge(held.reservationId, 12_000);
+  assert.deepEqual([step.charged, step.capped, step.totalCharged, step.holdRemaining], [12_000, false, 12_000, 28_000]);
+  const later = await earmark.renew(held.reservationId, 90);
+  assert.ok(later.getTime() > Date.now() + 80_000);
+  const settled = await earmark.settle(held.reservationId, 31_200);
+  assert.deepEqual(settled, { charged: 31_200, released: 8_800, overshoot: 0, state: 'SETTLED', priceVersion: 0 });
+  // Settled again with the same used: the same answer, nothing changed.
+  assert.deepEqual(await earmark.settle(held.reservationId, 31_200), settled);
+  const state = await earmark.getBudget(id);
+  assert.deepEqual([state.used, state.held, state.remaining, state.openReservations], [31_200, 0, 68_800, 0]);
+});
+
+test('a retried charge with the same key charges once', async () => {
+  const id = budgetId('idempotent');
+  await earmark.putBudget(id, 10_000, 'tokens');
+  const held = await earmark.reserve(id, 5_000, { idempotencyKey: 'job-1' });
+  const again = await earmark.reserve(id, 5_000, { idempotencyKey: 'job-1' });
+  assert.equal(again.reservationId, held.reservationId);
+  const one = await earmark.charge(held.reservationId, 1_000, { idempotencyKey: 'step-1' });
+  const two = await earmark.charge(held.reservationId, 1_000, { idempotencyKey: 'step-1' });
+  assert.deepEqual(two, one);
+  await earmark.settle(held.reservationId, 1_000);
+  assert.equal((await earmark.getBudget(id)).used, 1_000);
+});
+
+test('a refusal is a value, not an error', async () => {
+  const id = budgetId('refusal');
+  await earmark.putBudget(id, 50_000, 'tokens');
+  const first = await earmark.reserve(id, 30_000);
+  assert.equal(first.admitted, true);
+  const refused = await earmark.reserve(id, 40_000);
+  assert.equal(refused.admitted, false);
+  assert.equal(refused.reason, 'INSUFFICIENT_BUDGET');
+  assert.equal(refused.remaining, 20_000);
+  assert.equal(refused.refusedBudgetId, id);
+  assert.match(refused.message, /40000/);
+  await earmark.settle(first.reservationId, 0);
+  const state = await earmark.getBudget(id);
+  assert.deepEqual([state.used, state.held], [0, 0]);
+});
+
+test('errors are classes by their ErrorInfo reason', async () => {
+  const unknown = '00000000-0000-4000-8000-000000000000';
+  const error = await earmark.settle(unknown, 10).catch((e) => e);
+  assert.ok(error instanceof ReservationNotFoundError, String(error));
+  assert.ok(error instanceof NotFoundError);
+  assert.ok(error instanceof ClientError);
+  assert.ok(error instanceof EarmarkClientError);
+  assert.equal(error.name, 'ReservationNotFoundError');
+  assert.equal(error.code, status.NOT_FOUND);
+  assert.equal(error.reason, 'RESERVATION_NOT_FOUND');
+  assert.equal(error.about.reservation_id, unknown);
+
+  const missing = budgetId('missing');
+  const notFound = await earmark.reserve(missing, 10).catch((e) => e);
+  assert.ok(notFound instanceof BudgetNotFoundError, String(notFound));
+  assert.equal(notFound.reason, 'BUDGET_NOT_FOUND');
+  assert.equal(notFound.about.budget_id, missing);
+
+  const id = budgetId('key-reused');
+  await earmark.putBudget(id, 1_000, 'tokens');
+  const held = await earmark.reserve(id, 100, { idempotencyKey: 'k' });
+  const reused = await earmark.reserve(id, 200, { idempotencyKey: 'k' }).catch((e) => e);
+  assert.ok(reused instanceof KeyReusedError, String(reused));
+  assert.equal(reused.reason, 'KEY_REUSED');
+  await earmark.settle(held.reservationId, 0);
+});
+
+test('a target where nothing listens fails UNAVAILABLE within the deadline, naming it', async () => {
+  const nobody = new EarmarkClient({ target: '127.0.0.1:1', timeoutMs: 300 });
+  const started = Date.now();
+  const error = await nobody.reserve('x', 1).catch((e) => e);
+  nobody.close();
+  assert.ok(error instanceof UnavailableError, String(error));
+  assert.match(error.message, /127\.0\.0\.1:1/);
+  assert.ok(Date.now() - started < 3_000);
+});
+
+test('the target comes from EARMARK_TARGET, else 127.0.0.1:50051', () => {
+  const saved = process.env.EARMARK_TARGET;
+  try {
+    delete process.env.EARMARK_TARGET;
+    const plain = new EarmarkClient();
+    assert.equal(plain.target, '127.0.0.1:50051');
+    plain.close();
+    process.env.EARMARK_TARGET = '127.0.0.1:5999';
+    const fromEnv = new EarmarkClient();
+    assert.equal(fromEnv.target, '127.0.0.1:5999');
+    fromEnv.close();
+  } finally {
+    process.env.EARMARK_TARGET = saved;
+  }
+});
+
+test('backoff is full jitter, doubling, bounded', () => {
+  const policy = { attemptsMax: 5, backoffBaseMs: 50, backoffMaxMs: 2000 };
+  assert.equal(backoffMs(policy, 0, () => 1), 50);
+  assert.equal(backoffMs(policy, 3, () => 1), 400);
+  assert.equal(backoffMs(policy, 10, () => 1), 2000);
+  assert.equal(backoffMs(policy, 10, () => 0), 0);
+  assert.throws(() => new EarmarkClient({ retry: { attemptsMax: 0 } }), RangeError);
+});
