@@ -11,11 +11,18 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from earmark.client.aio import RetryPolicy
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
+from tests.fake_anthropic import Rates
 from tests.fake_openai import Billed
 
 # The test's own list prices for "gpt-4o", in micro-dollars per million tokens: high, so
 # that a $5.00 ceiling is spent in tens of calls.
 INPUT, CACHED, OUTPUT = 25_000_000, 12_500_000, 100_000_000
+# The test's prices for Anthropic's test model: a cache read at a tenth of the input rate,
+# a cache write at one and a quarter times it, as Anthropic prices them.
+CLAUDE = "claude-test"
+CLAUDE_RATES = Rates(
+    input=25_000_000, output=100_000_000, cache_read=2_500_000, cache_write=31_250_000
+)
 QUICK = RetryPolicy(3, 0.001, 0.01)
 # One attempt: a failed call leaves one hold to look at.
 ONCE = RetryPolicy(1, 0.001, 0.01)

@@ -1,5 +1,6 @@
 """Metered model calls: an OpenAI-compatible client whose every chat completion is held,
-called and settled through Earmark (`pip install 'earmark[openai]'`).
+called and settled through Earmark (`pip install 'earmark[openai]'`). metered() takes an
+Anthropic client too (earmark.client.anthropic, `pip install 'earmark[anthropic]'`).
 
     llm = metered(OpenAI(), earmark_client, "job-142")        # or AsyncOpenAI, AsyncClient
     reply = llm.chat.completions.create(model="gpt-4o-mini", max_tokens=300, messages=...)
@@ -42,22 +43,21 @@ import math
 import random
 import time
 from collections.abc import Mapping
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import openai
 from openai.types.chat import ChatCompletion
 
 from earmark.client.aio import AsyncClient
-from earmark.client.errors import EarmarkClientError
 from earmark.client.hold import Hold
 from earmark.client.meter import (
     HoldCappedError,
     Meter,
     PriceMemo,
     StreamCappedError,
-    covered_tokens,
-    lowered,
-    price_at,
+    covered_request,
+    held_most,
+    needs_cover,
     settle_failed,
 )
 from earmark.client.openai_streams import (
@@ -70,7 +70,12 @@ from earmark.client.openai_streams import (
 )
 from earmark.client.sync import Client, SyncHold
 from earmark.client.types import Charged
-from earmark.core.prices import Price, Shape, Usage
+from earmark.core.prices import Shape, Usage
+
+if TYPE_CHECKING:
+    import anthropic
+
+    from earmark.client.anthropic import AsyncMeteredAnthropic, MeteredAnthropic
 
 __all__ = [
     "RETRYABLE",
@@ -131,18 +136,6 @@ def _sendable(request: Mapping[str, Any]) -> dict[str, Any]:
     return sent
 
 
-def asked_most(request: Mapping[str, Any]) -> int | None:
-    """The maximum answer the caller set, if any."""
-    most = request.get("max_completion_tokens") or request.get("max_tokens")
-    return int(most) if most else None
-
-
-def held_most(request: Mapping[str, Any], ceiling: int | None) -> int | None:
-    """The maximum answer the hold covers: the caller's, at most the meter's ceiling."""
-    most = [n for n in (asked_most(request), ceiling) if n is not None]
-    return min(most) if most else None
-
-
 def shape_of(provider: str, request: Mapping[str, Any], ceiling: int | None = None) -> Shape:
     """What the call may cost: its prompt and its maximum answer (times n), or, without a
     maximum, the model alone so that the sidecar holds its estimate."""
@@ -154,21 +147,6 @@ def shape_of(provider: str, request: Mapping[str, Any], ceiling: int | None = No
     return Shape(provider, model, prompt_tokens(request), most * max(1, choices))
 
 
-def with_most(request: dict[str, Any], most: int | None) -> dict[str, Any]:
-    """The request with its maximum answer set to most (None: as it is), under the name
-    the caller used (max_completion_tokens when it named none)."""
-    if most is None:
-        return request
-    name = "max_tokens" if "max_tokens" in request else "max_completion_tokens"
-    return {**request, name: most}
-
-
-def needs_cover(request: Mapping[str, Any], ceiling: int | None) -> bool:
-    """Whether the hold may cover less than the request lets the provider answer."""
-    asked = asked_most(request)
-    return asked is None or (ceiling is not None and asked > ceiling)
-
-
 class _Completions:
     def __init__(self, openai_client: openai.OpenAI, earmark: Client, meter: Meter) -> None:
         # The provider's own retries are off: each attempt is held on its own hold here.
@@ -177,31 +155,14 @@ class _Completions:
         self._rng = random.Random()
         self._prices = PriceMemo()
 
-    def _price(self, shape: Shape, version: int) -> Price | None:
-        """The price version the prompt was charged at, read once (None: unreadable)."""
-        key = (shape.provider, shape.model, version)
-        if version == 0 or not self._prices.readable:
-            return None
-        if key not in self._prices.seen:
-            try:
-                found = self._earmark.list_prices(shape.provider, shape.model)
-            except EarmarkClientError as error:
-                self._prices.failed(error)
-                return None
-            self._prices.seen[key] = price_at(found, version)
-        return self._prices.seen[key]
-
     def _sent(
         self, request: dict[str, Any], shape: Shape, hold: SyncHold, charged: Charged
     ) -> dict[str, Any]:
         """The request as sent: its maximum answer lowered to what the hold covers."""
         if not needs_cover(request, self._meter.output_tokens_max):
             return request
-        covered = covered_tokens(charged, self._price(shape, charged.price_version))
-        choices = int(request.get("n") or 1)
-        return with_most(
-            request, lowered(hold.reservation_id, asked_most(request), covered, choices)
-        )
+        price = self._prices.read(self._earmark, shape, charged.price_version)
+        return covered_request(request, hold.reservation_id, charged, price)
 
     def create(self, **request: Any) -> ChatCompletion | MeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
@@ -250,31 +211,14 @@ class _AsyncCompletions:
         self._rng = random.Random()
         self._prices = PriceMemo()
 
-    async def _price(self, shape: Shape, version: int) -> Price | None:
-        """The price version the prompt was charged at, read once (None: unreadable)."""
-        key = (shape.provider, shape.model, version)
-        if version == 0 or not self._prices.readable:
-            return None
-        if key not in self._prices.seen:
-            try:
-                found = await self._earmark.list_prices(shape.provider, shape.model)
-            except EarmarkClientError as error:
-                self._prices.failed(error)
-                return None
-            self._prices.seen[key] = price_at(found, version)
-        return self._prices.seen[key]
-
     async def _sent(
         self, request: dict[str, Any], shape: Shape, hold: Hold, charged: Charged
     ) -> dict[str, Any]:
         """The request as sent: its maximum answer lowered to what the hold covers."""
         if not needs_cover(request, self._meter.output_tokens_max):
             return request
-        covered = covered_tokens(charged, await self._price(shape, charged.price_version))
-        choices = int(request.get("n") or 1)
-        return with_most(
-            request, lowered(hold.reservation_id, asked_most(request), covered, choices)
-        )
+        price = await self._prices.read_async(self._earmark, shape, charged.price_version)
+        return covered_request(request, hold.reservation_id, charged, price)
 
     async def create(self, **request: Any) -> ChatCompletion | AsyncMeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
@@ -352,20 +296,39 @@ def metered(
 ) -> AsyncMeteredOpenAI: ...
 
 
+@overload
 def metered(
-    openai_client: openai.OpenAI | openai.AsyncOpenAI,
+    openai_client: anthropic.Anthropic, earmark: Client, budget_id: str, **meter: Any
+) -> MeteredAnthropic: ...
+
+
+@overload
+def metered(
+    openai_client: anthropic.AsyncAnthropic, earmark: AsyncClient, budget_id: str, **meter: Any
+) -> AsyncMeteredAnthropic: ...
+
+
+def metered(
+    openai_client: Any,
     earmark: Client | AsyncClient,
     budget_id: str,
     **meter: Any,
-) -> MeteredOpenAI | AsyncMeteredOpenAI:
+) -> MeteredOpenAI | AsyncMeteredOpenAI | MeteredAnthropic | AsyncMeteredAnthropic:
     """The client, metered on budget_id; meter takes Meter's other fields (provider, job,
     also_budget_ids, account, labels, lease_seconds, retry, output_tokens_max). OpenAI
-    goes with Client, AsyncOpenAI with AsyncClient."""
+    and Anthropic go with Client, AsyncOpenAI and AsyncAnthropic with AsyncClient."""
+    if type(openai_client).__module__.partition(".")[0] == "anthropic":
+        # Imported here: a worker that meters OpenAI needs no anthropic package.
+        from earmark.client.anthropic import metered as metered_anthropic
+
+        return metered_anthropic(openai_client, earmark, budget_id, **meter)
     settings = Meter(budget_id, **meter)
     if isinstance(openai_client, openai.AsyncOpenAI):
         if not isinstance(earmark, AsyncClient):
             raise TypeError("AsyncOpenAI is metered with an earmark.client.AsyncClient")
         return AsyncMeteredOpenAI(openai_client, earmark, settings)
+    if not isinstance(openai_client, openai.OpenAI):
+        raise TypeError(f"metered() takes an OpenAI or Anthropic client, not {openai_client!r}")
     if not isinstance(earmark, Client):
         raise TypeError("OpenAI is metered with an earmark.client.Client")
     return MeteredOpenAI(openai_client, earmark, settings)

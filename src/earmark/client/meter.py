@@ -11,13 +11,15 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from earmark import limits
+from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
+from earmark.client.sync import Client
 from earmark.client.types import Charged, RetryPolicy
 from earmark.core.model import Outcome
-from earmark.core.prices import TOKENS_PER_RATE, Price
+from earmark.core.prices import TOKENS_PER_RATE, Price, Shape
 
 log = logging.getLogger("earmark.client")
 
@@ -197,10 +199,72 @@ class PriceMemo:
     seen: dict[tuple[str, str, int], Price | None] = field(default_factory=dict)
     readable: bool = True
 
-    def failed(self, error: BaseException) -> None:
+    def _known(self, shape: Shape, version: int) -> bool:
+        """Whether no read is needed: a tokens budget's charge (version 0) needs no price,
+        and an unreadable price book is not asked again."""
+        return (
+            version == 0 or not self.readable or (shape.provider, shape.model, version) in self.seen
+        )
+
+    def _failed(self, error: BaseException) -> None:
         self.readable = False
         log.warning(
             "earmark: the price book cannot be read (%s); calls are sent without a maximum "
             "answer of the hold's size",
             error,
         )
+
+    def read(self, earmark: Client, shape: Shape, version: int) -> Price | None:
+        """The price version the prompt was charged at (None: none, or unreadable)."""
+        if not self._known(shape, version):
+            try:
+                found = earmark.list_prices(shape.provider, shape.model)
+            except EarmarkClientError as error:
+                self._failed(error)
+                return None
+            self.seen[(shape.provider, shape.model, version)] = price_at(found, version)
+        return self.seen.get((shape.provider, shape.model, version))
+
+    async def read_async(self, earmark: AsyncClient, shape: Shape, version: int) -> Price | None:
+        """read() for an AsyncClient."""
+        if not self._known(shape, version):
+            try:
+                found = await earmark.list_prices(shape.provider, shape.model)
+            except EarmarkClientError as error:
+                self._failed(error)
+                return None
+            self.seen[(shape.provider, shape.model, version)] = price_at(found, version)
+        return self.seen.get((shape.provider, shape.model, version))
+
+
+def asked_most(request: Mapping[str, Any]) -> int | None:
+    """The maximum answer the caller set, if any (OpenAI's two names, Anthropic's one)."""
+    most = request.get("max_completion_tokens") or request.get("max_tokens")
+    return int(most) if most else None
+
+
+def held_most(request: Mapping[str, Any], ceiling: int | None) -> int | None:
+    """The maximum answer the hold covers: the caller's, at most the meter's ceiling."""
+    most = [n for n in (asked_most(request), ceiling) if n is not None]
+    return min(most) if most else None
+
+
+def needs_cover(request: Mapping[str, Any], ceiling: int | None) -> bool:
+    """Whether the hold may cover less than the request lets the provider answer."""
+    asked = asked_most(request)
+    return asked is None or (ceiling is not None and asked > ceiling)
+
+
+def covered_request(
+    request: dict[str, Any], reservation_id: str, charged: Charged, price: Price | None
+) -> dict[str, Any]:
+    """The request with its maximum answer lowered to what the hold covers after the
+    prompt's charge (n choices share it), under the name the caller used
+    (max_completion_tokens when it named none); as it is when it asks no more."""
+    covered = covered_tokens(charged, price)
+    choices = int(request.get("n") or 1)
+    most = lowered(reservation_id, asked_most(request), covered, choices)
+    if most is None:
+        return request
+    name = "max_tokens" if "max_tokens" in request else "max_completion_tokens"
+    return {**request, name: most}
