@@ -6,6 +6,7 @@ The last message's text chooses the answer:
 - "fail:CODE": HTTP CODE with an OpenAI error body;
 - "flaky": 500 the first time that exact request text is seen, then a completion;
 - "slow": a completion once `slow` is set;
+- "drop": a completion billed, whose connection drops halfway through its body;
 - "late": a completion `late_seconds` after the request (after the client's timeout, when
   the test sets it shorter), billed all the same, as a provider bills work whose caller
   stopped waiting;
@@ -94,6 +95,17 @@ class _Handler(BaseHTTPRequestHandler):
             {"error": {"message": f"canned {status}", "type": "server_error", "code": None}},
         )
 
+    def _drop(self) -> None:
+        """Promises a body, sends half of it and closes the connection: the caller sees
+        the answer cut off after the request was run."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "1000")
+        self.end_headers()
+        self.wfile.write(b'{"id": "chatcmpl-fake", "object": "chat.comp')
+        self.wfile.flush()
+        self.close_connection = True
+
     def do_POST(self) -> None:
         state = self.server.state
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
@@ -134,6 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with state.lock:
             state.billed.append(Billed(prompt, completion, cached))
+        if last == "drop":
+            self._drop()
+            return
         self._json(
             200,
             {

@@ -3,6 +3,7 @@ cost at them, and short ways to make budgets and read holds."""
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -77,3 +78,10 @@ async def holds(s: Running, budget_id: str) -> list[pb.Hold]:
 
 def ask(text: str = "hello", **request: object) -> dict[str, object]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}], **request}
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: a connection to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

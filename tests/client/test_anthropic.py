@@ -19,7 +19,15 @@ from earmark.client.anthropic import prompt_tokens
 from earmark.client.llm import StreamCappedError, metered
 from earmark.core.prices import Usage
 from earmark.v1 import budget_pb2 as pb
-from tests.client.llm_helpers import CLAUDE, CLAUDE_RATES, ONCE, budget, holds, micros
+from tests.client.llm_helpers import (
+    CLAUDE,
+    CLAUDE_RATES,
+    ONCE,
+    budget,
+    closed_port,
+    holds,
+    micros,
+)
 from tests.conftest import Running
 from tests.fake_anthropic import Bill, FakeAnthropic
 from tests.helpers import assert_invariants, child, eventually
@@ -240,6 +248,32 @@ async def test_a_5xx_is_in_doubt_and_a_4xx_is_nothing(
     assert "invalid_request_error" == bad.value.body["error"]["type"]  # type: ignore[index]
     assert (prompt, 0) == (doubted.charged, settled.settled_used)
     assert (prompt, doubted.amount - prompt) == (state.used, state.held)
+    await assert_invariants(priced_claude.dsn)
+
+
+async def test_a_refused_connection_settles_at_nothing_in_a_sync_worker(
+    priced_claude: Running,
+) -> None:
+    """A synchronous worker whose connection is refused before anything was sent gets
+    APIConnectionError, and its hold settles at nothing: no unknown outcome."""
+    await budget(priced_claude, "refused", 5_000_000)
+    url = f"http://127.0.0.1:{closed_port()}"
+
+    def call() -> None:
+        # A synchronous worker, on a thread of its own: the sidecar serves on this loop.
+        with (
+            Client(priced_claude.target) as earmark,
+            anthropic.Anthropic(api_key="k", base_url=url) as client,
+        ):
+            llm = metered(client, earmark, "refused", retry=ONCE)
+            with pytest.raises(anthropic.APIConnectionError):
+                llm.messages.create(**ask())
+
+    await asyncio.to_thread(call)
+    (hold,) = await holds(priced_claude, "refused")
+    state = await priced_claude.admin.GetBudget(pb.GetBudgetRequest(budget_id="refused"))
+    assert (pb.RESERVATION_STATE_SETTLED, 0) == (hold.state, hold.settled_used)
+    assert (0, 0) == (state.used, state.held)
     await assert_invariants(priced_claude.dsn)
 
 

@@ -120,14 +120,15 @@ async def test_an_error_settles_failed_before_it_propagates(
 
 
 async def test_without_a_maximum_the_budgets_estimate_is_held(
-    priced: Running, provider: FakeOpenAI
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A call that names no max_tokens holds the budget's default estimate for the model;
-    its messages, given as an iterator, are counted and still sent whole."""
+    its messages, given as an iterator, are counted and still sent whole; a worker that
+    cannot read the price book (no admin socket) sends it without a maximum, as before."""
     await budget(priced, "guess", 5_000_000, default_estimate=70_000)
     messages = iter([{"role": "user", "content": "hello"}])
     async with (
-        AsyncClient(priced.target) as earmark,
+        AsyncClient(priced.target, admin_target=f"unix:{tmp_path / 'none.sock'}") as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
     ):
         llm = metered(client, earmark, "guess")
@@ -136,6 +137,7 @@ async def test_without_a_maximum_the_budgets_estimate_is_held(
     (billed,) = provider.state.billed
     (request,) = provider.state.requests
     assert [{"role": "user", "content": "hello"}] == request["messages"]
+    assert "max_completion_tokens" not in request
     assert (70_000, cost(billed)) == (hold.amount, hold.settled_used)
     await assert_invariants(priced.dsn)
 

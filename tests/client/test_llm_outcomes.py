@@ -4,7 +4,6 @@ against the fake OpenAI on 127.0.0.1, held and settled through a live sidecar.""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import openai
 import pytest
@@ -13,20 +12,23 @@ from earmark.client import AsyncClient, Client
 from earmark.client.llm import HoldCappedError, metered, prompt_tokens
 from earmark.core.prices import Usage
 from earmark.v1 import budget_pb2 as pb
-from tests.client.llm_helpers import INPUT, ONCE, OUTPUT, ask, budget, cost, holds, micros
+from tests.client.llm_helpers import (
+    INPUT,
+    ONCE,
+    OUTPUT,
+    ask,
+    budget,
+    closed_port,
+    cost,
+    holds,
+    micros,
+)
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants, eventually
 
 # The client's timeout, well under the fake's late answer.
 TIMEOUT_SECONDS = 0.3
-
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on: a connection to it is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_a_timeout_after_sending_leaves_the_hold_in_doubt_at_once(
@@ -83,6 +85,33 @@ async def test_a_5xx_is_an_unknown_outcome_and_a_4xx_is_nothing(
     assert 2 == len(provider.state.requests)
     assert (prompt, 0) == (doubted.charged, settled.settled_used)
     assert (prompt, doubted.amount - prompt) == (state.used, state.held)
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_dropped_connection_is_an_unknown_outcome_in_a_sync_worker(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A synchronous worker whose answer is cut off mid-body (the provider ran and billed
+    the call) gets APIConnectionError, and its hold is IN_DOUBT with the prompt charged."""
+    await budget(priced, "drop", 5_000_000)
+
+    def call() -> None:
+        # A synchronous worker, on a thread of its own: the sidecar serves on this loop.
+        with (
+            Client(priced.target) as earmark,
+            openai.OpenAI(api_key="k", base_url=provider.url) as client,
+        ):
+            llm = metered(client, earmark, "drop", retry=ONCE)
+            with pytest.raises(openai.APIConnectionError):
+                llm.chat.completions.create(**ask("drop", max_tokens=100))
+
+    await asyncio.to_thread(call)
+    (hold,) = await holds(priced, "drop")
+    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="drop"))
+    prompt = micros(prompt_tokens(ask("drop")), INPUT)
+    assert 1 == len(provider.state.billed)
+    assert (pb.RESERVATION_STATE_IN_DOUBT, prompt) == (hold.state, hold.charged)
+    assert (prompt, hold.amount - prompt, 1) == (state.used, state.held, state.open_reservations)
     await assert_invariants(priced.dsn)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -199,14 +200,20 @@ class PriceMemo:
     seen: dict[tuple[str, str, int], Price | None] = field(default_factory=dict)
     readable: bool = True
 
-    def _known(self, shape: Shape, version: int) -> bool:
+    def _known(self, shape: Shape, version: int, admin_target: str) -> bool:
         """Whether no read is needed: a tokens budget's charge (version 0) needs no price,
-        and an unreadable price book is not asked again."""
-        return (
-            version == 0 or not self.readable or (shape.provider, shape.model, version) in self.seen
-        )
+        and an unreadable price book is not asked again. An admin socket that is not there
+        is known unreadable at once, without waiting for a connection."""
+        key = (shape.provider, shape.model, version)
+        if version == 0 or not self.readable or key in self.seen:
+            return True
+        socket = admin_target.removeprefix("unix:")
+        if admin_target.startswith("unix:") and not os.path.exists(socket):
+            self._failed(f"no admin socket at {socket}")
+            return True
+        return False
 
-    def _failed(self, error: BaseException) -> None:
+    def _failed(self, error: BaseException | str) -> None:
         self.readable = False
         log.warning(
             "earmark: the price book cannot be read (%s); calls are sent without a maximum "
@@ -216,9 +223,10 @@ class PriceMemo:
 
     def read(self, earmark: Client, shape: Shape, version: int) -> Price | None:
         """The price version the prompt was charged at (None: none, or unreadable)."""
-        if not self._known(shape, version):
+        if not self._known(shape, version, earmark.admin_target):
+            quick = earmark.options(timeout_seconds=limits.llm_price_read_seconds)
             try:
-                found = earmark.list_prices(shape.provider, shape.model)
+                found = quick.list_prices(shape.provider, shape.model)
             except EarmarkClientError as error:
                 self._failed(error)
                 return None
@@ -227,9 +235,10 @@ class PriceMemo:
 
     async def read_async(self, earmark: AsyncClient, shape: Shape, version: int) -> Price | None:
         """read() for an AsyncClient."""
-        if not self._known(shape, version):
+        if not self._known(shape, version, earmark.admin_target):
+            quick = earmark.options(timeout_seconds=limits.llm_price_read_seconds)
             try:
-                found = await earmark.list_prices(shape.provider, shape.model)
+                found = await quick.list_prices(shape.provider, shape.model)
             except EarmarkClientError as error:
                 self._failed(error)
                 return None
