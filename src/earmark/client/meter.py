@@ -24,9 +24,10 @@ from earmark.core.prices import TOKENS_PER_RATE, Price, Shape
 
 log = logging.getLogger("earmark.client")
 
-# The HTTP clients' (httpx's, and the httpx2 that anthropic uses) errors raised before a
-# request's bytes left: the connection or the pool never gave a socket, so the provider saw
-# nothing and billed nothing. Named rather than imported so that this module needs neither.
+# The HTTP clients' errors raised before a request's bytes left (httpx's, and httpx2's, the
+# fork that current openai and anthropic packages send with): the connection or the pool
+# never gave a socket, so the provider saw nothing and billed nothing. Named rather than
+# imported so that this module needs neither.
 NOT_SENT = frozenset(
     {"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol", "ProxyError"}
 )
