@@ -6,8 +6,13 @@ The last message's text chooses the answer:
 - "fail:CODE": HTTP CODE with an OpenAI error body;
 - "flaky": 500 the first time that exact request text is seen, then a completion;
 - "slow": a completion once `slow` is set;
+- "drop": a completion billed, whose connection drops halfway through its body;
+- "late": a completion `late_seconds` after the request (after the client's timeout, when
+  the test sets it shorter), billed all the same, as a provider bills work whose caller
+  stopped waiting;
 - anything else: a completion of `completion_tokens` tokens (at most the request's
-  max_completion_tokens or max_tokens), or, streamed, that many chunks of one token each,
+  max_completion_tokens or max_tokens, unless `ignores_maximum` is set, as a provider
+  that overruns it would), or, streamed, that many chunks of one token each,
   `chunk_seconds` apart, then the usage chunk when the request asked for it.
 Prompt tokens are the messages' characters over four, as a tokenizer roughly counts them.
 """
@@ -43,6 +48,10 @@ class OpenAIState:
     completion_tokens: int = 300
     cached_tokens: int = 0
     chunk_seconds: float = 0.0
+    # How long a "late" request waits before it is answered (and billed).
+    late_seconds: float = 2.0
+    # Generate past the request's maximum answer, as no real provider should.
+    ignores_maximum: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     retry_headers: list[str] = field(default_factory=list)
     billed: list[Billed] = field(default_factory=list)
@@ -86,6 +95,17 @@ class _Handler(BaseHTTPRequestHandler):
             {"error": {"message": f"canned {status}", "type": "server_error", "code": None}},
         )
 
+    def _drop(self) -> None:
+        """Promises a body, sends half of it and closes the connection: the caller sees
+        the answer cut off after the request was run."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "1000")
+        self.end_headers()
+        self.wfile.write(b'{"id": "chatcmpl-fake", "object": "chat.comp')
+        self.wfile.flush()
+        self.close_connection = True
+
     def do_POST(self) -> None:
         state = self.server.state
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
@@ -106,9 +126,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if last == "slow":
             state.slow.wait(timeout=30)
+        if last == "late":
+            # The fake provider's own pace, not a test's wait: it answers after the caller's
+            # timeout; stopping the fake cuts it short.
+            state.slow.wait(timeout=state.late_seconds)
         prompt = sum(len(_text(m)) for m in body["messages"]) // 4 + 1
         most = body.get("max_completion_tokens") or body.get("max_tokens")
-        completion = min(state.completion_tokens, most) if most else state.completion_tokens
+        capped = most and not state.ignores_maximum
+        completion = min(state.completion_tokens, most) if capped else state.completion_tokens
         cached = min(state.cached_tokens, prompt)
         usage = {
             "prompt_tokens": prompt,
@@ -121,6 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with state.lock:
             state.billed.append(Billed(prompt, completion, cached))
+        if last == "drop":
+            self._drop()
+            return
         self._json(
             200,
             {

@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from earmark.client import llm
 from earmark.server import Sidecar
+from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
+from tests.fake_anthropic import Rates, fake_anthropic
+from tests.fake_openai import fake_openai
 from tests.helpers import FakeClock, assert_invariants, child
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,3 +183,50 @@ def test_the_readme_is_a_quick_start() -> None:
         {path for path in linked if not (ROOT / path).exists()},
     )
     assert {"docs/architecture.md", "docs/upgrades-and-backups.md", "bench/RESULTS.md"} <= linked
+
+
+async def test_the_openai_worker_runs_as_written(
+    sidecar: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/providers-python.md's OpenAI worker, against the fake OpenAI: the call without a
+    maximum is sent one the size of its hold after the prompt, and the budget's used is
+    what the fake billed."""
+    with fake_openai() as fake:
+        # The provider client's own variables, as a worker's deployment sets them.
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        out = await run_block(sidecar, tmp_path, "openai_worker")
+    (bill,) = fake.state.billed
+    (request,) = fake.state.requests
+    state = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="job-142"))
+    prompt = -(-llm.prompt_tokens(request) * 150_000 // 1_000_000)
+    billed = -(-(bill.prompt_tokens * 150_000 + bill.completion_tokens * 600_000) // 1_000_000)
+    assert f"answered: {bill.prompt_tokens} {bill.completion_tokens}" in out
+    assert (20_000 - prompt) * 1_000_000 // 600_000 == request["max_completion_tokens"]
+    assert (billed, 0, 0) == (state.used, state.held, state.open_reservations)
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_the_anthropic_worker_runs_as_written(
+    sidecar: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/providers-python.md's Anthropic worker, against the fake Anthropic with cache
+    reads and writes: its max_tokens is lowered to the 400 tokens held, and the budget's
+    used is what the fake billed at the block's prices."""
+    rates = Rates(input=3_000_000, output=15_000_000, cache_read=300_000, cache_write=3_750_000)
+    with fake_anthropic(rates) as fake:
+        fake.state.cache_read_tokens, fake.state.cache_write_tokens = 3, 2
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+        out = await run_block(sidecar, tmp_path, "anthropic_worker")
+    (bill,) = fake.state.billed
+    (request,) = fake.state.requests
+    state = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="job-143"))
+    assert f"answered: {4 * bill.output_tokens} {bill.output_tokens}" in out
+    assert 400 == request["max_tokens"]
+    assert (fake.state.billed_micros(), 0, 0) == (
+        state.used,
+        state.held,
+        state.open_reservations,
+    )
+    await assert_invariants(sidecar.dsn)

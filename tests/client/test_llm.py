@@ -8,84 +8,22 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
 from earmark.client import AsyncClient, Client, RefusedError
-from earmark.client.aio import RetryPolicy
 from earmark.client.llm import StreamCappedError, metered, prompt_tokens
 from earmark.v1 import budget_pb2 as pb
+from tests.client.llm_helpers import INPUT, OUTPUT, QUICK, ask, budget, cost, holds
 from tests.conftest import Running
-from tests.fake_openai import Billed, FakeOpenAI, fake_openai
+from tests.fake_openai import Billed, FakeOpenAI
 from tests.helpers import assert_invariants, child, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("llm_worker.py")
-# The test's own list prices for "gpt-4o", in micro-dollars per million tokens: high, so
-# that a $5.00 ceiling is spent in tens of calls.
-INPUT, CACHED, OUTPUT = 25_000_000, 12_500_000, 100_000_000
-QUICK = RetryPolicy(3, 0.001, 0.01)
-
-
-def cost(billed: Billed) -> int:
-    """What the provider bills for one answer at the test's prices, rounded up as Earmark
-    rounds."""
-    micros = (
-        (billed.prompt_tokens - billed.cached_tokens) * INPUT
-        + billed.cached_tokens * CACHED
-        + billed.completion_tokens * OUTPUT
-    )
-    return -(-micros // 1_000_000)
-
-
-@pytest.fixture
-def provider() -> Iterator[FakeOpenAI]:
-    with fake_openai() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def priced(sidecar: Running) -> Running:
-    """The sidecar with a price for openai/gpt-4o in effect since yesterday."""
-    since = Timestamp()
-    since.FromDatetime(datetime.now(UTC) - timedelta(days=1))
-    await sidecar.admin.PutPrice(
-        pb.PutPriceRequest(
-            price=pb.Price(
-                provider="openai",
-                model="gpt-4o",
-                effective_from=since,
-                input_usd_micros_per_mtok=INPUT,
-                cached_input_usd_micros_per_mtok=CACHED,
-                output_usd_micros_per_mtok=OUTPUT,
-                source="https://example.com/test-prices",
-                captured_at=since,
-            )
-        )
-    )
-    return sidecar
-
-
-async def budget(s: Running, budget_id: str, limit: int, **fields: Any) -> None:
-    await s.admin.PutBudget(
-        pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit="usd_micros", **fields)
-    )
-
-
-async def holds(s: Running, budget_id: str) -> list[pb.Hold]:
-    page = await s.admin.ListHolds(pb.ListHoldsRequest(budget_id=budget_id))
-    return list(page.holds)
-
-
-def ask(text: str = "hello", **request: object) -> dict[str, object]:
-    return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}], **request}
 
 
 async def test_a_sync_call_is_held_then_settled_at_its_usage(
@@ -140,8 +78,8 @@ async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
     priced: Running, provider: FakeOpenAI
 ) -> None:
     """A 500 is retried by the wrapper on a new hold, never by the OpenAI client itself; the
-    failed attempt keeps the prompt it charged before sending (a 5xx may be billed), the
-    answered one settles at its usage."""
+    failed attempt's hold stays in doubt with the prompt it charged before sending (a 5xx
+    may be billed), the answered one settles at its usage."""
     await budget(priced, "retry", 5_000_000)
     async with (
         AsyncClient(priced.target) as earmark,
@@ -154,8 +92,8 @@ async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
     first, second = sorted(await holds(priced, "retry"), key=lambda h: h.created_at.ToDatetime())
     prompt = -(-prompt_tokens(ask("flaky")) * INPUT // 1_000_000)
     assert ["0", "0"] == provider.state.retry_headers
-    assert (prompt + cost(billed), 0) == (state.used, state.held)
-    assert (pb.RESERVATION_STATE_SETTLED, prompt) == (first.state, first.settled_used)
+    assert (prompt + cost(billed), first.amount - prompt) == (state.used, state.held)
+    assert (pb.RESERVATION_STATE_IN_DOUBT, prompt) == (first.state, first.charged)
     assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (second.state, second.settled_used)
     await assert_invariants(priced.dsn)
 
@@ -182,14 +120,15 @@ async def test_an_error_settles_failed_before_it_propagates(
 
 
 async def test_without_a_maximum_the_budgets_estimate_is_held(
-    priced: Running, provider: FakeOpenAI
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A call that names no max_tokens holds the budget's default estimate for the model;
-    its messages, given as an iterator, are counted and still sent whole."""
+    its messages, given as an iterator, are counted and still sent whole; a worker that
+    cannot read the price book (no admin socket) sends it without a maximum, as before."""
     await budget(priced, "guess", 5_000_000, default_estimate=70_000)
     messages = iter([{"role": "user", "content": "hello"}])
     async with (
-        AsyncClient(priced.target) as earmark,
+        AsyncClient(priced.target, admin_target=f"unix:{tmp_path / 'none.sock'}") as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
     ):
         llm = metered(client, earmark, "guess")
@@ -198,6 +137,7 @@ async def test_without_a_maximum_the_budgets_estimate_is_held(
     (billed,) = provider.state.billed
     (request,) = provider.state.requests
     assert [{"role": "user", "content": "hello"}] == request["messages"]
+    assert "max_completion_tokens" not in request
     assert (70_000, cost(billed)) == (hold.amount, hold.settled_used)
     await assert_invariants(priced.dsn)
 
@@ -227,10 +167,12 @@ async def test_a_stream_settles_at_its_streamed_usage(
 
 
 async def test_a_stream_stops_when_its_hold_is_spent(priced: Running, provider: FakeOpenAI) -> None:
-    """A slow stream with no maximum runs on the budget's estimate; when a charge comes back
-    capped the wrapper closes the stream, settles at the tokens read, and says so."""
+    """A slow stream with no maximum runs on the budget's estimate; when the provider
+    overruns the maximum it was sent and a charge comes back capped, the wrapper closes
+    the stream, settles at the tokens read, and says so."""
     await budget(priced, "cap", 5_000_000, default_estimate=10_000)
     provider.state.completion_tokens = 2_000
+    provider.state.ignores_maximum = True
     provider.state.chunk_seconds = 0.002
     read = 0
     async with (

@@ -123,6 +123,11 @@ class Hold:
         # usage (priced by the sidecar; it wins over used).
         self.used: int | None = None
         self.usage: Usage | None = None
+        # Set before the block ends to settle with this outcome instead of the one the
+        # block's exit implies: Outcome.UNKNOWN when the caller cannot tell whether the
+        # work ran (a provider call that timed out after it was sent), which keeps the hold
+        # in doubt with what was charged until ResolveHold or a later Settle closes it.
+        self.outcome: Outcome | None = None
         self.charged = 0
         self.reservation: Reservation | None = None
         self.refusal: Refusal | None = None
@@ -230,6 +235,7 @@ class Hold:
         else:
             # Cancellation, KeyboardInterrupt, SystemExit.
             outcome, used = Outcome.CANCELLED, self.used
+        outcome = self.outcome or outcome
         used = self.charged if used is None else used
         # Shielded: a second cancellation must not leave the hold unsettled.
         task = asyncio.ensure_future(

@@ -43,6 +43,7 @@ from earmark.client.types import (
     Settled,
     check_timeout,
 )
+from earmark.core.model import Outcome
 from earmark.core.prices import Shape, Usage
 
 T = TypeVar("T")
@@ -313,6 +314,7 @@ class SyncHold(_Twin[Hold]):
     idempotency_key: _Mirror[str] = _Mirror()
     used: _Mirror[int | None] = _Mirror()
     usage: _Mirror[Usage | None] = _Mirror()
+    outcome: _Mirror[Outcome | None] = _Mirror()
     charged: _Mirror[int] = _Mirror()
     reservation: _Mirror[Reservation | None] = _Mirror()
     refusal: _Mirror[Refusal | None] = _Mirror()
