@@ -26,9 +26,6 @@ llm_stream_charge_tokens = 32
 # A maximum answer the wrapper sets for the provider (what the hold covers after the prompt)
 # is at least llm_output_tokens_min: a hold that covers less refuses the call unsent.
 llm_output_tokens_min = 1
-# Reading a model's price for that maximum (on the admin listener) waits at most this long,
-# once per wrapper: a worker that cannot reach the listener sends without such a maximum.
-llm_price_read_seconds = 1.0
 
 # The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
 # it is made at most client_attempts_max times, with backoff between attempts of at most
@@ -440,7 +437,6 @@ assert error_about_keys_max >= 4
 assert 1 <= llm_attempts_max <= 100
 assert 1 <= llm_stream_charge_tokens <= 4096
 assert 1 <= llm_output_tokens_min <= llm_stream_charge_tokens
-assert 0 < llm_price_read_seconds <= client_timeout_seconds_max
 assert 0 < admin_call_seconds_default <= admin_call_seconds_max
 assert 1 <= cli_pages_max * page_size_max <= 1_000_000
 assert llm_attempts_max <= client_attempts_max

@@ -123,8 +123,9 @@ async def test_without_a_maximum_the_budgets_estimate_is_held(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A call that names no max_tokens holds the budget's default estimate for the model;
-    its messages, given as an iterator, are counted and still sent whole; a worker that
-    cannot read the price book (no admin socket) sends it without a maximum, as before."""
+    its messages, given as an iterator, are counted and still sent whole; a worker with no
+    access to the admin listener (no socket) still caps the provider at what the hold buys,
+    at the output rate the prompt's Charge answered with."""
     await budget(priced, "guess", 5_000_000, default_estimate=70_000)
     messages = iter([{"role": "user", "content": "hello"}])
     async with (
@@ -136,8 +137,11 @@ async def test_without_a_maximum_the_budgets_estimate_is_held(
     (hold,) = await holds(priced, "guess")
     (billed,) = provider.state.billed
     (request,) = provider.state.requests
+    prompt = -(
+        -prompt_tokens({"messages": [{"role": "user", "content": "hello"}]}) * INPUT // 1_000_000
+    )
     assert [{"role": "user", "content": "hello"}] == request["messages"]
-    assert "max_completion_tokens" not in request
+    assert (70_000 - prompt) * 1_000_000 // OUTPUT == request["max_completion_tokens"]
     assert (70_000, cost(billed)) == (hold.amount, hold.settled_used)
     await assert_invariants(priced.dsn)
 

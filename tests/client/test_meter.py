@@ -12,14 +12,13 @@ import pytest
 from earmark.client.meter import HoldCappedError, covered_tokens, lowered, unbilled, unknown
 from earmark.client.openai_streams import ERRORS as OPENAI_ERRORS
 from earmark.client.types import Charged
-from earmark.core.prices import Price
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
 
 
-def charged(remaining: int, version: int) -> Charged:
-    return Charged(0, False, 0, remaining, NOW, price_version=version)
+def charged(remaining: int, version: int, output_rate: int = 0) -> Charged:
+    return Charged(0, False, 0, remaining, NOW, price_version=version, output_per_mtok=output_rate)
 
 
 def failed(cause: Exception, kind: type[openai.APIConnectionError]) -> BaseException:
@@ -34,16 +33,12 @@ def failed(cause: Exception, kind: type[openai.APIConnectionError]) -> BaseExcep
 
 
 def test_what_a_hold_covers_after_the_prompt() -> None:
-    """A tokens budget's rest buys as many tokens; a usd_micros budget's, tokens at the output
-    rate (rounded down); a free or unknown output rate sets no maximum."""
-    price = Price("openai", "gpt-4o", 3, NOW, None, 25_000_000, 100_000_000)
-    free = Price("openai", "gpt-4o", 3, NOW, None, 25_000_000, 0)
-    assert 1_234 == covered_tokens(charged(1_234, 0), None)
-    assert 12 == covered_tokens(charged(1_299, 3), price)
-    assert (None, None) == (
-        covered_tokens(charged(1_299, 3), None),
-        covered_tokens(charged(9, 3), free),
-    )
+    """A tokens budget's rest buys as many tokens; a usd_micros budget's, tokens at the
+    output rate the Charge answered with (rounded down); a free output rate sets no
+    maximum."""
+    assert 1_234 == covered_tokens(charged(1_234, 0))
+    assert 12 == covered_tokens(charged(1_299, 3, 100_000_000))
+    assert None is covered_tokens(charged(9, 3, 0))
 
 
 def test_the_maximum_sent_is_lowered_only_when_it_asks_more() -> None:

@@ -105,7 +105,7 @@ async def test_tokens_budget_counts_tokens_without_a_price(side: Running) -> Non
 
 async def test_charge_by_usage_and_reprice_at_dispatch(side: Running, clock: FakeClock) -> None:
     """A shaped hold charged after a cheaper price took effect moves to the new ceiling;
-    its usage is priced at the new version too."""
+    its usage is priced at the new version too, whose output rate the answer carries."""
     held = await side.budget.Reserve(
         pb.ReserveRequest(budget_id="usd", shape=SHAPE, idempotency_key="a")
     )
@@ -118,12 +118,13 @@ async def test_charge_by_usage_and_reprice_at_dispatch(side: Running, clock: Fak
     )
     row = await fetch_budget_row(side.dsn, "usd")
     assert (45_000, 1) == (held.amount, held.price_version)
-    assert (22_500, False, 0, 2, 22_500) == (
+    assert (22_500, False, 0, 2, 22_500, 5_000_000) == (
         charged.charged,
         charged.capped,
         charged.hold_remaining,
         charged.price_version,
         charged.requested,
+        charged.output_usd_micros_per_mtok,
     )
     assert (22_500, 0) == (row["used"], row["held"])
     await assert_invariants(side.dsn)

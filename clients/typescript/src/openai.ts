@@ -14,9 +14,9 @@
 // - charges the prompt before sending it, so a worker killed during the call leaves its hold
 //   in doubt, not returned (the provider may bill the call);
 // - when the caller set no output limit, sends max_completion_tokens = the output tokens the
-//   hold covers after the prompt (learned from the sidecar's own pricing: a Charge of a
-//   million output tokens answers what they cost, capped at the hold, so the whole hold is
-//   charged before sending and the provider itself stops the answer within it);
+//   hold covers after the prompt: on a tokens budget what is left of the hold, on a money
+//   budget what is left bought at the output rate the prompt's Charge answers with
+//   (output_usd_micros_per_mtok), so that the provider itself stops within the hold;
 // - turns the OpenAI client's retries off; a 429 is tried again on a new hold (the failed
 //   one settled at nothing), 3 attempts in all;
 // - settles at the response's `usage` (cached input tokens included). A 4xx settles at
@@ -42,7 +42,7 @@ import type { EarmarkClient } from './client';
 import { backoffMs, type RetryPolicy } from './client';
 import { EarmarkClientError } from './errors';
 import { Hold } from './hold';
-import type { Shape, Usage } from './types';
+import type { Charged, Shape, Usage } from './types';
 
 // A prompt is counted as one token per this many characters: fewer than the usual four, so
 // that the hold errs high. Each message adds its role and framing.
@@ -55,7 +55,6 @@ const STREAM_CHARS_PER_TOKEN = 4;
 /** A stream's hold is charged every this many output tokens. */
 export const STREAM_CHARGE_TOKENS = 32;
 // A Charge of this many output tokens answers (in `requested`) their price per million.
-const PROBE_TOKENS = 1_000_000;
 
 /** The call's hold is spent: it was not sent, or, for a stream, reading stopped. */
 export class HoldCappedError extends EarmarkClientError {
@@ -114,6 +113,17 @@ export function promptTokens(request: { messages?: unknown; tools?: unknown }): 
   }
   if (request.tools) chars += JSON.stringify(request.tools).length;
   return Math.ceil(chars / PROMPT_CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * messages.length + REPLY_OVERHEAD_TOKENS;
+}
+
+/**
+ * The output tokens what is left of the hold after the prompt's Charge buys: as many tokens
+ * on a tokens budget (no price version), else at the output rate the Charge was priced at;
+ * null when output is free (no maximum is set then).
+ */
+export function coveredTokens(charged: Charged): number | null {
+  if (charged.priceVersion === 0) return charged.holdRemaining;
+  if (charged.outputUsdMicrosPerMtok <= 0) return null;
+  return Number((BigInt(charged.holdRemaining) * 1_000_000n) / BigInt(charged.outputUsdMicrosPerMtok));
 }
 
 function outputLimit(request: ChatCompletionCreateParams): number | null {
@@ -191,7 +201,6 @@ export class MeteredStream implements AsyncIterable<ChatCompletionChunk> {
     private readonly prompt: number,
     private readonly wanted: boolean,
     private readonly chargeEvery: number,
-    private readonly covered: number | null,
   ) {
     this.iterator = raw[Symbol.asyncIterator]();
   }
@@ -227,12 +236,7 @@ export class MeteredStream implements AsyncIterable<ChatCompletionChunk> {
         }
         chunk = item.value;
         this.read(chunk);
-        // A hold charged whole before sending (no output limit from the caller) covers
-        // `covered` output tokens, which the provider was asked to stop at: past them the
-        // stream is capped as a capped charge would cap it.
-        if (this.covered !== null) {
-          if (this.outputTokens > this.covered) throw new StreamCappedError(this.hold.reservationId, this.outputTokens);
-        } else if (this.uncharged >= this.chargeEvery) {
+        if (this.uncharged >= this.chargeEvery) {
           const step = this.uncharged;
           this.uncharged = 0;
           if ((await this.hold.charge({ usage: { inputTokens: 0, outputTokens: step } })).capped) {
@@ -321,15 +325,11 @@ class Completions {
         const first = await hold.charge({ usage: { inputTokens: prompt, outputTokens: 0 } });
         if (first.capped) throw new HoldCappedError(hold.reservationId, 'the prompt is more than the hold covers; the call was not sent');
         const outgoing: ChatCompletionCreateParams = { ...request };
-        let covered: number | null = null;
-        if (outputLimit(request) === null) {
+        const all = coveredTokens(first);
+        if (outputLimit(request) === null && all !== null) {
           // No output limit from the caller: ask for no more than the hold covers.
-          const probe = await hold.charge({ usage: { inputTokens: 0, outputTokens: PROBE_TOKENS } });
-          const perToken = probe.requested / PROBE_TOKENS;
-          const all = perToken > 0 ? Math.floor(first.holdRemaining / perToken) : first.holdRemaining;
           const choices = Math.max(1, Number(request.n ?? 1));
           const each = Math.floor(all / choices);
-          covered = each * choices;
           if (each < 1) throw new HoldCappedError(hold.reservationId, 'nothing is left for the answer; the call was not sent');
           outgoing.max_completion_tokens = each;
           delete outgoing.max_tokens;
@@ -340,7 +340,7 @@ class Completions {
           const streamed = { ...outgoing, stream: true, stream_options: { ...request.stream_options, include_usage: true } } as ChatCompletionCreateParamsStreaming;
           sent = true;
           const raw = await this.openai.chat.completions.create(streamed, noRetries);
-          return new MeteredStream(raw, hold, prompt, wanted, m.streamChargeTokens ?? STREAM_CHARGE_TOKENS, covered);
+          return new MeteredStream(raw, hold, prompt, wanted, m.streamChargeTokens ?? STREAM_CHARGE_TOKENS);
         }
         sent = true;
         const reply = await this.openai.chat.completions.create(outgoing as ChatCompletionCreateParamsNonStreaming, noRetries);

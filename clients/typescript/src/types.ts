@@ -79,6 +79,8 @@ export interface Charged {
   priceVersion: number;
   /** What this Charge asked for: the amount, or the usage priced. */
   requested: number;
+  /** A Charge by usage on a money budget: the output rate it was priced at (0 otherwise). */
+  outputUsdMicrosPerMtok: number;
 }
 
 export interface Settled {
@@ -170,6 +172,7 @@ export function chargedOf(reply: pb.ChargeResponse): Charged {
     expiresAt: reply.expiresAt ?? null,
     priceVersion: num(reply.priceVersion, 'price_version'),
     requested: num(reply.requested, 'requested'),
+    outputUsdMicrosPerMtok: num(reply.outputUsdMicrosPerMtok, 'output_usd_micros_per_mtok'),
   };
 }
 

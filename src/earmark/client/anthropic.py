@@ -52,7 +52,6 @@ from earmark.client.hold import Hold
 from earmark.client.meter import (
     HoldCappedError,
     Meter,
-    PriceMemo,
     covered_request,
     held_most,
     needs_cover,
@@ -137,7 +136,6 @@ class _Messages:
         self._anthropic = client.with_options(max_retries=0)
         self._earmark, self._meter = earmark, meter
         self._rng = random.Random()
-        self._prices = PriceMemo()
 
     def _sent(
         self, request: dict[str, Any], shape: Shape, hold: SyncHold, charged: Charged
@@ -145,8 +143,7 @@ class _Messages:
         """The request as sent: its max_tokens lowered to what the hold covers."""
         if not needs_cover(request, self._meter.output_tokens_max):
             return request
-        price = self._prices.read(self._earmark, shape, charged.price_version)
-        return covered_request(request, hold.reservation_id, charged, price)
+        return covered_request(request, hold.reservation_id, charged)
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message | MeteredEvents:
         m = self._meter
@@ -208,7 +205,6 @@ class _AsyncMessages:
         self._anthropic = client.with_options(max_retries=0)
         self._earmark, self._meter = earmark, meter
         self._rng = random.Random()
-        self._prices = PriceMemo()
 
     async def _sent(
         self, request: dict[str, Any], shape: Shape, hold: Hold, charged: Charged
@@ -216,8 +212,7 @@ class _AsyncMessages:
         """The request as sent: its max_tokens lowered to what the hold covers."""
         if not needs_cover(request, self._meter.output_tokens_max):
             return request
-        price = await self._prices.read_async(self._earmark, shape, charged.price_version)
-        return covered_request(request, hold.reservation_id, charged, price)
+        return covered_request(request, hold.reservation_id, charged)
 
     async def _call(self, request: dict[str, Any], stream: bool) -> Message | AsyncMeteredEvents:
         m = self._meter

@@ -53,7 +53,6 @@ from earmark.client.hold import Hold
 from earmark.client.meter import (
     HoldCappedError,
     Meter,
-    PriceMemo,
     StreamCappedError,
     covered_request,
     held_most,
@@ -153,7 +152,6 @@ class _Completions:
         self._openai = openai_client.with_options(max_retries=0)
         self._earmark, self._meter = earmark, meter
         self._rng = random.Random()
-        self._prices = PriceMemo()
 
     def _sent(
         self, request: dict[str, Any], shape: Shape, hold: SyncHold, charged: Charged
@@ -161,8 +159,7 @@ class _Completions:
         """The request as sent: its maximum answer lowered to what the hold covers."""
         if not needs_cover(request, self._meter.output_tokens_max):
             return request
-        price = self._prices.read(self._earmark, shape, charged.price_version)
-        return covered_request(request, hold.reservation_id, charged, price)
+        return covered_request(request, hold.reservation_id, charged)
 
     def create(self, **request: Any) -> ChatCompletion | MeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""
@@ -209,7 +206,6 @@ class _AsyncCompletions:
         self._openai = openai_client.with_options(max_retries=0)
         self._earmark, self._meter = earmark, meter
         self._rng = random.Random()
-        self._prices = PriceMemo()
 
     async def _sent(
         self, request: dict[str, Any], shape: Shape, hold: Hold, charged: Charged
@@ -217,8 +213,7 @@ class _AsyncCompletions:
         """The request as sent: its maximum answer lowered to what the hold covers."""
         if not needs_cover(request, self._meter.output_tokens_max):
             return request
-        price = await self._prices.read_async(self._earmark, shape, charged.price_version)
-        return covered_request(request, hold.reservation_id, charged, price)
+        return covered_request(request, hold.reservation_id, charged)
 
     async def create(self, **request: Any) -> ChatCompletion | AsyncMeteredStream:
         """chat.completions.create, held, called, and settled (see the module's text)."""

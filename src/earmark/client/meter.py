@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from earmark import limits
-from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
-from earmark.client.sync import Client
 from earmark.client.types import Charged, RetryPolicy
 from earmark.core.model import Outcome
-from earmark.core.prices import TOKENS_PER_RATE, Price, Shape
+from earmark.core.prices import TOKENS_PER_RATE
 
 log = logging.getLogger("earmark.client")
 
@@ -160,15 +157,16 @@ def settle_failed(hold: Settling, error: BaseException, errors: ProviderErrors) 
     return asyncio.CancelledError() if isinstance(error, HoldCappedError) else error
 
 
-def covered_tokens(charged: Charged, price: Price | None) -> int | None:
+def covered_tokens(charged: Charged) -> int | None:
     """The output tokens what is left of the hold after the prompt's charge buys: tokens
-    one for one on a tokens budget (its charge has no price version), else at the price
-    the prompt was charged at (None: that price is unknown here, or output is free)."""
+    one for one on a tokens budget (its charge has no price version), else at the output
+    rate the sidecar priced the prompt's charge at (None: output is free, or the charge
+    was not priced)."""
     if charged.price_version == 0:
         return charged.hold_remaining
-    if price is None or price.output_per_mtok <= 0:
+    if charged.output_per_mtok <= 0:
         return None
-    return charged.hold_remaining * TOKENS_PER_RATE // price.output_per_mtok
+    return charged.hold_remaining * TOKENS_PER_RATE // charged.output_per_mtok
 
 
 def lowered(
@@ -185,66 +183,6 @@ def lowered(
     if each < limits.llm_output_tokens_min:
         raise HoldCappedError(reservation_id, "it covers no answer after the prompt; not sent")
     return each
-
-
-def price_at(prices: Sequence[Price], version: int) -> Price | None:
-    """The price version the sidecar charged at, among a model's versions."""
-    return next((price for price in prices if price.version == version), None)
-
-
-@dataclass
-class PriceMemo:
-    """The price versions a wrapper has read (they never change once written), and whether
-    it may read them: a worker without access to the sidecar's admin listener, where
-    prices are read, sends requests without a maximum of its own, as before."""
-
-    seen: dict[tuple[str, str, int], Price | None] = field(default_factory=dict)
-    readable: bool = True
-
-    def _known(self, shape: Shape, version: int, admin_target: str) -> bool:
-        """Whether no read is needed: a tokens budget's charge (version 0) needs no price,
-        and an unreadable price book is not asked again. An admin socket that is not there
-        is known unreadable at once, without waiting for a connection."""
-        key = (shape.provider, shape.model, version)
-        if version == 0 or not self.readable or key in self.seen:
-            return True
-        socket = admin_target.removeprefix("unix:")
-        if admin_target.startswith("unix:") and not os.path.exists(socket):
-            self._failed(f"no admin socket at {socket}")
-            return True
-        return False
-
-    def _failed(self, error: BaseException | str) -> None:
-        self.readable = False
-        log.warning(
-            "earmark: the price book cannot be read (%s); calls are sent without a maximum "
-            "answer of the hold's size",
-            error,
-        )
-
-    def read(self, earmark: Client, shape: Shape, version: int) -> Price | None:
-        """The price version the prompt was charged at (None: none, or unreadable)."""
-        if not self._known(shape, version, earmark.admin_target):
-            quick = earmark.options(timeout_seconds=limits.llm_price_read_seconds)
-            try:
-                found = quick.list_prices(shape.provider, shape.model)
-            except EarmarkClientError as error:
-                self._failed(error)
-                return None
-            self.seen[(shape.provider, shape.model, version)] = price_at(found, version)
-        return self.seen.get((shape.provider, shape.model, version))
-
-    async def read_async(self, earmark: AsyncClient, shape: Shape, version: int) -> Price | None:
-        """read() for an AsyncClient."""
-        if not self._known(shape, version, earmark.admin_target):
-            quick = earmark.options(timeout_seconds=limits.llm_price_read_seconds)
-            try:
-                found = await quick.list_prices(shape.provider, shape.model)
-            except EarmarkClientError as error:
-                self._failed(error)
-                return None
-            self.seen[(shape.provider, shape.model, version)] = price_at(found, version)
-        return self.seen.get((shape.provider, shape.model, version))
 
 
 def asked_most(request: Mapping[str, Any]) -> int | None:
@@ -266,12 +204,12 @@ def needs_cover(request: Mapping[str, Any], ceiling: int | None) -> bool:
 
 
 def covered_request(
-    request: dict[str, Any], reservation_id: str, charged: Charged, price: Price | None
+    request: dict[str, Any], reservation_id: str, charged: Charged
 ) -> dict[str, Any]:
     """The request with its maximum answer lowered to what the hold covers after the
     prompt's charge (n choices share it), under the name the caller used
     (max_completion_tokens when it named none); as it is when it asks no more."""
-    covered = covered_tokens(charged, price)
+    covered = covered_tokens(charged)
     choices = int(request.get("n") or 1)
     most = lowered(reservation_id, asked_most(request), covered, choices)
     if most is None:

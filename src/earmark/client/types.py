@@ -124,6 +124,9 @@ class Charged:
     price_version: int = 0
     # What the Charge asked for: its amount, or its usage priced.
     requested: int = 0
+    # A Charge by usage on a money budget: the output rate it was priced at (micro-dollars
+    # per million output tokens); with hold_remaining, the output tokens the hold still buys.
+    output_per_mtok: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +252,7 @@ def charged_of(reply: pb.ChargeResponse) -> Charged:
         expires_at=reply.expires_at.ToDatetime(tzinfo=UTC),
         price_version=reply.price_version,
         requested=reply.requested,
+        output_per_mtok=reply.output_usd_micros_per_mtok,
     )
 
 

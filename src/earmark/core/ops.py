@@ -120,6 +120,8 @@ class ChargeResult:
     # What the Charge asked for: its amount, or its usage priced.
     requested: int = 0
     unit: str = ""
+    # A Charge by usage on a money budget: the output rate of the price it was priced at.
+    output_per_mtok: int = 0
 
 
 @dataclass(frozen=True, slots=True)

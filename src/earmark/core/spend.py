@@ -67,6 +67,7 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
             duplicate=True,
             price_version=earlier.price_version,
             requested=earlier.amount,
+            output_per_mtok=_output_rate(state, hold, op.usage, earlier.price_version),
         )
     require_live(state, decision, hold, now)
     requested, usage_version = amounts.spent_amount(
@@ -124,7 +125,19 @@ def _record_charge(
         expires_at=hold.expires_at,
         price_version=version,
         requested=requested,
+        output_per_mtok=_output_rate(state, hold, op.usage, usage_version),
     )
+
+
+def _output_rate(state: BatchState, hold: Hold, usage: Usage | None, version: int) -> int:
+    """The output rate of the price version a Charge by usage was priced at (0: it was
+    not priced, as on a tokens budget or by amount): with hold_remaining it tells a worker
+    how many output tokens the rest of its hold buys."""
+    if usage is None or version == 0:
+        return 0
+    provider, model = amounts.usage_model(usage, hold)
+    price = state.prices.version(provider, model, version)
+    return 0 if price is None else price.output_per_mtok
 
 
 def _reprice(

@@ -51,6 +51,7 @@ def charge_response(result: ChargeResult) -> pb.ChargeResponse:
         expires_at=timestamp(result.expires_at),
         price_version=result.price_version,
         requested=result.requested,
+        output_usd_micros_per_mtok=result.output_per_mtok,
     )
 
 

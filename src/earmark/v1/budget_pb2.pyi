@@ -170,7 +170,7 @@ class ChargeRequest(_message.Message):
     def __init__(self, reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
 
 class ChargeResponse(_message.Message):
-    __slots__ = ("charged", "capped", "total_charged", "hold_remaining", "expires_at", "price_version", "requested")
+    __slots__ = ("charged", "capped", "total_charged", "hold_remaining", "expires_at", "price_version", "requested", "output_usd_micros_per_mtok")
     CHARGED_FIELD_NUMBER: _ClassVar[int]
     CAPPED_FIELD_NUMBER: _ClassVar[int]
     TOTAL_CHARGED_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +178,7 @@ class ChargeResponse(_message.Message):
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     PRICE_VERSION_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     charged: int
     capped: bool
     total_charged: int
@@ -185,7 +186,8 @@ class ChargeResponse(_message.Message):
     expires_at: _timestamp_pb2.Timestamp
     price_version: int
     requested: int
-    def __init__(self, charged: _Optional[int] = ..., capped: _Optional[bool] = ..., total_charged: _Optional[int] = ..., hold_remaining: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., price_version: _Optional[int] = ..., requested: _Optional[int] = ...) -> None: ...
+    output_usd_micros_per_mtok: int
+    def __init__(self, charged: _Optional[int] = ..., capped: _Optional[bool] = ..., total_charged: _Optional[int] = ..., hold_remaining: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., price_version: _Optional[int] = ..., requested: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
     __slots__ = ("reservation_id", "lease")

@@ -465,6 +465,12 @@ export interface ChargeResponse {
   priceVersion: bigint;
   /** What this Charge asked for: the amount, or the usage priced. */
   requested: bigint;
+  /**
+   * A Charge by usage on a money budget: the output rate of the price version it was
+   * priced at (micro-dollars per million output tokens), so that a worker can tell how
+   * many output tokens hold_remaining buys and cap the provider's answer there; 0 otherwise.
+   */
+  outputUsdMicrosPerMtok: bigint;
 }
 
 export interface RenewRequest {
@@ -1606,6 +1612,7 @@ function createBaseChargeResponse(): ChargeResponse {
     expiresAt: undefined,
     priceVersion: 0n,
     requested: 0n,
+    outputUsdMicrosPerMtok: 0n,
   };
 }
 
@@ -1646,6 +1653,12 @@ export const ChargeResponse: MessageFns<ChargeResponse> = {
         throw new globalThis.Error("value provided for field message.requested of type int64 too large");
       }
       writer.uint32(56).int64(message.requested);
+    }
+    if (message.outputUsdMicrosPerMtok !== 0n) {
+      if (BigInt.asIntN(64, message.outputUsdMicrosPerMtok) !== message.outputUsdMicrosPerMtok) {
+        throw new globalThis.Error("value provided for field message.outputUsdMicrosPerMtok of type int64 too large");
+      }
+      writer.uint32(64).int64(message.outputUsdMicrosPerMtok);
     }
     return writer;
   },
@@ -1719,6 +1732,14 @@ export const ChargeResponse: MessageFns<ChargeResponse> = {
             message.requested = reader.int64() as bigint;
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.outputUsdMicrosPerMtok = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1756,6 +1777,11 @@ export const ChargeResponse: MessageFns<ChargeResponse> = {
         ? BigInt(object.price_version)
         : 0n,
       requested: isSet(object.requested) ? BigInt(object.requested) : 0n,
+      outputUsdMicrosPerMtok: isSet(object.outputUsdMicrosPerMtok)
+        ? BigInt(object.outputUsdMicrosPerMtok)
+        : isSet(object.output_usd_micros_per_mtok)
+        ? BigInt(object.output_usd_micros_per_mtok)
+        : 0n,
     };
   },
 
@@ -1782,6 +1808,9 @@ export const ChargeResponse: MessageFns<ChargeResponse> = {
     if (message.requested !== 0n) {
       obj.requested = message.requested.toString();
     }
+    if (message.outputUsdMicrosPerMtok !== 0n) {
+      obj.outputUsdMicrosPerMtok = message.outputUsdMicrosPerMtok.toString();
+    }
     return obj;
   },
 
@@ -1803,6 +1832,10 @@ export const ChargeResponse: MessageFns<ChargeResponse> = {
       ? BigInt(object.priceVersion)
       : 0n;
     message.requested = (object.requested !== undefined && object.requested !== null) ? BigInt(object.requested) : 0n;
+    message.outputUsdMicrosPerMtok =
+      (object.outputUsdMicrosPerMtok !== undefined && object.outputUsdMicrosPerMtok !== null)
+        ? BigInt(object.outputUsdMicrosPerMtok)
+        : 0n;
     return message;
   },
 };
