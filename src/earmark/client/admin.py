@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -63,6 +63,17 @@ class LedgerEntry:
     held_delta: int
     used_delta: int
     at: datetime
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing, and the token that asks for the next ("" on the last)."""
+
+    items: list[T]
+    next_page_token: str
 
 
 def _stamp(at: datetime) -> Timestamp:
@@ -188,6 +199,14 @@ class AdminCalls:
         async for state in self._pages("ListBudgets", request, "budgets"):
             yield budget_state_of(state)
 
+    async def budgets_page(
+        self, prefix: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> Page[BudgetState]:
+        """One page of list_budgets: what a paged view shows, one call each."""
+        request = pb.ListBudgetsRequest(prefix=prefix, page_size=page_size, page_token=page_token)
+        reply = await self._admin_call("ListBudgets", request)
+        return Page([budget_state_of(s) for s in reply.budgets], reply.next_page_token)
+
     async def delete_budget(self, budget_id: str) -> BudgetState:
         """Archives a budget with no open holds (its ledger stays readable)."""
         request = pb.DeleteBudgetRequest(budget_id=budget_id)
@@ -263,6 +282,34 @@ class AdminCalls:
         )
         async for hold in self._pages("ListHolds", request, "holds"):
             yield hold_record_of(hold)
+
+    async def holds_page(
+        self,
+        budget_id: str,
+        *,
+        state: HoldState | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> Page[HoldRecord]:
+        """One page of list_holds."""
+        request = pb.ListHoldsRequest(
+            budget_id=budget_id,
+            state=int(state or 0),  # type: ignore[arg-type]
+            page_size=page_size,
+            page_token=page_token,
+        )
+        reply = await self._admin_call("ListHolds", request)
+        return Page([hold_record_of(h) for h in reply.holds], reply.next_page_token)
+
+    async def ledger_page(
+        self, budget_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> Page[LedgerEntry]:
+        """One page of list_ledger."""
+        request = pb.ListLedgerRequest(
+            budget_id=budget_id, page_size=page_size, page_token=page_token
+        )
+        reply = await self._admin_call("ListLedger", request)
+        return Page([ledger_entry_of(e) for e in reply.entries], reply.next_page_token)
 
     async def list_ledger(
         self, budget_id: str, *, page_size: int = 0

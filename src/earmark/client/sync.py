@@ -229,6 +229,9 @@ class Client(_Twin[AsyncClient]):
     list_holds = iterating(AsyncClient.list_holds)
     list_ledger = iterating(AsyncClient.list_ledger)
     list_budgets = iterating(AsyncClient.list_budgets)
+    budgets_page = blocking(AsyncClient.budgets_page)
+    holds_page = blocking(AsyncClient.holds_page)
+    ledger_page = blocking(AsyncClient.ledger_page)
     resolve_hold = blocking(AsyncClient.resolve_hold)
     release_hold = blocking(AsyncClient.release_hold)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 from collections.abc import Callable, Iterator
 from datetime import datetime
 
@@ -30,9 +29,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from earmark import limits
-from earmark.errors import EarmarkError, Reason, Unavailable
+from earmark.bind import bind_tcp
+from earmark.errors import EarmarkError
 from earmark.ops.audit import audit_url
-from earmark.settings import split_host_port
 from earmark.store import marks
 from earmark.store.migrate import migrate
 from earmark.store.pools import create_pool
@@ -185,22 +184,6 @@ class _Server(uvicorn.Server):
         yield
 
 
-def bind(settings: WebhookSettings) -> socket.socket:
-    """The listening socket, bound here so that a port in use is one line naming it."""
-    host, port = split_host_port(settings.listen, "listen")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        raise Unavailable(
-            f"listen: cannot listen on {settings.listen}: {error.strerror}", Reason.LISTEN_FAILED
-        ) from None
-    return sock
-
-
 async def open_database(settings: WebhookSettings) -> asyncpg.Pool:
     """A small pool on the sidecars' database (--database-url, else the embedded one on
     --data-dir, as `earmark audit` finds it), with the migrations it lacks applied."""
@@ -222,7 +205,7 @@ async def serve_webhooks(
     settings: WebhookSettings, clock: Callable[[], datetime] = utc_now
 ) -> None:
     """Serves Kinde's webhooks until SIGTERM or SIGINT."""
-    sock = bind(settings)
+    sock = bind_tcp(settings.listen)
     try:
         pool = await open_database(settings)
     except BaseException:

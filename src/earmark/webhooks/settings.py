@@ -5,27 +5,17 @@ from __future__ import annotations
 
 import argparse
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
+from earmark import options
+from earmark.options import Option
 from earmark.settings import ENV as SIDECAR_ENV
 from earmark.settings import boolean, is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8788"
 # The path Kinde posts to: register https://HOST/kinde/webhooks.
 WEBHOOK_PATH = "/kinde/webhooks"
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    name: str
-    env: str
-    help: str
-    # What an unset option means, for the help.
-    default: str = ""
-    convert: Callable[[str], object] = str
-    flag_only_true: bool = False
 
 
 # The database and the Kinde domain are the sidecar's own variables, so that one
@@ -98,30 +88,9 @@ class WebhookSettings:
 
 
 def add_arguments(command: argparse.ArgumentParser) -> None:
-    for option in OPTIONS:
-        flag = "--" + option.name.replace("_", "-")
-        shown = f"{option.env}, {option.default}" if option.default else option.env
-        text = f"{option.help} [{shown}]"
-        if option.flag_only_true:
-            command.add_argument(flag, action="store_true", default=None, help=text)
-        else:
-            command.add_argument(flag, help=text)
+    options.add_arguments(command, OPTIONS)
 
 
 def load(flags: dict[str, object], environ: dict[str, str]) -> WebhookSettings:
     """WebhookSettings from flags (None: not given), then the environment, then defaults."""
-    names = {f.name for f in fields(WebhookSettings)}
-    values: dict[str, object] = {}
-    for option in OPTIONS:
-        assert option.name in names
-        raw = flags.get(option.name)
-        if raw is None and environ.get(option.env):
-            raw = environ[option.env]
-        if raw is None:
-            continue
-        try:
-            values[option.name] = raw if isinstance(raw, bool) else option.convert(str(raw))
-        except ValueError:
-            kind = getattr(option.convert, "__name__", "value")
-            raise ValueError(f"{option.name}: {raw!r} is not a {kind}") from None
-    return WebhookSettings(**values)  # type: ignore[arg-type]
+    return options.load(OPTIONS, WebhookSettings, flags, environ)

@@ -10,6 +10,7 @@ N jobs that each expect to cost X start at the same moment against a plan of L, 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -61,90 +62,169 @@ class ModeResult:
     over_plan: int = 0
 
 
+class JobStatus(enum.StrEnum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    REFUSED = "refused"
+    CAPPED = "capped"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """What one job of one mode did last: a page draws a bar of it."""
+
+    mode: str
+    index: int
+    status: JobStatus
+    # What the job has spent so far (the plain check records it only when the job ends,
+    # so its bar fills with the work it has done).
+    charged: int = 0
+    # A refused job: what the budget had left when it was refused (None: no limit).
+    left: int | None = None
+
+
+# Called with every job's every step; the command line passes none.
+Observer = Callable[[JobEvent], None]
+
+
+def _ignore(event: JobEvent) -> None:
+    pass
+
+
 def step_costs(total: int, steps: int) -> list[int]:
     """total split into steps parts that add up exactly."""
     base, extra = divmod(total, steps)
     return [base + (1 if i < extra else 0) for i in range(steps)]
 
 
-async def _run_jobs(params: LabParams, job: Callable[[], Awaitable[None]], label: str) -> None:
+async def _run_jobs(
+    params: LabParams, job: Callable[[int], Awaitable[None]], label: str, show: bool
+) -> None:
     gate = asyncio.Semaphore(params.in_flight)
     start = asyncio.Event()
-    progress = Progress(label, params.jobs)
+    progress = Progress(label, params.jobs) if show else None
 
-    async def one() -> None:
+    async def one(index: int) -> None:
         await start.wait()
         async with gate:
-            await job()
-        progress.step()
+            await job(index)
+        if progress is not None:
+            progress.step()
 
-    tasks = [asyncio.create_task(one()) for _ in range(params.jobs)]
+    tasks = [asyncio.create_task(one(index)) for index in range(params.jobs)]
     # Every job is waiting on the same event: they start at the same moment.
     await asyncio.sleep(0)
     start.set()
     try:
         await asyncio.gather(*tasks)
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
 
 
-async def plain_check(client: AsyncClient, params: LabParams) -> ModeResult:
+def scratch_id(mode: str) -> str:
+    """A budget id of the Lab's own, archived when its run ends."""
+    return f"lab-{mode}-{uuid.uuid4().hex[:8]}"
+
+
+async def plain_check(
+    client: AsyncClient, params: LabParams, observe: Observer = _ignore, show: bool = True
+) -> ModeResult:
     """Read remaining, run, record usage at the end: every job sees the same number."""
-    meter = f"lab-check-{uuid.uuid4().hex[:8]}"
+    meter = scratch_id("check")
     # The meter records usage; its own limit stays unset, as a usage counter's would.
     await client.put_budget(meter, None, "units")
     result = ModeResult()
 
-    async def job() -> None:
+    async def job(index: int) -> None:
         state = await client.get_budget(meter)
-        if params.limit - state.used < params.estimate:
+        left = params.limit - state.used
+        if left < params.estimate:
             result.refused += 1
+            observe(JobEvent("check", index, JobStatus.REFUSED, left=max(0, left)))
             return
         result.started += 1
-        for _ in range(params.steps):
+        done = 0
+        observe(JobEvent("check", index, JobStatus.RUNNING))
+        for cost in step_costs(params.cost, params.steps):
             await asyncio.sleep(params.step_seconds)
+            done += cost
+            observe(JobEvent("check", index, JobStatus.RUNNING, done))
         recorded = await client.reserve(meter, params.cost)
         assert not isinstance(recorded, Refusal)
         await client.settle(recorded.reservation_id, params.cost)
+        observe(JobEvent("check", index, JobStatus.DONE, params.cost))
 
-    await _run_jobs(params, job, "plain check")
-    result.spent = (await client.get_budget(meter)).used
+    try:
+        await _run_jobs(params, job, "plain check", show)
+        result.spent = (await client.get_budget(meter)).used
+    finally:
+        # A scratch budget is archived once its jobs are over; its ledger stays readable.
+        await client.delete_budget(meter)
     result.over_plan = max(0, result.spent - params.limit)
     return result
 
 
-async def earmark_hold(client: AsyncClient, params: LabParams) -> ModeResult:
+async def earmark_hold(
+    client: AsyncClient, params: LabParams, observe: Observer = _ignore, show: bool = True
+) -> ModeResult:
     """Reserve the estimate, charge each step before it runs, settle what was used."""
-    budget = "" if params.account else f"lab-hold-{uuid.uuid4().hex[:8]}"
+    budget = "" if params.account else scratch_id("hold")
     if not params.account:
         await client.put_budget(budget, params.limit, "units")
     result = ModeResult()
     held_on: set[str] = set()
 
-    async def job() -> None:
+    async def job(index: int) -> None:
         async with client.hold(
             budget, params.estimate, raise_on_refusal=False, account=params.account
         ) as h:
             if h.reservation is None:
                 result.refused += 1
-                if h.refusal is not None and h.refusal.budget_id:
-                    held_on.add(h.refusal.budget_id)
+                left = None
+                if h.refusal is not None:
+                    left = h.refusal.remaining
+                    if h.refusal.budget_id:
+                        held_on.add(h.refusal.budget_id)
+                observe(JobEvent("hold", index, JobStatus.REFUSED, left=left))
                 return
             held_on.add(h.reservation.budget_id)
             result.started += 1
+            status, charged = JobStatus.DONE, 0
+            observe(JobEvent("hold", index, JobStatus.RUNNING))
             for cost in step_costs(params.cost, params.steps):
                 step = await h.charge(cost)
+                charged = step.total_charged
                 if step.capped:
                     result.capped += 1
+                    status = JobStatus.CAPPED
                     break
+                observe(JobEvent("hold", index, JobStatus.RUNNING, charged))
                 await asyncio.sleep(params.step_seconds)
+        observe(JobEvent("hold", index, status, charged))
 
-    await _run_jobs(params, job, "earmark hold")
-    (budget,) = held_on or {budget}
-    state = await client.get_budget(budget)
+    try:
+        await _run_jobs(params, job, "earmark hold", show)
+        (budget,) = held_on or {budget}
+        state = await client.get_budget(budget)
+    finally:
+        if not params.account:
+            await client.delete_budget(budget)
     result.spent = state.used
     result.over_plan = max(0, result.spent - (state.limit if state.limit is not None else 0))
     return result
+
+
+async def run_modes(
+    client: AsyncClient, params: LabParams, observe: Observer = _ignore, show: bool = True
+) -> dict[str, ModeResult]:
+    """The same jobs with a plain check, then with holds, each on scratch budgets that are
+    archived when it ends."""
+    return {
+        "check": await plain_check(client, params, observe, show),
+        "hold": await earmark_hold(client, params, observe, show),
+    }
 
 
 async def run_lab(target: Target, params: LabParams) -> dict[str, ModeResult]:
@@ -154,10 +234,7 @@ async def run_lab(target: Target, params: LabParams) -> dict[str, ModeResult]:
         admin_token=target.admin_token,
         timeout_seconds=30,
     ) as client:
-        return {
-            "check": await plain_check(client, params),
-            "hold": await earmark_hold(client, params),
-        }
+        return await run_modes(client, params)
 
 
 def render(params: LabParams, results: dict[str, ModeResult]) -> str:

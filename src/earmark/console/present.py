@@ -1,0 +1,246 @@
+"""What the console's pages show, from what Admin answers: amounts as a person reads them,
+a budget's bar and states, its spend over time from the ledger, its nesting from its holds,
+and what a shape costs now. Pure: plain data in, plain data out; `now` is an argument."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from earmark.client.admin import HoldRecord, LedgerEntry
+from earmark.client.types import BudgetState
+from earmark.core.model import OPEN_STATES, OveragePolicy
+from earmark.core.prices import Price, PriceBook, Shape, shape_cost
+
+MICROS_PER_DOLLAR = 1_000_000
+
+
+def amount(value: int | None, unit: str) -> str:
+    """An amount in its unit as a person reads it: dollars for usd_micros (cents always,
+    micro-dollars only where they are not zero), a grouped number otherwise; None is no
+    limit."""
+    if value is None:
+        return "no limit"
+    if unit != "usd_micros":
+        return f"{value:,}"
+    sign = "-" if value < 0 else ""
+    dollars, micros = divmod(abs(value), MICROS_PER_DOLLAR)
+    fraction = f"{micros:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${dollars:,}.{fraction}"
+
+
+def unit_name(unit: str) -> str:
+    return "dollars" if unit == "usd_micros" else unit
+
+
+def percent(part: int, whole: int | None) -> float:
+    """part of whole in percent, within 0 and 100 (a bar's width); no limit is 0."""
+    if not whole or whole <= 0:
+        return 0.0
+    return max(0.0, min(100.0, 100.0 * part / whole))
+
+
+def states(state: BudgetState) -> list[str]:
+    """The words a budget's badges say: archived, exceeded, in overage."""
+    words = []
+    if state.archived_at is not None:
+        words.append("archived")
+    if state.exceeded:
+        words.append("exceeded")
+    if state.overage_since is not None:
+        words.append("in overage")
+    return words
+
+
+def overage(state: BudgetState) -> str:
+    """The overage policy as a person reads it, with its allowance."""
+    if state.overage_policy == OveragePolicy.HARD:
+        return "hard"
+    allowance = amount(state.overage_limit, state.unit) if state.overage_limit else "unbounded"
+    return f"soft, up to {allowance} over"
+
+
+def budget_view(state: BudgetState) -> dict[str, Any]:
+    """One budget as a page row and as the JSON a page polls: strings to show, and the
+    bar's widths in percent (amounts themselves go out as strings: past 2^53 a browser's
+    numbers are not exact)."""
+    unit = state.unit
+    return {
+        "id": state.budget_id,
+        "unit": unit,
+        "unit_name": unit_name(unit),
+        "limit": amount(state.limit, unit),
+        "used": amount(state.used, unit),
+        "held": amount(state.held, unit),
+        "remaining": amount(state.remaining, unit) if state.limit is not None else "no limit",
+        "used_pct": round(percent(state.used, state.limit), 2),
+        "held_pct": round(percent(state.held, state.limit), 2),
+        "escrow": f"{state.escrow_bps / 100:g}%" if state.escrow_bps else "none",
+        "overage": overage(state),
+        "states": states(state),
+        "open": state.open_reservations,
+        "account": state.account,
+        "feature": state.feature,
+        "cycle_start": stamp(state.cycle_start),
+        "cycle_end": stamp(state.cycle_end),
+        "archived": state.archived_at is not None,
+    }
+
+
+def stamp(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at is not None else ""
+
+
+def age(since: datetime, now: datetime) -> str:
+    """How long ago, in the largest whole unit that fits."""
+    seconds = max(0, int((now - since).total_seconds()))
+    for size, name in ((86_400, "d"), (3_600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{name}"
+    return f"{seconds}s"
+
+
+def hold_view(hold: HoldRecord, unit: str, now: datetime) -> dict[str, Any]:
+    return {
+        "id": hold.reservation_id,
+        "budget_id": hold.budget_id,
+        "state": hold.state.name.lower().replace("_", " "),
+        "open": hold.state in OPEN_STATES,
+        "in_doubt": hold.state.name == "IN_DOUBT",
+        "owner": hold.owner or "-",
+        "key": hold.idempotency_key,
+        "job": hold.job,
+        "amount": amount(hold.amount, unit),
+        "charged": amount(hold.charged, unit),
+        "charged_raw": hold.charged,
+        "lease": stamp(hold.expires_at),
+        "age": age(hold.created_at, now),
+        "also": list(hold.also_budget_ids),
+    }
+
+
+def ledger_view(entry: LedgerEntry, unit: str) -> dict[str, Any]:
+    return {
+        "id": entry.entry_id,
+        "at": stamp(entry.at),
+        "kind": entry.kind.value.replace("_", " "),
+        "reservation_id": entry.reservation_id,
+        "used_delta": amount(entry.used_delta, unit),
+        "held_delta": amount(entry.held_delta, unit),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A budget's used and held after each ledger entry, against its limit: what the chart
+    draws, with the times in seconds since the epoch."""
+
+    times: list[float]
+    used: list[int]
+    held: list[int]
+    limit: int | None
+    # The ledger had more entries than the chart reads.
+    truncated: bool
+    # Settles that charged past their hold (overage), and by how much in all.
+    overshoots: int
+    overshoot: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "times": self.times,
+            "used": self.used,
+            "held": self.held,
+            "limit": self.limit,
+            "truncated": self.truncated,
+            "overshoots": self.overshoots,
+            "overshoot": self.overshoot,
+        }
+
+
+def series(
+    entries: Sequence[LedgerEntry], limit: int | None, holds: Iterable[HoldRecord], cap: int
+) -> Series:
+    """The running totals of the ledger's first entries (at most cap are passed in; one
+    more says there were more), and the overshoot its settled holds show."""
+    used = held = 0
+    times: list[float] = []
+    used_line: list[int] = []
+    held_line: list[int] = []
+    for entry in entries[:cap]:
+        used += entry.used_delta
+        held += entry.held_delta
+        at = entry.at.timestamp()
+        if times and times[-1] == at:
+            # Entries of one transaction share its time: the chart shows where they end.
+            used_line[-1], held_line[-1] = used, held
+            continue
+        times.append(at)
+        used_line.append(used)
+        held_line.append(held)
+    over = [
+        hold.settled_used - hold.amount
+        for hold in holds
+        if hold.settled_used is not None and hold.settled_used > hold.amount
+    ]
+    return Series(times, used_line, held_line, limit, len(entries) > cap, len(over), sum(over))
+
+
+def nesting(budget_id: str, holds: Iterable[HoldRecord]) -> tuple[list[str], list[str]]:
+    """The budgets nested with this one, as its holds show: parents (named in also_budget_ids
+    of its own holds) and children (holds of other budgets that name it)."""
+    parents: set[str] = set()
+    children: set[str] = set()
+    for hold in holds:
+        if hold.budget_id == budget_id:
+            parents.update(hold.also_budget_ids)
+        elif budget_id in hold.also_budget_ids:
+            children.add(hold.budget_id)
+    return sorted(parents), sorted(children)
+
+
+def models(prices: Iterable[Price]) -> list[dict[str, Any]]:
+    """The price book by provider and model, every version oldest first, with its window
+    and rates as a person reads them."""
+    grouped: dict[tuple[str, str], list[Price]] = {}
+    for price in prices:
+        grouped.setdefault((price.provider, price.model), []).append(price)
+    return [
+        {
+            "provider": provider,
+            "model": model,
+            "versions": [price_view(p) for p in sorted(versions, key=lambda p: p.version)],
+        }
+        for (provider, model), versions in sorted(grouped.items())
+    ]
+
+
+def window(price: Price) -> str:
+    if price.daily_from_minute == price.daily_to_minute == 0:
+        return "all day"
+    start, end = price.daily_from_minute, price.daily_to_minute
+    return f"{start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d} UTC"
+
+
+def price_view(price: Price) -> dict[str, Any]:
+    per_mtok = "usd_micros"
+    return {
+        "version": price.version,
+        "from": stamp(price.effective_from),
+        "to": stamp(price.effective_to) or "open",
+        "window": window(price),
+        "input": amount(price.input_per_mtok, per_mtok),
+        "cached": amount(price.cached_rate(), per_mtok),
+        "cache_write": amount(price.cache_write_rate(), per_mtok),
+        "output": amount(price.output_per_mtok, per_mtok),
+        "request": amount(price.request_fee, per_mtok),
+        "source": price.source,
+    }
+
+
+def cost_now(prices: Iterable[Price], shape: Shape, now: datetime) -> tuple[Price, int] | None:
+    """The price in effect now for the shape's model and what the shape costs at it, as a
+    Reserve by that shape would hold it (None: no price in effect)."""
+    price = PriceBook(prices).at(shape.provider, shape.model, now)
+    return None if price is None else (price, shape_cost(price, shape))

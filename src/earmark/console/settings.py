@@ -1,0 +1,116 @@
+"""`earmark console`'s settings: each declared once (its flag, environment variable,
+default and help), flags winning over the environment; the listener's rule is the
+sidecar's, and off loopback a login token is required as well."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from earmark import limits
+from earmark.ops.connect import ADMIN_TARGET_ENV
+from earmark.options import Option
+from earmark.settings import ENV as SIDECAR_ENV
+from earmark.settings import boolean, is_loopback, split_host_port
+
+LISTEN_DEFAULT = "127.0.0.1:8080"
+TARGET_DEFAULT = "127.0.0.1:50051"
+
+OPTIONS = (
+    Option("listen", "EARMARK_CONSOLE_LISTEN", "HOST:PORT to serve the pages on", LISTEN_DEFAULT),
+    Option("target", "EARMARK_TARGET", "the sidecar's workers' HOST:PORT", TARGET_DEFAULT),
+    Option(
+        "admin_target",
+        ADMIN_TARGET_ENV,
+        "Admin's listener: unix:PATH or HOST:PORT",
+        "unix:DATA_DIR/admin.sock",
+    ),
+    Option("data_dir", SIDECAR_ENV["data_dir"], "the sidecar's data dir", ".earmark", Path),
+    Option(
+        "admin_token_file",
+        SIDECAR_ENV["admin_token_file"],
+        "a file holding Admin's bearer token (never shown on a page)",
+        convert=Path,
+    ),
+    Option(
+        "token_file",
+        "EARMARK_CONSOLE_TOKEN_FILE",
+        "a file holding a worker token, for the Lab's Reserves (a sidecar with worker tokens)",
+        convert=Path,
+    ),
+    Option(
+        "login_token_file",
+        "EARMARK_CONSOLE_LOGIN_TOKEN_FILE",
+        "a file holding the token a person types to log in (required off loopback)",
+        convert=Path,
+    ),
+    Option("tls_cert_file", "EARMARK_CONSOLE_TLS_CERT_FILE", "PEM: serve HTTPS", convert=Path),
+    Option("tls_key_file", "EARMARK_CONSOLE_TLS_KEY_FILE", "PEM", convert=Path),
+    Option(
+        "insecure_listen",
+        SIDECAR_ENV["insecure_listen"],
+        "allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
+        convert=boolean,
+        flag_only_true=True,
+    ),
+    Option(
+        "timeout_seconds",
+        "EARMARK_CONSOLE_TIMEOUT_SECONDS",
+        "each Admin call's deadline",
+        f"{limits.admin_call_seconds_default:g}",
+        float,
+    ),
+    Option("log_level", SIDECAR_ENV["log_level"], "debug, info, warning, error", "info"),
+    Option("log_format", SIDECAR_ENV["log_format"], "auto, json, console", "auto"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    listen: str = LISTEN_DEFAULT
+    target: str = TARGET_DEFAULT
+    admin_target: str = ""
+    data_dir: Path | None = None
+    admin_token_file: Path | None = None
+    token_file: Path | None = None
+    login_token_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    insecure_listen: bool = False
+    timeout_seconds: float = limits.admin_call_seconds_default
+    log_level: str = "info"
+    log_format: str = "auto"
+    # Set by tests: how long a Lab job's step takes.
+    lab_step_seconds: float = field(default=limits.console_lab_step_seconds)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+    def __post_init__(self) -> None:
+        host, _ = split_host_port(self.listen, "listen")
+        split_host_port(self.target, "target")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file: give both or neither")
+        if not is_loopback(host):
+            # The sidecar's rule for its listeners, and a login: a page that can change
+            # limits is for the operators who hold the token, not for the network.
+            if not (self.tls or self.insecure_listen):
+                raise ValueError(
+                    f"listen: {host} is not a loopback address; configure --tls-cert-file "
+                    "and --tls-key-file, or pass --insecure-listen when TLS ends in front"
+                )
+            if self.login_token_file is None:
+                raise ValueError(
+                    f"login_token_file: listening on {host}, off loopback, needs a login "
+                    "token (--login-token-file)"
+                )
+        if not 0 < self.timeout_seconds <= limits.admin_call_seconds_max:
+            raise ValueError(
+                f"timeout_seconds: {self.timeout_seconds:g} is not in "
+                f"(0, {limits.admin_call_seconds_max:g}]"
+            )
+        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
+        if self.log_format not in {"auto", "json", "console"}:
+            raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
