@@ -148,6 +148,12 @@ async def serving(settings: ConsoleSettings) -> AsyncIterator[tuple[uvicorn.Serv
         url = f"{'https' if settings.tls else 'http'}://{host}:{port}"
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
+            # Served once uvicorn has started listening: a page asked for before would be
+            # refused a connection. A server that failed to start raises here.
+            while not server.started and not task.done():
+                await asyncio.sleep(0.01)
+            if task.done():
+                task.result()
             yield server, url
         finally:
             server.should_exit = True
@@ -166,9 +172,12 @@ async def serve_console(settings: ConsoleSettings) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with serving(settings) as (_, url):
         log.info(
-            "console_listening", url=url, tls=settings.tls, login=bool(settings.login_token_file)
+            "serving",
+            url=url,
+            tls=settings.tls,
+            login=settings.login_token_file is not None,
+            try_next=f"open {url} in a browser",
         )
-        print(f"earmark console: serving {url}", flush=True)
         await stop.wait()
         log.info("stopping")
     log.info("stopped")

@@ -131,7 +131,9 @@ function showRun(run) {
     document.getElementById(`${mode}-jobs`).replaceChildren(...view.jobs.map((job, i) => labJob(job, i, mode)));
     document.getElementById(`${mode}-admitted`).textContent = view.admitted;
     document.getElementById(`${mode}-refused`).textContent = view.refused;
-    document.getElementById(`${mode}-spent`).textContent = view.result ? Number(view.result.spent).toLocaleString('en-US') : '…';
+    const number = (key) => (view.result ? Number(view.result[key]).toLocaleString('en-US') : '…');
+    document.getElementById(`${mode}-spent`).textContent = number('spent');
+    document.getElementById(`${mode}-over`).textContent = number('over_plan');
   }
   const status = document.getElementById('lab-status');
   status.dataset.status = run.status;

@@ -1,0 +1,105 @@
+"""What the console's pages show, from plain data: amounts as a person reads them, the
+chart's running totals from the ledger, nesting from holds, and a shape's cost now."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from earmark.client.admin import HoldRecord, LedgerEntry
+from earmark.console import present
+from earmark.core.model import HoldState, LedgerKind
+from earmark.core.prices import Price, Shape
+
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+def entry(i: int, used: int, held: int, seconds: int) -> LedgerEntry:
+    return LedgerEntry(
+        i, "b", f"r{i}", LedgerKind.CHARGE, held, used, NOW + timedelta(seconds=seconds)
+    )
+
+
+def hold(rid: str, budget_id: str, also: tuple[str, ...] = (), **f: object) -> HoldRecord:
+    values: dict[str, object] = {"amount": 100, "charged": 0, "state": HoldState.HELD}
+    values.update(f)
+    return HoldRecord(
+        rid,
+        budget_id,
+        created_at=NOW,
+        expires_at=NOW,
+        also_budget_ids=also,
+        **values,  # type: ignore[arg-type]
+    )
+
+
+def test_amounts_read_as_dollars_or_grouped_numbers() -> None:
+    """usd_micros as dollars with cents and only the micro-dollars that are not zero;
+    other units grouped; no limit in words."""
+    assert ["$5.00", "$0.045", "$0.000001", "-$1.50", "$1,234.567891"] == [
+        present.amount(v, "usd_micros") for v in (5_000_000, 45_000, 1, -1_500_000, 1_234_567_891)
+    ]
+    assert ("200,000", "no limit") == (
+        present.amount(200_000, "tokens"),
+        present.amount(None, "tokens"),
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6), st.integers(0, 5)),
+        max_size=60,
+    )
+)
+def test_the_chart_ends_where_the_ledger_sums_to(moves: list[tuple[int, int, int]]) -> None:
+    """The chart's last used and held are the sums of every entry it read, entries of one
+    moment drawn as one point."""
+    entries = [entry(i, u, h, s) for i, (u, h, s) in enumerate(sorted(moves, key=lambda m: m[2]))]
+    drawn = present.series(entries, 1_000, [], cap=10_000)
+    expected = (sum(u for u, _, _ in moves), sum(h for _, h, _ in moves)) if moves else None
+    actual = (drawn.used[-1], drawn.held[-1]) if drawn.times else None
+    assert expected == actual
+    assert len(set(drawn.times)) == len(drawn.times) == len({s for _, _, s in moves})
+
+
+def test_the_chart_reads_at_most_its_cap_and_counts_overshoot() -> None:
+    """Past the cap the chart says it is truncated; settles past their hold are counted."""
+    entries = [entry(i, 1, 0, i) for i in range(5)]
+    holds = [
+        hold("a", "b", amount=100, settled_used=130),
+        hold("c", "b", amount=100, settled_used=90),
+    ]
+    drawn = present.series(entries, None, holds, cap=3)
+    assert ([1, 2, 3], True, 1, 30) == (
+        drawn.used,
+        drawn.truncated,
+        drawn.overshoots,
+        drawn.overshoot,
+    )
+
+
+def test_nesting_is_read_from_the_holds() -> None:
+    """Parents are what this budget's holds also hold on; children are budgets whose holds
+    name this one."""
+    holds = [hold("1", "team", ("org",)), hold("2", "task", ("team", "org")), hold("3", "team")]
+    assert (["org"], ["task"]) == present.nesting("team", holds)
+
+
+def test_a_shape_costs_what_a_reserve_would_hold_now() -> None:
+    """The version in effect now prices the shape; none in effect is None."""
+    old = Price(
+        "openai",
+        "gpt-4o",
+        1,
+        NOW - timedelta(days=9),
+        NOW - timedelta(days=1),
+        5_000_000,
+        20_000_000,
+    )
+    new = Price("openai", "gpt-4o", 2, NOW - timedelta(days=1), None, 2_500_000, 10_000_000)
+    shape = Shape("openai", "gpt-4o", input_tokens=1_000, max_output_tokens=500)
+    priced = present.cost_now([old, new], shape, NOW)
+    assert (2, 7_500) == (priced[0].version, priced[1]) if priced else None
+    assert None is present.cost_now([old], shape, NOW)
