@@ -117,7 +117,7 @@ class Browser:
 
     async def errors(self) -> list[dict[str, Any]]:
         """What the page logged at SEVERE since the last call (errors, failed loads)."""
-        entries = await self.run(lambda d: d.get_log("browser"))
+        entries = await self.run(lambda d: d.get_log("browser"))  # type: ignore[no-untyped-call]
         return [e for e in entries if e.get("level") == "SEVERE"]
 
     async def screenshot(self, path: Path) -> None:

@@ -10,6 +10,7 @@ import os
 import shutil
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import put_price
@@ -31,12 +32,9 @@ def page(console: Console, path: str, **query: str) -> str:
     return f"{console.url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
 
 
-async def budget(
-    side: Running, budget_id: str, limit: int, unit: str = "tokens", **f: object
-) -> None:
-    await side.admin.PutBudget(
-        pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit=unit, **f)
-    )  # type: ignore[arg-type]
+async def budget(side: Running, budget_id: str, limit: int, unit: str = "tokens", **f: Any) -> None:
+    request = pb.PutBudgetRequest(budget_id=budget_id, limit=limit, unit=unit, **f)
+    await side.admin.PutBudget(request)
 
 
 async def in_doubt(side: Running, budget_id: str, amount: int, charged: int) -> str:

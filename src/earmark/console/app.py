@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,7 +118,16 @@ def client_of(settings: ConsoleSettings) -> AsyncClient:
 
 class _Server(uvicorn.Server):
     """uvicorn's server without its own signal handling (serve_console handles SIGTERM and
-    SIGINT, so that the client and the Lab are closed before the process ends)."""
+    SIGINT, so that the client and the Lab are closed before the process ends), that says
+    when it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.listening.set()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -150,8 +160,9 @@ async def serving(settings: ConsoleSettings) -> AsyncIterator[tuple[uvicorn.Serv
         try:
             # Served once uvicorn has started listening: a page asked for before would be
             # refused a connection. A server that failed to start raises here.
-            while not server.started and not task.done():
-                await asyncio.sleep(0.01)
+            listening = asyncio.create_task(server.listening.wait())
+            await asyncio.wait([task, listening], return_when=asyncio.FIRST_COMPLETED)
+            listening.cancel()
             if task.done():
                 task.result()
             yield server, url
