@@ -12,10 +12,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from earmark.console.app import serving
 from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import put_price
 from tests.conftest import Running
-from tests.console.conftest import SHOTS, Browser, Console
+from tests.console.conftest import SHOTS, Browser, Console, console_settings
 from tests.helpers import assert_invariants
 
 
@@ -227,4 +228,26 @@ async def test_a_limit_changed_on_the_page_is_what_get_budget_answers(
         state.default_estimate,
     )
     assert [] == await browser.errors()
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_a_person_logs_in_before_any_page(
+    sidecar: Running, browser: Browser, tmp_path: Path
+) -> None:
+    """With a login token, a page sends the browser to the login page; a wrong token is
+    refused there, and the right one returns to the page first asked for."""
+    token = tmp_path / "login"
+    token.write_text("console-login-token-5b1d\n")
+    await budget(sidecar, "guarded", 10)
+    async with serving(console_settings(sidecar, login_token_file=token)) as (_, url):
+        await browser.open(f"{url}/budget?id=guarded")
+        await browser.wait_text("h1", lambda t: t == "Log in", "the login page")
+        await shoot(browser, tmp_path, "login")
+        await browser.type("#token", "not-the-token")
+        await browser.click("button[type=submit]")
+        assert "not the one" in await browser.text("[role=alert]")
+        await browser.type("#token", "console-login-token-5b1d")
+        await browser.click("button[type=submit]")
+        await browser.wait_text("h1", lambda t: t == "guarded", "the page first asked for")
+        assert [] == [e for e in await browser.errors() if "401" not in e["message"]]
     await assert_invariants(sidecar.dsn)
