@@ -165,12 +165,14 @@ def _target(command: argparse.ArgumentParser) -> None:
 
 
 def require_server(
-    command: str, modules: tuple[str, ...] = SERVER_MODULES, extra: str = SERVER_EXTRA
+    command: str,
+    modules: tuple[str, ...] = SERVER_MODULES,
+    extra: str = SERVER_EXTRA,
+    what: str = "the sidecar",
 ) -> None:
     """Exits with one line naming what to install when the command's packages are missing."""
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        what = "the console" if extra == CONSOLE_EXTRA else "the sidecar"
         sys.exit(f"earmark {command}: {what} is not installed (no {', '.join(missing)}); {extra}")
 
 
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         webhooks_command(args)
         return
     if args.command == "console":
-        require_server(args.command, CONSOLE_MODULES, CONSOLE_EXTRA)
+        require_server(args.command, CONSOLE_MODULES, CONSOLE_EXTRA, "the console")
         console_command(args)
         return
     if hasattr(args, "run"):
@@ -311,10 +313,6 @@ def run_load(args: argparse.Namespace) -> str:
     return load.main(args.target, access_from(args), params, args.json)
 
 
-if __name__ == "__main__":
-    main()
-
-
 def console_command(args: argparse.Namespace) -> None:
     """Runs `earmark console` until SIGTERM or SIGINT; a setting or a port in use is one
     line."""
@@ -337,3 +335,7 @@ def console_command(args: argparse.Namespace) -> None:
         sys.exit(f"earmark console: {error.message}")
     except KeyboardInterrupt:
         pass
+
+
+if __name__ == "__main__":
+    main()

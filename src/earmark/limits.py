@@ -381,6 +381,10 @@ console_lab_jobs_max = 100
 console_lab_amount_max = 10**12
 console_lab_step_seconds = 0.25
 console_lab_runs_kept = 8
+# How often the Lab's page reads its run while it goes, and how long the list of host
+# names the console answers to (--allowed-hosts) may be.
+console_lab_poll_seconds = 0.15
+console_allowed_hosts_length_max = 1_000
 
 assert 0 < budget_id_length_max <= 1024
 assert 0 < token_length_min <= token_length_max
@@ -493,3 +497,5 @@ assert 1 <= console_lab_jobs_max <= 1_000
 assert 1 <= console_lab_amount_max <= 10**18
 assert 0 < console_lab_step_seconds <= 5
 assert 1 <= console_lab_runs_kept <= 100
+assert 0.05 <= console_lab_poll_seconds <= console_poll_seconds
+assert 1 <= console_allowed_hosts_length_max <= 10_000

@@ -15,7 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from earmark import limits
 from earmark.console.app import serving
+from earmark.console.guard import Sessions
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.console.conftest import Console, console_settings
@@ -62,8 +64,10 @@ async def test_a_post_without_the_csrf_token_changes_nothing(
 
 
 async def test_bad_input_is_a_400_naming_the_field(sidecar: Running, console: Console) -> None:
-    """A limit that is not a number, or past the largest a budget takes, is answered 400
-    with the field named, before any Admin call; an unknown budget is a 404."""
+    """A limit that is not a whole number (words, a double sign, a superscript, an
+    exponent, forty digits) or past the largest a budget takes, and a Lab of no jobs, are
+    answered 400 with the field named, before any Admin call; an unknown budget is a
+    404."""
     await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="tokens"))
     async with httpx.AsyncClient(base_url=console.url) as http:
         token = await csrf_of(http, "/budget?id=b")
@@ -71,23 +75,30 @@ async def test_bad_input_is_a_400_naming_the_field(sidecar: Running, console: Co
             "/actions/limit", data={"budget": "b", "limit": "ten", "csrf": token}
         )
         huge = await http.post(
-            "/actions/limit", data={"budget": "b", "limit": str(10**19), "csrf": token}
+            "/actions/limit", data={"budget": "b", "limit": str(10**18 + 1), "csrf": token}
         )
+        odd = [
+            await http.post("/actions/limit", data={"budget": "b", "limit": raw, "csrf": token})
+            for raw in ("--5", "²", "1e9", "9" * 40)
+        ]
+        lab = await http.post("/lab/run", data={"jobs": "0", "csrf": token})
         missing = await http.get("/budget?id=nobody")
         api = await http.get("/api/budget?id=nobody")
     assert (400, 400, 404, 404) == (
         words.status_code, huge.status_code, missing.status_code, api.status_code,
     )  # fmt: skip
+    assert [400] * 5 == [answer.status_code for answer in (*odd, lab)]
+    assert "jobs: 0 is not between 1 and 100" in lab.text
     assert "limit: &#39;ten&#39; is not a whole number" in words.text
-    assert "limit: 10,000,000,000,000,000,000 is not between" in huge.text
+    assert "limit: 1,000,000,000,000,000,001 is not between" in huge.text
     assert "NOT_FOUND BUDGET_NOT_FOUND" in api.json()["error"]
     assert 100 == await limit_of(sidecar, "b")
 
 
 async def test_a_login_token_guards_every_page_and_action(sidecar: Running, tmp_path: Path) -> None:
     """With a login token, pages redirect to /login, the API and actions are 401 and change
-    nothing, a wrong token is refused, and the right one opens the pages; the token appears
-    on no page."""
+    nothing, a wrong token is refused, and the right one opens the pages under a new session
+    id; the token appears on no page."""
     await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="tokens"))
     token_file = tmp_path / "login"
     token_file.write_text(LOGIN + "\n")
@@ -96,6 +107,7 @@ async def test_a_login_token_guards_every_page_and_action(sidecar: Running, tmp_
         page = await http.get("/budgets")
         assert (303, "/login?next=%2Fbudgets") == (page.status_code, page.headers["location"])
         csrf = await csrf_of(http, "/login")
+        before = http.cookies["earmark_console"]
         api = await http.get("/api/budgets")
         act = await http.post(
             "/actions/limit", data={"budget": "b", "limit": "1", "confirm": "yes", "csrf": csrf}
@@ -107,6 +119,8 @@ async def test_a_login_token_guards_every_page_and_action(sidecar: Running, tmp_
             "/login", data={"token": LOGIN, "csrf": csrf, "next": "https://elsewhere.example/"}
         )
         assert (303, "/") == (right.status_code, right.headers["location"])
+        # A new session at login: the id the browser had before is not the logged-in one.
+        assert before != http.cookies["earmark_console"]
         bodies = [(await http.get(path)).text for path in ("/budgets", "/budget?id=b", "/lab")]
     assert 100 == await limit_of(sidecar, "b")
     assert all(">b<" in body or "Concurrency Lab" in body for body in bodies)
@@ -163,3 +177,79 @@ async def test_the_command_serves_a_sidecars_data_dir_as_make_run_leaves_it(
         code = await asyncio.wait_for(process.wait(), timeout=30)
     assert (200, 0) == (page.status_code, code)
     assert 'href="/budget?id=seen"' in page.text
+
+
+async def test_another_host_name_or_site_is_refused(sidecar: Running, console: Console) -> None:
+    """A page asked for under a host name the console does not serve (a site that rebound
+    its name to 127.0.0.1) is 421 with no CSRF token in it; a POST from another origin or
+    a cross-site fetch is 403 and changes nothing."""
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="tokens"))
+    change = {"budget": "b", "limit": "5", "confirm": "yes"}
+    async with httpx.AsyncClient(base_url=console.url) as http:
+        rebound = await http.get("/lab", headers={"host": "rebound.example:8080"})
+        token = await csrf_of(http, "/budget?id=b")
+        posted = {**change, "csrf": token}
+        elsewhere = await http.post(
+            "/actions/limit", data=posted, headers={"origin": "https://rebound.example"}
+        )
+        fetched = await http.post(
+            "/actions/limit", data=posted, headers={"sec-fetch-site": "cross-site"}
+        )
+        by_name = await http.get(
+            "/budgets", headers={"host": f"localhost:{console.url.rsplit(':', 1)[1]}"}
+        )
+    assert (421, 403, 403, 200) == (
+        rebound.status_code, elsewhere.status_code, fetched.status_code, by_name.status_code,
+    )  # fmt: skip
+    assert CSRF.search(rebound.text) is None
+    assert 100 == await limit_of(sidecar, "b")
+
+
+async def test_release_acts_only_on_a_hold_in_doubt_of_the_page_s_budget(
+    sidecar: Running, console: Console
+) -> None:
+    """Releasing a running hold, or a hold of another budget, is 400 naming reservation_id
+    and takes nothing from the worker that holds it."""
+    for name in ("b", "other"):
+        await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id=name, limit=100, unit="tokens"))
+    running = await sidecar.budget.Reserve(
+        pb.ReserveRequest(budget_id="b", amount=10, idempotency_key="run")
+    )
+    doubt = await sidecar.budget.Reserve(
+        pb.ReserveRequest(budget_id="other", amount=10, idempotency_key="doubt")
+    )
+    await sidecar.budget.Settle(
+        pb.SettleRequest(reservation_id=doubt.reservation_id, used=3, outcome=pb.OUTCOME_UNKNOWN)
+    )
+    async with httpx.AsyncClient(base_url=console.url) as http:
+        token = await csrf_of(http, "/budget?id=b")
+        answers = [
+            await http.post(
+                "/actions/release",
+                data={"budget": "b", "reservation_id": rid, "confirm": "yes", "csrf": token},
+            )
+            for rid in (running.reservation_id, doubt.reservation_id)
+        ]
+    assert [400, 400] == [a.status_code for a in answers]
+    assert all(
+        "reservation_id:" in a.text and "is not a hold in doubt on b" in a.text for a in answers
+    )
+    held = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="b"))
+    assert (10, 1) == (held.held, held.open_reservations)
+    await assert_invariants(sidecar.dsn)
+
+
+def test_logging_in_gives_a_new_session_and_visitors_evict_none() -> None:
+    """A login makes a new session id (one planted before never becomes logged in), and
+    any number of anonymous visitors leaves logged-in sessions in place."""
+    sessions = Sessions()
+    planted = sessions.new()
+    logged = sessions.log_in()
+    for _ in range(limits.console_sessions_max + 10):
+        sessions.new()
+    assert planted.sid != logged.sid
+    assert (False, True) == (
+        sessions.of(planted.sid).logged_in,  # type: ignore[union-attr]
+        sessions.of(logged.sid).logged_in,  # type: ignore[union-attr]
+    )
+    assert (None, None) == (sessions.of("short"), sessions.of(None))

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,13 +26,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from earmark import limits
-from earmark.bind import bind_tcp
+from earmark.asgi import QuietServer, bind_tcp
 from earmark.client import AsyncClient
 from earmark.client.errors import EarmarkClientError
 from earmark.console.errors import described
+from earmark.console.fields import BadInput
 from earmark.console.guard import Guard, Sessions
 from earmark.console.labrun import LabRuns
-from earmark.console.pages import BadInput, Pages
+from earmark.console.pages import Pages
 from earmark.console.settings import ConsoleSettings
 from earmark.ops.connect import admin_target, read_token
 
@@ -58,10 +58,11 @@ def build(
 ) -> tuple[Guard, LabRuns]:
     """The console's ASGI app on client, wrapped in its Guard (the app to serve), and its
     Lab (to close when serving ends)."""
-    login = read_token(settings.login_token_file) if settings.login_token_file else None
+    login_file = settings.login_token_file
+    login = read_token(login_file, "--login-token-file") if login_file else None
     lab = LabRuns(client)
     app = Starlette()
-    guard = Guard(app, Sessions(), login, secure=settings.tls)
+    guard = Guard(app, Sessions(), login, settings.tls, settings.hosts())
     pages = Pages(client, templates(), lab, guard, clock, settings.lab_step_seconds)
 
     async def home(request: Request) -> Response:
@@ -111,27 +112,9 @@ def client_of(settings: ConsoleSettings) -> AsyncClient:
         settings.target,
         admin_target=admin,
         admin_token=read_token(settings.admin_token_file) if settings.admin_token_file else None,
-        token=read_token(settings.token_file) if settings.token_file else None,
+        token=read_token(settings.token_file, "--token-file") if settings.token_file else None,
         timeout_seconds=settings.timeout_seconds,
     )
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal handling (serve_console handles SIGTERM and
-    SIGINT, so that the client and the Lab are closed before the process ends), that says
-    when it listens."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.listening = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.listening.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @contextlib.asynccontextmanager
@@ -153,7 +136,7 @@ async def serving(settings: ConsoleSettings) -> AsyncIterator[tuple[uvicorn.Serv
             ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
             ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
         )
-        server = _Server(config)
+        server = QuietServer(config)
         host, port = sock.getsockname()[:2]
         url = f"{'https' if settings.tls else 'http'}://{host}:{port}"
         task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,6 +24,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from earmark import limits
 
 COOKIE = "earmark_console"
+# Over TLS the cookie is __Host- prefixed: the browser then takes it only with Secure, for
+# the whole site and from this host alone.
+SECURE_COOKIE = "__Host-earmark_console"
+SID = re.compile(r"[A-Za-z0-9_-]{43}")
 CSRF_FIELD = "csrf"
 # What a visitor who has not logged in may still fetch.
 OPEN_PATHS = ("/login", "/static/", "/healthz")
@@ -39,80 +44,131 @@ SECURITY_HEADERS = [
 ]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Session:
     sid: str
     csrf: str
-    expires: float
     logged_in: bool = False
 
 
 class Sessions:
-    """At most limits.console_sessions_max sessions, the oldest dropped first, each good
-    for limits.console_session_seconds; CSRF tokens are HMACs of the session id under a
-    key that lives as long as the process."""
+    """A visitor's session is a random id in a cookie, and its CSRF token an HMAC of that
+    id under a key that lives as long as the process, so anonymous visitors take no room.
+    Only logged-in sessions are kept: at most limits.console_sessions_max (the one used
+    least recently dropped first), each for limits.console_session_seconds."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._key = secrets.token_bytes(32)
-        self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._logged_in: OrderedDict[str, float] = OrderedDict()
         self._clock = clock
 
-    def get(self, sid: str | None) -> Session | None:
-        session = self._by_id.get(sid or "")
-        if session is None or session.expires <= self._clock():
+    def _session(self, sid: str) -> Session:
+        csrf = hmac.new(self._key, sid.encode(), hashlib.sha256).hexdigest()
+        expires = self._logged_in.get(sid)
+        logged_in = expires is not None and expires > self._clock()
+        if logged_in:
+            self._logged_in.move_to_end(sid)
+        return Session(sid, csrf, logged_in)
+
+    def of(self, sid: str | None) -> Session | None:
+        """The session of a cookie's id; None for a missing or malformed one."""
+        if sid is None or SID.fullmatch(sid) is None:
             return None
-        return session
+        return self._session(sid)
 
     def new(self) -> Session:
-        sid = secrets.token_urlsafe(32)
-        csrf = hmac.new(self._key, sid.encode(), hashlib.sha256).hexdigest()
-        session = Session(sid, csrf, self._clock() + limits.console_session_seconds)
-        self._by_id[sid] = session
-        while len(self._by_id) > limits.console_sessions_max:
-            self._by_id.popitem(last=False)
-        return session
+        return self._session(secrets.token_urlsafe(32))
+
+    def log_in(self) -> Session:
+        """A new logged-in session: a visitor who logs in gets a new id, so an id planted
+        in its browser before (by another site on the same host) never becomes one."""
+        session = self.new()
+        self._logged_in[session.sid] = self._clock() + limits.console_session_seconds
+        while len(self._logged_in) > limits.console_sessions_max:
+            self._logged_in.popitem(last=False)
+        return Session(session.sid, session.csrf, True)
 
     def end(self, sid: str) -> None:
-        self._by_id.pop(sid, None)
+        self._logged_in.pop(sid, None)
 
 
-def _cookie_of(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"cookie":
-            jar: SimpleCookie = SimpleCookie()
-            try:
-                jar.load(value.decode("latin-1"))
-            except Exception:  # a malformed Cookie header is no session
-                return None
-            morsel = jar.get(COOKIE)
-            return morsel.value if morsel is not None else None
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
     return None
 
 
+def _cookie_of(scope: Scope, name: str) -> str | None:
+    raw = _header(scope, b"cookie")
+    if raw is None:
+        return None
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(raw)
+    except CookieError:
+        return None
+    morsel = jar.get(name)
+    return morsel.value if morsel is not None else None
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header or an origin's authority, without its port or brackets."""
+    if host.startswith("["):
+        return host[1 : host.find("]")].lower() if "]" in host else host.lower()
+    return host.rsplit(":", 1)[0].lower() if host.count(":") == 1 else host.lower()
+
+
 class Guard:
-    """Sessions, the login, CSRF and the security headers for the console's ASGI app."""
+    """Sessions, the login, CSRF, the names the console answers to, and the security
+    headers, for the console's ASGI app.
+
+    A page is answered only under a host name it serves (allowed_hosts; None: any, for a
+    wildcard listener, which needs a login anyway): a site that rebinds its own name to
+    127.0.0.1 gets a 421 and never a page with a CSRF token in it. A POST must also come
+    from the console's own pages: a cross-site Sec-Fetch-Site or another Origin is 403."""
 
     def __init__(
-        self, app: ASGIApp, sessions: Sessions, login_token: str | None, secure: bool
+        self,
+        app: ASGIApp,
+        sessions: Sessions,
+        login_token: str | None,
+        secure: bool,
+        allowed_hosts: frozenset[str] | None,
     ) -> None:
         self.app = app
         self.sessions = sessions
         self.login_token = login_token
         self.secure = secure
+        self.allowed_hosts = allowed_hosts
+        self.cookie_name = SECURE_COOKIE if secure else COOKIE
 
-    def logged_in(self, session: Session, typed: str) -> bool:
-        """Whether typed is the login token (compared in constant time); marks the session."""
+    def log_in(self, typed: str) -> Session | None:
+        """A new logged-in session if typed is the login token (compared in constant
+        time), else None."""
         if self.login_token is None:
-            return True
-        ok = hmac.compare_digest(typed.encode(), self.login_token.encode())
-        session.logged_in = session.logged_in or ok
-        return ok
+            return None
+        if not hmac.compare_digest(typed.encode(), self.login_token.encode()):
+            return None
+        return self.sessions.log_in()
+
+    def cookie(self, session: Session) -> str:
+        """The Set-Cookie value that gives the browser session's id."""
+        flags = "; Secure" if self.secure else ""
+        return (
+            f"{self.cookie_name}={session.sid}; Path=/; HttpOnly; SameSite=Strict; "
+            f"Max-Age={int(limits.console_session_seconds)}{flags}"
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        session = self.sessions.get(_cookie_of(scope))
+        host = _header(scope, b"host") or ""
+        if self.allowed_hosts is not None and host_name(host) not in self.allowed_hosts:
+            await _plain(send, 421, "this console does not answer to that host name")
+            return
+        session = self.sessions.of(_cookie_of(scope, self.cookie_name))
         fresh = session is None
         if session is None:
             session = self.sessions.new()
@@ -124,6 +180,10 @@ class Guard:
             await self._refuse_login(scope, send)
             return
         if scope["method"] == "POST":
+            refused = self._cross_site(scope, host)
+            if refused:
+                await _plain(send, 403, f"refused: {refused}; nothing was changed")
+                return
             body = await _read_body(receive)
             if body is None:
                 await _plain(send, 413, "the form is too large; nothing was changed")
@@ -138,6 +198,18 @@ class Guard:
                 return
             scope["state"]["form"] = {key: values[0] for key, values in form.items()}
         await self.app(scope, receive, send)
+
+    @staticmethod
+    def _cross_site(scope: Scope, host: str) -> str:
+        """Why a POST did not come from the console's own pages ("" when it did)."""
+        if _header(scope, b"sec-fetch-site") == "cross-site":
+            return "the form was posted from another site"
+        origin = _header(scope, b"origin")
+        if origin is not None and origin != "null":
+            authority = urllib.parse.urlsplit(origin).netloc.lower()
+            if authority != host.lower():
+                return f"the form was posted from {origin}, not from this console"
+        return ""
 
     async def _refuse_login(self, scope: Scope, send: Send) -> None:
         if scope["method"] == "GET" and not scope["path"].startswith("/api/"):
@@ -158,13 +230,9 @@ class Guard:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", ()))
                 headers.extend(SECURITY_HEADERS)
-                if fresh is not None:
-                    flags = "; Secure" if self.secure else ""
-                    cookie = (
-                        f"{COOKIE}={fresh.sid}; Path=/; HttpOnly; SameSite=Strict; "
-                        f"Max-Age={int(limits.console_session_seconds)}{flags}"
-                    )
-                    headers.append((b"set-cookie", cookie.encode()))
+                already = any(key == b"set-cookie" for key, _ in headers)
+                if fresh is not None and not already:
+                    headers.append((b"set-cookie", self.cookie(fresh).encode()))
                 message = {**message, "headers": headers}
             await send(message)
 

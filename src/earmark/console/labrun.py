@@ -108,6 +108,10 @@ class LabRuns:
         except EarmarkClientError as error:
             run.status, run.error = "failed", described(error)[1]
             log.warning("lab_failed", run_id=run.run_id, error=run.error)
+        except Exception as error:
+            # Any other failure ends the run too, so that its page stops waiting for it.
+            run.status, run.error = "failed", f"{type(error).__name__}: {error}"
+            log.exception("lab_failed", run_id=run.run_id)
 
     def get(self, run_id: str) -> Run | None:
         return self._runs.get(run_id)

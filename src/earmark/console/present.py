@@ -4,31 +4,36 @@ and what a shape costs now. Pure: plain data in, plain data out; `now` is an arg
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
 from earmark.core.model import OPEN_STATES, OveragePolicy
 from earmark.core.prices import Price, PriceBook, Shape, shape_cost
+from earmark.ops import render
 
-MICROS_PER_DOLLAR = 1_000_000
+T = TypeVar("T")
+
+
+async def at_most(items: AsyncIterator[T], most: int) -> AsyncIterator[T]:
+    """The first `most` items of a listing (which fetches its next page only when read)."""
+    if most <= 0:
+        return
+    count = 0
+    async for item in items:
+        yield item
+        count += 1
+        if count >= most:
+            return
 
 
 def amount(value: int | None, unit: str) -> str:
-    """An amount in its unit as a person reads it: dollars for usd_micros (cents always,
-    micro-dollars only where they are not zero), a grouped number otherwise; None is no
-    limit."""
-    if value is None:
-        return "no limit"
-    if unit != "usd_micros":
-        return f"{value:,}"
-    sign = "-" if value < 0 else ""
-    dollars, micros = divmod(abs(value), MICROS_PER_DOLLAR)
-    fraction = f"{micros:06d}".rstrip("0").ljust(2, "0")
-    return f"{sign}${dollars:,}.{fraction}"
+    """An amount in its unit as the operator's commands print it (dollars for usd_micros,
+    grouped digits otherwise); None is no limit."""
+    return "no limit" if value is None else render.amount(value, unit)
 
 
 def unit_name(unit: str) -> str:
@@ -58,7 +63,9 @@ def overage(state: BudgetState) -> str:
     """The overage policy as a person reads it, with its allowance."""
     if state.overage_policy == OveragePolicy.HARD:
         return "hard"
-    allowance = amount(state.overage_limit, state.unit) if state.overage_limit else "unbounded"
+    if state.overage_limit is None:
+        return "soft, unbounded"
+    allowance = amount(state.overage_limit, state.unit)
     return f"soft, up to {allowance} over"
 
 

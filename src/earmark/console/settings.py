@@ -15,6 +15,7 @@ from earmark.settings import boolean, is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8080"
 TARGET_DEFAULT = "127.0.0.1:50051"
+WILDCARDS = {"0.0.0.0", "::"}
 
 OPTIONS = (
     Option("listen", "EARMARK_CONSOLE_LISTEN", "HOST:PORT to serve the pages on", LISTEN_DEFAULT),
@@ -43,6 +44,12 @@ OPTIONS = (
         "EARMARK_CONSOLE_LOGIN_TOKEN_FILE",
         "a file holding the token a person types to log in (required off loopback)",
         convert=Path,
+    ),
+    Option(
+        "allowed_hosts",
+        "EARMARK_CONSOLE_ALLOWED_HOSTS",
+        "comma-separated host names the pages answer to besides the listen address (the "
+        "name operators type; a wildcard listen with none answers to any, behind its login)",
     ),
     Option("tls_cert_file", "EARMARK_CONSOLE_TLS_CERT_FILE", "PEM: serve HTTPS", convert=Path),
     Option("tls_key_file", "EARMARK_CONSOLE_TLS_KEY_FILE", "PEM", convert=Path),
@@ -74,6 +81,7 @@ class ConsoleSettings:
     admin_token_file: Path | None = None
     token_file: Path | None = None
     login_token_file: Path | None = None
+    allowed_hosts: str = ""
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     insecure_listen: bool = False
@@ -86,6 +94,17 @@ class ConsoleSettings:
     @property
     def tls(self) -> bool:
         return self.tls_cert_file is not None
+
+    def hosts(self) -> frozenset[str] | None:
+        """The host names the pages answer to (None: any): the listen address, the names
+        given, and on loopback localhost and the loopback addresses, so that a site whose
+        name was rebound to 127.0.0.1 is never answered."""
+        host, _ = split_host_port(self.listen, "listen")
+        named = {h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()}
+        if host in WILDCARDS and not named:
+            return None
+        loopback = {"localhost", "127.0.0.1", "::1"} if is_loopback(host) else set()
+        return frozenset({host.lower(), *named, *loopback})
 
     def __post_init__(self) -> None:
         host, _ = split_host_port(self.listen, "listen")
@@ -105,6 +124,8 @@ class ConsoleSettings:
                     f"login_token_file: listening on {host}, off loopback, needs a login "
                     "token (--login-token-file)"
                 )
+        if len(self.allowed_hosts) > limits.console_allowed_hosts_length_max:
+            raise ValueError("allowed_hosts: too long a list")
         if not 0 < self.timeout_seconds <= limits.admin_call_seconds_max:
             raise ValueError(
                 f"timeout_seconds: {self.timeout_seconds:g} is not in "

@@ -144,19 +144,19 @@ def access_from(args: argparse.Namespace, environ: Mapping[str, str] | None = No
     )
 
 
-def read_token(path: Path) -> str:
-    """The token in path, surrounding white space ignored; errors name the file, never
-    what it holds."""
+def read_token(path: Path, flag: str = "--admin-token-file") -> str:
+    """The token in path, surrounding white space ignored; errors name the flag and the
+    file, never what it holds."""
     try:
         if path.stat().st_size > limits.token_file_bytes_max:
-            raise OpsError(f"--admin-token-file: {path} is larger than a token file may be")
+            raise OpsError(f"{flag}: {path} is larger than a token file may be")
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as error:
-        raise OpsError(f"--admin-token-file: cannot read {path}: {type(error).__name__}") from None
+        raise OpsError(f"{flag}: cannot read {path}: {type(error).__name__}") from None
     if not limits.token_length_min <= len(token) <= limits.token_length_max or any(
         c.isspace() for c in token
     ):
-        raise OpsError(f"--admin-token-file: {path} holds no token of one word")
+        raise OpsError(f"{flag}: {path} holds no token of one word")
     return token
 
 

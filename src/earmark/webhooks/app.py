@@ -14,9 +14,8 @@ GET /healthz: 200 while serving.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 
 import asyncpg
@@ -29,7 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from earmark import limits
-from earmark.bind import bind_tcp
+from earmark.asgi import QuietServer, bind_tcp
 from earmark.errors import EarmarkError
 from earmark.ops.audit import audit_url
 from earmark.store import marks
@@ -174,16 +173,6 @@ class Webhooks:
         return PlainTextResponse("ok\n")
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal handling: uvicorn raises a caught SIGTERM
-    again once it has stopped, which would end the process before the pool is closed.
-    serve_webhooks handles SIGTERM and SIGINT itself."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 async def open_database(settings: WebhookSettings) -> asyncpg.Pool:
     """A small pool on the sidecars' database (--database-url, else the embedded one on
     --data-dir, as `earmark audit` finds it), with the migrations it lacks applied."""
@@ -227,7 +216,7 @@ async def serve_webhooks(
             ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
             ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
         )
-        server = _Server(config)
+        server = QuietServer(config)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stop, server)

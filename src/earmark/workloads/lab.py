@@ -10,14 +10,15 @@ N jobs that each expect to cost X start at the same moment against a plan of L, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from earmark.client import AsyncClient
-from earmark.client.errors import Refusal
+from earmark.client.errors import EarmarkClientError, Refusal
 from earmark.ops.connect import AdminAccess
 from earmark.workloads.progress import Progress
 from earmark.workloads.target import Target, sidecar_target
@@ -112,12 +113,17 @@ async def _run_jobs(
         if progress is not None:
             progress.step()
 
-    tasks = [asyncio.create_task(one(index)) for index in range(params.jobs)]
-    # Every job is waiting on the same event: they start at the same moment.
-    await asyncio.sleep(0)
-    start.set()
+    # A task group: a job that fails cancels the others, so that none is left holding
+    # when the run reports the failure.
     try:
-        await asyncio.gather(*tasks)
+        async with asyncio.TaskGroup() as jobs:
+            for index in range(params.jobs):
+                jobs.create_task(one(index))
+            # Every job is waiting on the same event: they start at the same moment.
+            await asyncio.sleep(0)
+            start.set()
+    except* EarmarkClientError as failed:
+        raise failed.exceptions[0] from None
     finally:
         if progress is not None:
             progress.close()
@@ -156,12 +162,9 @@ async def plain_check(
         await client.settle(recorded.reservation_id, params.cost)
         observe(JobEvent("check", index, JobStatus.DONE, params.cost))
 
-    try:
+    async with _archived(client, meter):
         await _run_jobs(params, job, "plain check", show)
         result.spent = (await client.get_budget(meter)).used
-    finally:
-        # A scratch budget is archived once its jobs are over; its ledger stays readable.
-        await client.delete_budget(meter)
     result.over_plan = max(0, result.spent - params.limit)
     return result
 
@@ -204,16 +207,29 @@ async def earmark_hold(
                 await asyncio.sleep(params.step_seconds)
         observe(JobEvent("hold", index, status, charged))
 
-    try:
+    async with _archived(client, budget if not params.account else ""):
         await _run_jobs(params, job, "earmark hold", show)
-        (budget,) = held_on or {budget}
-        state = await client.get_budget(budget)
-    finally:
-        if not params.account:
-            await client.delete_budget(budget)
+        (held,) = held_on or {budget}
+        state = await client.get_budget(held)
     result.spent = state.used
     result.over_plan = max(0, result.spent - (state.limit if state.limit is not None else 0))
     return result
+
+
+@contextlib.asynccontextmanager
+async def _archived(client: AsyncClient, budget_id: str) -> AsyncIterator[None]:
+    """Archives a scratch budget (none: "") when its jobs are over, also when they failed;
+    its ledger stays readable. An archive that fails after the jobs did is let go, so that
+    the jobs' own error is the one raised."""
+    try:
+        yield
+    except BaseException:
+        if budget_id:
+            with contextlib.suppress(EarmarkClientError):
+                await client.delete_budget(budget_id)
+        raise
+    if budget_id:
+        await client.delete_budget(budget_id)
 
 
 async def run_modes(

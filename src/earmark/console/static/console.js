@@ -1,6 +1,6 @@
 // The console's one script (no inline script: the pages' CSP allows only this origin's files).
-// It draws the bars, polls the numbers of the page while it is visible, draws a budget's
-// chart with uPlot, and runs the Concurrency Lab.
+// It draws the bars, polls the numbers of the page while it is visible, and runs the
+// Concurrency Lab; budget.js draws a budget's chart.
 'use strict';
 
 const POLL_MS = Number(document.body.dataset.pollMs) || 2000;
@@ -64,47 +64,6 @@ function budgetsPage() {
   });
 }
 
-function chartData(series) {
-  const limit = series.limit === null ? null : Number(series.limit);
-  return [series.times, series.used, series.held, series.times.map(() => limit)];
-}
-
-function budgetPage() {
-  const summary = document.getElementById('summary');
-  const box = document.getElementById('chart');
-  const id = summary.dataset.budgetId;
-  let chart = null;
-  const draw = (series) => {
-    if (typeof uPlot === 'undefined') return;
-    const data = chartData(series);
-    if (chart) { chart.setData(data); return; }
-    const start = Date.parse(box.dataset.cycleStart.replace(' UTC', 'Z').replace(' ', 'T')) / 1000;
-    const end = Date.parse(box.dataset.cycleEnd.replace(' UTC', 'Z').replace(' ', 'T')) / 1000;
-    const cycle = Number.isFinite(start) && Number.isFinite(end);
-    chart = new uPlot({
-      width: Math.max(280, box.clientWidth - 16),
-      height: 240,
-      scales: { x: cycle ? { time: true, range: [start, end] } : { time: true } },
-      axes: [{}, { size: 90 }],
-      series: [
-        {},
-        { label: 'used', stroke: '#2f6fdb', width: 2 },
-        { label: 'held', stroke: '#e3a008', width: 2 },
-        { label: 'limit', stroke: '#b42318', dash: [6, 4], width: 1 },
-      ],
-    }, data, box);
-  };
-  const refresh = (view) => {
-    applyBudget(summary, view.budget);
-    draw(view.series);
-  };
-  fetch(`/api/budget?id=${encodeURIComponent(id)}`, { credentials: 'same-origin' })
-    .then((answer) => (answer.ok ? answer.json() : null))
-    .then((view) => view && draw(view.series));
-  poll(`/api/budget?id=${encodeURIComponent(id)}`, refresh);
-  window.addEventListener('resize', () => chart && chart.setSize({ width: Math.max(280, box.clientWidth - 16), height: 240 }));
-}
-
 function labJob(job, index, mode) {
   const item = document.createElement('li');
   const label = document.createElement('span');
@@ -148,7 +107,7 @@ function followRun(runId) {
     if (!answer.ok) { status.textContent = 'That run is gone.'; return; }
     const run = await answer.json();
     showRun(run);
-    if (run.status === 'running') setTimeout(tick, 150);
+    if (run.status === 'running') setTimeout(tick, Number(document.body.dataset.labPollMs) || 150);
     else document.getElementById('run').disabled = false;
   };
   tick();
@@ -178,5 +137,4 @@ function labPage() {
 drawBars(document);
 const page = document.body.dataset.page;
 if (page === 'budgets') budgetsPage();
-if (page === 'budget') budgetPage();
 if (page === 'lab') labPage();

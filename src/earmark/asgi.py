@@ -1,0 +1,50 @@
+"""What the commands that serve HTTP (`earmark kinde-webhooks`, `earmark console`) share:
+a TCP socket bound before their server starts, so that a port in use is one line naming
+the setting, and uvicorn's server as they run it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from earmark.errors import Reason, Unavailable
+from earmark.settings import split_host_port
+
+
+def bind_tcp(listen: str, name: str = "listen") -> socket.socket:
+    """A socket bound to listen (HOST:PORT; port 0 picks a free one), not yet listening."""
+    host, port = split_host_port(listen, name)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise Unavailable(
+            f"{name}: cannot listen on {listen}: {error.strerror}", Reason.LISTEN_FAILED
+        ) from None
+    return sock
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling, which says when it listens.
+    uvicorn raises a caught SIGTERM again once it has stopped, which would end the process
+    before the command has closed what it opened; the commands handle SIGTERM and SIGINT
+    themselves."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.listening.set()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
