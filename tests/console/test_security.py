@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import signal
+import ssl
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.console.conftest import Console, console_settings
 from tests.helpers import assert_invariants, child, free_port
+from tests.service.test_security import make_pki
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 LOGIN = "a-login-token-of-one-word-7f3a9c"
@@ -253,3 +255,28 @@ def test_logging_in_gives_a_new_session_and_visitors_evict_none() -> None:
         sessions.of(logged.sid).logged_in,  # type: ignore[union-attr]
     )
     assert (None, None) == (sessions.of("short"), sessions.of(None))
+
+
+async def test_over_tls_the_pages_are_https_and_the_cookie_is_host_only(
+    sidecar: Running, tmp_path: Path
+) -> None:
+    """With a certificate and key the console serves HTTPS only: pages answer over TLS with
+    a __Host- cookie marked Secure, and plain HTTP gets no page."""
+    pki = make_pki(tmp_path)
+    settings = console_settings(
+        sidecar, tls_cert_file=pki["server"], tls_key_file=pki["server-key"]
+    )
+    async with serving(settings) as (_, url):
+        assert url.startswith("https://127.0.0.1:")
+        trust = ssl.create_default_context(cafile=str(pki["ca"]))
+        async with httpx.AsyncClient(base_url=url, verify=trust) as http:
+            page = await http.get("/budgets")
+        async with httpx.AsyncClient(base_url=url.replace("https", "http", 1)) as plain:
+            with pytest.raises(httpx.HTTPError):
+                await plain.get("/budgets")
+    cookie = page.headers["set-cookie"]
+    assert 200 == page.status_code
+    assert cookie.startswith("__Host-earmark_console=")
+    assert {"Secure", "HttpOnly", "SameSite=Strict", "Path=/"} <= {
+        part.strip() for part in cookie.split(";")
+    }
