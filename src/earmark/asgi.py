@@ -8,9 +8,12 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
+from starlette.types import ASGIApp
 
+from earmark import limits
 from earmark.errors import Reason, Unavailable
 from earmark.settings import split_host_port
 
@@ -48,3 +51,23 @@ class QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def quiet_server(
+    app: ASGIApp, requests_max: int, tls_cert_file: Path | None, tls_key_file: Path | None
+) -> QuietServer:
+    """uvicorn serving app: no log of its own (the command logs), no lifespan, at most
+    requests_max requests at once, HTTPS with a certificate; on SIGTERM, requests in flight
+    get the sidecar's grace to finish."""
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        server_header=False,
+        limit_concurrency=requests_max,
+        timeout_graceful_shutdown=int(limits.shutdown_grace_seconds_default),
+        ssl_certfile=str(tls_cert_file) if tls_cert_file else None,
+        ssl_keyfile=str(tls_key_file) if tls_key_file else None,
+    )
+    return QuietServer(config)

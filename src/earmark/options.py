@@ -9,6 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from earmark.settings import ENV as SIDECAR_ENV
+from earmark.settings import boolean
+
 T = TypeVar("T")
 
 
@@ -59,3 +62,26 @@ def load(
             kind = getattr(option.convert, "__name__", "value")
             raise ValueError(f"{option.name}: {raw!r} is not a {kind}") from None
     return settings(**values)
+
+
+# What every command that serves HTTP takes as the sidecar does, from the sidecar's
+# variables, so that one deployment's environment serves them all.
+INSECURE_LISTEN = Option(
+    "insecure_listen",
+    SIDECAR_ENV["insecure_listen"],
+    "allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
+    convert=boolean,
+    flag_only_true=True,
+)
+LOGGING = (
+    Option("log_level", SIDECAR_ENV["log_level"], "debug, info, warning, error", "info"),
+    Option("log_format", SIDECAR_ENV["log_format"], "auto, json, console", "auto"),
+)
+
+
+def check_logging(level: str, fmt: str) -> None:
+    """Raises ValueError naming log_level or log_format when it is not one they take."""
+    if level.lower() not in {"debug", "info", "warning", "error"}:
+        raise ValueError(f"log_level: {level!r} is not debug, info, warning or error")
+    if fmt not in {"auto", "json", "console"}:
+        raise ValueError(f"log_format: {fmt!r} is not auto, json or console")

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from earmark import limits
-from earmark.asgi import QuietServer, bind_tcp
+from earmark.asgi import bind_tcp, quiet_server
 from earmark.client import AsyncClient
 from earmark.client.errors import EarmarkClientError
 from earmark.console.errors import described
@@ -125,18 +125,9 @@ async def serving(settings: ConsoleSettings) -> AsyncIterator[tuple[uvicorn.Serv
     client = client_of(settings)
     try:
         guard, lab = build(settings, client)
-        config = uvicorn.Config(
-            guard,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            server_header=False,
-            limit_concurrency=limits.console_requests_max,
-            timeout_graceful_shutdown=int(limits.shutdown_grace_seconds_default),
-            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
-            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+        server = quiet_server(
+            guard, limits.console_requests_max, settings.tls_cert_file, settings.tls_key_file
         )
-        server = QuietServer(config)
         host, port = sock.getsockname()[:2]
         url = f"{'https' if settings.tls else 'http'}://{host}:{port}"
         task = asyncio.create_task(server.serve(sockets=[sock]))

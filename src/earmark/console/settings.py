@@ -9,9 +9,9 @@ from pathlib import Path
 
 from earmark import limits
 from earmark.ops.connect import ADMIN_TARGET_ENV
-from earmark.options import Option
+from earmark.options import INSECURE_LISTEN, LOGGING, Option, check_logging
 from earmark.settings import ENV as SIDECAR_ENV
-from earmark.settings import boolean, is_loopback, split_host_port
+from earmark.settings import is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8080"
 TARGET_DEFAULT = "127.0.0.1:50051"
@@ -53,13 +53,7 @@ OPTIONS = (
     ),
     Option("tls_cert_file", "EARMARK_CONSOLE_TLS_CERT_FILE", "PEM: serve HTTPS", convert=Path),
     Option("tls_key_file", "EARMARK_CONSOLE_TLS_KEY_FILE", "PEM", convert=Path),
-    Option(
-        "insecure_listen",
-        SIDECAR_ENV["insecure_listen"],
-        "allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
-        convert=boolean,
-        flag_only_true=True,
-    ),
+    INSECURE_LISTEN,
     Option(
         "timeout_seconds",
         "EARMARK_CONSOLE_TIMEOUT_SECONDS",
@@ -67,8 +61,7 @@ OPTIONS = (
         f"{limits.admin_call_seconds_default:g}",
         float,
     ),
-    Option("log_level", SIDECAR_ENV["log_level"], "debug, info, warning, error", "info"),
-    Option("log_format", SIDECAR_ENV["log_format"], "auto, json, console", "auto"),
+    *LOGGING,
 )
 
 
@@ -131,7 +124,4 @@ class ConsoleSettings:
                 f"timeout_seconds: {self.timeout_seconds:g} is not in "
                 f"(0, {limits.admin_call_seconds_max:g}]"
             )
-        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
-            raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
-        if self.log_format not in {"auto", "json", "console"}:
-            raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
+        check_logging(self.log_level, self.log_format)

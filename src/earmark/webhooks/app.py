@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from earmark import limits
-from earmark.asgi import QuietServer, bind_tcp
+from earmark.asgi import bind_tcp, quiet_server
 from earmark.errors import EarmarkError
 from earmark.ops.audit import audit_url
 from earmark.store import marks
@@ -203,20 +203,14 @@ async def serve_webhooks(
     try:
         keys = KindeKeys(settings.kinde_domain)
         webhooks = Webhooks(Verifier(settings.kinde_domain, keys, clock), pool, WebhookMetrics())
-        config = uvicorn.Config(
+        # A webhook is one short transaction: on SIGTERM those in flight finish within the
+        # grace, and Kinde sends again what was cut off.
+        server = quiet_server(
             webhooks.app(),
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            server_header=False,
-            limit_concurrency=limits.webhook_requests_max,
-            # On SIGTERM, requests in flight get the sidecar's grace to finish (a webhook is
-            # one short transaction); Kinde sends again what was cut off.
-            timeout_graceful_shutdown=int(limits.shutdown_grace_seconds_default),
-            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
-            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+            limits.webhook_requests_max,
+            settings.tls_cert_file,
+            settings.tls_key_file,
         )
-        server = QuietServer(config)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stop, server)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from earmark import options
-from earmark.options import Option
+from earmark.options import INSECURE_LISTEN, LOGGING, Option, check_logging
 from earmark.settings import ENV as SIDECAR_ENV
-from earmark.settings import boolean, is_loopback, split_host_port
+from earmark.settings import is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8788"
 # The path Kinde posts to: register https://HOST/kinde/webhooks.
@@ -36,15 +36,8 @@ OPTIONS = (
     Option("data_dir", SIDECAR_ENV["data_dir"], "a sidecar's data dir", ".earmark", Path),
     Option("tls_cert_file", SIDECAR_ENV["tls_cert_file"], "PEM: serve HTTPS", convert=Path),
     Option("tls_key_file", SIDECAR_ENV["tls_key_file"], "PEM", convert=Path),
-    Option(
-        "insecure_listen",
-        SIDECAR_ENV["insecure_listen"],
-        "allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
-        convert=boolean,
-        flag_only_true=True,
-    ),
-    Option("log_level", SIDECAR_ENV["log_level"], "debug, info, warning, error", "info"),
-    Option("log_format", SIDECAR_ENV["log_format"], "auto, json, console", "auto"),
+    INSECURE_LISTEN,
+    *LOGGING,
 )
 
 
@@ -81,10 +74,7 @@ class WebhookSettings:
                 f"listen: {host} is not a loopback address; configure --tls-cert-file and "
                 "--tls-key-file, or pass --insecure-listen when TLS ends in front of it"
             )
-        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
-            raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
-        if self.log_format not in {"auto", "json", "console"}:
-            raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
+        check_logging(self.log_level, self.log_format)
 
 
 def add_arguments(command: argparse.ArgumentParser) -> None:
