@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import growth, scans, scenarios
+from bench import console, growth, scans, scenarios
 from bench.harness import Figure
 from bench.sidecars import k_sidecars
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
@@ -153,6 +153,7 @@ SCENARIOS = (
     "sidecars",
     "nested",
     "scans",
+    "console",
 )
 
 
@@ -210,6 +211,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
             ("nested", "11. nested holds on a hot parent", lambda: scenarios.nested_hot_parent(
                 env)),
             ("scans", "12. Reserves while operators scan", lambda: scans.scans(env)),
+            ("console", "13. the console's pages", lambda: console.console(env)),
         ]  # fmt: skip
         for key, label, start in steps:
             if key in only:
