@@ -11,9 +11,10 @@ from typing import Any, TypeVar
 
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
-from earmark.core.model import OPEN_STATES, OveragePolicy
+from earmark.core.model import OPEN_STATES, HoldState, OveragePolicy
 from earmark.core.prices import Price, PriceBook, Shape, shape_cost
 from earmark.ops import render
+from earmark.ops.prices import window as daily_window
 
 T = TypeVar("T")
 
@@ -115,7 +116,7 @@ def hold_view(hold: HoldRecord, unit: str, now: datetime) -> dict[str, Any]:
         "budget_id": hold.budget_id,
         "state": hold.state.name.lower().replace("_", " "),
         "open": hold.state in OPEN_STATES,
-        "in_doubt": hold.state.name == "IN_DOUBT",
+        "in_doubt": hold.state == HoldState.IN_DOUBT,
         "owner": hold.owner or "-",
         "key": hold.idempotency_key,
         "job": hold.job,
@@ -223,20 +224,13 @@ def models(prices: Iterable[Price]) -> list[dict[str, Any]]:
     ]
 
 
-def window(price: Price) -> str:
-    if price.daily_from_minute == price.daily_to_minute == 0:
-        return "all day"
-    start, end = price.daily_from_minute, price.daily_to_minute
-    return f"{start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d} UTC"
-
-
 def price_view(price: Price) -> dict[str, Any]:
     per_mtok = "usd_micros"
     return {
         "version": price.version,
         "from": stamp(price.effective_from),
         "to": stamp(price.effective_to) or "open",
-        "window": window(price),
+        "window": daily if (daily := daily_window(price)) == "all day" else f"{daily} UTC",
         "input": amount(price.input_per_mtok, per_mtok),
         "cached": amount(price.cached_rate(), per_mtok),
         "cache_write": amount(price.cache_write_rate(), per_mtok),

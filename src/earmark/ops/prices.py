@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from typing import Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -92,7 +93,16 @@ def list_prices(args: argparse.Namespace) -> str:
     return render.as_json(answer) if args.output == "json" else table(list(answer.prices))
 
 
-def window(price: pb.Price) -> str:
+class Windowed(Protocol):
+    """A price version's daily window, on the wire or in the core's Price."""
+
+    @property
+    def daily_from_minute(self) -> int: ...
+    @property
+    def daily_to_minute(self) -> int: ...
+
+
+def window(price: Windowed) -> str:
     """The daily UTC window as HH:MM-HH:MM, or all day."""
     if not price.daily_from_minute and not price.daily_to_minute:
         return "all day"
