@@ -184,39 +184,36 @@ def charge_from_row(row: asyncpg.Record) -> ChargeRecord:
     )
 
 
-def hold_columns(holds: list[Hold]) -> dict[str, list[Any]]:
-    """Column arrays for unnest(), by column name: one per name in HOLD_COLUMN_NAMES."""
-    columns: dict[str, list[Any]] = {
-        "reservation_id": [h.reservation_id for h in holds],
-        "budget_id": [h.budget_id for h in holds],
-        "idempotency_key": [h.idempotency_key for h in holds],
-        "amount": [h.amount for h in holds],
-        "charged": [h.charged for h in holds],
-        "state": [int(h.state) for h in holds],
-        "lease_ms": [lease_ms(h.lease) for h in holds],
-        "expires_at": [h.expires_at for h in holds],
-        "created_at": [h.created_at for h in holds],
-        "closed_at": [h.closed_at for h in holds],
-        "labels": [json.dumps(h.labels, sort_keys=True) for h in holds],
-        "settled_used": [h.settlement.used if h.settlement else None for h in holds],
-        "settled_outcome": [int(h.settlement.outcome) if h.settlement else None for h in holds],
-        "settled_charged": [h.settlement.charged if h.settlement else None for h in holds],
-        "settled_released": [h.settlement.released if h.settlement else None for h in holds],
-        "settled_overshoot": [h.settlement.overshoot if h.settlement else None for h in holds],
-        "owner": [h.owner for h in holds],
-        "source": [int(h.source) for h in holds],
-        "price_version": [h.price_version for h in holds],
-        "shape": [shape_to_text(h.shape) for h in holds],
-        "job": [h.job for h in holds],
-        "settled_price_version": [
-            h.settlement.price_version if h.settlement else None for h in holds
-        ],
-        "also_budget_ids": [list(h.also_budget_ids) for h in holds],
-        "dispatched": [h.dispatched for h in holds],
-        "phase": [int(h.phase) for h in holds],
-    }
-    assert columns.keys() == set(HOLD_COLUMN_NAMES)
-    return columns
+def hold_row(h: Hold) -> tuple[Any, ...]:
+    """A reservation as a row of its table, in HOLD_COLUMN_NAMES order (the table's own)."""
+    settled = h.settlement
+    return (
+        h.reservation_id,
+        h.budget_id,
+        h.idempotency_key,
+        h.amount,
+        h.charged,
+        int(h.state),
+        lease_ms(h.lease),
+        h.expires_at,
+        h.created_at,
+        h.closed_at,
+        json.dumps(h.labels, sort_keys=True),
+        settled.used if settled else None,
+        int(settled.outcome) if settled else None,
+        settled.charged if settled else None,
+        settled.released if settled else None,
+        settled.overshoot if settled else None,
+        h.owner,
+        int(h.source),
+        h.price_version,
+        shape_to_text(h.shape),
+        h.job,
+        settled.price_version if settled else None,
+        list(h.also_budget_ids),
+        h.dispatched,
+        int(h.phase),
+    )
 
 
 def lease_ms(lease: timedelta) -> int:

@@ -11,85 +11,76 @@ from earmark.core.model import HoldState
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.store import cycles
 from earmark.store.named import NamedQuery
-from earmark.store.rows import (
-    HOLD_COLUMN_NAMES,
-    HOLD_COLUMN_TYPES,
-    HOLD_COLUMNS,
-    UPDATABLE_HOLD_COLUMNS,
-    hold_columns,
-)
+from earmark.store.rows import HOLD_COLUMN_NAMES, UPDATABLE_HOLD_COLUMNS, hold_row
 from earmark.store.tx import Conn
 
-# Every write of a batch in one statement, one round trip: each CTE takes its rows from
-# arrays (empty arrays write nothing). The CTEs touch disjoint rows, so that they cannot
-# see each other's changes does not matter, and foreign keys are checked at the end of
-# the statement, after every CTE has run.
-#
-# A reservation's also_budget_ids (text[]) travels as JSON text: an array of arrays in
-# PostgreSQL is one rectangular array, and unnest() would flatten it.
-_JSON_ARRAY_COLUMNS = {"also_budget_ids"}
-_NEW_HOLD_ARRAYS = ", ".join(
-    f"$new_{name}::text[]" if name in _JSON_ARRAY_COLUMNS
-    else f"$new_{name}::{HOLD_COLUMN_TYPES[name]}[]"
-    for name in HOLD_COLUMN_NAMES
-)  # fmt: skip
-_NEW_HOLD_VALUES = ", ".join(
-    f"ARRAY(SELECT jsonb_array_elements_text(u.{name}::jsonb))" if name in _JSON_ARRAY_COLUMNS
-    else f"u.{name}"
-    for name in HOLD_COLUMN_NAMES
-)  # fmt: skip
-assert not _JSON_ARRAY_COLUMNS & set(UPDATABLE_HOLD_COLUMNS)
-_CHANGED_HOLD_ARRAYS = ", ".join(
-    f"$changed_{name}::{HOLD_COLUMN_TYPES[name]}[]" for name in UPDATABLE_HOLD_COLUMNS
-)
+# The attributes of each kind of row a batch writes, in order: a table's own row type where
+# the table's row is what is written, else a type of migration 0012. The statement takes
+# one array of each (asyncpg encodes a list of tuples as an array of a composite type), so
+# it has one parameter per kind of row, whatever the batch's size or the tables' widths.
+# tests/store/test_writes.py compares these with the database's.
+ROW_TYPES: dict[str, tuple[str, ...]] = {
+    "reservations": HOLD_COLUMN_NAMES,
+    "hold_scopes": ("budget_id", "owner", "idempotency_key", "reservation_id"),
+    "in_doubt_holds": ("reservation_id", "since"),
+    "open_holds": ("reservation_id", "expires_at"),
+    "accounts": ("account", "window_start", "admissions"),
+    "write_charge": (
+        "reservation_id", "idempotency_key", "amount", "charged", "capped", "total_charged",
+        "hold_remaining", "price_version",
+    ),
+    "write_ledger": ("budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at"),
+    "write_meter_move": ("account", "feature", "cycle_start", "cycle_end", "used_delta", "at"),
+    "write_samples": ("unit", "job", "model", "samples"),
+    "write_budget_totals": ("budget_id", "used", "held", "open_reservations", "overage_since"),
+}  # fmt: skip
+
+
+def _keys_of(rows: str, key: str = "reservation_id") -> str:
+    """The keys of an array of rows, as one array: with `= ANY()` of it beside the join,
+    the planner finds each row by its primary key, whatever it guesses of the array's
+    length."""
+    return f"ARRAY(SELECT x.{key} FROM unnest({rows}) AS x)"
+
+
 _CHANGED_HOLD_SET = ", ".join(f"{name} = u.{name}" for name in UPDATABLE_HOLD_COLUMNS)
 
+# Every write of a batch in one statement, one round trip: each CTE takes its rows from one
+# array (an empty array writes nothing). The CTEs touch disjoint rows, so that they cannot
+# see each other's changes does not matter, and foreign keys are checked at the end of the
+# statement, after every CTE has run.
 WRITE_BATCH = NamedQuery(f"""
 WITH new_holds AS (
-    INSERT INTO reservations ({HOLD_COLUMNS})
-    SELECT {_NEW_HOLD_VALUES} FROM unnest({_NEW_HOLD_ARRAYS}) AS u({HOLD_COLUMNS})
+    INSERT INTO reservations SELECT * FROM unnest($new_holds::reservations[])
 ), scopes AS (
-    INSERT INTO hold_scopes (budget_id, owner, idempotency_key, reservation_id)
-    SELECT * FROM unnest($scope_budget_ids::text[], $scope_owners::text[], $scope_keys::text[],
-                         $scope_reservation_ids::uuid[])
+    INSERT INTO hold_scopes SELECT * FROM unnest($scopes::hold_scopes[])
 ), doubted AS (
-    INSERT INTO in_doubt_holds (reservation_id, since)
-    SELECT * FROM unnest($doubted_ids::uuid[], $doubted_since::timestamptz[])
+    INSERT INTO in_doubt_holds SELECT * FROM unnest($doubted::in_doubt_holds[])
 ), undoubted AS (
     DELETE FROM in_doubt_holds WHERE reservation_id = ANY($undoubted_ids::uuid[])
 ), changed_holds AS (
-    UPDATE reservations AS r SET
-        {_CHANGED_HOLD_SET}
-    FROM unnest($changed_reservation_id::uuid[], {_CHANGED_HOLD_ARRAYS})
-        AS u(reservation_id, {", ".join(UPDATABLE_HOLD_COLUMNS)})
+    UPDATE reservations AS r SET {_CHANGED_HOLD_SET}
+    FROM unnest($changed_holds::reservations[]) AS u
     WHERE r.reservation_id = u.reservation_id
-        AND r.reservation_id = ANY($changed_reservation_id::uuid[])
+        AND r.reservation_id = ANY({_keys_of("$changed_holds::reservations[]")})
 ), new_charges AS (
     INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
                          total_charged, hold_remaining, price_version)
-    SELECT * FROM unnest($charge_reservation_ids::uuid[], $charge_keys::text[],
-                         $charge_amounts::bigint[], $charge_charged::bigint[],
-                         $charge_capped::boolean[], $charge_totals::bigint[],
-                         $charge_hold_remaining::bigint[], $charge_price_versions::bigint[])
+    SELECT * FROM unnest($charges::write_charge[])
 ), new_ledger AS (
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
-    SELECT * FROM unnest($ledger_budget_ids::text[], $ledger_reservation_ids::uuid[],
-                         $ledger_kinds::text[], $ledger_held_deltas::bigint[],
-                         $ledger_used_deltas::bigint[], $ledger_at::timestamptz[])
+    SELECT * FROM unnest($ledger::write_ledger[])
 ), opened AS (
-    INSERT INTO open_holds (reservation_id, expires_at)
-    SELECT * FROM unnest($opened_ids::uuid[], $opened_expires_at::timestamptz[])
+    INSERT INTO open_holds SELECT * FROM unnest($opened::open_holds[])
 ), extended AS (
     UPDATE open_holds AS o SET expires_at = u.expires_at
-    FROM unnest($extended_ids::uuid[], $extended_expires_at::timestamptz[])
-        AS u(reservation_id, expires_at)
-    WHERE o.reservation_id = u.reservation_id AND o.reservation_id = ANY($extended_ids::uuid[])
+    FROM unnest($extended::open_holds[]) AS u
+    WHERE o.reservation_id = u.reservation_id
+        AND o.reservation_id = ANY({_keys_of("$extended::open_holds[]")})
 ), closed AS (
     DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
 ), windows AS (
-    INSERT INTO accounts (account, window_start, admissions)
-    SELECT * FROM unnest($window_accounts::text[], $window_starts::timestamptz[],
-                         $window_admissions::integer[])
+    INSERT INTO accounts SELECT * FROM unnest($windows::accounts[])
     ON CONFLICT (account) DO UPDATE
     SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions
 ), outbox AS (
@@ -106,10 +97,7 @@ WITH new_holds AS (
                  THEN CASE WHEN u.at < u.cycle_end THEN u.cycle_start ELSE u.cycle_end END
                  ELSE latest.cycle_start
             END AS period_start
-        FROM unnest($outbox_accounts::text[], $outbox_features::text[],
-                    $outbox_cycles::timestamptz[], $outbox_cycle_ends::timestamptz[],
-                    $outbox_deltas::bigint[], $outbox_at::timestamptz[])
-            AS u(account, feature, cycle_start, cycle_end, used_delta, at)
+        FROM unnest($meter_moves::write_meter_move[]) AS u
         LEFT JOIN LATERAL (
             SELECT max(b.cycle_start) AS cycle_start FROM budgets b
             WHERE b.account = u.account AND b.feature = u.feature AND b.cycle_start <= u.at
@@ -121,18 +109,16 @@ WITH new_holds AS (
         at = greatest(meter_outbox.at, EXCLUDED.at), version = meter_outbox.version + 1
 ), samples AS (
     INSERT INTO job_samples (unit, job, model, samples)
-    SELECT * FROM unnest($sample_units::text[], $sample_jobs::text[], $sample_models::text[],
-                         $sample_lists::jsonb[])
+    SELECT * FROM unnest($samples::write_samples[])
     ON CONFLICT (unit, job, model)
     DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()
 )
 UPDATE budgets AS b SET used = u.used, held = u.held,
     open_reservations = u.open_reservations, overage_since = u.overage_since,
     updated_at = now()
-FROM unnest($budget_ids::text[], $budget_used::bigint[], $budget_held::bigint[],
-            $budget_open::bigint[], $budget_overage_since::timestamptz[])
-    AS u(budget_id, used, held, open_reservations, overage_since)
-WHERE b.budget_id = u.budget_id AND b.budget_id = ANY($budget_ids::text[])
+FROM unnest($budgets::write_budget_totals[]) AS u
+WHERE b.budget_id = u.budget_id
+    AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals[]", "budget_id")})
 """)
 
 
@@ -166,61 +152,31 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     opened = [h for h in new_holds if h.state is HoldState.HELD]
     extended = [h for h in changed if h.state is HoldState.HELD]
     closed = [h.reservation_id for h in changed if h.state is not HoldState.HELD]
-    new_columns = hold_columns(new_holds)
-    changed_columns = hold_columns(changed)
     args = WRITE_BATCH.args(
-        **{
-            # An empty list travels as NULL, which the statement turns into '{}'.
-            f"new_{name}": [json.dumps(v) if v else None for v in array]
-            if name in _JSON_ARRAY_COLUMNS
-            else array
-            for name, array in new_columns.items()
-        },
-        scope_budget_ids=[b for b, _ in scopes],
-        scope_owners=[h.owner for _, h in scopes],
-        scope_keys=[h.idempotency_key for _, h in scopes],
-        scope_reservation_ids=[h.reservation_id for _, h in scopes],
-        doubted_ids=[h.reservation_id for h in doubted],
-        doubted_since=[h.expires_at for h in doubted],
+        new_holds=[hold_row(h) for h in new_holds],
+        scopes=[(b, h.owner, h.idempotency_key, h.reservation_id) for b, h in scopes],
+        doubted=[(h.reservation_id, h.expires_at) for h in doubted],
         undoubted_ids=undoubted,
-        changed_reservation_id=changed_columns["reservation_id"],
-        **{f"changed_{name}": changed_columns[name] for name in UPDATABLE_HOLD_COLUMNS},
-        charge_reservation_ids=[c.reservation_id for c in charges],
-        charge_keys=[c.idempotency_key for c in charges],
-        charge_amounts=[c.amount for c in charges],
-        charge_charged=[c.charged for c in charges],
-        charge_capped=[c.capped for c in charges],
-        charge_totals=[c.total_charged for c in charges],
-        charge_hold_remaining=[c.hold_remaining for c in charges],
-        charge_price_versions=[c.price_version for c in charges],
-        ledger_budget_ids=[e.budget_id for e in ledger],
-        ledger_reservation_ids=[e.reservation_id for e in ledger],
-        ledger_kinds=[str(e.kind) for e in ledger],
-        ledger_held_deltas=[e.held_delta for e in ledger],
-        ledger_used_deltas=[e.used_delta for e in ledger],
-        ledger_at=[e.at for e in ledger],
-        budget_ids=[b.budget_id for b in budgets],
-        budget_used=[b.used for b in budgets],
-        budget_held=[b.held for b in budgets],
-        budget_open=[b.open_reservations for b in budgets],
-        budget_overage_since=[b.overage_since for b in budgets],
-        opened_ids=[h.reservation_id for h in opened],
-        opened_expires_at=[h.expires_at for h in opened],
-        extended_ids=[h.reservation_id for h in extended],
-        extended_expires_at=[h.expires_at for h in extended],
+        changed_holds=[hold_row(h) for h in changed],
+        charges=[
+            (c.reservation_id, c.idempotency_key, c.amount, c.charged, c.capped,
+             c.total_charged, c.hold_remaining, c.price_version)
+            for c in charges
+        ],
+        ledger=[
+            (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at)
+            for e in ledger
+        ],
+        opened=[(h.reservation_id, h.expires_at) for h in opened],
+        extended=[(h.reservation_id, h.expires_at) for h in extended],
         closed_ids=closed,
-        window_accounts=list(windows),
-        window_starts=[w.window_start for w in windows.values()],
-        window_admissions=[w.admissions for w in windows.values()],
-        outbox_accounts=[m.account for m in meters],
-        outbox_features=[m.feature for m in meters],
-        outbox_cycles=[m.cycle_start for m in meters],
-        outbox_cycle_ends=[m.cycle_end for m in meters],
-        outbox_deltas=[m.used_delta for m in meters],
-        outbox_at=[m.at for m in meters],
-        sample_units=[key[0] for key in sampled],
-        sample_jobs=[key[1] for key in sampled],
-        sample_models=[key[2] for key in sampled],
-        sample_lists=[json.dumps(values) for values in sampled.values()],
-    )
+        windows=[(w.account, w.window_start, w.admissions) for w in windows.values()],
+        meter_moves=[
+            (m.account, m.feature, m.cycle_start, m.cycle_end, m.used_delta, m.at) for m in meters
+        ],
+        samples=[(*key, json.dumps(values)) for key, values in sampled.items()],
+        budgets=[
+            (b.budget_id, b.used, b.held, b.open_reservations, b.overage_since) for b in budgets
+        ],
+    )  # fmt: skip
     await conn.execute(WRITE_BATCH.sql, *args)
