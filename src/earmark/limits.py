@@ -217,6 +217,9 @@ streams_per_connection_max = 16
 pool_size_min = 1
 pool_idle_seconds_max = 30.0
 statement_cache_size_default = 100
+# A batch's write statement is made for the kinds of rows it writes (store/writes.py):
+# at most write_statements_max of them are kept, fewer than a connection's prepared ones.
+write_statements_max = 64
 pool_size_max_default = 10
 pool_acquire_timeout_seconds = 5.0
 db_command_timeout_seconds = 10.0
@@ -499,3 +502,5 @@ assert 0 < console_lab_step_seconds <= 5
 assert 1 <= console_lab_runs_kept <= 100
 assert 0.05 <= console_lab_poll_seconds <= console_poll_seconds
 assert 1 <= console_allowed_hosts_length_max <= 10_000
+
+assert write_statements_max < statement_cache_size_default

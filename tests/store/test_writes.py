@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import asyncpg
 
 from earmark.store import Store, writes
@@ -25,10 +27,9 @@ async def test_every_row_type_has_the_attributes_the_writes_send(store: Store, d
     assert writes.ROW_TYPES == {row["typname"]: tuple(row["attributes"]) for row in rows}
 
 
-def test_the_statement_takes_one_parameter_per_kind_of_row() -> None:
-    """The batch's statement binds one array per kind of row, and two of ids to delete."""
-    kinds = {
-        "new_holds", "scopes", "doubted", "changed_holds", "charges", "ledger", "opened",
-        "extended", "windows", "meter_moves", "samples", "budgets",
-    }  # fmt: skip
-    assert kinds | {"undoubted_ids", "closed_ids"} == set(writes.WRITE_BATCH.names)
+def test_a_statement_has_a_write_only_for_each_kind_of_row_the_batch_has() -> None:
+    """A Reserve-only batch's statement binds its four kinds of rows, one array each."""
+    statement = writes.write_statement(("new_holds", "ledger", "opened", "budgets"))
+    assert ["new_holds", "ledger", "opened", "budgets"] == statement.names
+    written = re.findall(r"(?:INSERT INTO|UPDATE|DELETE FROM) (\w+)", statement.sql)
+    assert ["reservations", "ledger", "open_holds", "budgets"] == written

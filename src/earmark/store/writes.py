@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
+from typing import Any
 
+from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.estimates import SampleKey
 from earmark.core.model import HoldState
@@ -45,50 +48,44 @@ def _keys_of(rows: str, key: str = "reservation_id") -> str:
 
 _CHANGED_HOLD_SET = ", ".join(f"{name} = u.{name}" for name in UPDATABLE_HOLD_COLUMNS)
 
-# Every write of a batch in one statement, one round trip: each CTE takes its rows from one
-# array (an empty array writes nothing). The CTEs touch disjoint rows, so that they cannot
-# see each other's changes does not matter, and foreign keys are checked at the end of the
-# statement, after every CTE has run.
-WRITE_BATCH = NamedQuery(f"""
-WITH new_holds AS (
-    INSERT INTO reservations SELECT * FROM unnest($new_holds::reservations[])
-), scopes AS (
-    INSERT INTO hold_scopes SELECT * FROM unnest($scopes::hold_scopes[])
-), doubted AS (
-    INSERT INTO in_doubt_holds SELECT * FROM unnest($doubted::in_doubt_holds[])
-), undoubted AS (
-    DELETE FROM in_doubt_holds WHERE reservation_id = ANY($undoubted_ids::uuid[])
-), changed_holds AS (
+# What a batch writes, one kind of row at a time: each statement takes its rows from one
+# array parameter of the same name. They touch disjoint rows, so that as CTEs of one
+# statement they cannot see each other's changes does not matter, and foreign keys are
+# checked at the end of the statement, after all of them have run.
+WRITES: dict[str, str] = {
+    "new_holds": "INSERT INTO reservations SELECT * FROM unnest($new_holds::reservations[])",
+    "scopes": "INSERT INTO hold_scopes SELECT * FROM unnest($scopes::hold_scopes[])",
+    "doubted": "INSERT INTO in_doubt_holds SELECT * FROM unnest($doubted::in_doubt_holds[])",
+    "undoubted": "DELETE FROM in_doubt_holds WHERE reservation_id = ANY($undoubted::uuid[])",
+    "changed_holds": f"""
     UPDATE reservations AS r SET {_CHANGED_HOLD_SET}
     FROM unnest($changed_holds::reservations[]) AS u
     WHERE r.reservation_id = u.reservation_id
-        AND r.reservation_id = ANY({_keys_of("$changed_holds::reservations[]")})
-), new_charges AS (
+        AND r.reservation_id = ANY({_keys_of("$changed_holds::reservations[]")})""",
+    "charges": """
     INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
                          total_charged, hold_remaining, price_version)
-    SELECT * FROM unnest($charges::write_charge[])
-), new_ledger AS (
+    SELECT * FROM unnest($charges::write_charge[])""",
+    "ledger": """
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
-    SELECT * FROM unnest($ledger::write_ledger[])
-), opened AS (
-    INSERT INTO open_holds SELECT * FROM unnest($opened::open_holds[])
-), extended AS (
+    SELECT * FROM unnest($ledger::write_ledger[])""",
+    "opened": "INSERT INTO open_holds SELECT * FROM unnest($opened::open_holds[])",
+    "extended": f"""
     UPDATE open_holds AS o SET expires_at = u.expires_at
     FROM unnest($extended::open_holds[]) AS u
     WHERE o.reservation_id = u.reservation_id
-        AND o.reservation_id = ANY({_keys_of("$extended::open_holds[]")})
-), closed AS (
-    DELETE FROM open_holds WHERE reservation_id = ANY($closed_ids::uuid[])
-), windows AS (
+        AND o.reservation_id = ANY({_keys_of("$extended::open_holds[]")})""",
+    "closed": "DELETE FROM open_holds WHERE reservation_id = ANY($closed::uuid[])",
+    "windows": """
     INSERT INTO accounts SELECT * FROM unnest($windows::accounts[])
     ON CONFLICT (account) DO UPDATE
-    SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions
-), outbox AS (
-    -- Each move is booked to the period of its account and feature that was open when it
-    -- was charged: the newest cycle budget begun by then, or, when that is the move's own
-    -- budget and its period has ended, the period after it (its end), which the gate opens
-    -- when the provider says so. A total only grows by moves, so a late settle adds to the
-    -- open period and never rewrites a closed one.
+    SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions""",
+    # Each move is booked to the period of its account and feature that was open when it
+    # was charged: the newest cycle budget begun by then, or, when that is the move's own
+    # budget and its period has ended, the period after it (its end), which the gate opens
+    # when the provider says so. A total only grows by moves, so a late settle adds to the
+    # open period and never rewrites a closed one.
+    "meter_moves": """
     INSERT INTO meter_outbox (account, feature, cycle_start, total, at, version)
     SELECT m.account, m.feature, m.period_start, sum(m.used_delta), max(m.at), 1
     FROM (
@@ -106,24 +103,38 @@ WITH new_holds AS (
     GROUP BY m.account, m.feature, m.period_start
     ON CONFLICT (account, feature, cycle_start) DO UPDATE
     SET total = meter_outbox.total + EXCLUDED.total,
-        at = greatest(meter_outbox.at, EXCLUDED.at), version = meter_outbox.version + 1
-), samples AS (
+        at = greatest(meter_outbox.at, EXCLUDED.at), version = meter_outbox.version + 1""",
+    "samples": """
     INSERT INTO job_samples (unit, job, model, samples)
     SELECT * FROM unnest($samples::write_samples[])
     ON CONFLICT (unit, job, model)
-    DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()
-)
-UPDATE budgets AS b SET used = u.used, held = u.held,
-    open_reservations = u.open_reservations, overage_since = u.overage_since,
-    updated_at = now()
-FROM unnest($budgets::write_budget_totals[]) AS u
-WHERE b.budget_id = u.budget_id
-    AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals[]", "budget_id")})
-""")
+    DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()""",
+    "budgets": f"""
+    UPDATE budgets AS b SET used = u.used, held = u.held,
+        open_reservations = u.open_reservations, overage_since = u.overage_since,
+        updated_at = now()
+    FROM unnest($budgets::write_budget_totals[]) AS u
+    WHERE b.budget_id = u.budget_id
+        AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals[]", "budget_id")})""",
+}
+assert len(WRITES) <= 16, "write_statement's cache holds every combination a batch makes"
+
+
+@functools.lru_cache(maxsize=limits.write_statements_max)
+def write_statement(kinds: tuple[str, ...]) -> NamedQuery:
+    """One statement, one round trip, for the kinds of rows a batch has (in WRITES' order):
+    a CTE for each of them and none for the others. PostgreSQL would run a CTE on an empty
+    array at its full fixed cost, which at a few operations per batch is most of the
+    write's; a batch makes few combinations (a Reserve's four, a Settle's five), and each
+    is prepared once per connection."""
+    assert kinds, "a batch with nothing to write sends no statement"
+    parts = ",\n".join(f"{kind} AS ({WRITES[kind]}\n)" for kind in kinds)
+    return NamedQuery(f"WITH {parts}\nSELECT")
 
 
 async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchDecision]]) -> None:
-    """Writes what the decisions changed in one statement, whatever the batch size."""
+    """Writes what the decisions changed in one statement, whatever the batch size; nothing
+    when they changed nothing."""
     new_holds = [h for _, d in decided for h in d.new_holds]
     new_ids = {h.reservation_id for h in new_holds}
     changed = [
@@ -152,31 +163,33 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
     opened = [h for h in new_holds if h.state is HoldState.HELD]
     extended = [h for h in changed if h.state is HoldState.HELD]
     closed = [h.reservation_id for h in changed if h.state is not HoldState.HELD]
-    args = WRITE_BATCH.args(
-        new_holds=[hold_row(h) for h in new_holds],
-        scopes=[(b, h.owner, h.idempotency_key, h.reservation_id) for b, h in scopes],
-        doubted=[(h.reservation_id, h.expires_at) for h in doubted],
-        undoubted_ids=undoubted,
-        changed_holds=[hold_row(h) for h in changed],
-        charges=[
+    rows: dict[str, list[Any]] = {
+        "new_holds": [hold_row(h) for h in new_holds],
+        "scopes": [(b, h.owner, h.idempotency_key, h.reservation_id) for b, h in scopes],
+        "doubted": [(h.reservation_id, h.expires_at) for h in doubted],
+        "undoubted": undoubted,
+        "changed_holds": [hold_row(h) for h in changed],
+        "charges": [
             (c.reservation_id, c.idempotency_key, c.amount, c.charged, c.capped,
              c.total_charged, c.hold_remaining, c.price_version)
             for c in charges
         ],
-        ledger=[
+        "ledger": [
             (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at)
             for e in ledger
         ],
-        opened=[(h.reservation_id, h.expires_at) for h in opened],
-        extended=[(h.reservation_id, h.expires_at) for h in extended],
-        closed_ids=closed,
-        windows=[(w.account, w.window_start, w.admissions) for w in windows.values()],
-        meter_moves=[
+        "opened": [(h.reservation_id, h.expires_at) for h in opened],
+        "extended": [(h.reservation_id, h.expires_at) for h in extended],
+        "closed": closed,
+        "windows": [(w.account, w.window_start, w.admissions) for w in windows.values()],
+        "meter_moves": [
             (m.account, m.feature, m.cycle_start, m.cycle_end, m.used_delta, m.at) for m in meters
         ],
-        samples=[(*key, json.dumps(values)) for key, values in sampled.items()],
-        budgets=[
+        "samples": [(*key, json.dumps(values)) for key, values in sampled.items()],
+        "budgets": [
             (b.budget_id, b.used, b.held, b.open_reservations, b.overage_since) for b in budgets
         ],
-    )  # fmt: skip
-    await conn.execute(WRITE_BATCH.sql, *args)
+    }  # fmt: skip
+    assert rows.keys() == WRITES.keys()
+    statement = write_statement(tuple(kind for kind, written in rows.items() if written))
+    await conn.execute(statement.sql, *statement.args(**{k: rows[k] for k in statement.names}))
