@@ -188,8 +188,14 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
             await ensure_database(pg.uri(), database)
         grouped = sidecar("grouped", "bench")
         naive = sidecar("naive", "bench", "--admission", "naive")
+        postmaster_pid = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
         env = scenarios.Env(
-            dsn=pg.uri("bench"), grouped=grouped, naive=naive, runs=args.runs, seconds=args.seconds
+            dsn=pg.uri("bench"),
+            grouped=grouped,
+            naive=naive,
+            runs=args.runs,
+            seconds=args.seconds,
+            postmaster_pid=postmaster_pid,
         )
         results: list[Figure] = []
         only = set(args.only or SCENARIOS)
@@ -207,7 +213,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
                 env, sidecar("growth", "growth"), pg.uri("growth"), args.reservations)),
             ("sidecars", "10. K sidecars", lambda: k_sidecars(
                 env, lambda name, *flags: sidecar(name, "sidecars", *flags), pg.uri("sidecars"),
-                int((pg.pgdata / "postmaster.pid").read_text().split()[0]))),
+                postmaster_pid)),
             ("nested", "11. nested holds on a hot parent", lambda: scenarios.nested_hot_parent(
                 env)),
             ("scans", "12. Reserves while operators scan", lambda: scans.scans(env)),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -47,6 +49,65 @@ class Loop:
 
 
 Step = Callable[[Loop], Awaitable[None]]
+
+
+def postgres_cpu_seconds(postmaster_pid: int) -> float:
+    """CPU used so far by PostgreSQL: the postmaster and every backend and worker."""
+    postmaster = psutil.Process(postmaster_pid)
+    total = 0.0
+    for process in [postmaster, *postmaster.children()]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def processes_cpu_seconds(pids: list[int]) -> float:
+    """CPU used so far by these processes (their threads included, not their children)."""
+    total = 0.0
+    for pid in pids:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+@dataclass
+class CpuPerCall:
+    """CPU seconds spent while loops ran, by the load driver (this process), the sidecars
+    and PostgreSQL: the figures that say where a call's cost is on a machine whose cores
+    all three share."""
+
+    driver: float = 0.0
+    sidecars: float = 0.0
+    postgres: float = 0.0
+
+    async def measure(
+        self, sidecar_pids: list[int], postmaster_pid: int | None, run: Awaitable[Loop]
+    ) -> Loop:
+        """Runs a loop and adds what each part spent meanwhile."""
+
+        def now() -> tuple[float, float, float]:
+            postgres = postgres_cpu_seconds(postmaster_pid) if postmaster_pid else 0.0
+            return (
+                processes_cpu_seconds([os.getpid()]),
+                processes_cpu_seconds(sidecar_pids),
+                postgres,
+            )
+
+        before = now()
+        loop = await run
+        after = now()
+        self.driver += after[0] - before[0]
+        self.sidecars += after[1] - before[1]
+        self.postgres += after[2] - before[2]
+        return loop
+
+    def per_call_us(self, calls: int) -> list[float]:
+        """Microseconds per call: the driver's, the sidecars' and PostgreSQL's."""
+        spent = (self.driver, self.sidecars, self.postgres)
+        return [1e6 * seconds / max(1, calls) for seconds in spent]
 
 
 async def closed_loop(workers: int, seconds: float, step: Step) -> Loop:

@@ -15,7 +15,7 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.harness import Figure, Loop, Step, closed_loop, scrape
+from bench.harness import CpuPerCall, Figure, Loop, Step, closed_loop, scrape
 from earmark.core.ops import ReserveOp, ReserveResult
 from earmark.spawn import SpawnedSidecar
 from earmark.store import Store, StoreObserver
@@ -40,6 +40,8 @@ class Env:
     naive: SpawnedSidecar
     runs: int
     seconds: float
+    # PostgreSQL's postmaster, whose backends' CPU the scenarios count (None: not counted).
+    postmaster_pid: int | None = None
     problems: list[str] = field(default_factory=list)
 
 
@@ -169,19 +171,24 @@ def check_step(s: Stubs) -> Step:
 async def floor(env: Env) -> list[Figure]:
     """1. An RPC that does nothing: grpc.health Check at 50 in flight."""
     out = figures(
-        ("floor: health Check calls/s", "calls/s"), ("floor: p50", "ms"), ("floor: p99", "ms")
+        ("floor: health Check calls/s", "calls/s"),
+        ("floor: p50", "ms"),
+        ("floor: p99", "ms"),
+        ("floor: CPU per call, load driver", "us"),
+        ("floor: CPU per call, sidecar", "us"),
     )
     s = stubs(env.grouped)
     step = check_step(s)
     try:
         await closed_loop(IN_FLIGHT, 1.0, step)  # warm-up
         for _ in range(env.runs):
-            loop = await closed_loop(IN_FLIGHT, env.seconds, step)
-            for figure, value in zip(
-                out,
-                [loop.rate("check"), loop.ms("check", 0.5), loop.ms("check", 0.99)],
-                strict=True,
-            ):
+            cpu = CpuPerCall()
+            loop = await cpu.measure(
+                [env.grouped.process.pid], None, closed_loop(IN_FLIGHT, env.seconds, step)
+            )
+            driver, sidecar, _ = cpu.per_call_us(loop.counts.get("check", 0))
+            values = [loop.rate("check"), loop.ms("check", 0.5), loop.ms("check", 0.99)]
+            for figure, value in zip(out, [*values, driver, sidecar], strict=True):
                 figure.values.append(value)
     finally:
         await s.close()
@@ -211,6 +218,9 @@ def hot_figures(label: str) -> list[Figure]:
         (f"{label}: UNAVAILABLE", "calls"),
         (f"{label}: serialization retries per admission", "retries"),
         (f"{label}: retries exhausted", "txs"),
+        (f"{label}: CPU per call, load driver", "us"),
+        (f"{label}: CPU per call, sidecar", "us"),
+        (f"{label}: CPU per call, PostgreSQL", "us"),
     )
 
 
@@ -221,6 +231,7 @@ class Measured:
     loop: Loop = field(default_factory=Loop)
     retries: float = 0.0
     exhausted: float = 0.0
+    cpu: CpuPerCall = field(default_factory=CpuPerCall)
 
     def values(self) -> list[float]:
         """The figures' values, in hot_figures' order."""
@@ -235,6 +246,7 @@ class Measured:
             loop.counts.get("unavailable", 0),
             self.retries / max(1, loop.counts.get("admitted", 0)),
             self.exhausted,
+            *self.cpu.per_call_us(loop.counts.get("reserve", 0) + loop.counts.get("settle", 0)),
         ]
 
 
@@ -257,9 +269,19 @@ async def fresh_step(s: Stubs, variant: Variant) -> Step:
     return reserve_settle(s, pick, priced=variant.priced, also=also)
 
 
-async def measure(sidecar: SpawnedSidecar, step: Step, seconds: float, into: Measured) -> None:
+async def measure(
+    sidecar: SpawnedSidecar,
+    step: Step,
+    seconds: float,
+    into: Measured,
+    postmaster_pid: int | None = None,
+) -> None:
     before = scrape(sidecar.metrics_port)
-    into.loop.add(await closed_loop(IN_FLIGHT, seconds, step))
+    into.loop.add(
+        await into.cpu.measure(
+            [sidecar.process.pid], postmaster_pid, closed_loop(IN_FLIGHT, seconds, step)
+        )
+    )
     after = scrape(sidecar.metrics_port)
 
     def grew(name: str) -> float:
@@ -290,7 +312,9 @@ async def hot_loop(
             halves = order + order[::-1] if len(variants) > 1 else order
             for v in halves:
                 seconds = env.seconds * len(variants) / len(halves)
-                await measure(sidecar, steps[v.label], seconds, measured[v.label])
+                await measure(
+                    sidecar, steps[v.label], seconds, measured[v.label], env.postmaster_pid
+                )
             for v in variants:
                 for figure, value in zip(out[v.label], measured[v.label].values(), strict=True):
                     figure.values.append(value)
@@ -336,7 +360,7 @@ async def account_hot_budget(env: Env, sidecar: SpawnedSidecar) -> list[Figure]:
             step = reserve_settle(s, account=f"bench-{run}")
             await closed_loop(IN_FLIGHT, 0.5, step)  # warm-up
             measured = Measured()
-            await measure(sidecar, step, env.seconds, measured)
+            await measure(sidecar, step, env.seconds, measured, env.postmaster_pid)
             for figure, value in zip(out, measured.values(), strict=True):
                 figure.values.append(value)
         await check_invariants(env, label)

@@ -20,7 +20,13 @@ from collections.abc import Callable
 import asyncpg
 import psutil
 
-from bench.harness import Figure, closed_loop, scrape
+from bench.harness import (
+    Figure,
+    closed_loop,
+    postgres_cpu_seconds,
+    processes_cpu_seconds,
+    scrape,
+)
 from bench.scenarios import (
     UNLIMITED_ENOUGH,
     Env,
@@ -112,23 +118,12 @@ async def floor_run(all_stubs: list[Stubs], k: int, seconds: float) -> float:
 
 def cpu_seconds(postmaster: psutil.Process) -> float:
     """CPU used so far by PostgreSQL: the postmaster and every backend and worker."""
-    total = 0.0
-    for process in [postmaster, *postmaster.children()]:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
+    return postgres_cpu_seconds(postmaster.pid)
 
 
 def sidecars_cpu_seconds(sidecars: list[SpawnedSidecar]) -> float:
     """CPU used so far by the sidecar processes (not the load driver, this process)."""
-    total = 0.0
-    for sidecar in sidecars:
-        times = psutil.Process(sidecar.process.pid).cpu_times()
-        total += times.user + times.system
-    return total
+    return processes_cpu_seconds([sidecar.process.pid for sidecar in sidecars])
 
 
 def grew(after: list[dict[str, float]], before: list[dict[str, float]], name: str) -> float:
