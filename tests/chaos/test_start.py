@@ -8,10 +8,11 @@ import asyncio
 import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -28,10 +29,24 @@ from tests.helpers import child, eventually, free_port, reason_of
 SECRET = "sekrit-pw-0123456789"
 
 
+@contextlib.contextmanager
+def refusing_port() -> Iterator[socket.socket]:
+    """A socket bound to a free port on 127.0.0.1 that does not listen: a connection to it
+    is refused, and no other socket (a connection's own end, a listener on port 0) can take
+    the port before forwarder() listens on it, as one could after free_port()."""
+    bound = socket.socket()
+    try:
+        bound.bind(("127.0.0.1", 0))
+        yield bound
+    finally:
+        bound.close()
+
+
 @contextlib.asynccontextmanager
-async def forwarder(port: int, unix_socket: str) -> AsyncIterator[None]:
-    """A TCP server on 127.0.0.1:port that carries each connection to the PostgreSQL
-    listening on unix_socket: the database "starts" when this does."""
+async def forwarder(bound: socket.socket, unix_socket: str) -> AsyncIterator[None]:
+    """A TCP server listening on the bound socket (refusing_port()) that carries each
+    connection to the PostgreSQL listening on unix_socket: the database "starts" when this
+    does."""
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
@@ -47,7 +62,7 @@ async def forwarder(port: int, unix_socket: str) -> AsyncIterator[None]:
         writers.extend((writer, upstream_writer))
         await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
 
-    server = await asyncio.start_server(carry, "127.0.0.1", port)
+    server = await asyncio.start_server(carry, sock=bound)
     try:
         yield
     finally:
@@ -81,10 +96,12 @@ async def test_serve_waits_for_a_database_that_starts_later(
     services (SERVING for itself, so it is not restarted), answers calls UNAVAILABLE with
     DATABASE_STARTING, logs each failed try without the password, and serves once the
     database answers."""
-    port = free_port()
-    url = f"postgresql://postgres:{SECRET}@127.0.0.1:{port}/{TEST_DATABASE}"
-    log = tmp_path / "sidecar.log"
-    with log.open("wb") as sink:
+    with contextlib.ExitStack() as stack:
+        bound = stack.enter_context(refusing_port())
+        port = bound.getsockname()[1]
+        url = f"postgresql://postgres:{SECRET}@127.0.0.1:{port}/{TEST_DATABASE}"
+        log = tmp_path / "sidecar.log"
+        sink = stack.enter_context(log.open("wb"))
         async with child(
             sys.executable, "-m", "earmark", "serve", "--database-url", url,
             "--database-wait-seconds", "60", "--listen", "127.0.0.1:0",
@@ -111,7 +128,7 @@ async def test_serve_waits_for_a_database_that_starts_later(
             assert "DATABASE_STARTING" == reason_of(refused.value)[0]
             await eventually(lambda: said("database_wait", 2), within_seconds=30,
                              what="two failed tries logged")  # fmt: skip
-            async with forwarder(port, unix_socket_of(database_url)):
+            async with forwarder(bound, unix_socket_of(database_url)):
                 await eventually(lambda: said("serving"), within_seconds=30, what="serving")
                 assert SERVING == await health(target, "earmark.v1.Budget")
                 process.send_signal(signal.SIGTERM)

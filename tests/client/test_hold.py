@@ -28,7 +28,7 @@ from earmark.client import (
 from earmark.server import Sidecar
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
-from tests.chaos.test_start import forwarder, unix_socket_of
+from tests.chaos.test_start import forwarder, refusing_port, unix_socket_of
 from tests.conftest import Running, sidecar_settings
 from tests.helpers import assert_invariants, eventually, fetch_budget_row, free_port
 
@@ -243,9 +243,6 @@ async def test_unavailable_is_retried_until_the_database_answers(
     """A sidecar that listens but still waits for its database answers UNAVAILABLE
     (DATABASE_STARTING): the client tries again with backoff, and the Reserve is admitted
     once the database answers."""
-    db_port = free_port()
-    url = dsn.replace(urllib.parse.urlsplit(dsn).netloc, f"postgres@127.0.0.1:{db_port}", 1)
-    url = url.split("?", 1)[0]
     # The budget is there before the sidecar reaches its database: the retried Reserve may
     # be answered the moment it does.
     store = await Store.open(dsn)
@@ -253,34 +250,38 @@ async def test_unavailable_is_retried_until_the_database_answers(
         await store.put_budget("retried", 1_000, "t")
     finally:
         await store.close()
-    side = Sidecar(sidecar_settings(url, socket_dir, database_wait_seconds=60))
-    starting = asyncio.create_task(side.start())
-    retry = RetryPolicy(attempts_max=50, backoff_seconds_base=0.05, backoff_seconds_max=0.2)
-    attempts = Attempts()
-    try:
+    with refusing_port() as bound:
+        db_port = bound.getsockname()[1]
+        url = dsn.replace(urllib.parse.urlsplit(dsn).netloc, f"postgres@127.0.0.1:{db_port}", 1)
+        url = url.split("?", 1)[0]
+        side = Sidecar(sidecar_settings(url, socket_dir, database_wait_seconds=60))
+        starting = asyncio.create_task(side.start())
+        retry = RetryPolicy(attempts_max=50, backoff_seconds_base=0.05, backoff_seconds_max=0.2)
+        attempts = Attempts()
+        try:
 
-        async def listening() -> bool:
-            return side.port != 0
+            async def listening() -> bool:
+                return side.port != 0
 
-        await eventually(listening, within_seconds=30, what="the sidecar listens")
-        async with AsyncClient(
-            f"127.0.0.1:{side.port}", admin_target=side.admin_address, retry=retry,
-            timeout_seconds=30, interceptors=[cast(Any, attempts)],
-        ) as c:  # fmt: skip
-            reserving = asyncio.create_task(c.reserve("retried", 10))
+            await eventually(listening, within_seconds=30, what="the sidecar listens")
+            async with AsyncClient(
+                f"127.0.0.1:{side.port}", admin_target=side.admin_address, retry=retry,
+                timeout_seconds=30, interceptors=[cast(Any, attempts)],
+            ) as c:  # fmt: skip
+                reserving = asyncio.create_task(c.reserve("retried", 10))
 
-            async def refused_once() -> bool:
-                return ("Reserve", grpc.StatusCode.UNAVAILABLE) in attempts.seen
+                async def refused_once() -> bool:
+                    return ("Reserve", grpc.StatusCode.UNAVAILABLE) in attempts.seen
 
-            await eventually(refused_once, within_seconds=30, what="a Reserve told UNAVAILABLE")
-            async with forwarder(db_port, unix_socket_of(database_url)):
-                await starting
-                result = await reserving
-                await side.stop()
-    finally:
-        if not starting.done():
-            starting.cancel()
-        await side.stop()
+                await eventually(refused_once, within_seconds=30, what="a Reserve told UNAVAILABLE")
+                async with forwarder(bound, unix_socket_of(database_url)):
+                    await starting
+                    result = await reserving
+                    await side.stop()
+        finally:
+            if not starting.done():
+                starting.cancel()
+            await side.stop()
     reserves = [code for method, code in attempts.seen if method == "Reserve"]
     assert isinstance(result, Reservation)
     assert (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK) == (reserves[0], reserves[-1])
