@@ -220,6 +220,9 @@ statement_cache_size_default = 100
 # A batch's write statement is made for the kinds of rows it writes (store/writes.py):
 # at most write_statements_max of them are kept, fewer than a connection's prepared ones.
 write_statements_max = 64
+# The edge interceptor keeps each served method's wrapped handler: a listener serves far
+# fewer methods than this (Budget, Admin, health, reflection).
+edge_methods_max = 256
 pool_size_max_default = 10
 pool_acquire_timeout_seconds = 5.0
 db_command_timeout_seconds = 10.0

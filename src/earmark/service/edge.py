@@ -86,6 +86,10 @@ class EdgeInterceptor(_Interceptor):
         self._protected = protected
         self._streams = streams
         self._on_reject = on_reject
+        # Each method's wrapped handler, by method, beside the handler it wraps: the server's
+        # handlers are made once, so wrapping them again on every call would be work for
+        # nothing. Only methods the server has a handler for are kept, which bounds it.
+        self._wrapped: dict[str, tuple[MethodHandler, MethodHandler]] = {}
 
     async def intercept_service(
         self,
@@ -96,6 +100,15 @@ class EdgeInterceptor(_Interceptor):
         if handler is None:
             return None
         method: str = details.method
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._wrap(handler, method)
+        if len(self._wrapped) < limits.edge_methods_max:
+            self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: MethodHandler, method: str) -> MethodHandler:
         guarded = self._tokens is not None and method.startswith(self._protected)
         if handler.unary_unary is not None:
             return self._unary(handler, method, guarded)
