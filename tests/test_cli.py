@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -67,6 +68,13 @@ def test_grpcurl_lists_each_listeners_services(served: SpawnedSidecar) -> None:
     assert {"earmark.v1.Admin", "grpc.health.v1.Health"} <= admin
     assert "earmark.v1.Budget" not in admin
     assert 0o600 == Path(served.admin.removeprefix("unix:")).stat().st_mode & 0o777
+
+
+def test_serve_runs_on_uvloop(served: SpawnedSidecar) -> None:
+    """`earmark serve` runs on uvloop, which the server extra installs, and says so."""
+    events = [json.loads(line) for line in served.log.read_text().splitlines()]
+    (serving,) = [e for e in events if e.get("event") == "serving"]
+    assert "uvloop" == serving["event_loop"]
 
 
 def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:

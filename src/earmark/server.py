@@ -158,6 +158,7 @@ class Sidecar:
             worker_tokens=self.settings.worker_token_file is not None,
             metrics_port=self.metrics_port,
             database="embedded" if self.embedded else "external",
+            event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
             try_next=self._try_next(),
         )
 
