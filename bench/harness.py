@@ -51,26 +51,34 @@ class Loop:
 Step = Callable[[Loop], Awaitable[None]]
 
 
-def postgres_cpu_seconds(postmaster_pid: int) -> float:
-    """CPU used so far by PostgreSQL: the postmaster and every backend and worker."""
-    postmaster = psutil.Process(postmaster_pid)
-    total = 0.0
-    for process in [postmaster, *postmaster.children()]:
+def _cpu_by_pid(processes: list[psutil.Process]) -> dict[int, float]:
+    by_pid: dict[int, float] = {}
+    for process in processes:
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        by_pid[process.pid] = times.user + times.system
+    return by_pid
 
 
-def processes_cpu_seconds(pids: list[int]) -> float:
-    """CPU used so far by these processes (their threads included, not their children)."""
-    total = 0.0
-    for pid in pids:
-        times = psutil.Process(pid).cpu_times()
-        total += times.user + times.system
-    return total
+def postgres_cpu(postmaster_pid: int) -> dict[int, float]:
+    """CPU used so far by each process of PostgreSQL: the postmaster, every backend and
+    worker."""
+    postmaster = psutil.Process(postmaster_pid)
+    return _cpu_by_pid([postmaster, *postmaster.children()])
+
+
+def processes_cpu(pids: list[int]) -> dict[int, float]:
+    """CPU used so far by each of these processes (their threads, not their children)."""
+    return _cpu_by_pid([psutil.Process(pid) for pid in pids])
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU spent between two readings by the processes alive at the second: a backend that
+    ended meanwhile (an idle pool connection closed) takes its time with it, which only
+    makes the figure a little low, where summing the totals would make it negative."""
+    return sum(spent - before.get(pid, 0.0) for pid, spent in after.items())
 
 
 @dataclass
@@ -88,20 +96,16 @@ class CpuPerCall:
     ) -> Loop:
         """Runs a loop and adds what each part spent meanwhile."""
 
-        def now() -> tuple[float, float, float]:
-            postgres = postgres_cpu_seconds(postmaster_pid) if postmaster_pid else 0.0
-            return (
-                processes_cpu_seconds([os.getpid()]),
-                processes_cpu_seconds(sidecar_pids),
-                postgres,
-            )
+        def now() -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+            postgres = postgres_cpu(postmaster_pid) if postmaster_pid else {}
+            return processes_cpu([os.getpid()]), processes_cpu(sidecar_pids), postgres
 
         before = now()
         loop = await run
         after = now()
-        self.driver += after[0] - before[0]
-        self.sidecars += after[1] - before[1]
-        self.postgres += after[2] - before[2]
+        self.driver += cpu_spent(before[0], after[0])
+        self.sidecars += cpu_spent(before[1], after[1])
+        self.postgres += cpu_spent(before[2], after[2])
         return loop
 
     def per_call_us(self, calls: int) -> list[float]:

@@ -23,8 +23,9 @@ import psutil
 from bench.harness import (
     Figure,
     closed_loop,
-    postgres_cpu_seconds,
-    processes_cpu_seconds,
+    cpu_spent,
+    postgres_cpu,
+    processes_cpu,
     scrape,
 )
 from bench.scenarios import (
@@ -116,16 +117,6 @@ async def floor_run(all_stubs: list[Stubs], k: int, seconds: float) -> float:
     return (await closed_loop(WORKERS, seconds, step)).rate("check")
 
 
-def cpu_seconds(postmaster: psutil.Process) -> float:
-    """CPU used so far by PostgreSQL: the postmaster and every backend and worker."""
-    return postgres_cpu_seconds(postmaster.pid)
-
-
-def sidecars_cpu_seconds(sidecars: list[SpawnedSidecar]) -> float:
-    """CPU used so far by the sidecar processes (not the load driver, this process)."""
-    return processes_cpu_seconds([sidecar.process.pid for sidecar in sidecars])
-
-
 def grew(after: list[dict[str, float]], before: list[dict[str, float]], name: str) -> float:
     return sum(a.get(name, 0) - b.get(name, 0) for a, b in zip(after, before, strict=True))
 
@@ -157,11 +148,11 @@ async def one_run(
     step = spread(steps)
     await closed_loop(WORKERS, 0.5, step)
     before = [scrape(c.metrics_port) for c in sidecars[:k]]
-    cpu_before = cpu_seconds(postmaster)
-    sidecars_before = sidecars_cpu_seconds(sidecars[:k])
+    pids = [sidecar.process.pid for sidecar in sidecars[:k]]
+    cpu_before, sidecars_before = postgres_cpu(postmaster.pid), processes_cpu(pids)
     loop = await closed_loop(WORKERS, seconds, step)
-    cpu = cpu_seconds(postmaster) - cpu_before
-    sidecars_cpu = sidecars_cpu_seconds(sidecars[:k]) - sidecars_before
+    cpu = cpu_spent(cpu_before, postgres_cpu(postmaster.pid))
+    sidecars_cpu = cpu_spent(sidecars_before, processes_cpu(pids))
     after = [scrape(c.metrics_port) for c in sidecars[:k]]
     retries = grew(after, before, "earmark_tx_serialization_retries_total")
     # Each batch is one transaction (and each retry one more).
