@@ -104,7 +104,7 @@ class EdgeInterceptor(_Interceptor):
         if known is not None and known[0] is handler:
             return known[1]
         wrapped = self._wrap(handler, method)
-        if len(self._wrapped) < limits.edge_methods_max:
+        if method in self._wrapped or len(self._wrapped) < limits.edge_methods_max:
             self._wrapped[method] = (handler, wrapped)
         return wrapped
 
