@@ -17,9 +17,8 @@ import time
 import uuid
 
 import grpc
-import psutil
 
-from bench.harness import Figure, Loop, Step, closed_loop
+from bench.harness import Figure, Loop, Step, closed_loop, processes_cpu
 from bench.scenarios import UNLIMITED_ENOUGH, Env, check_invariants, figures, reserve_settle, stubs
 from earmark import limits
 from earmark.spawn import SpawnedSidecar
@@ -90,8 +89,7 @@ class Scanners:
 
 
 def sidecar_cpu_seconds(sidecar: SpawnedSidecar) -> float:
-    times = psutil.Process(sidecar.process.pid).cpu_times()
-    return float(times.user + times.system)
+    return sum(processes_cpu([sidecar.process.pid]).values())
 
 
 async def with_scanners(
