@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import earmark
-from earmark import ops, options
+from earmark import files, ops, options
 from earmark import settings as earmark_settings
 from earmark.client import ClientError
 from earmark.console import settings as console_settings
@@ -286,6 +286,7 @@ def webhooks_command(args: argparse.Namespace) -> None:
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = webhook_settings.load(flags, dict(os.environ))
+        files.require_setting_files(settings)
     except ValueError as error:
         sys.exit(f"earmark kinde-webhooks: {error}")
     earmark_logging.configure(settings.log_level, settings.log_format)
@@ -337,6 +338,7 @@ def console_command(args: argparse.Namespace) -> None:
         settings = options.load(
             console_settings.OPTIONS, console_settings.ConsoleSettings, flags, dict(os.environ)
         )
+        files.require_setting_files(settings)
     except ValueError as error:
         sys.exit(f"earmark console: {error}")
     earmark_logging.configure(settings.log_level, settings.log_format)

@@ -197,6 +197,8 @@ unix_socket_path_bytes_max = 107
 token_length_min = 16
 token_length_max = 512
 token_file_bytes_max = 1 << 20
+# A PEM file (a certificate chain, a key, a CA bundle) is read up to this size.
+pem_file_bytes_max = 1 << 20
 worker_tokens_max = 10_000
 token_prefixes_max = 64
 token_name_length_max = 64
@@ -276,6 +278,15 @@ health_rpcs_max = 64
 health_message_bytes_max = 1 << 10
 drain_poll_seconds = 0.02
 stream_grace_seconds = 0.5
+# On SIGTERM the sidecar reads which of its tracked holds are still held (a hold in doubt
+# is not waited for) within this long, else it waits for all of them; the stop's log line
+# names at most stop_holds_shown_max of them.
+stop_holds_read_seconds_max = 1.0
+stop_holds_shown_max = 10
+# After the drain's grace, stopping the rest (background loops, the pool, the embedded
+# PostgreSQL) may take this long; past grace + this, the process exits at once, so that
+# nothing it waits on (a thread stuck in a read) can hold SIGTERM for good.
+stop_after_drain_seconds_max = 30.0
 # A background loop asked to stop finishes its current transaction, at most this long.
 background_stop_seconds_max = 12.0
 
@@ -451,6 +462,9 @@ assert 1 <= embedded_restart_attempts_max <= 100
 assert 0 < embedded_restart_backoff_seconds_base <= embedded_restart_backoff_seconds_max
 assert 0 < drain_poll_seconds < drain_quiet_seconds < shutdown_grace_seconds_default
 assert 0 < stream_grace_seconds < shutdown_grace_seconds_default
+assert 0 < stop_holds_read_seconds_max < shutdown_grace_seconds_default
+assert 1 <= stop_holds_shown_max <= drain_tracked_holds_max
+assert background_stop_seconds_max < stop_after_drain_seconds_max
 assert 0 <= drain_holds_seconds_default <= shutdown_grace_seconds_default
 assert 1 <= drain_tracked_holds_max <= route_cache_size_max
 assert db_command_timeout_seconds < background_stop_seconds_max

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
-from earmark import limits
+from earmark import files, limits
 from earmark.errors import Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.service import auth
@@ -31,15 +32,21 @@ def tls_credentials(settings: Settings) -> grpc.ServerCredentials:
     """The TCP listeners' TLS; with a client CA, clients must present a certificate."""
     assert settings.tls_cert_file is not None
     assert settings.tls_key_file is not None
-    try:
-        cert = settings.tls_cert_file.read_bytes()
-        key = settings.tls_key_file.read_bytes()
-        ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
-    except OSError as exc:
-        raise ValueError(f"tls: cannot read {exc.filename}: {exc.strerror}") from None
+    cert = _pem(settings.tls_cert_file, "tls_cert_file")
+    key = _pem(settings.tls_key_file, "tls_key_file")
+    ca = _pem(settings.tls_client_ca_file, "tls_client_ca_file")
+    assert cert is not None
+    assert key is not None
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
     )
+
+
+def _pem(path: Path | None, setting: str) -> bytes | None:
+    if path is None:
+        return None
+    data, _ = files.read_regular(path, setting, limits.pem_file_bytes_max)
+    return data
 
 
 def grpc_server(

@@ -7,7 +7,7 @@ units), except budget_id on the per-budget gauges, which are exported for at mos
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -19,8 +19,11 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 import earmark
+from earmark import logging as earmark_logging
 from earmark.core.model import Budget, UnitTotals
 from earmark.core.prices import MICROS_PER_DOLLAR, USD_MICROS
 
@@ -33,6 +36,19 @@ _LATENCY_BUCKETS_SECONDS = (
 _BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # used / held at settle: below 1 the estimate was generous, above 1 the job overshot.
 _USED_RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 5.0)
+
+
+class LogDrops(Collector):
+    """earmark_log_records_dropped_total: the process's log lines that could not be
+    written (earmark.logging), read at each scrape from the one sink a process has."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "earmark_log_records_dropped",
+            "Log lines dropped because they could not be written (a full disk, a closed "
+            "pipe); the calls that logged them went on.",
+            value=earmark_logging.records_dropped(),
+        )
 
 
 class Metrics:
@@ -50,6 +66,7 @@ class Metrics:
         self._decisions(self.registry)
         self._internals(self.registry)
         self._gauges(self.registry)
+        self.registry.register(LogDrops())
 
     def _decisions(self, r: CollectorRegistry) -> None:
         """What the sidecar decided: reservations, charges, settles, overshoot."""

@@ -8,6 +8,8 @@ import itertools
 import os
 import random
 import signal
+import threading
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -15,10 +17,10 @@ import structlog
 from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
-from earmark import limits, listeners
+from earmark import files, limits, listeners
 from earmark.background import Background
 from earmark.datadir import DataDirLock
-from earmark.errors import Unavailable
+from earmark.errors import EarmarkError, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitCache
 from earmark.plans.file import FileProvider
@@ -41,6 +43,9 @@ from earmark.supervise import Supervisor
 from earmark.v1 import budget_pb2, budget_pb2_grpc
 
 log = structlog.get_logger("earmark.server")
+
+# The exit status of a process whose stop passed its bound (exit_at_the_bound).
+STOP_OVERRAN_EXIT_CODE = 70
 
 BUDGET_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name
 ADMIN_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
@@ -100,6 +105,8 @@ class Sidecar:
         # Before anything else: the data dir (the embedded PostgreSQL's home, the admin
         # socket) belongs to one sidecar at a time.
         self._data_dir_lock = DataDirLock.take(self.settings.data_dir)
+        # Every file a setting names must be a regular file: a FIFO would block its read.
+        files.require_setting_files(self.settings)
         # Then the provider, before the database starts: a plans file that cannot be used,
         # or Kinde credentials missing, stops the start in one line, at once.
         self.provider = self._provider()
@@ -322,7 +329,10 @@ class Sidecar:
         tokens = None
         if settings.worker_token_file is not None:
             tokens = auth.load_worker_tokens(settings.worker_token_file)
-        server = self._grpc_server(BUDGET_SERVICE, tokens, (f"/{BUDGET_SERVICE}/",))
+        # Reflection describes every method and message: with worker tokens, only a worker
+        # may ask it, as on Admin's listener. Health stays open for the probes.
+        protected = (f"/{BUDGET_SERVICE}/", f"/{reflection.SERVICE_NAME}/")
+        server = self._grpc_server(BUDGET_SERVICE, tokens, protected)
         service = BudgetService(
             store,
             self.metrics,
@@ -357,6 +367,7 @@ class Sidecar:
             return
         grace = self.settings.shutdown_grace_seconds
         started = asyncio.get_running_loop().time()
+        await self._say_what_stopping_waits_for(grace)
         drained = await self.drain.drain(
             grace, self.settings.drain_holds_seconds, self.settings.drain_quiet_seconds
         )
@@ -373,6 +384,35 @@ class Sidecar:
             within_grace=drained,
         )
         self.server = self.admin_server = self.health_server = None
+
+    async def _say_what_stopping_waits_for(self, grace: float) -> None:
+        """One line on SIGTERM: the holds admitted here that the drain waits for (those
+        still held: one in doubt has no worker about to settle it, so it is not waited
+        for) and when the drain ends at the latest."""
+        tracked = list(self.drain.holds)
+        held, known = tracked, True
+        if tracked and self.store is not None:
+            try:
+                held = await asyncio.wait_for(
+                    self.store.held_among(tracked), limits.stop_holds_read_seconds_max
+                )
+            except (EarmarkError, TimeoutError):
+                # The database cannot say: wait for every one, as before (within the bound).
+                known = False
+        if known:
+            self.drain.keep_only(held)
+        holds_seconds = min(self.settings.drain_holds_seconds, grace) if held else 0.0
+        log.info(
+            "stopping",
+            grace_seconds=grace,
+            drain_deadline=(utc_now() + timedelta(seconds=grace)).isoformat(),
+            exit_by=(utc_now() + timedelta(seconds=stop_bound_seconds(grace))).isoformat(),
+            holds_open=len(held),
+            holds_known=known,
+            holds_waited_seconds=holds_seconds,
+            holds=held[: limits.stop_holds_shown_max],
+            in_flight=self.drain.active,
+        )
 
     async def stop(self) -> None:
         """Drains and stops everything start() started; safe after a failed start."""
@@ -438,17 +478,50 @@ class Sidecar:
             await self.health.set(name, status)
 
 
+def stop_bound_seconds(grace_seconds: float) -> float:
+    """How long after SIGTERM the process has exited at the latest: the drain's grace, then
+    the rest of the stop."""
+    return grace_seconds + limits.stop_after_drain_seconds_max
+
+
+def exit_at_the_bound(seconds: float) -> threading.Timer:
+    """A daemon timer that ends the process once seconds have passed: what the stop waits
+    on (a thread stuck in a system call, a database that does not stop) cannot hold SIGTERM
+    past its bound. A stop that ends first ends the process, and the timer with it."""
+
+    def overran() -> None:
+        with contextlib.suppress(OSError):
+            os.write(
+                2,
+                f"earmark: the stop did not end within {seconds:g}s of SIGTERM "
+                f"(--shutdown-grace-seconds + {limits.stop_after_drain_seconds_max:g}s); "
+                "exiting now\n".encode(),
+            )
+        os._exit(STOP_OVERRAN_EXIT_CODE)
+
+    timer = threading.Timer(seconds, overran)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 async def serve(settings: Settings) -> None:
-    """Runs a sidecar until SIGTERM or SIGINT, then drains and stops it."""
+    """Runs a sidecar until SIGTERM or SIGINT, then drains and stops it within
+    stop_bound_seconds."""
     sidecar = Sidecar(settings)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    # A signal while the sidecar still waits for its database ends the wait (and only
-    # the wait: start() is never cancelled halfway through starting PostgreSQL).
+
+    def stop_requested(_: object) -> None:
+        exit_at_the_bound(stop_bound_seconds(settings.shutdown_grace_seconds))
+        # A signal while the sidecar still waits for its database ends the wait (and only
+        # the wait: start() is never cancelled halfway through starting PostgreSQL).
+        sidecar.abandon_start()
+
     stopped = asyncio.create_task(stopping.wait())
-    stopped.add_done_callback(lambda _: sidecar.abandon_start())
+    stopped.add_done_callback(stop_requested)
     try:
         await sidecar.start()
     except StartAbandoned:
@@ -456,6 +529,5 @@ async def serve(settings: Settings) -> None:
         return
     try:
         await stopping.wait()
-        log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)
     finally:
         await sidecar.stop()

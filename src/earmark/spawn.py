@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 start_seconds_max = 60.0
 stop_seconds_max = 60.0
@@ -47,10 +48,26 @@ class SpawnedSidecar:
         return self.process.wait(timeout=stop_seconds_max)
 
 
-def spawn_sidecar(data_dir: Path, *extra_args: str, log: Path | None = None) -> SpawnedSidecar:
+def log_events(log: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a sidecar's log; other lines (what it says on stderr, when that
+    goes to the same file) are passed over."""
+    found = []
+    for line in log.read_bytes().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            found.append(event)
+    return found
+
+
+def spawn_sidecar(
+    data_dir: Path, *extra_args: str, log: Path | None = None, stderr_to_log: bool = False
+) -> SpawnedSidecar:
     """Runs `python -m earmark serve` with its database (embedded unless extra_args name
     one) under data_dir, on free loopback ports; returns once it serves. Its log goes to
-    log (by default DATA_DIR/sidecar.log)."""
+    log (by default DATA_DIR/sidecar.log), and with stderr_to_log its stderr too."""
     log = log or data_dir / "sidecar.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
@@ -63,11 +80,11 @@ def spawn_sidecar(data_dir: Path, *extra_args: str, log: Path | None = None) -> 
                 *extra_args,
             ],
             stdout=sink,
+            stderr=sink if stderr_to_log else None,
         )  # fmt: skip
     deadline = time.monotonic() + start_seconds_max
     while time.monotonic() < deadline and process.poll() is None:
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
+        for event in log_events(log):
             if event.get("event") == "serving":
                 return SpawnedSidecar(
                     process,
@@ -81,4 +98,4 @@ def spawn_sidecar(data_dir: Path, *extra_args: str, log: Path | None = None) -> 
     if process.poll() is None:
         process.kill()
         process.wait(timeout=stop_seconds_max)
-    raise SpawnError(f"the sidecar did not report serving:\n{log.read_text()}")
+    raise SpawnError(f"the sidecar did not report serving:\n{log.read_text(errors='replace')}")

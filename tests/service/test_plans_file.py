@@ -5,19 +5,24 @@ meter outbox (marked sent), an edit of the file while running, `earmark usage` a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
+import grpc
 import pytest
 
 from earmark import limits
-from earmark.server import Sidecar
+from earmark.server import Sidecar, stop_bound_seconds
+from earmark.spawn import spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc
 from tests.conftest import Running, running, sidecar_settings
 from tests.helpers import FakeClock, assert_invariants, eventually, fetch_budget_row, scrape
 from tests.workloads.test_commands import earmark
@@ -253,3 +258,66 @@ async def test_earmark_usage_of_no_cycle_and_of_a_bad_account(dsn: str) -> None:
         bad_out,
         bad_err.splitlines(),
     )
+
+
+def fifo_in_place_of(path: Path) -> None:
+    """Swaps path for a FIFO in one rename, as a ConfigMap's update swaps a file; nothing
+    ever writes to it, so a plain open() for reading would wait for good."""
+    fifo = path.with_name("plans.fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, path)
+
+
+async def test_a_fifo_in_place_of_the_plans_file_at_start_is_one_line(tmp_path: Path) -> None:
+    """`earmark serve` given a FIFO as its plans file exits 1 at once with one line naming
+    the setting and what the path is, instead of waiting for a writer."""
+    fifo = tmp_path / "plans.toml"
+    os.mkfifo(fifo)
+    code, out, err = await earmark(
+        "serve", "--limits-provider", "file", "--plans-file", str(fifo),
+        "--database-url", "postgresql://127.0.0.1:1/unreachable", "--data-dir", str(tmp_path),
+        "--listen", "127.0.0.1:0", "--metrics-listen", "",
+    )  # fmt: skip
+    assert (1, [f"earmark: plans_file: {fifo}: is a FIFO, not a regular file"]) == (
+        code,
+        err.splitlines(),
+    ), out
+
+
+async def test_a_plans_file_swapped_for_a_fifo_keeps_the_last_good_plans(
+    dsn: str, tmp_path: Path, plans_file: Path
+) -> None:
+    """A running `earmark serve` whose plans file is swapped for a FIFO keeps admitting on
+    the last good plans and counts the swap as rejected; the good file put back is read
+    again; SIGTERM then ends the process within its stop bound."""
+    sidecar = await asyncio.to_thread(
+        spawn_sidecar, tmp_path, "--database-url", dsn, "--limits-provider", "file",
+        "--plans-file", str(plans_file), "--shutdown-grace-seconds", "2",
+    )  # fmt: skip
+    try:
+        async with grpc.aio.insecure_channel(sidecar.target) as channel:
+            budget = budget_pb2_grpc.BudgetStub(channel)
+            assert (await budget.Reserve(reserve("acme", 1_000, "before"))).admitted
+            fifo_in_place_of(plans_file)
+            rejected = ("earmark_plans_file_reloads_total", (("result", "rejected"),))
+
+            async def counted() -> bool:
+                return 1.0 == scrape(sidecar.metrics_port).get(rejected)
+
+            await eventually(counted, within_seconds=20, what="the FIFO counted as rejected")
+            during = await budget.Reserve(reserve("acme", 1_000, "during"))
+            write_plans(plans_file.with_name("good.toml"), PLANS.replace("100_000", "50_000"))
+            os.replace(plans_file.with_name("good.toml"), plans_file)
+
+            async def read_again() -> bool:
+                probe = await budget.Reserve(reserve("acme", 10**12, uuid.uuid4().hex))
+                return 48_000 == probe.remaining
+
+            await eventually(read_again, within_seconds=20, what="the good file read again")
+        assert (True, 98_000) == (during.admitted, during.remaining)
+        sidecar.process.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(sidecar.process.wait, stop_bound_seconds(2.0))
+        assert 0 == code
+        await assert_invariants(dsn)
+    finally:
+        sidecar.stop()

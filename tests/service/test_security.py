@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from earmark import limits
 from earmark.server import Sidecar
@@ -274,6 +275,32 @@ async def test_a_hold_belongs_to_its_token(tokened: Running) -> None:
     state = await tokened.admin.GetBudget(pb.GetBudgetRequest(budget_id="acme/t"))
     assert (350, 400) == (state.used, state.held)
     await assert_invariants(tokened.dsn)
+
+
+async def list_services(channel: grpc.aio.Channel, token: str | None) -> list[str]:
+    """The services reflection lists on channel, asked with token (None: no token)."""
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    call = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+        metadata=None if token is None else bearer(token),
+    )
+    reply = await call.read()
+    call.cancel()
+    assert isinstance(reply, reflection_pb2.ServerReflectionResponse)
+    return sorted(s.name for s in reply.list_services_response.service)
+
+
+async def test_reflection_on_the_workers_port_needs_a_worker_token(tokened: Running) -> None:
+    """With worker tokens, reflection on the workers' port is UNAUTHENTICATED without one
+    and lists the services with one; health still answers without one."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await list_services(tokened.channel, None)
+    assert grpc.StatusCode.UNAUTHENTICATED == caught.value.code()
+    listed = await list_services(tokened.channel, ALICE)
+    assert "earmark.v1.Budget" in listed
+    health = health_pb2_grpc.HealthStub(tokened.channel)
+    answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
+    assert health_pb2.HealthCheckResponse.SERVING == answer.status
 
 
 async def test_idle_streams_cannot_take_unary_slots(sidecar: Running) -> None:

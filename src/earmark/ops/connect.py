@@ -16,7 +16,7 @@ import google.rpc.status_pb2 as status_pb2
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from earmark import limits
+from earmark import files, limits
 from earmark import settings as earmark_settings
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
@@ -148,11 +148,9 @@ def read_token(path: Path, flag: str = "--admin-token-file") -> str:
     """The token in path, surrounding white space ignored; errors name the flag and the
     file, never what it holds."""
     try:
-        if path.stat().st_size > limits.token_file_bytes_max:
-            raise OpsError(f"{flag}: {path} is larger than a token file may be")
-        token = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise OpsError(f"{flag}: cannot read {path}: {type(error).__name__}") from None
+        token = files.read_text(path, flag, limits.token_file_bytes_max).strip()
+    except files.FileProblem as error:
+        raise OpsError(str(error)) from None
     if not limits.token_length_min <= len(token) <= limits.token_length_max or any(
         c.isspace() for c in token
     ):
@@ -211,9 +209,10 @@ def _pem(path: Path | None, flag: str) -> bytes | None:
     if path is None:
         return None
     try:
-        return path.read_bytes()
-    except OSError as error:
-        raise OpsError(f"{flag}: cannot read {path}: {type(error).__name__}") from None
+        data, _ = files.read_regular(path, flag, limits.pem_file_bytes_max)
+    except files.FileProblem as error:
+        raise OpsError(str(error)) from None
+    return data
 
 
 def open_channel(access: AdminAccess) -> grpc.Channel:

@@ -40,7 +40,7 @@ from typing import Any
 
 import structlog
 
-from earmark import limits
+from earmark import files, limits
 from earmark.core.bounds import limit_problem, shown
 from earmark.errors import InvalidArgument
 from earmark.plans.provider import Limits, Period, ProviderUnavailable
@@ -236,15 +236,12 @@ def load(path: Path) -> tuple[Plans, Stamp]:
     naming the file and the problem."""
     where = f"plans_file: {path}"
     try:
-        with open(path, "rb") as handle:
-            found = os.fstat(handle.fileno())
-            data = handle.read(limits.plans_file_bytes_max + 1)
-    except OSError as error:
-        raise PlansFileError(f"{where}: cannot read it ({type(error).__name__})") from None
-    if len(data) > limits.plans_file_bytes_max:
-        raise PlansFileError(f"{where}: is larger than {limits.plans_file_bytes_max} bytes")
-    try:
+        # Only a regular file, opened without blocking: a FIFO swapped in would otherwise
+        # hold the reading thread, and with it the sidecar's stop, for good.
+        data, found = files.read_regular(path, "plans_file", limits.plans_file_bytes_max)
         text = data.decode("utf-8")
+    except files.FileProblem as error:
+        raise PlansFileError(str(error)) from None
     except UnicodeDecodeError:
         raise PlansFileError(f"{where}: is not UTF-8") from None
     try:

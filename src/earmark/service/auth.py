@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from earmark import limits
+from earmark import files, limits
 
 ANY_BUDGET = "*"
 ADMIN_NAME = "admin"
@@ -84,14 +84,7 @@ def bearer(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
 
 
 def _read(path: Path, setting: str) -> str:
-    try:
-        size = path.stat().st_size
-        if size > limits.token_file_bytes_max:
-            raise ValueError(f"{setting}: {path} is {size} bytes; at most "
-                             f"{limits.token_file_bytes_max}")  # fmt: skip
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{setting}: cannot read {path}: {type(exc).__name__}") from None
+    return files.read_text(path, setting, limits.token_file_bytes_max)
 
 
 def _check_token(token: str, where: str) -> None:

@@ -37,6 +37,11 @@ class Drain:
     def untrack(self, reservation_id: str) -> None:
         self.holds.pop(reservation_id, None)
 
+    def keep_only(self, reservation_ids: list[str]) -> None:
+        """Forgets every tracked hold but these (those still held when the drain starts:
+        one in doubt or closed has no worker about to settle it)."""
+        self.holds = dict.fromkeys(r for r in reservation_ids if r in self.holds)
+
     def enter(self, reservation_id: str = "") -> None:
         if self.starting:
             raise Unavailable(

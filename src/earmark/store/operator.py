@@ -287,3 +287,16 @@ async def most_used_budgets(conn: Conn, count: int) -> list[Budget]:
         count,
     )
     return [budget_from_row(row) for row in rows]
+
+
+async def held_among(conn: Conn, reservation_ids: list[str], now: datetime) -> list[str]:
+    """Which of reservation_ids are still held with their lease running, soonest deadline
+    first: what a stopping sidecar waits for. A hold in doubt, closed or past its lease is
+    left out, since no worker is about to settle it (open_holds has exactly the held ones)."""
+    rows = await conn.fetch(
+        "SELECT reservation_id::text AS reservation_id FROM open_holds "
+        "WHERE reservation_id = ANY($1::uuid[]) AND expires_at > $2 ORDER BY expires_at",
+        reservation_ids,
+        now,
+    )
+    return [row["reservation_id"] for row in rows]

@@ -315,6 +315,14 @@ class Store:
         assert 0 <= count <= limits.metrics_budgets_max_ceiling
         return await self._read(lambda conn: operator.most_used_budgets(conn, count))
 
+    async def held_among(self, reservation_ids: list[str]) -> list[str]:
+        """Which of reservation_ids are still held with their lease running (see
+        operator.held_among)."""
+        assert len(reservation_ids) <= limits.drain_tracked_holds_max
+        return await self._read(
+            lambda conn: operator.held_among(conn, reservation_ids, self._clock())
+        )
+
     # Holds: every operation goes through its budget's lane (store/batches.py).
 
     async def submit(self, op: Op) -> Result:
