@@ -32,7 +32,11 @@ def kinde_time(at: datetime) -> str:
 class Agreement:
     """One customer agreement. With an anchor, its billing periods are anchor + k * period
     (k any whole number), so that a test crosses into the next one by moving the fake's
-    clock; without one, the agreement has no period fields, like an older tenant's."""
+    clock; without one, the agreement has no period fields, like an older tenant's. With a
+    lag, Kinde's cycle roll (or its sync with the payment provider) is that far behind: the
+    period listed as current is the one that held lag ago, so its current_period_end may be
+    in the past, as Kinde's document says it may; usage is still booked to the period it
+    arrives in ("recorded against the next billing cycle")."""
 
     id: str
     plan_code: str = "pro"
@@ -42,6 +46,7 @@ class Agreement:
     expires_on: datetime | None = None
     anchor: datetime | None = None
     period: timedelta = timedelta(days=30)
+    lag: timedelta = timedelta(0)
 
     def period_at(self, at: datetime) -> tuple[datetime, datetime] | None:
         if self.anchor is None:
@@ -64,7 +69,7 @@ class Agreement:
                 {"feature_code": code, "entitlement_id": f"entitlement_{code}"} for code in codes
             ],
         }
-        period = self.period_at(now)
+        period = self.period_at(now - self.lag)
         if period is not None:
             item["current_period_start"] = kinde_time(period[0])
             item["current_period_end"] = kinde_time(period[1])
@@ -144,7 +149,7 @@ class KindeState:
                 a
                 if a.expires_on is not None and a.expires_on <= now
                 else Agreement(a.id, a.plan_code, a.features, now - timedelta(seconds=1),
-                               a.anchor, a.period)
+                               a.anchor, a.period, a.lag)
                 for a in self.agreements_of(account)
             ]  # fmt: skip
             self.agreements[account] = [*kept, new]

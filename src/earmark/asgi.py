@@ -1,6 +1,8 @@
 """What the commands that serve HTTP (`earmark kinde-webhooks`, `earmark console`) share:
 a TCP socket bound before their server starts, so that a port in use is one line naming
-the setting, and uvicorn's server as they run it."""
+the setting, and uvicorn's server as they run it, where a client that goes away
+mid-request is counted and logged in a line at most (earmark.disconnects), not a
+traceback."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from earmark import limits
+from earmark.disconnects import Disconnects, QuietDisconnects
 from earmark.errors import Reason, Unavailable
 from earmark.settings import split_host_port
 
@@ -54,17 +57,29 @@ class QuietServer(uvicorn.Server):
 
 
 def quiet_server(
-    app: ASGIApp, requests_max: int, tls_cert_file: Path | None, tls_key_file: Path | None
+    app: ASGIApp,
+    requests_max: int,
+    tls_cert_file: Path | None,
+    tls_key_file: Path | None,
+    *,
+    disconnects: Disconnects | None = None,
 ) -> QuietServer:
     """uvicorn serving app: no log of its own (the command logs), no lifespan, at most
     requests_max requests at once, HTTPS with a certificate; on SIGTERM, requests in flight
-    get the sidecar's grace to finish."""
+    get the sidecar's grace to finish. A client that goes away mid-request is noted in
+    disconnects (by default, one of its own that logs as server "http")."""
     config = uvicorn.Config(
-        app,
+        QuietDisconnects(app, disconnects or Disconnects("http")),
         log_config=None,
         access_log=False,
         lifespan="off",
         server_header=False,
+        # uvicorn takes a client's address from X-Forwarded-For when the peer is loopback
+        # (or is named in FORWARDED_ALLOW_IPS). These servers have no trusted-proxy
+        # setting, so a client's address is its connection's peer: otherwise a client on
+        # the host could claim a new address with every request (the console's login
+        # throttle keys on it).
+        proxy_headers=False,
         limit_concurrency=requests_max,
         timeout_graceful_shutdown=int(limits.shutdown_grace_seconds_default),
         ssl_certfile=str(tls_cert_file) if tls_cert_file else None,

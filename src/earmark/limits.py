@@ -343,10 +343,10 @@ cli_pages_max = 100
 # fetched again for a key id they lack at most once per webhook_jwks_refetch_seconds_min,
 # so that tokens with made-up key ids cannot make the command hammer Kinde. A token's
 # times may be off by webhook_clock_leeway_seconds; one without `exp` is accepted while its
-# `iat` (else its `timestamp`) is at most webhook_token_age_seconds_max old, and one with
-# `exp` only if that is at most webhook_token_lifetime_seconds_max ahead, so that every
-# accepted event id is kept (for replay refusal) until its token has expired, and the table
-# of them stays bounded. Each accepted event prunes at most webhook_prune_rows_max expired
+# `iat` (else its `timestamp`) is at most webhook_delivery_age_seconds_max old (below), and
+# one with `exp` only if that is at most webhook_token_lifetime_seconds_max ahead, so that
+# every accepted event id is kept (for dropping a repeat) until its token has expired, and
+# the table of them stays bounded. Each accepted event prunes at most webhook_prune_rows_max expired
 # rows of each table. The command's own database pool has at most webhook_pool_size_max
 # connections.
 webhook_body_bytes_max = 1 << 16
@@ -357,10 +357,39 @@ webhook_jwks_timeout_seconds = 5.0
 webhook_jwks_max_age_seconds = 600.0
 webhook_jwks_refetch_seconds_min = 30.0
 webhook_clock_leeway_seconds = 30.0
-webhook_token_age_seconds_max = 3600.0
 webhook_token_lifetime_seconds_max = 86_400.0
 webhook_prune_rows_max = 100
 webhook_pool_size_max = 2
+# Kinde's webhooks as Kinde sends them (issue 30). Kinde sends again any delivery it did
+# not get a 200 for during webhook_retry_window_seconds (36 h, its last attempts 12 h
+# apart), so a token without `exp` is accepted while it is at most
+# webhook_delivery_age_seconds_max old: the window and webhook_retry_margin_seconds for an
+# attempt that runs late (an hour, as before, refused Kinde's own retries). A delivery's
+# `webhook-id` header is at most webhook_delivery_id_length_max characters; it is kept
+# with the event id as long as the token would verify, so that a repeated delivery is
+# answered 200 and applied once, and then pruned. At most webhook_unknown_types_logged_max
+# event types Kinde does not publish are each logged once; more are only counted.
+webhook_retry_window_seconds = 129_600.0
+webhook_retry_margin_seconds = 43_200.0
+webhook_delivery_age_seconds_max = webhook_retry_window_seconds + webhook_retry_margin_seconds
+webhook_delivery_id_length_max = 128
+webhook_unknown_types_logged_max = 64
+assert webhook_clock_leeway_seconds < webhook_retry_margin_seconds <= webhook_retry_window_seconds
+assert webhook_delivery_age_seconds_max <= 7 * 86_400
+assert 0 < webhook_delivery_id_length_max <= error_about_chars_max
+assert 1 <= webhook_unknown_types_logged_max <= 1_000
+# A Kinde agreement whose current_period_end has passed (Kinde's cycle roll or sync
+# lagged) is kept, its period rolled forward by the gate, and read again after
+# agreement_lagging_recheck_seconds: often enough to see the roll soon, seldom enough that
+# every account rolling at once does not flood Kinde.
+agreement_lagging_recheck_seconds = 60.0
+assert limit_retry_seconds <= agreement_lagging_recheck_seconds <= agreement_cache_seconds_max
+# A client that goes away mid-request, on any HTTP server Earmark runs (the webhook
+# receiver, the console, the metrics listener), is logged in one line at most, and at most
+# one line per http_disconnect_log_seconds per server, which counts those since the last:
+# anyone can open and drop connections, and a log is no place for a flood of them.
+http_disconnect_log_seconds = 10.0
+assert 0 < http_disconnect_log_seconds <= 3_600
 # Every sidecar with a limits provider looks for new plan marks every
 # plan_marks_poll_seconds, reading at most plan_marks_rows_max marks a query and at most
 # plan_marks_pages_max queries a pass. A mark whose transaction committed late can carry a
@@ -402,6 +431,18 @@ console_lab_runs_kept = 8
 # names the console answers to (--allowed-hosts) may be.
 console_lab_poll_seconds = 0.15
 console_allowed_hosts_length_max = 1_000
+# The login's throttle (issue 30): at most console_login_failures_per_address_max wrong
+# tokens from one client address, and console_login_failures_max from all addresses
+# together, are looked at within console_login_window_seconds of the first; past either,
+# logins (from that address, or from every address) are refused for
+# console_login_window_seconds without the token being looked at. Each address is a row
+# of a table of at most console_login_addresses_max rows (the oldest is dropped first);
+# the overall limit means a full table holds mostly rows whose window has passed, so
+# dropping the oldest frees no attacker.
+console_login_failures_per_address_max = 10
+console_login_failures_max = 100
+console_login_window_seconds = 300.0
+console_login_addresses_max = 10_000
 
 assert 0 < budget_id_length_max <= 1024
 assert 0 < token_length_min <= token_length_max
@@ -497,8 +538,6 @@ assert 0 < webhook_body_seconds_max <= 60
 assert 0 < webhook_event_id_length_max <= error_about_chars_max
 assert 0 < webhook_jwks_timeout_seconds < webhook_jwks_refetch_seconds_min
 assert webhook_jwks_refetch_seconds_min <= webhook_jwks_max_age_seconds
-assert 0 <= webhook_clock_leeway_seconds < webhook_token_age_seconds_max
-assert webhook_token_age_seconds_max <= webhook_token_lifetime_seconds_max
 assert 1 <= webhook_prune_rows_max <= 10_000
 assert 1 <= webhook_pool_size_max <= pool_size_max_default
 assert 0 < plan_marks_poll_seconds < limit_fresh_seconds_default
@@ -519,5 +558,11 @@ assert 0 < console_lab_step_seconds <= 5
 assert 1 <= console_lab_runs_kept <= 100
 assert 0.05 <= console_lab_poll_seconds <= console_poll_seconds
 assert 1 <= console_allowed_hosts_length_max <= 10_000
+assert 1 <= console_login_failures_per_address_max <= console_login_failures_max <= 10_000
+assert 1 <= console_login_window_seconds <= 86_400
+# A row lives at most two windows, and the overall limit lets at most
+# console_login_failures_max rows in per window: room for four windows' rows keeps every
+# live row in the table.
+assert 4 * console_login_failures_max <= console_login_addresses_max <= 1_000_000
 
 assert write_statements_max < statement_cache_size_default

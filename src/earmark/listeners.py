@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
 from earmark import files, limits
+from earmark.disconnects import Disconnects, quiet_socketserver
 from earmark.errors import Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.service import auth
@@ -200,6 +201,8 @@ def serve_metrics(settings: Settings, registry: CollectorRegistry) -> Any:
             f"metrics_listen: cannot listen on {host}:{port}: {error.strerror}",
             Reason.LISTEN_FAILED,
         ) from None
+    # A scraper that resets mid-request is counted and logged in a line, not a traceback.
+    quiet_socketserver(httpd, Disconnects("metrics"))
     return httpd
 
 

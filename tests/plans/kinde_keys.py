@@ -1,5 +1,12 @@
 """Signing keys for tests of Kinde's webhooks: RSA keys made in the test, their public
-halves as a JWKS (which the fake Kinde serves), and webhook tokens signed with them."""
+halves as a JWKS (which the fake Kinde serves), and webhook tokens signed with them.
+
+What Kinde sends is taken from its documents, not from Earmark's code: the triggers
+docs.kinde.com lists ("Add and manage webhooks", "Respond to customer activity using
+webhooks", and the passkey events in /work/shared/notes/kinde-billing-api.md), the decoded
+payload "About webhooks" shows (data, event_id, event_timestamp, source, timestamp, type;
+no iss, aud, iat or exp), and the `webhook-id` header it names each delivery with, the same
+on every attempt."""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -26,6 +34,77 @@ class SigningKey:
 
     def sign(self, claims: dict[str, Any], *, kid: str | None = None) -> str:
         return jwt.encode(claims, self.private, algorithm="RS256", headers={"kid": kid or self.kid})
+
+
+# Every trigger Kinde publishes, by its documents' categories.
+BILLING_TRIGGERS = (
+    "customer.agreement_cancelled",
+    "customer.agreement_created",
+    "customer.invoice_overdue",
+    "customer.meter_usage_updated",
+    "customer.payment_failed",
+    "customer.payment_succeeded",
+    "customer.plan_created",
+    "customer.plan_assigned",
+    "customer.plan_changed",
+)
+AUTHENTICATION_TRIGGERS = (
+    "organization.created",
+    "user.created",
+    "user.authentication_failed",
+    "user.authenticated",
+    "subscriber.created",
+    "access_request.created",
+)
+# Named by the shared note (checked against Kinde's documents on 2026-12-02), not in the
+# lists of the docs' pages above.
+PASSKEY_TRIGGERS = ("passkey.added", "passkey.removed")
+USER_MANAGEMENT_TRIGGERS = (
+    "role.created",
+    "role.updated",
+    "role.deleted",
+    "permission.created",
+    "permission.updated",
+    "permission.deleted",
+    "organization.updated",
+    "organization.deleted",
+    "user.updated",
+    "user.deleted",
+)
+TRIGGERS = BILLING_TRIGGERS + AUTHENTICATION_TRIGGERS + PASSKEY_TRIGGERS + USER_MANAGEMENT_TRIGGERS
+
+
+def kinde_time(at: datetime) -> str:
+    """A time as Kinde's example payload writes it: UTC, milliseconds, Z."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
+def kinde_event(
+    kind: str, account: str, *, at: datetime | None = None, event_id: str = ""
+) -> dict[str, Any]:
+    """A webhook's claims exactly as Kinde documents them: no iss, aud, iat or exp, its
+    time in timestamp and event_timestamp. A billing event names its customer in
+    data.customer_id (Kinde publishes no billing payload); the others carry the object
+    they are about, as @kinde/webhooks' types have them (data.user, data.organization,
+    ...), with account as its id."""
+    at = at or datetime.now(UTC)
+    subject = kind.split(".", 1)[0]
+    data: dict[str, Any] = (
+        {"customer_id": account} if subject == "customer" else {subject: {"id": account}}
+    )
+    return {
+        "data": data,
+        "event_id": event_id or f"event_{uuid.uuid4().hex}",
+        "event_timestamp": kinde_time(at),
+        "source": "admin",
+        "timestamp": kinde_time(at),
+        "type": kind,
+    }
+
+
+def webhook_id() -> str:
+    """A new delivery's id, for its webhook-id header."""
+    return f"webhook_request_{uuid.uuid4().hex}"
 
 
 def new_key(kid: str) -> SigningKey:

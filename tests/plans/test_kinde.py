@@ -233,6 +233,34 @@ async def test_the_agreement_is_read_again_at_its_period_end(
     } == kinde.state.booked
 
 
+async def test_an_agreement_whose_period_end_has_passed_is_kept_and_read_again_later(
+    kinde: FakeKinde, clock: FakeClock, timed: tuple[KindeProvider, Metrics]
+) -> None:
+    """An agreement whose current_period_end is in the past (Kinde's roll lagging, as its
+    document allows) is kept with that period and takes usage, and is read again only once
+    limits.agreement_lagging_recheck_seconds have passed, by when Kinde has caught up."""
+    provider, _ = timed
+    lagging = Agreement("agr_lagging", features=("tokens",), anchor=ANCHOR, lag=timedelta(days=20))
+    kinde.state.agreements["acct"] = [lagging]
+    ended = await provider.read_period("acct", "tokens")
+    await provider.report_usage("acct", "tokens", 10, clock())
+    recheck = timedelta(seconds=limits.agreement_lagging_recheck_seconds)
+    clock.advance(recheck - timedelta(seconds=1))
+    still = await provider.read_period("acct", "tokens")
+    reads_before = kinde.state.requests["agreements"]
+    lagging.lag = timedelta(0)
+    clock.advance(timedelta(seconds=1))
+    caught_up = await provider.read_period("acct", "tokens")
+    assert (
+        Period(ANCHOR - timedelta(days=30), ANCHOR),
+        Period(ANCHOR - timedelta(days=30), ANCHOR),
+        1,
+        Period(ANCHOR, ANCHOR + timedelta(days=30)),
+        2,
+    ) == (ended, still, reads_before, caught_up, kinde.state.requests["agreements"])
+    assert {("agr_lagging", "tokens"): 10} == kinde.state.meters
+
+
 async def test_an_agreement_expiring_later_is_used_until_then(
     kinde: FakeKinde, clock: FakeClock, timed: tuple[KindeProvider, Metrics]
 ) -> None:

@@ -101,6 +101,40 @@ async def test_a_late_settle_is_booked_to_the_open_period(
     await assert_invariants(side.dsn)
 
 
+async def test_a_new_account_on_a_lagging_period_is_admitted_on_the_period_rolled_forward(
+    side: Running, kinde: FakeKinde, clock: FakeClock
+) -> None:
+    """With Kinde's cycle roll a day late (current_period_end in the past), a new account's
+    Reserve is admitted on the period rolled forward rather than refused LIMIT_UNAVAILABLE,
+    and its settle is reported to the agreement, which Kinde books to the current period."""
+    kinde.state.limits["fresh"] = {"tokens": 50_000}
+    kinde.state.agreements["fresh"] = [
+        Agreement("agreement_fresh", features=("tokens",), anchor=ANCHOR, lag=timedelta(days=2))
+    ]
+    clock.set(P2 + timedelta(days=1))
+    reply = await side.budget.Reserve(reserve("fresh", 1_000, "fresh-1"))
+    await settle(side, reply, 400)
+
+    async def booked_fresh() -> bool:
+        return kinde.state.booked.get(("agreement_fresh", "tokens", P2)) == 400
+
+    await eventually(booked_fresh, within_seconds=10, what="Kinde holding 400 for fresh")
+    row = await fetch_budget_row(side.dsn, "fresh/tokens/2026-12-15")
+    assert (True, "fresh/tokens/2026-12-15", 49_000) == (
+        reply.admitted,
+        reply.budget_id,
+        reply.remaining,
+    )
+    # [P1, P2) is Nov 15 to Dec 15, a whole month: rolled forward, the next is one too.
+    assert (P2, datetime(2027, 1, 15, tzinfo=UTC), 50_000, 400) == (
+        row["cycle_start"],
+        row["cycle_end"],
+        row["limit_units"],
+        row["used"],
+    )
+    await assert_invariants(side.dsn)
+
+
 async def test_a_report_kinde_refuses_is_parked_and_a_newer_one_sent(
     side: Running, kinde: FakeKinde
 ) -> None:

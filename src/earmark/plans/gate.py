@@ -170,11 +170,14 @@ class PlanGate:
             return cycle_at(now, self._anchor_day)
         cycle = Cycle(period.start, period.end)
         if not cycle.contains(now):
-            # The provider still answers with a period that has ended (or not begun): the
-            # guess follows from it, and the provider is asked again after the retry time.
+            # The provider still answers with a period that has ended (Kinde's roll or sync
+            # lagging) or not begun: the guess follows from it, and the provider is asked
+            # again after the retry time. Logged when the guess is new, not on every ask:
+            # a roll that lags for every account at once would otherwise flood the log.
             guess = cycle.rolled_to(now) if now >= cycle.end else cycle
-            log.warning("period_not_current", account=account, feature=feature,
-                        start=cycle.start.isoformat(), end=cycle.end.isoformat())  # fmt: skip
+            if known is None or known.cycle != guess:
+                log.warning("period_not_current", account=account, feature=feature,
+                            start=cycle.start.isoformat(), end=cycle.end.isoformat())  # fmt: skip
             if not guess.contains(now):
                 raise LimitUnavailable(
                     f"account {account!r}: feature {feature!r}: its agreement's period "

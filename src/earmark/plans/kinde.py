@@ -11,9 +11,10 @@ gives it (the management API's OpenAPI description, v0.19.0, and docs.kinde.com)
   followed with starting_after while has_more; each entitlement's feature_code and
   entitlement_limit_max (null: no maximum); scope read:billing_entitlements;
 - the agreement of an (account, feature): GET /api/v1/billing/agreements?customer_id=ID
-  &feature_code=F, the live one (not expired, its current period containing now), with
-  its billing period current_period_start/current_period_end; scope
-  read:billing_agreements;
+  &feature_code=F, the live one (not expired, its current period containing now, or
+  ended: Kinde's document says current_period_end "may be in the past if cycle roll or
+  provider sync has lagged"), with its billing period current_period_start/
+  current_period_end; scope read:billing_agreements;
 - usage: POST /api/v1/billing/meter_usage with customer_agreement_id,
   billing_feature_code, meter_value (a string), meter_usage_timestamp (UTC, whole
   seconds, Z) and meter_type_code "absolute"; scope create:meter_usage;
@@ -110,9 +111,17 @@ class _Agreement:
 
 def _live(items: list[Any], feature: str, now: datetime) -> _Agreement | None:
     """The agreement of feature that holds now: not expired, carrying feature (when it
-    lists its entitlements), its current period containing now when it gives one; of
-    several, the one whose period started last."""
-    found: list[tuple[datetime, _Agreement]] = []
+    lists its entitlements), its current period containing now or already ended when it
+    gives one; of several, one whose period contains now (or that gives none) before one
+    whose period has ended, then the one whose period started last.
+
+    An ended period is Kinde's roll or sync lagging, as its document allows: the agreement
+    is still the customer's, so it is kept (dropping it made a new account fail closed and
+    its meter reports back off), the gate rolls its period forward as it rolls any stale
+    one (PlanGate.cycle_of), and it is read again after agreement_lagging_recheck_seconds.
+    A period that has not begun is another agreement's future (a scheduled change): not
+    this one's now."""
+    found: list[tuple[tuple[bool, datetime], _Agreement]] = []
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             continue
@@ -132,16 +141,19 @@ def _live(items: list[Any], feature: str, now: datetime) -> _Agreement | None:
         end = parse_time(item.get("current_period_end"))
         period = None
         if start is not None and end is not None and start < end:
-            if not start <= now < end:
+            if now < start:
                 continue
             period = Period(start, end)
         until = now + timedelta(seconds=limits.agreement_cache_seconds_max)
-        if period is not None:
+        lagging = period is not None and period.end <= now
+        if lagging:
+            until = now + timedelta(seconds=limits.agreement_lagging_recheck_seconds)
+        elif period is not None:
             until = period.end
         if expires is not None:
             until = min(until, expires)
         started = period.start if period is not None else datetime.min.replace(tzinfo=UTC)
-        found.append((started, _Agreement(item["id"], period, until)))
+        found.append(((not lagging, started), _Agreement(item["id"], period, until)))
     if not found:
         return None
     return max(found, key=lambda pair: pair[0])[1]

@@ -1,6 +1,6 @@
 """The SQL of plan changes pushed by the billing provider: the marks a verified webhook
-leaves on an account (plan_marks), the ids of the events acted on (webhook_events), and the
-sidecars' reads of new marks."""
+leaves on an account (plan_marks), the ids of the events and deliveries acted on
+(webhook_events), and the sidecars' reads of new marks."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from datetime import datetime, timedelta
 from earmark import limits
 from earmark.store.tx import Conn
 
-# The event's id is taken first: a replayed event finds it taken and changes nothing.
+# The event's id and the delivery's are taken first: a delivery sent again finds either
+# taken (no conflict target: the event id's key and the delivery id's unique index alike)
+# and changes nothing.
 TAKE_EVENT = """
-INSERT INTO webhook_events (event_id, event_type, account, received_at, keep_until)
-VALUES ($1, $2, $3, clock_timestamp(), $4)
-ON CONFLICT (event_id) DO NOTHING
+INSERT INTO webhook_events (event_id, webhook_id, event_type, account, received_at, keep_until)
+VALUES ($1, $2, $3, $4, clock_timestamp(), $5)
+ON CONFLICT DO NOTHING
 RETURNING event_id
 """
 
@@ -57,12 +59,18 @@ class Mark:
 
 
 async def mark_account(
-    conn: Conn, event_id: str, event_type: str, account: str, keep_until: datetime
+    conn: Conn,
+    event_id: str,
+    webhook_id: str | None,
+    event_type: str,
+    account: str,
+    keep_until: datetime,
 ) -> datetime | None:
-    """Within the caller's transaction: takes the event's id and marks the account; None
-    (and nothing written) when the id was taken before, a replay. Prunes a few expired rows
-    of both tables on the way."""
-    taken = await conn.fetchval(TAKE_EVENT, event_id, event_type, account, keep_until)
+    """Within the caller's transaction: takes the event's id and the delivery's (None when
+    the delivery named none) and marks the account; None (and nothing written) when either
+    id was taken before: the delivery came again. Prunes a few expired rows of both tables
+    on the way."""
+    taken = await conn.fetchval(TAKE_EVENT, event_id, webhook_id, event_type, account, keep_until)
     if taken is None:
         return None
     marked_at: datetime = await conn.fetchval(MARK, account)

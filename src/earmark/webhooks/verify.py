@@ -2,22 +2,29 @@
 
 A webhook's body is a JWT (content type application/jwt) signed with one of the Kinde
 domain's keys. It is accepted only if its header asks for RS256, its key id is in Kinde's
-key set, its signature verifies, its `iss` is the Kinde domain, and it is recent:
+key set, its signature verifies, and it is recent. Kinde's documented payload carries no
+`iss`, `aud`, `iat` or `exp`, and Kinde's own decoder (@kinde/webhooks) checks the
+signature alone: a claim is checked where it is present, never required.
 
+- `iss`, when present, must be the Kinde domain;
 - with `exp`, not expired (give or take webhook_clock_leeway_seconds), and not expiring
   more than webhook_token_lifetime_seconds_max ahead;
-- without `exp` (Kinde's documentation does not say which time claims it sets), issued at
-  most webhook_token_age_seconds_max ago by its `iat`, else by the payload's `timestamp`
-  (ISO 8601; one without an offset is read as UTC); a token with neither is refused.
+- without `exp`, issued at most webhook_delivery_age_seconds_max ago (Kinde's retry
+  window and a margin: Kinde sends a delivery again for 36 hours) by its `iat`, else by
+  the payload's `timestamp`, else its `event_timestamp` (ISO 8601; one without an offset
+  is read as UTC); a token with none of them is refused, its age unknown.
 
-Its event id is kept until the token's validity ends, so that a replay is refused while the
-token would verify, and refused as expired after.
+Its event id is kept until the token's validity ends, so that a repeated delivery is
+answered 200 and applied once while the token would verify, and refused as expired after.
 
 The payload is read as Kinde's published webhook events have it: `type`, `event_id`,
 `timestamp` and `data`. Kinde publishes no example of a billing event's `data`; the
 billing customer (the account Earmark keeps plans for) is read from `data.customer_id`,
-else from `data.customer.id` (as user events carry `data.user.id`). Refusals name the
-cause and never carry the token.
+else from `data.customer.id` (as user events carry `data.user.id`). Every event type
+Kinde publishes is acknowledged; those that change a customer's limits mark the account,
+and a type Kinde does not publish is acknowledged too (Kinde disables an endpoint that
+keeps failing) and left to the caller to log. Refusals name the cause and never carry the
+token.
 """
 
 from __future__ import annotations
@@ -38,19 +45,31 @@ from earmark.webhooks.keys import KeysUnavailable, KindeKeys, UnknownKey
 
 ALGORITHM = "RS256"
 
-# The events that change an account's limits or agreement: each marks the account.
+# The events that change an account's limits or agreement: each marks the account. A plan
+# assigned to a customer (its first plan, or one an admin sets) changes its limits as a
+# plan change does.
 MARKING = frozenset(
-    {"customer.plan_changed", "customer.agreement_created", "customer.agreement_cancelled"}
+    {
+        "customer.plan_assigned",
+        "customer.plan_changed",
+        "customer.agreement_created",
+        "customer.agreement_cancelled",
+    }
 )
-# Kinde's other events (its billing triggers, and those of @kinde/webhook's event types):
-# acknowledged, and nothing changes. A type outside both sets is refused, so that a webhook
-# registered for a new billing event Earmark should act on is noticed, not swallowed.
+# Kinde's other published events (the triggers docs.kinde.com lists under Settings >
+# Webhooks, and @kinde/webhooks' event types): acknowledged, and nothing changes. A type
+# outside both sets is acknowledged as well, since Kinde sends any non-200 again for 36
+# hours and then disables the endpoint; the caller logs it, so that a new billing event
+# Earmark should act on is noticed, not swallowed.
 IGNORED = frozenset(
     {
         "customer.meter_usage_updated",
         "customer.invoice_overdue",
         "customer.payment_failed",
-        "customer.plan_assigned",
+        "customer.payment_succeeded",
+        "customer.plan_created",
+        "passkey.added",
+        "passkey.removed",
         "organization.created",
         "organization.updated",
         "organization.deleted",
@@ -96,7 +115,7 @@ def expired(message: str) -> Refusal:
 @dataclass(frozen=True, slots=True)
 class Event:
     type: str
-    # Empty for an ignored event: nothing is kept of it.
+    # Empty for an event that does not mark: nothing is kept of it.
     event_id: str
     account: str
     # Until when the event's id must be kept to refuse a replay.
@@ -106,6 +125,11 @@ class Event:
     def marks(self) -> bool:
         return self.type in MARKING
 
+    @property
+    def known(self) -> bool:
+        """Whether Kinde publishes the event's type."""
+        return self.type in MARKING or self.type in IGNORED
+
 
 class Verifier:
     def __init__(
@@ -114,7 +138,7 @@ class Verifier:
         keys: KindeKeys,
         clock: Callable[[], datetime],
     ) -> None:
-        # Kinde signs with its domain as the issuer: the URL without a trailing slash.
+        # The issuer a token may name: the Kinde domain, without a trailing slash.
         self.issuer = kinde_domain.rstrip("/")
         self._keys = keys
         self._clock = clock
@@ -147,13 +171,14 @@ class Verifier:
                 token,
                 key,
                 algorithms=[ALGORITHM],
-                issuer=self.issuer,
-                # Times are checked against the injected clock (_check_times). Kinde
-                # documents no audience for webhooks; what tells a webhook from Kinde's other
-                # tokens signed with the same keys (access and ID tokens) is its payload:
-                # type, event_id and data, checked in _event.
+                # Times are checked against the injected clock (_check_times), and `iss`
+                # where it is present (_check_issuer): PyJWT, given an issuer, requires it.
+                # Kinde documents no audience for webhooks; what tells a webhook from
+                # Kinde's other tokens signed with the same keys (access and ID tokens) is
+                # its payload: type, event_id and data, checked in _event.
                 options={
-                    "require": ["iss"],
+                    "require": [],
+                    "verify_iss": False,
                     "verify_aud": False,
                     "verify_exp": False,
                     "verify_iat": False,
@@ -162,15 +187,20 @@ class Verifier:
             )
         except jwt.InvalidSignatureError:
             raise unauthorized("the token's signature does not verify") from None
-        except jwt.InvalidIssuerError:
-            raise unauthorized(f"the token's issuer is not {self.issuer}") from None
-        except jwt.MissingRequiredClaimError:
-            raise unauthorized("the token has no issuer (iss)") from None
         except jwt.DecodeError:
             raise malformed("the token's payload is not a JSON object") from None
         except jwt.InvalidTokenError as error:
             raise unauthorized(f"the token is invalid: {type(error).__name__}") from None
+        self._check_issuer(claims)
         return claims
+
+    def _check_issuer(self, claims: dict[str, Any]) -> None:
+        """A token that names an issuer names the Kinde domain (a trailing slash aside)."""
+        if "iss" not in claims:
+            return
+        issuer = claims["iss"]
+        if not isinstance(issuer, str) or issuer.rstrip("/") != self.issuer:
+            raise unauthorized(f"the token's issuer is not {self.issuer}")
 
     def _check_times(self, claims: dict[str, Any]) -> datetime:
         """Until when the token is valid (plus the leeway), or a Refusal."""
@@ -189,11 +219,11 @@ class Verifier:
                 )
             return until + leeway
         issued = _issued(claims)
-        age_max = timedelta(seconds=limits.webhook_token_age_seconds_max)
+        age_max = timedelta(seconds=limits.webhook_delivery_age_seconds_max)
         if issued < now - age_max - leeway:
             raise expired(
                 f"the token has no exp and was issued more than "
-                f"{limits.webhook_token_age_seconds_max:g}s ago"
+                f"{limits.webhook_delivery_age_seconds_max:g}s ago, past Kinde's retries"
             )
         if issued > now + leeway:
             raise unauthorized("the token was issued in the future")
@@ -222,15 +252,20 @@ def _instant(value: object, claim: str) -> datetime:
 def _issued(claims: dict[str, Any]) -> datetime:
     if "iat" in claims:
         return _instant(claims["iat"], "iat")
-    stamp = claims.get("timestamp")
-    if stamp is None:
-        raise unauthorized("the token has none of exp, iat and timestamp: its age is unknown")
+    # Kinde's documented payload has both; timestamp is the one its docs name against
+    # replays.
+    name = next((n for n in ("timestamp", "event_timestamp") if n in claims), None)
+    if name is None:
+        raise unauthorized(
+            "the token has none of exp, iat, timestamp and event_timestamp: its age is unknown"
+        )
+    stamp = claims[name]
     if not isinstance(stamp, str):
-        raise unauthorized(f"the token's timestamp is {shown(stamp)}, not ISO 8601")
+        raise unauthorized(f"the token's {name} is {shown(stamp)}, not ISO 8601")
     try:
         at = datetime.fromisoformat(stamp)
     except ValueError:
-        raise unauthorized(f"the token's timestamp is {shown(stamp)}, not ISO 8601") from None
+        raise unauthorized(f"the token's {name} is {shown(stamp)}, not ISO 8601") from None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
@@ -238,10 +273,9 @@ def _event(claims: dict[str, Any], keep_until: datetime) -> Event:
     kind = claims.get("type")
     if not isinstance(kind, str) or not kind:
         raise malformed(f"the event's type is {shown(kind)}, not a name")
-    if kind in IGNORED:
-        return Event(type=kind, event_id="", account="", keep_until=keep_until)
     if kind not in MARKING:
-        raise Refusal(400, "unknown_type", f"the event type {shown(kind)} is not one Earmark knows")
+        # Acknowledged, published or not: nothing of it is kept.
+        return Event(type=kind, event_id="", account="", keep_until=keep_until)
     event_id = claims.get("event_id")
     if (
         not isinstance(event_id, str)
