@@ -35,6 +35,8 @@ from earmark.console.guard import Guard, Sessions
 from earmark.console.labrun import LabRuns
 from earmark.console.pages import Pages
 from earmark.console.settings import ConsoleSettings
+from earmark.console.throttle import LoginThrottle
+from earmark.disconnects import Disconnects
 from earmark.ops.connect import admin_target, read_token
 
 log = structlog.get_logger("earmark.console")
@@ -51,18 +53,22 @@ def templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
+def utc_now() -> datetime:
+    """The wall clock, in UTC: what the pages show unless a test gives its own."""
+    return datetime.now(UTC)
+
+
 def build(
-    settings: ConsoleSettings,
-    client: AsyncClient,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    settings: ConsoleSettings, client: AsyncClient, clock: Callable[[], datetime] = utc_now
 ) -> tuple[Guard, LabRuns]:
     """The console's ASGI app on client, wrapped in its Guard (the app to serve), and its
-    Lab (to close when serving ends)."""
+    Lab (to close when serving ends); clock is the time its pages show and its login's
+    throttle counts by."""
     login_file = settings.login_token_file
     login = read_token(login_file, "--login-token-file") if login_file else None
     lab = LabRuns(client)
     app = Starlette()
-    guard = Guard(app, Sessions(), login, settings.tls, settings.hosts())
+    guard = Guard(app, Sessions(), login, settings.tls, settings.hosts(), LoginThrottle(clock))
     pages = Pages(client, templates(), lab, guard, clock, settings.lab_step_seconds)
 
     async def home(request: Request) -> Response:
@@ -118,15 +124,22 @@ def client_of(settings: ConsoleSettings) -> AsyncClient:
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: ConsoleSettings) -> AsyncIterator[tuple[uvicorn.Server, str]]:
+async def serving(
+    settings: ConsoleSettings, clock: Callable[[], datetime] = utc_now
+) -> AsyncIterator[tuple[uvicorn.Server, str]]:
     """The console serving on its socket (bound first, so that a port in use is one line)
-    until the block ends; yields the server and the URL it serves."""
+    until the block ends, on clock (tests give theirs); yields the server and the URL it
+    serves."""
     sock = bind_tcp(settings.listen)
     client = client_of(settings)
     try:
-        guard, lab = build(settings, client)
+        guard, lab = build(settings, client, clock)
         server = quiet_server(
-            guard, limits.console_requests_max, settings.tls_cert_file, settings.tls_key_file
+            guard,
+            limits.console_requests_max,
+            settings.tls_cert_file,
+            settings.tls_key_file,
+            disconnects=Disconnects("console"),
         )
         host, port = sock.getsockname()[:2]
         url = f"{'https' if settings.tls else 'http'}://{host}:{port}"

@@ -1,9 +1,10 @@
 """The console's edge, in one ASGI middleware: every visitor has a session (a random id in
 an HttpOnly, SameSite=Strict cookie); with a login token, every page but the login page
-needs a session that typed it; every POST carries the session's CSRF token in its form
-(checked before the application sees the request, so a forged or stale form changes
-nothing); and every answer carries headers that keep the pages to themselves (a CSP with
-no inline script, no framing, no referrer)."""
+needs a session that typed it (wrong tokens are throttled per client address and overall,
+in throttle.py); every POST carries the session's CSRF token in its form (checked before
+the application sees the request, so a forged or stale form changes nothing); and every
+answer carries headers that keep the pages to themselves (a CSP with no inline script, no
+framing, no referrer)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from earmark import limits
+from earmark.console.throttle import LoginThrottle
 
 COOKIE = "earmark_console"
 # Over TLS the cookie is __Host- prefixed: the browser then takes it only with Secure, for
@@ -135,22 +137,28 @@ class Guard:
         login_token: str | None,
         secure: bool,
         allowed_hosts: frozenset[str] | None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.app = app
         self.sessions = sessions
         self.login_token = login_token
+        self.throttle = throttle if throttle is not None else LoginThrottle()
         self.secure = secure
         self.allowed_hosts = allowed_hosts
         self.cookie_name = SECURE_COOKIE if secure else COOKIE
 
-    def log_in(self, typed: str) -> Session | None:
-        """A new logged-in session if typed is the login token (compared in constant
-        time), else None."""
-        if self.login_token is None:
+    def log_in(self, typed: str, address: str) -> Session | None:
+        """A new logged-in session if typed, sent from the client address, is the login
+        token (compared in constant time), else None. Raises throttle.Throttled, without
+        looking at typed, while address or every address together has sent too many wrong
+        tokens lately."""
+        login_token = self.login_token
+        if login_token is None:
             return None
-        if not hmac.compare_digest(typed.encode(), self.login_token.encode()):
-            return None
-        return self.sessions.log_in()
+        right = self.throttle.attempt(
+            address, lambda: hmac.compare_digest(typed.encode(), login_token.encode())
+        )
+        return self.sessions.log_in() if right else None
 
     def cookie(self, session: Session) -> str:
         """The Set-Cookie value that gives the browser session's id."""

@@ -19,6 +19,7 @@ from earmark.client import AsyncClient
 from earmark.console import actions, fields, present
 from earmark.console.guard import Guard, Session
 from earmark.console.labrun import LabBusy, LabRuns
+from earmark.console.throttle import Throttled
 from earmark.core.model import OPEN_STATES, HoldState
 from earmark.core.prices import Shape
 from earmark.workloads.lab import LabParams
@@ -209,7 +210,23 @@ class Pages:
     async def login(self, request: Request) -> Response:
         form: dict[str, str] = request.state.form
         target = _next(form.get("next"))
-        session = self.guard.log_in(form.get("token", ""))
+        # The throttle keys on the address of the connection's peer. The console reads no
+        # X-Forwarded-For (serving turns uvicorn's reading of it off), so a client cannot
+        # claim another address, and behind a proxy every client has the proxy's.
+        address = request.client.host if request.client is not None else ""
+        try:
+            session = self.guard.log_in(form.get("token", ""), address)
+        except Throttled as throttled:
+            wait = throttled.retry_after_seconds
+            answer = self.render(
+                request,
+                "login.html",
+                429,
+                next=target,
+                message=f"Too many wrong tokens: logging in is paused for {wait} s.",
+            )
+            answer.headers["retry-after"] = str(wait)
+            return answer
         if session is None:
             return self.render(
                 request, "login.html", 401, next=target, message="That token is not the one."
