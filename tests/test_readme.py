@@ -129,7 +129,8 @@ async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) ->
     out = await run_block(sidecar, tmp_path, "operator")
     for expected in (
         "acme/ops   usd_micros   $5.00   $0.00   $0.00       $5.00       0   hard     15%      ok",
-        "openai     gpt-4o-mini         1   2026-01-01T00:00:00Z   -         $0.15         $0.60",
+        "openai     gpt-4o-mini   default         1   2026-01-01T00:00:00Z   -         $0.15"
+        "         $0.60",
         "held     $0.40",
         "400,000",
         "hold      ",

@@ -56,6 +56,13 @@ tokens_per_request_max = 10**12
 attempts_max = 1_000
 price_versions_max = 10_000
 job_length_max = 128
+# A provider's service tier is a name of at most service_tier_length_max characters; a
+# shape, usage or price names at most tool_kinds_max kinds of server tool (each of at most
+# tool_kind_length_max characters), and at most tool_calls_per_request_max calls of each.
+service_tier_length_max = 32
+tool_kinds_max = 16
+tool_kind_length_max = 64
+tool_calls_per_request_max = 10_000
 
 # Estimates: a job's last estimate_samples_max SUCCEEDED settles; p75 once it has
 # estimate_p75_samples_min of them; the largest once used + held reach

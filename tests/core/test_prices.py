@@ -241,3 +241,54 @@ def test_a_correction_with_the_same_start_wins() -> None:
     found = book.at("deepseek", "v4-flash", START)
     assert found is not None
     assert 2 == found.version
+
+
+@settings(max_examples=300, deadline=None)
+@given(rates, rates, rates, tokens, tokens, tokens, st.integers(0, 100), st.integers(0, 10**6))
+def test_long_cache_writes_and_tool_calls_are_priced_exactly(
+    write_rate: int,
+    long_rate: int,
+    input_rate: int,
+    short: int,
+    long: int,
+    plain: int,
+    searches: int,
+    fee: int,
+) -> None:
+    """1-hour writes cost their rate, the other writes the cache-write rate, each tool call
+    its fee: the usage costs the exact sum rounded up once."""
+    price = Price(
+        provider="p", model="m", version=1, effective_from=START, effective_to=None,
+        input_per_mtok=input_rate, output_per_mtok=0, cache_write_per_mtok=write_rate,
+        cache_write_long_per_mtok=long_rate, tool_fees=(("web_search", fee),),
+    )  # fmt: skip
+    usage = Usage(
+        input_tokens=plain + short + long, output_tokens=0,
+        cache_write_input_tokens=short + long, cache_write_long_input_tokens=long,
+        tool_calls=(("web_search", searches),),
+    )  # fmt: skip
+    exact_cost = (
+        Fraction(
+            plain * price.input_per_mtok
+            + short * price.cache_write_rate()
+            + long * price.cache_write_long_rate(),
+            1_000_000,
+        )
+        + searches * fee
+    )
+    cost = prices.usage_cost(price, usage)
+    assert 0 <= cost - exact_cost < 1
+
+
+def test_a_price_is_looked_up_by_its_tier() -> None:
+    """Each tier has its own versions; every name of the default tier finds the default."""
+
+    def tiered(version: int, tier: str, rate: int) -> Price:
+        return Price(
+            provider="p", model="m", version=version, effective_from=START, effective_to=None,
+            input_per_mtok=rate, output_per_mtok=0, service_tier=tier,
+        )  # fmt: skip
+
+    book = PriceBook([tiered(1, "", 1), tiered(2, "priority", 2)])
+    found = [book.at("p", "m", START, tier) for tier in ("", "default", "auto", "priority", "flex")]
+    assert [1, 1, 1, 2, None] == [p.input_per_mtok if p else None for p in found]

@@ -96,9 +96,9 @@ async def test_prices_are_put_and_listed(sidecar: Running) -> None:
     assert ("1", "2026-01-01T00:00:00Z") == (first["version"], first["effective_from"])
     await run(sidecar, "prices", "put", "openai", "gpt-4o", *rates, "--request-usd-micros", "1000")
     listed = rows(await run(sidecar, "prices", "list", "--provider", "openai"))
-    assert [["openai", "gpt-4o", "1", "$2.50", "$10.00", "$0.00"],
-            ["openai", "gpt-4o", "2", "$2.50", "$10.00", "$0.001"]] == [
-        [r[0], r[1], r[2], r[5], r[6], r[9]] for r in listed[1:]
+    assert [["openai", "gpt-4o", "default", "1", "$2.50", "$10.00", "$0.00"],
+            ["openai", "gpt-4o", "default", "2", "$2.50", "$10.00", "$0.001"]] == [
+        [r[0], r[1], r[2], r[3], r[6], r[7], r[10]] for r in listed[1:]
     ]  # fmt: skip
     assert 2 == len((await run_json(sidecar, "prices", "list"))["prices"])
 

@@ -50,6 +50,9 @@ START = datetime(2026, 12, 1, 12, tzinfo=UTC)
 # Two budgets in tokens (t2 may be held on with t1, nested) and one in money, priced.
 TOKENS, MONEY = ("t1", "t2"), "u1"
 SHAPE = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=500)
+# A call with no maximum of its own: held for the price's ceiling (CEILING tokens).
+CEILING = 800
+OPEN_SHAPE = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=0, output_ceiling=True)
 EXAMPLES = int(os.environ.get("EARMARK_MODEL_EXAMPLES", "25"))
 
 amounts = st.integers(1, 3_000)
@@ -154,7 +157,10 @@ class StoreAgainstModel(RuleBasedStateMachine):
     @rule(input_rate=st.integers(0, 3_000_000), request_fee=st.integers(0, 50))
     def put_price(self, input_rate: int, request_fee: int) -> None:
         at = self.clock() - timedelta(seconds=1)
-        price = Price("openai", "gpt", 0, at, None, input_rate, 4_000_000, request_fee=request_fee)
+        price = Price(
+            "openai", "gpt", 0, at, None, input_rate, 4_000_000, request_fee=request_fee,
+            max_output_tokens=CEILING,
+        )  # fmt: skip
         self.both("put_price", price)
 
     @rule(
@@ -164,16 +170,26 @@ class StoreAgainstModel(RuleBasedStateMachine):
         key=keys,
         lease=leases,
         nested=st.booleans(),
-        shaped=st.booleans(),
+        shape=st.sampled_from([None, SHAPE, OPEN_SHAPE]),
+        prompt=st.one_of(st.none(), usages),
+        degrade=st.booleans(),
     )
     def reserve(
-        self, budget: str, amount: int, key: str, lease: timedelta, nested: bool, shaped: bool
+        self,
+        budget: str,
+        amount: int,
+        key: str,
+        lease: timedelta,
+        nested: bool,
+        shape: Shape | None,
+        prompt: Usage | None,
+        degrade: bool,
     ) -> str:
         also = ("t2",) if nested and budget == "t1" else ()
         rid = str(uuid.uuid4())
         op = ReserveOp(
-            budget, key, 0 if shaped else amount, lease, rid,
-            shape=SHAPE if shaped else None, also_budget_ids=also,
+            budget, key, 0 if shape else amount, lease, rid, shape=shape,
+            also_budget_ids=also, charge=prompt, degrade=degrade and shape is not None,
         )  # fmt: skip
         told = self.op(op)
         return getattr(told, "reservation_id", "") or rid

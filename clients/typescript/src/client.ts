@@ -92,6 +92,10 @@ export interface ReserveOptions {
   alsoBudgetIds?: string[];
   /** The job's final phase, which may use a budget's output escrow. */
   final?: boolean;
+  /** Usage charged on the new hold at once (a call's prompt, about to be sent). */
+  charge?: Usage;
+  /** With a shape: hold the largest output the budget covers instead of refusing. */
+  degrade?: boolean;
 }
 
 export interface ChargeOptions {
@@ -230,6 +234,8 @@ export class EarmarkClient {
       feature: options.feature ?? '',
       alsoBudgetIds: [...(options.alsoBudgetIds ?? [])],
       phase: options.final ? pb.Phase.PHASE_FINAL : pb.Phase.PHASE_UNSPECIFIED,
+      charge: options.charge === undefined ? undefined : usageToWire(options.charge),
+      degrade: options.degrade ?? false,
     };
     return reservationOf(await this.budgetCall(this.budget.reserve, request));
   }

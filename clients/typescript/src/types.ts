@@ -24,7 +24,15 @@ export interface Shape {
   maxOutputTokens: number;
   cachedInputTokens?: number;
   cacheWriteInputTokens?: number;
+  /** The part of cacheWriteInputTokens written for an hour. */
+  cacheWriteLongInputTokens?: number;
   attempts?: number;
+  /** The provider's service tier ('' or absent: the default). */
+  serviceTier?: string;
+  /** The most server tool calls of each kind (e.g. web_search) the hold covers. */
+  maxToolCalls?: Record<string, number>;
+  /** The call sets no maximum of its own: it is held for, and told, the model's ceiling. */
+  outputCeiling?: boolean;
 }
 
 /** What a provider reported, priced by the sidecar when it charges or settles. */
@@ -33,9 +41,15 @@ export interface Usage {
   outputTokens: number;
   cachedInputTokens?: number;
   cacheWriteInputTokens?: number;
+  /** The part of cacheWriteInputTokens written for an hour. */
+  cacheWriteLongInputTokens?: number;
   requests?: number;
   provider?: string;
   model?: string;
+  /** The service tier the provider ran the call at ('' or absent: the hold's). */
+  serviceTier?: string;
+  /** Server tool calls by kind (e.g. web_search). */
+  toolCalls?: Record<string, number>;
 }
 
 export type EstimateSource = 'CALLER' | 'SHAPE' | 'DEFAULT' | 'JOB_MEDIAN' | 'JOB_P75' | 'JOB_MAX' | 'UNSPECIFIED';
@@ -54,6 +68,12 @@ export interface Reservation {
   estimateSource: EstimateSource;
   priceVersion: number;
   overLimit: boolean;
+  /** What the Reserve's charge charged at once. */
+  charged: number;
+  /** A hold by shape: the most output tokens to tell the provider. */
+  maxOutputTokens: number;
+  /** maxOutputTokens was lowered below what the shape asked (degrade). */
+  degraded: boolean;
 }
 
 /** Reserve said no: a normal answer, returned rather than thrown. It held nothing. */
@@ -160,6 +180,9 @@ export function reservationOf(reply: pb.ReserveResponse): Reservation | Refusal 
     estimateSource: suffix(pb.estimateSourceToJSON(reply.estimateSource), 'ESTIMATE_SOURCE_'),
     priceVersion: num(reply.priceVersion, 'price_version'),
     overLimit: reply.overLimit,
+    charged: num(reply.charged, 'charged'),
+    maxOutputTokens: num(reply.maxOutputTokens, 'max_output_tokens'),
+    degraded: reply.degraded,
   };
 }
 
@@ -209,8 +232,23 @@ export function shapeToWire(shape: Shape): pb.UsageShape {
     maxOutputTokens: int64(shape.maxOutputTokens, 'shape.maxOutputTokens'),
     cachedInputTokens: int64(shape.cachedInputTokens ?? 0, 'shape.cachedInputTokens'),
     cacheWriteInputTokens: int64(shape.cacheWriteInputTokens ?? 0, 'shape.cacheWriteInputTokens'),
+    cacheWriteLongInputTokens: int64(
+      shape.cacheWriteLongInputTokens ?? 0,
+      'shape.cacheWriteLongInputTokens',
+    ),
     attempts: int64(shape.attempts ?? 0, 'shape.attempts'),
+    serviceTier: shape.serviceTier ?? '',
+    maxToolCalls: countsToWire(shape.maxToolCalls, 'shape.maxToolCalls'),
+    outputCeiling: shape.outputCeiling ?? false,
   };
+}
+
+function countsToWire(counts: Record<string, number> | undefined, field: string): Record<string, bigint> {
+  const wire: Record<string, bigint> = {};
+  for (const [kind, n] of Object.entries(counts ?? {})) {
+    wire[kind] = int64(n, `${field}.${kind}`);
+  }
+  return wire;
 }
 
 export function usageToWire(usage: Usage): pb.TokenUsage {
@@ -219,9 +257,15 @@ export function usageToWire(usage: Usage): pb.TokenUsage {
     outputTokens: int64(usage.outputTokens, 'usage.outputTokens'),
     cachedInputTokens: int64(usage.cachedInputTokens ?? 0, 'usage.cachedInputTokens'),
     cacheWriteInputTokens: int64(usage.cacheWriteInputTokens ?? 0, 'usage.cacheWriteInputTokens'),
+    cacheWriteLongInputTokens: int64(
+      usage.cacheWriteLongInputTokens ?? 0,
+      'usage.cacheWriteLongInputTokens',
+    ),
     requests: int64(usage.requests ?? 0, 'usage.requests'),
     provider: usage.provider ?? '',
     model: usage.model ?? '',
+    serviceTier: usage.serviceTier ?? '',
+    toolCalls: countsToWire(usage.toolCalls, 'usage.toolCalls'),
   };
 }
 

@@ -8,7 +8,7 @@ the last one is read; Client turns them into plain iterators.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -23,7 +23,7 @@ from earmark.client.types import (
     usage_message,
 )
 from earmark.core.model import EstimatePolicy, HoldState, LedgerKind, OveragePolicy, Phase
-from earmark.core.prices import Price, Usage
+from earmark.core.prices import Price, Usage, counts
 from earmark.v1 import budget_pb2 as pb
 
 
@@ -101,6 +101,10 @@ def price_of(reply: pb.Price) -> Price:
         daily_from_minute=reply.daily_from_minute,
         daily_to_minute=reply.daily_to_minute,
         cache_write_per_mtok=reply.cache_write_usd_micros_per_mtok,
+        max_output_tokens=reply.max_output_tokens,
+        cache_write_long_per_mtok=reply.cache_write_long_usd_micros_per_mtok,
+        service_tier=reply.service_tier,
+        tool_fees=counts(reply.tool_usd_micros.items()),
     )
 
 
@@ -228,6 +232,10 @@ class AdminCalls:
         daily_from_minute: int = 0,
         daily_to_minute: int = 0,
         cache_write_usd_micros_per_mtok: int = 0,
+        max_output_tokens: int = 0,
+        cache_write_long_usd_micros_per_mtok: int = 0,
+        service_tier: str = "",
+        tool_usd_micros: Mapping[str, int] | None = None,
     ) -> Price:
         """Appends a price version for provider's model, in effect from effective_from (None:
         now); rates are micro-dollars per million tokens. Returns it with its version."""
@@ -243,6 +251,10 @@ class AdminCalls:
             daily_from_minute=daily_from_minute,
             daily_to_minute=daily_to_minute,
             cache_write_usd_micros_per_mtok=cache_write_usd_micros_per_mtok,
+            max_output_tokens=max_output_tokens,
+            cache_write_long_usd_micros_per_mtok=cache_write_long_usd_micros_per_mtok,
+            service_tier=service_tier,
+            tool_usd_micros=dict(tool_usd_micros or {}),
         )
         if effective_to is not None:
             price.effective_to.CopyFrom(_stamp(effective_to))

@@ -231,12 +231,17 @@ class AsyncClient(AdminCalls):
         labels: Mapping[str, str] | None = None,
         also_budget_ids: Sequence[str] = (),
         final: bool = False,
+        charge: Usage | None = None,
+        degrade: bool = False,
     ) -> Reservation | Refusal:
         """Checks and holds part of budget_id (or, with account and budget_id "", of the
         account's current billing cycle for feature): amount, or what shape may cost at
         the price in effect, or (neither) the sidecar's estimate for job; the same on each
         of also_budget_ids, all or nothing. final marks the job's final phase, which may
-        use a budget's output escrow. A refusal is returned, not raised."""
+        use a budget's output escrow. charge is charged on the new hold at once (a call's
+        prompt, about to be sent); with degrade, a shape whose output does not fit is held
+        for the largest output that does (Reservation.max_output_tokens). A refusal is
+        returned, not raised."""
         request = pb.ReserveRequest(
             budget_id=budget_id,
             amount=amount,
@@ -250,6 +255,9 @@ class AsyncClient(AdminCalls):
         )
         if shape is not None:
             request.shape.CopyFrom(shape_message(shape))
+        if charge is not None:
+            request.charge.CopyFrom(usage_message(charge))
+        request.degrade = degrade
         if lease_seconds is not None:
             request.lease.CopyFrom(duration_message(lease_seconds))
         return reserve_answer(await self._budget_call("Reserve", request), budget_id)

@@ -89,6 +89,12 @@ class Reservation:
     # Admitted past a SOFT budget's limit (overage_policy is then SOFT).
     over_limit: bool = False
     overage_policy: OveragePolicy = OveragePolicy.HARD
+    # What the Reserve's charge charged at once.
+    charged: int = 0
+    # A hold by shape: the most output tokens to tell the provider, and whether degrade
+    # lowered it below what the shape asked.
+    max_output_tokens: int = 0
+    degraded: bool = False
 
     admitted = True
 
@@ -178,6 +184,10 @@ def shape_message(shape: Shape) -> pb.UsageShape:
         cached_input_tokens=shape.cached_input_tokens,
         attempts=shape.attempts,
         cache_write_input_tokens=shape.cache_write_input_tokens,
+        cache_write_long_input_tokens=shape.cache_write_long_input_tokens,
+        service_tier=shape.service_tier,
+        max_tool_calls=dict(shape.max_tool_calls),
+        output_ceiling=shape.output_ceiling,
     )
 
 
@@ -190,6 +200,9 @@ def usage_message(usage: Usage) -> pb.TokenUsage:
         provider=usage.provider,
         model=usage.model,
         cache_write_input_tokens=usage.cache_write_input_tokens,
+        cache_write_long_input_tokens=usage.cache_write_long_input_tokens,
+        service_tier=usage.service_tier,
+        tool_calls=dict(usage.tool_calls),
     )
 
 
@@ -240,6 +253,9 @@ def reserve_answer(reply: pb.ReserveResponse, budget_id: str) -> Reservation | R
         price_version=reply.price_version,
         over_limit=reply.over_limit,
         overage_policy=_policy(reply.overage_policy),
+        charged=reply.charged,
+        max_output_tokens=reply.max_output_tokens,
+        degraded=reply.degraded,
     )
 
 

@@ -11,8 +11,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import assert_never
 
-from earmark.core import amounts, ratelimit, rules
+from earmark.core import amounts, calls, ratelimit, rules
 from earmark.core.amounts import Priced
+from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
 from earmark.core.model import (
     ESTIMATED,
@@ -26,6 +27,7 @@ from earmark.core.model import (
 )
 from earmark.core.ops import (
     ChargeOp,
+    ChargeResult,
     Op,
     ReleaseOp,
     RenewOp,
@@ -69,7 +71,7 @@ def sample_keys(state: BatchState, ops: list[Op]) -> set[SampleKey]:
                 shape = op.shape
                 if shape is None:
                     keys.add((budget.unit, job, ""))
-                elif shape.names_model_only():
+                elif shape.names_model_only() or amounts.ceiling_needs_samples(budget, shape):
                     keys.add((budget.unit, job, amounts.model_key(shape.provider, shape.model)))
             case SettleOp(outcome=Outcome.SUCCEEDED):
                 hold = state.holds_by_id.get(op.reservation_id)
@@ -141,9 +143,13 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     _require_account_gate(state, budget, op)
     existing = state.holds_by_key.get((op.owner, op.idempotency_key))
     if existing is not None:
-        return _again(existing, op, budget)
+        return _again(state, existing, op, budget)
     scope = _scope(state, budget, op)
     priced = amounts.reserve_amount(budget, op, state.prices, state.samples, now)
+    if op.charge is not None:
+        # Priced before anything moves: a charge that cannot be priced fails the Reserve
+        # alone, with nothing held.
+        amounts.usage_amount_of(budget, op.charge, op.shape, "", state.prices, now)
     amount = max(1, priced.amount)
     for each in scope:
         if not rules.counters_fit(each, 0, amount):
@@ -163,6 +169,9 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
                 amount, priced, RefusalReason.RATE_LIMITED, budget.remaining(),
                 f"{message} this minute", retry_after=rate.retry_after,
             )  # fmt: skip
+    degrade = calls.degrade(budget, scope, op, priced, state.prices, now)
+    if degrade is not None:
+        priced, amount = degrade, max(1, degrade.amount)
     admissions = []
     for each in scope:
         admission = rules.admit(each, amount, op.phase)
@@ -186,7 +195,18 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     for each, admission in zip(scope, admissions, strict=True):
         if admission.over_limit:
             flag_overage(decision, each, now)
-    return _admitted(hold, budget, admissions)
+    charged = 0
+    if op.charge is not None:
+        prompt = ChargeOp(hold.reservation_id, RESERVE_CHARGE_KEY, 0, op.owner, op.charge)
+        result = charge(state, decision, prompt, now)
+        assert isinstance(result, ChargeResult)
+        charged = result.charged
+    return replace(
+        _admitted(hold, budget, admissions),
+        charged=charged,
+        max_output_tokens=priced.max_output_tokens,
+        degraded=degrade is not None,
+    )
 
 
 def _require_account_gate(state: BatchState, budget: Budget, op: ReserveOp) -> None:
@@ -224,7 +244,7 @@ def _needs_account(budget: Budget, named_as: str) -> FailedPrecondition:
     )
 
 
-def _again(existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:
+def _again(state: BatchState, existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:
     """A retried Reserve: the first one's reservation, if it asked the same."""
     if not _same_request(existing, op):
         # The other reservation's request is not the caller's business: name nothing.
@@ -236,6 +256,8 @@ def _again(existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:
             field="idempotency_key",
             budget_id=budget.budget_id,
         )
+    earlier = state.charges.get((existing.reservation_id, RESERVE_CHARGE_KEY))
+    most, lowered = calls.output_tokens_of(existing, budget, state.prices)
     return ReserveResult(
         admitted=True,
         reservation_id=existing.reservation_id,
@@ -247,6 +269,9 @@ def _again(existing: Hold, op: ReserveOp, budget: Budget) -> ReserveResult:
         duplicate=True,
         source=existing.source,
         price_version=existing.price_version,
+        charged=0 if earlier is None else earlier.charged,
+        max_output_tokens=most,
+        degraded=lowered,
     )
 
 
@@ -347,6 +372,9 @@ def _same_request(hold: Hold, op: ReserveOp) -> bool:
     """A retried Reserve asks what the first asked: the same amount, the same shape (its
     price may have moved since), or an estimate for the same job."""
     if hold.shape != op.shape or hold.job != op.job:
+        return False
+    if hold.dispatched != (op.charge is not None):
+        # A Reserve with a charge made its hold dispatched at once; one without did not.
         return False
     if hold.also_budget_ids != op.also_budget_ids or hold.phase is not op.phase:
         return False

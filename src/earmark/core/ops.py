@@ -36,6 +36,10 @@ class ReserveOp:
     # Hold the same amount on these budgets too, all or nothing.
     also_budget_ids: tuple[str, ...] = ()
     phase: Phase = Phase.WORK
+    # Charged at once on the new hold, in the same transaction (a call's prompt).
+    charge: Usage | None = None
+    # With a shape: admit the largest output the budgets cover rather than refuse.
+    degrade: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,12 @@ class ReserveResult:
     over_limit: bool = False
     # The budget's unit, which the units counters are labelled with.
     unit: str = ""
+    # What the Reserve's charge charged.
+    charged: int = 0
+    # A hold reserved by shape: the most output tokens to tell the provider, and whether
+    # degrade lowered it.
+    max_output_tokens: int = 0
+    degraded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

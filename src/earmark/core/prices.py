@@ -21,6 +21,23 @@ TOKENS_PER_RATE = 1_000_000
 MICROS_PER_DOLLAR = 1_000_000
 MINUTES_PER_DAY = 24 * 60
 
+# Counts by kind (server tool calls, a tool's fee), sorted by kind: hashable and compared
+# the same whatever order they were given in.
+Counts = tuple[tuple[str, int], ...]
+
+# What providers call their default service tier: priced as the tier with no name.
+DEFAULT_TIERS = frozenset({"", "default", "auto", "standard"})
+
+
+def tier(name: str) -> str:
+    """A service tier as the price book keys it: "" for the default tier, by any name."""
+    return "" if name in DEFAULT_TIERS else name
+
+
+def counts(pairs: Iterable[tuple[str, int]]) -> Counts:
+    """Counts by kind, sorted, without zeros."""
+    return tuple(sorted((kind, n) for kind, n in pairs if n))
+
 
 @dataclass(frozen=True, slots=True)
 class Price:
@@ -43,12 +60,33 @@ class Price:
     daily_to_minute: int = 0
     # 0: input written to the provider's cache costs what input costs.
     cache_write_per_mtok: int = 0
+    # The most output tokens one call may produce (0: unknown): the cap a call that sets
+    # none is sent with.
+    max_output_tokens: int = 0
+    # 0: a 1-hour cache write costs what a cache write costs.
+    cache_write_long_per_mtok: int = 0
+    # The service tier these rates are for ("": the default).
+    service_tier: str = ""
+    # A fee per server tool call, by kind.
+    tool_fees: Counts = ()
 
     def cached_rate(self) -> int:
         return self.cached_input_per_mtok or self.input_per_mtok
 
     def cache_write_rate(self) -> int:
         return self.cache_write_per_mtok or self.input_per_mtok
+
+    def cache_write_long_rate(self) -> int:
+        return self.cache_write_long_per_mtok or self.cache_write_rate()
+
+    def tool_fee(self, kind: str) -> int | None:
+        """The fee of one call of the server tool kind; None when the price has none."""
+        return dict(self.tool_fees).get(kind)
+
+    def unpriced_tools(self, calls: Counts) -> list[str]:
+        """The kinds of calls this price has no fee for."""
+        fees = dict(self.tool_fees)
+        return [kind for kind, _ in calls if kind not in fees]
 
     def in_effect(self, at: datetime) -> bool:
         if at < self.effective_from:
@@ -79,10 +117,18 @@ class Shape:
     cached_input_tokens: int = 0
     attempts: int = 1
     cache_write_input_tokens: int = 0
+    # The part of cache_write_input_tokens written at the 1-hour rate.
+    cache_write_long_input_tokens: int = 0
+    service_tier: str = ""
+    # The most server tool calls of each kind each attempt may make.
+    max_tool_calls: Counts = ()
+    # The call sets no output limit: it is sent with the model's ceiling
+    # (Price.max_output_tokens), which max_output_tokens is then set to when it is priced.
+    output_ceiling: bool = False
 
     def names_model_only(self) -> bool:
         """A shape without tokens names the model whose history an estimate learns from."""
-        return self.input_tokens == 0 and self.max_output_tokens == 0
+        return self.input_tokens == 0 and self.max_output_tokens == 0 and not self.output_ceiling
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,22 +142,36 @@ class Usage:
     provider: str = ""
     model: str = ""
     cache_write_input_tokens: int = 0
+    # The part of cache_write_input_tokens written at the 1-hour rate.
+    cache_write_long_input_tokens: int = 0
+    # "": the tier of the hold's shape.
+    service_tier: str = ""
+    tool_calls: Counts = ()
 
 
-def _tokens_cost(price: Price, *, input_tokens: int, cached: int, written: int, output: int) -> int:
+def _tokens_cost(
+    price: Price, *, input_tokens: int, cached: int, written: int, written_long: int, output: int
+) -> int:
     """One call's tokens at the price, in micro-dollars times TOKENS_PER_RATE (not yet
     rounded). input_tokens counts every input token; cached of them were read from the
-    provider's cache and written of them were written to it, each at its own rate."""
+    provider's cache and written of them were written to it (written_long of those for an
+    hour), each at its own rate."""
     assert cached >= 0
-    assert written >= 0
+    assert 0 <= written_long <= written
     assert cached + written <= input_tokens
     assert output >= 0
     return (
         (input_tokens - cached - written) * price.input_per_mtok
         + cached * price.cached_rate()
-        + written * price.cache_write_rate()
+        + (written - written_long) * price.cache_write_rate()
+        + written_long * price.cache_write_long_rate()
         + output * price.output_per_mtok
     )
+
+
+def _tools_cost(price: Price, calls: Counts) -> int:
+    """The server tool calls' fees, scaled as _tokens_cost is; every kind must be priced."""
+    return sum(n * (price.tool_fee(kind) or 0) for kind, n in calls) * TOKENS_PER_RATE
 
 
 def _rounded_up(scaled: int) -> int:
@@ -128,8 +188,9 @@ def shape_cost(price: Price, shape: Shape) -> int:
         input_tokens=shape.input_tokens,
         cached=shape.cached_input_tokens,
         written=shape.cache_write_input_tokens,
+        written_long=shape.cache_write_long_input_tokens,
         output=shape.max_output_tokens,
-    )
+    ) + _tools_cost(price, shape.max_tool_calls)
     return _rounded_up(shape.attempts * (per_call + price.request_fee * TOKENS_PER_RATE))
 
 
@@ -143,8 +204,9 @@ def usage_cost(price: Price, usage: Usage) -> int:
         input_tokens=usage.input_tokens,
         cached=usage.cached_input_tokens,
         written=usage.cache_write_input_tokens,
+        written_long=usage.cache_write_long_input_tokens,
         output=usage.output_tokens,
-    )
+    ) + _tools_cost(price, usage.tool_calls)
     return _rounded_up(tokens + usage.requests * price.request_fee * TOKENS_PER_RATE)
 
 
@@ -169,10 +231,16 @@ class PriceBook:
     def __len__(self) -> int:
         return sum(len(versions) for versions in self._by_model.values())
 
-    def at(self, provider: str, model: str, at: datetime) -> Price | None:
-        """The price in effect at `at`: of the versions whose windows contain it, the one
-        with the latest effective_from, and of those the highest version (a correction)."""
-        live = [p for p in self._by_model.get((provider, model), ()) if p.in_effect(at)]
+    def at(self, provider: str, model: str, at: datetime, service_tier: str = "") -> Price | None:
+        """The price of the tier in effect at `at`: of the tier's versions whose windows
+        contain it, the one with the latest effective_from, and of those the highest version
+        (a correction)."""
+        wanted = tier(service_tier)
+        live = [
+            p
+            for p in self._by_model.get((provider, model), ())
+            if p.service_tier == wanted and p.in_effect(at)
+        ]
         return max(live, key=lambda p: (p.effective_from, p.version), default=None)
 
     def version(self, provider: str, model: str, version: int) -> Price | None:

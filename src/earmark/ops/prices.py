@@ -22,10 +22,17 @@ RATES = (
         "cache_write_usd_micros_per_mtok",
         "per million input tokens written to the cache (0: as input)",
     ),
+    (
+        "cache_write_long_usd_micros_per_mtok",
+        "per million input tokens written to the cache for an hour (0: as a cache write)",
+    ),
+    ("max_output_tokens", "the most output tokens one call may produce (0: unknown)"),
 )
-HEADERS = ("PROVIDER", "MODEL", "VERSION", "FROM", "TO", "INPUT/MTOK", "OUTPUT/MTOK",
-           "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL", "WINDOW", "SOURCE")  # fmt: skip
-AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL")
+HEADERS = ("PROVIDER", "MODEL", "TIER", "VERSION", "FROM", "TO", "INPUT/MTOK", "OUTPUT/MTOK",
+           "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL", "MAX OUTPUT", "WINDOW",
+           "SOURCE")  # fmt: skip
+AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL",
+           "MAX OUTPUT")  # fmt: skip
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +51,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     put.add_argument("--source", default="", help="where the rate was read (a URL)")
     put.add_argument("--daily-from-minute", type=int, default=0, help="a daily UTC window [0]")
     put.add_argument("--daily-to-minute", type=int, default=0, help="(both 0: all day) [0]")
+    put.add_argument(
+        "--service-tier", default="", help="the provider's service tier these rates are for ['']"
+    )
+    put.add_argument(
+        "--tool-fee",
+        action="append",
+        default=[],
+        metavar="KIND=MICROS",
+        help="a fee per server tool call, as web_search=10000 (repeatable)",
+    )
     put.set_defaults(run=put_price)
     listing = verbs.add_parser("list", help="every version of every price, oldest first")
     listing.add_argument("--provider", default="")
@@ -72,12 +89,25 @@ def put_request(args: argparse.Namespace) -> pb.PutPriceRequest:
         source=args.source,
         daily_from_minute=args.daily_from_minute,
         daily_to_minute=args.daily_to_minute,
+        service_tier=args.service_tier,
+        tool_usd_micros=tool_fees(args.tool_fee),
         **{field: getattr(args, field) for field, _ in RATES},
     )
     price.effective_from.CopyFrom(timestamp(args.effective_from, "--effective-from"))
     if args.effective_to:
         price.effective_to.CopyFrom(timestamp(args.effective_to, "--effective-to"))
     return pb.PutPriceRequest(price=price)
+
+
+def tool_fees(given: list[str]) -> dict[str, int]:
+    """--tool-fee KIND=MICROS flags as the price's map."""
+    fees: dict[str, int] = {}
+    for each in given:
+        kind, _, micros = each.partition("=")
+        if not kind or not micros.isdigit():
+            raise OpsError(f"--tool-fee: {each!r} is not KIND=MICROS, as web_search=10000")
+        fees[kind] = int(micros)
+    return fees
 
 
 def put_price(args: argparse.Namespace) -> str:
@@ -115,6 +145,7 @@ def table(prices: list[pb.Price]) -> str:
         [
             price.provider,
             price.model,
+            price.service_tier or "default",
             str(price.version),
             render.timestamp(price.effective_from),
             render.timestamp(price.effective_to),
@@ -127,6 +158,7 @@ def table(prices: list[pb.Price]) -> str:
             if price.cache_write_usd_micros_per_mtok
             else "as input",
             render.dollars(price.request_usd_micros),
+            str(price.max_output_tokens) if price.max_output_tokens else render.NONE,
             window(price),
             price.source or render.NONE,
         ]

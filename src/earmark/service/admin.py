@@ -11,7 +11,7 @@ from earmark.errors import FailedPrecondition, Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import convert, validate, validate_scopes
+from earmark.service import convert, validate, validate_prices, validate_scopes
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
@@ -75,7 +75,9 @@ class AdminService(pb_grpc.AdminServicer):
 
     @rpc("PutPrice")
     async def PutPrice(self, request: pb.PutPriceRequest, context: Context) -> pb.Price:
-        price = await self.store.put_price(validate.price(request.HasField("price"), request.price))
+        price = await self.store.put_price(
+            validate_prices.price(request.HasField("price"), request.price)
+        )
         log.info(
             "put_price",
             provider=price.provider,
@@ -167,7 +169,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ResolveHold(
         self, request: pb.ResolveHoldRequest, context: Context
     ) -> pb.SettleResponse:
-        used, usage = validate.amount_or_usage(
+        used, usage = validate_prices.amount_or_usage(
             "used", request.used, request.HasField("usage"), request.usage
         )
         op = ResolveOp(

@@ -21,7 +21,7 @@ from earmark.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import convert, validate, validate_scopes
+from earmark.service import convert, validate, validate_prices, validate_scopes
 from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
@@ -67,6 +67,9 @@ def _log_reserve(op: ReserveOp, result: ReserveResult) -> None:
         over_limit=result.over_limit or None,
         remaining=result.remaining,
         duplicate=result.duplicate,
+        charged=result.charged or None,
+        max_output_tokens=result.max_output_tokens or None,
+        degraded=result.degraded or None,
     )
 
 
@@ -142,7 +145,12 @@ class BudgetService(pb_grpc.BudgetServicer):
     async def Reserve(self, request: pb.ReserveRequest, context: Context) -> pb.ReserveResponse:
         # Everything the request carries is checked before any budget or provider is asked.
         budget_id, account, feature = self._named(request)
-        amount, shape = validate.reserve_amount(request)
+        amount, shape = validate_prices.reserve_amount(request)
+        charge = (
+            validate_prices.usage(request.charge, "charge") if request.HasField("charge") else None
+        )
+        if request.degrade and shape is None:
+            raise InvalidArgument("degrade", "needs a shape: only a shape's output can be lowered")
         job = validate.job(request.job)
         key = validate.idempotency_key(request.idempotency_key)
         lease = validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max)
@@ -179,6 +187,8 @@ class BudgetService(pb_grpc.BudgetServicer):
             admissions_per_minute=rate,
             also_budget_ids=also,
             phase=phase,
+            charge=charge,
+            degrade=request.degrade,
         )
         result = await self.store.submit(op)
         assert isinstance(result, ReserveResult)
@@ -190,7 +200,7 @@ class BudgetService(pb_grpc.BudgetServicer):
 
     @rpc("Charge")
     async def Charge(self, request: pb.ChargeRequest, context: Context) -> pb.ChargeResponse:
-        amount, usage = validate.amount_or_usage(
+        amount, usage = validate_prices.amount_or_usage(
             "amount", request.amount, request.HasField("usage"), request.usage
         )
         op = ChargeOp(
@@ -229,7 +239,7 @@ class BudgetService(pb_grpc.BudgetServicer):
 
     @rpc("Settle")
     async def Settle(self, request: pb.SettleRequest, context: Context) -> pb.SettleResponse:
-        used, usage = validate.amount_or_usage(
+        used, usage = validate_prices.amount_or_usage(
             "used", request.used, request.HasField("usage"), request.usage
         )
         op = SettleOp(
@@ -264,6 +274,8 @@ class BudgetService(pb_grpc.BudgetServicer):
         elif result.admitted:
             self.metrics.reservations.labels("admitted", "").inc()
             self.metrics.reserved_units.labels(result.unit).inc(result.amount)
+            if result.charged:
+                self.metrics.charged_units.labels(result.unit).inc(result.charged)
             if result.over_limit:
                 self.metrics.overage_admissions.inc()
         else:

@@ -32,6 +32,9 @@ def reserve_response(result: ReserveResult, budget_id: str) -> pb.ReserveRespons
         refused_budget_id=result.refused_budget_id,
         overage_policy=int(result.policy),  # type: ignore[arg-type]
         over_limit=result.over_limit,
+        charged=result.charged,
+        max_output_tokens=result.max_output_tokens,
+        degraded=result.degraded,
     )
     if result.remaining is not None:
         reply.remaining = result.remaining
@@ -114,6 +117,10 @@ def price_message(price: Price) -> pb.Price:
         version=price.version,
         daily_from_minute=price.daily_from_minute,
         daily_to_minute=price.daily_to_minute,
+        max_output_tokens=price.max_output_tokens,
+        cache_write_long_usd_micros_per_mtok=price.cache_write_long_per_mtok,
+        service_tier=price.service_tier,
+        tool_usd_micros=dict(price.tool_fees),
     )
     if price.effective_to is not None:
         reply.effective_to.CopyFrom(timestamp(price.effective_to))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 
 from earmark import limits
@@ -18,13 +20,15 @@ _PRICES_LOCK_KEY = 0x45505243  # "EPRC"
 INSERT_PRICE = NamedQuery(f"""
 INSERT INTO prices (provider, model, version, effective_from, effective_to, input_per_mtok,
                     output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at,
-                    daily_from_minute, daily_to_minute, cache_write_per_mtok)
+                    daily_from_minute, daily_to_minute, cache_write_per_mtok,
+                    max_output_tokens, cache_write_long_per_mtok, service_tier, tool_fees)
 VALUES ($provider, $model,
         (SELECT coalesce(max(version), 0) + 1 FROM prices
          WHERE provider = $provider AND model = $model),
         $effective_from, $effective_to, $input_per_mtok, $output_per_mtok,
         $cached_input_per_mtok, $request_fee, $source, $captured_at,
-        $daily_from_minute, $daily_to_minute, $cache_write_per_mtok)
+        $daily_from_minute, $daily_to_minute, $cache_write_per_mtok,
+        $max_output_tokens, $cache_write_long_per_mtok, $service_tier, $tool_fees::jsonb)
 RETURNING {PRICE_COLUMNS}
 """)
 
@@ -62,6 +66,10 @@ async def insert_price(conn: Conn, price: Price) -> Price:
         daily_from_minute=price.daily_from_minute,
         daily_to_minute=price.daily_to_minute,
         cache_write_per_mtok=price.cache_write_per_mtok,
+        max_output_tokens=price.max_output_tokens,
+        cache_write_long_per_mtok=price.cache_write_long_per_mtok,
+        service_tier=price.service_tier,
+        tool_fees=json.dumps(dict(price.tool_fees)),
     )
     row = await conn.fetchrow(INSERT_PRICE.sql, *args)
     assert row is not None

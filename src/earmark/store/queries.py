@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from earmark import limits
 from earmark.core.batch import BatchState, sample_keys
+from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
 from earmark.core.model import Budget, Hold
 from earmark.core.ops import ChargeOp, Op, ReserveOp
@@ -240,13 +241,24 @@ async def load_batches(
             continue  # a reservation id routed to the wrong budget: NotFound in the rules
         owner.holds_by_id[hold.reservation_id] = hold
         owner.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
-    charged_budget = {op.reservation_id: r[0] for r, op in entries if isinstance(op, ChargeOp)}
+    # The charges retried Charges may repeat, and those of retried Reserves that charged:
+    # a repeated Reserve answers what its charge charged the first time.
+    charge_keys = [
+        (op.reservation_id, op.idempotency_key, r[0])
+        for r, op in entries
+        if isinstance(op, ChargeOp)
+    ]
+    for r, op in entries:
+        if isinstance(op, ReserveOp) and op.charge is not None and r[0] in states:
+            again = states[r[0]].holds_by_key.get((op.owner, op.idempotency_key))
+            if again is not None:
+                charge_keys.append((again.reservation_id, RESERVE_CHARGE_KEY, r[0]))
+    charged_budget = {rid: budget_id for rid, _, budget_id in charge_keys}
     if charged_budget:
-        charges = [op for _, op in entries if isinstance(op, ChargeOp)]
         rows = await conn.fetch(
             LOAD_CHARGES,
-            [op.reservation_id for op in charges],
-            [op.idempotency_key for op in charges],
+            [rid for rid, _, _ in charge_keys],
+            [key for _, key, _ in charge_keys],
         )
         for row in rows:
             record = charge_from_row(row)

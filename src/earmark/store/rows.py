@@ -20,7 +20,7 @@ from earmark.core.model import (
     Phase,
     Settlement,
 )
-from earmark.core.prices import Price, Shape
+from earmark.core.prices import Price, Shape, counts
 
 BUDGET_COLUMNS = (
     "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, "
@@ -39,7 +39,8 @@ assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
     "price_id, provider, model, version, effective_from, effective_to, input_per_mtok, "
     "output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at, "
-    "daily_from_minute, daily_to_minute, cache_write_per_mtok"
+    "daily_from_minute, daily_to_minute, cache_write_per_mtok, max_output_tokens, "
+    "cache_write_long_per_mtok, service_tier, tool_fees"
 )
 
 HOLD_COLUMN_NAMES = (
@@ -114,6 +115,10 @@ def price_from_row(row: asyncpg.Record) -> Price:
         daily_from_minute=row["daily_from_minute"],
         daily_to_minute=row["daily_to_minute"],
         cache_write_per_mtok=row["cache_write_per_mtok"],
+        max_output_tokens=row["max_output_tokens"],
+        cache_write_long_per_mtok=row["cache_write_long_per_mtok"],
+        service_tier=row["service_tier"],
+        tool_fees=counts(json.loads(row["tool_fees"]).items()),
     )
 
 
@@ -122,8 +127,11 @@ def price_from_row(row: asyncpg.Record) -> Price:
 # Fields are only ever appended (a shape stored before a field existed has its default).
 _SHAPE_FIELDS = (
     "provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts",
-    "cache_write_input_tokens",
+    "cache_write_input_tokens", "cache_write_long_input_tokens", "service_tier", "max_tool_calls",
+    "output_ceiling",
 )  # fmt: skip
+# The shape's counts by kind are stored as [[kind, n], ...] and read back as tuples.
+_COUNTS_FIELD = _SHAPE_FIELDS.index("max_tool_calls")
 
 
 def shape_to_text(shape: Shape | None) -> str | None:
@@ -133,7 +141,12 @@ def shape_to_text(shape: Shape | None) -> str | None:
 
 
 def shape_from_text(text: str | None) -> Shape | None:
-    return None if text is None else Shape(*json.loads(text))
+    if text is None:
+        return None
+    values = json.loads(text)
+    if len(values) > _COUNTS_FIELD:
+        values[_COUNTS_FIELD] = counts(tuple(pair) for pair in values[_COUNTS_FIELD])
+    return Shape(*values)
 
 
 def hold_from_row(row: asyncpg.Record) -> Hold:

@@ -93,7 +93,7 @@ ESTIMATE_POLICY_MEDIAN: EstimatePolicy
 ESTIMATE_POLICY_P75: EstimatePolicy
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job", "account", "feature", "also_budget_ids", "phase")
+    __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job", "account", "feature", "also_budget_ids", "phase", "charge", "degrade")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,8 @@ class ReserveRequest(_message.Message):
     FEATURE_FIELD_NUMBER: _ClassVar[int]
     ALSO_BUDGET_IDS_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
+    CHARGE_FIELD_NUMBER: _ClassVar[int]
+    DEGRADE_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     amount: int
     idempotency_key: str
@@ -123,10 +125,12 @@ class ReserveRequest(_message.Message):
     feature: str
     also_budget_ids: _containers.RepeatedScalarFieldContainer[str]
     phase: Phase
-    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., phase: _Optional[_Union[Phase, str]] = ...) -> None: ...
+    charge: TokenUsage
+    degrade: bool
+    def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., charge: _Optional[_Union[TokenUsage, _Mapping]] = ..., degrade: _Optional[bool] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id", "refused_budget_id", "overage_policy", "over_limit")
+    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id", "refused_budget_id", "overage_policy", "over_limit", "charged", "max_output_tokens", "degraded")
     ADMITTED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     AMOUNT_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +145,9 @@ class ReserveResponse(_message.Message):
     REFUSED_BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     OVERAGE_POLICY_FIELD_NUMBER: _ClassVar[int]
     OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
     admitted: bool
     reservation_id: str
     amount: int
@@ -155,7 +162,10 @@ class ReserveResponse(_message.Message):
     refused_budget_id: str
     overage_policy: OveragePolicy
     over_limit: bool
-    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ..., refused_budget_id: _Optional[str] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., over_limit: _Optional[bool] = ...) -> None: ...
+    charged: int
+    max_output_tokens: int
+    degraded: bool
+    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ..., refused_budget_id: _Optional[str] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., over_limit: _Optional[bool] = ..., charged: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., degraded: _Optional[bool] = ...) -> None: ...
 
 class ChargeRequest(_message.Message):
     __slots__ = ("reservation_id", "amount", "idempotency_key", "usage")
@@ -318,7 +328,14 @@ class RefreshLimitsRequest(_message.Message):
     def __init__(self, account: _Optional[str] = ...) -> None: ...
 
 class Price(_message.Message):
-    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute", "cache_write_usd_micros_per_mtok")
+    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute", "cache_write_usd_micros_per_mtok", "max_output_tokens", "cache_write_long_usd_micros_per_mtok", "service_tier", "tool_usd_micros")
+    class ToolUsdMicrosEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_FROM_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +350,10 @@ class Price(_message.Message):
     DAILY_FROM_MINUTE_FIELD_NUMBER: _ClassVar[int]
     DAILY_TO_MINUTE_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_LONG_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_TIER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_USD_MICROS_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
     effective_from: _timestamp_pb2.Timestamp
@@ -347,7 +368,11 @@ class Price(_message.Message):
     daily_from_minute: int
     daily_to_minute: int
     cache_write_usd_micros_per_mtok: int
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ..., cache_write_usd_micros_per_mtok: _Optional[int] = ...) -> None: ...
+    max_output_tokens: int
+    cache_write_long_usd_micros_per_mtok: int
+    service_tier: str
+    tool_usd_micros: _containers.ScalarMap[str, int]
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ..., cache_write_usd_micros_per_mtok: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cache_write_long_usd_micros_per_mtok: _Optional[int] = ..., service_tier: _Optional[str] = ..., tool_usd_micros: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class PutPriceRequest(_message.Message):
     __slots__ = ("price",)
@@ -370,7 +395,14 @@ class ListPricesResponse(_message.Message):
     def __init__(self, prices: _Optional[_Iterable[_Union[Price, _Mapping]]] = ...) -> None: ...
 
 class UsageShape(_message.Message):
-    __slots__ = ("provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts", "cache_write_input_tokens")
+    __slots__ = ("provider", "model", "input_tokens", "max_output_tokens", "cached_input_tokens", "attempts", "cache_write_input_tokens", "cache_write_long_input_tokens", "service_tier", "max_tool_calls", "output_ceiling")
+    class MaxToolCallsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -378,6 +410,10 @@ class UsageShape(_message.Message):
     CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_LONG_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_TIER_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_CEILING_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
     input_tokens: int
@@ -385,10 +421,21 @@ class UsageShape(_message.Message):
     cached_input_tokens: int
     attempts: int
     cache_write_input_tokens: int
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., attempts: _Optional[int] = ..., cache_write_input_tokens: _Optional[int] = ...) -> None: ...
+    cache_write_long_input_tokens: int
+    service_tier: str
+    max_tool_calls: _containers.ScalarMap[str, int]
+    output_ceiling: bool
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., attempts: _Optional[int] = ..., cache_write_input_tokens: _Optional[int] = ..., cache_write_long_input_tokens: _Optional[int] = ..., service_tier: _Optional[str] = ..., max_tool_calls: _Optional[_Mapping[str, int]] = ..., output_ceiling: _Optional[bool] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
-    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "requests", "provider", "model", "cache_write_input_tokens")
+    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "requests", "provider", "model", "cache_write_input_tokens", "cache_write_long_input_tokens", "service_tier", "tool_calls")
+    class ToolCallsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -396,6 +443,9 @@ class TokenUsage(_message.Message):
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_LONG_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_TIER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
@@ -403,7 +453,10 @@ class TokenUsage(_message.Message):
     provider: str
     model: str
     cache_write_input_tokens: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., cache_write_input_tokens: _Optional[int] = ...) -> None: ...
+    cache_write_long_input_tokens: int
+    service_tier: str
+    tool_calls: _containers.ScalarMap[str, int]
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., cache_write_input_tokens: _Optional[int] = ..., cache_write_long_input_tokens: _Optional[int] = ..., service_tier: _Optional[str] = ..., tool_calls: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class Hold(_message.Message):
     __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "state", "amount", "charged", "dispatched", "phase", "idempotency_key", "owner", "job", "labels", "created_at", "expires_at", "closed_at", "settled_used")

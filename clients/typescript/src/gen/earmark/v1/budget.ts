@@ -403,6 +403,20 @@ export interface ReserveRequest {
   alsoBudgetIds: string[];
   /** Unspecified is WORK: it may not reach a budget's output escrow. */
   phase: Phase;
+  /**
+   * Usage charged at once, in the transaction that admits the hold (the prompt of a
+   * provider call about to be sent): the hold is dispatched from the start, so a worker
+   * that dies during the call leaves it in doubt. Capped at the hold, as a Charge is.
+   */
+  charge:
+    | TokenUsage
+    | undefined;
+  /**
+   * With a shape: when the budget cannot cover the shape's output, admit the largest
+   * output it covers (at least one token) instead of refusing; max_output_tokens says
+   * which, and degraded that it was lowered.
+   */
+  degrade: boolean;
 }
 
 export interface ReserveRequest_LabelsEntry {
@@ -440,6 +454,16 @@ export interface ReserveResponse {
   overagePolicy: OveragePolicy;
   /** Admitted past a SOFT budget's limit. */
   overLimit: boolean;
+  /** What ReserveRequest.charge charged (0 without one). */
+  charged: bigint;
+  /**
+   * For a hold reserved by shape: the most output tokens to tell the provider (the shape's
+   * max_output_tokens, or without one the model's ceiling, Price.max_output_tokens), lowered
+   * to what the budget covers when degrade was asked and needed; 0 otherwise.
+   */
+  maxOutputTokens: bigint;
+  /** max_output_tokens was lowered below what the shape asked (degrade). */
+  degraded: boolean;
 }
 
 export interface ChargeRequest {
@@ -602,6 +626,25 @@ export interface Price {
    * input.
    */
   cacheWriteUsdMicrosPerMtok: bigint;
+  /**
+   * The most output tokens one call of the model may produce: the cap a call that sets
+   * none is sent with; 0: unknown (such a call must set its own).
+   */
+  maxOutputTokens: bigint;
+  /** Cache writes kept for an hour (Anthropic's 1-hour writes); 0: the cache_write rate. */
+  cacheWriteLongUsdMicrosPerMtok: bigint;
+  /**
+   * The provider's service tier these rates are for (OpenAI's "priority", "flex"); empty:
+   * the default tier. A price is looked up by provider, model and tier.
+   */
+  serviceTier: string;
+  /** A fee per server tool call, by kind (e.g. "web_search"), in micro-dollars. */
+  toolUsdMicros: { [key: string]: bigint };
+}
+
+export interface Price_ToolUsdMicrosEntry {
+  key: string;
+  value: bigint;
 }
 
 export interface PutPriceRequest {
@@ -634,6 +677,23 @@ export interface UsageShape {
   attempts: bigint;
   /** The part of input_tokens expected to be written to the provider's cache. */
   cacheWriteInputTokens: bigint;
+  /** The part of cache_write_input_tokens written at the 1-hour rate. */
+  cacheWriteLongInputTokens: bigint;
+  /** The service tier the calls are sent at; empty: the default. */
+  serviceTier: string;
+  /** The most server tool calls of each kind (e.g. "web_search") the hold covers. */
+  maxToolCalls: { [key: string]: bigint };
+  /**
+   * The call sets no output limit of its own (max_output_tokens 0): it is sent with the
+   * model's ceiling (Price.max_output_tokens), which a HARD budget's hold covers and a SOFT
+   * budget's is estimated under (a miss is charged as overshoot).
+   */
+  outputCeiling: boolean;
+}
+
+export interface UsageShape_MaxToolCallsEntry {
+  key: string;
+  value: bigint;
 }
 
 /** What a provider reported. */
@@ -653,6 +713,20 @@ export interface TokenUsage {
    * writes included.
    */
   cacheWriteInputTokens: bigint;
+  /** The part of cache_write_input_tokens written at the 1-hour rate. */
+  cacheWriteLongInputTokens: bigint;
+  /**
+   * The service tier the provider ran the call at (priced at that tier's price); empty:
+   * the hold's tier.
+   */
+  serviceTier: string;
+  /** Server tool calls by kind (e.g. "web_search"), each priced at the price's fee. */
+  toolCalls: { [key: string]: bigint };
+}
+
+export interface TokenUsage_ToolCallsEntry {
+  key: string;
+  value: bigint;
 }
 
 /** One reservation, as operators see it. */
@@ -768,6 +842,8 @@ function createBaseReserveRequest(): ReserveRequest {
     feature: "",
     alsoBudgetIds: [],
     phase: 0,
+    charge: undefined,
+    degrade: false,
   };
 }
 
@@ -808,6 +884,12 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
     }
     if (message.phase !== 0) {
       writer.uint32(72).int32(message.phase);
+    }
+    if (message.charge !== undefined) {
+      TokenUsage.encode(message.charge, writer.uint32(98).fork()).join();
+    }
+    if (message.degrade !== false) {
+      writer.uint32(104).bool(message.degrade);
     }
     return writer;
   },
@@ -916,6 +998,22 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
             message.phase = reader.int32() as any;
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.charge = TokenUsage.decode(reader, reader.uint32());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.degrade = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -966,6 +1064,8 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
         ? object.also_budget_ids.map((e: any) => globalThis.String(e))
         : [],
       phase: isSet(object.phase) ? phaseFromJSON(object.phase) : 0,
+      charge: isSet(object.charge) ? TokenUsage.fromJSON(object.charge) : undefined,
+      degrade: isSet(object.degrade) ? globalThis.Boolean(object.degrade) : false,
     };
   },
 
@@ -1010,6 +1110,12 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
     if (message.phase !== 0) {
       obj.phase = phaseToJSON(message.phase);
     }
+    if (message.charge !== undefined) {
+      obj.charge = TokenUsage.toJSON(message.charge);
+    }
+    if (message.degrade !== false) {
+      obj.degrade = message.degrade;
+    }
     return obj;
   },
 
@@ -1041,6 +1147,10 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
     message.feature = object.feature ?? "";
     message.alsoBudgetIds = object.alsoBudgetIds?.map((e) => e) || [];
     message.phase = object.phase ?? 0;
+    message.charge = (object.charge !== undefined && object.charge !== null)
+      ? TokenUsage.fromPartial(object.charge)
+      : undefined;
+    message.degrade = object.degrade ?? false;
     return message;
   },
 };
@@ -1146,6 +1256,9 @@ function createBaseReserveResponse(): ReserveResponse {
     refusedBudgetId: "",
     overagePolicy: 0,
     overLimit: false,
+    charged: 0n,
+    maxOutputTokens: 0n,
+    degraded: false,
   };
 }
 
@@ -1201,6 +1314,21 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
     }
     if (message.overLimit !== false) {
       writer.uint32(112).bool(message.overLimit);
+    }
+    if (message.charged !== 0n) {
+      if (BigInt.asIntN(64, message.charged) !== message.charged) {
+        throw new globalThis.Error("value provided for field message.charged of type int64 too large");
+      }
+      writer.uint32(120).int64(message.charged);
+    }
+    if (message.maxOutputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
+      }
+      writer.uint32(152).int64(message.maxOutputTokens);
+    }
+    if (message.degraded !== false) {
+      writer.uint32(160).bool(message.degraded);
     }
     return writer;
   },
@@ -1330,6 +1458,30 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
             message.overLimit = reader.bool();
             continue;
           }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.charged = reader.int64() as bigint;
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.degraded = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1394,6 +1546,13 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
         : isSet(object.over_limit)
         ? globalThis.Boolean(object.over_limit)
         : false,
+      charged: isSet(object.charged) ? BigInt(object.charged) : 0n,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? BigInt(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? BigInt(object.max_output_tokens)
+        : 0n,
+      degraded: isSet(object.degraded) ? globalThis.Boolean(object.degraded) : false,
     };
   },
 
@@ -1441,6 +1600,15 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
     if (message.overLimit !== false) {
       obj.overLimit = message.overLimit;
     }
+    if (message.charged !== 0n) {
+      obj.charged = message.charged.toString();
+    }
+    if (message.maxOutputTokens !== 0n) {
+      obj.maxOutputTokens = message.maxOutputTokens.toString();
+    }
+    if (message.degraded !== false) {
+      obj.degraded = message.degraded;
+    }
     return obj;
   },
 
@@ -1469,6 +1637,11 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
     message.refusedBudgetId = object.refusedBudgetId ?? "";
     message.overagePolicy = object.overagePolicy ?? 0;
     message.overLimit = object.overLimit ?? false;
+    message.charged = (object.charged !== undefined && object.charged !== null) ? BigInt(object.charged) : 0n;
+    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
+      ? BigInt(object.maxOutputTokens)
+      : 0n;
+    message.degraded = object.degraded ?? false;
     return message;
   },
 };
@@ -3271,6 +3444,10 @@ function createBasePrice(): Price {
     dailyFromMinute: 0,
     dailyToMinute: 0,
     cacheWriteUsdMicrosPerMtok: 0n,
+    maxOutputTokens: 0n,
+    cacheWriteLongUsdMicrosPerMtok: 0n,
+    serviceTier: "",
+    toolUsdMicros: {},
   };
 }
 
@@ -3340,6 +3517,26 @@ export const Price: MessageFns<Price> = {
       }
       writer.uint32(112).int64(message.cacheWriteUsdMicrosPerMtok);
     }
+    if (message.maxOutputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
+      }
+      writer.uint32(120).int64(message.maxOutputTokens);
+    }
+    if (message.cacheWriteLongUsdMicrosPerMtok !== 0n) {
+      if (BigInt.asIntN(64, message.cacheWriteLongUsdMicrosPerMtok) !== message.cacheWriteLongUsdMicrosPerMtok) {
+        throw new globalThis.Error(
+          "value provided for field message.cacheWriteLongUsdMicrosPerMtok of type int64 too large",
+        );
+      }
+      writer.uint32(128).int64(message.cacheWriteLongUsdMicrosPerMtok);
+    }
+    if (message.serviceTier !== "") {
+      writer.uint32(138).string(message.serviceTier);
+    }
+    globalThis.Object.entries(message.toolUsdMicros).forEach(([key, value]: [string, bigint]) => {
+      Price_ToolUsdMicrosEntry.encode({ key: key as any, value }, writer.uint32(146).fork()).join();
+    });
     return writer;
   },
 
@@ -3468,6 +3665,41 @@ export const Price: MessageFns<Price> = {
             message.cacheWriteUsdMicrosPerMtok = reader.int64() as bigint;
             continue;
           }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.cacheWriteLongUsdMicrosPerMtok = reader.int64() as bigint;
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.serviceTier = reader.string();
+            continue;
+          }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            const entry18 = Price_ToolUsdMicrosEntry.decode(reader, reader.uint32());
+            if (entry18.value !== undefined) {
+              message.toolUsdMicros[entry18.key] = entry18.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3536,6 +3768,48 @@ export const Price: MessageFns<Price> = {
         : isSet(object.cache_write_usd_micros_per_mtok)
         ? BigInt(object.cache_write_usd_micros_per_mtok)
         : 0n,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? BigInt(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? BigInt(object.max_output_tokens)
+        : 0n,
+      cacheWriteLongUsdMicrosPerMtok: isSet(object.cacheWriteLongUsdMicrosPerMtok)
+        ? BigInt(object.cacheWriteLongUsdMicrosPerMtok)
+        : isSet(object.cache_write_long_usd_micros_per_mtok)
+        ? BigInt(object.cache_write_long_usd_micros_per_mtok)
+        : 0n,
+      serviceTier: isSet(object.serviceTier)
+        ? globalThis.String(object.serviceTier)
+        : isSet(object.service_tier)
+        ? globalThis.String(object.service_tier)
+        : "",
+      toolUsdMicros: isObject(object.toolUsdMicros)
+        ? (globalThis.Object.entries(object.toolUsdMicros) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.tool_usd_micros)
+        ? (globalThis.Object.entries(object.tool_usd_micros) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -3583,6 +3857,24 @@ export const Price: MessageFns<Price> = {
     if (message.cacheWriteUsdMicrosPerMtok !== 0n) {
       obj.cacheWriteUsdMicrosPerMtok = message.cacheWriteUsdMicrosPerMtok.toString();
     }
+    if (message.maxOutputTokens !== 0n) {
+      obj.maxOutputTokens = message.maxOutputTokens.toString();
+    }
+    if (message.cacheWriteLongUsdMicrosPerMtok !== 0n) {
+      obj.cacheWriteLongUsdMicrosPerMtok = message.cacheWriteLongUsdMicrosPerMtok.toString();
+    }
+    if (message.serviceTier !== "") {
+      obj.serviceTier = message.serviceTier;
+    }
+    if (message.toolUsdMicros) {
+      const entries = globalThis.Object.entries(message.toolUsdMicros) as [string, bigint][];
+      if (entries.length > 0) {
+        obj.toolUsdMicros = {};
+        entries.forEach(([k, v]) => {
+          obj.toolUsdMicros[k] = v.toString();
+        });
+      }
+    }
     return obj;
   },
 
@@ -3619,6 +3911,111 @@ export const Price: MessageFns<Price> = {
       (object.cacheWriteUsdMicrosPerMtok !== undefined && object.cacheWriteUsdMicrosPerMtok !== null)
         ? BigInt(object.cacheWriteUsdMicrosPerMtok)
         : 0n;
+    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
+      ? BigInt(object.maxOutputTokens)
+      : 0n;
+    message.cacheWriteLongUsdMicrosPerMtok =
+      (object.cacheWriteLongUsdMicrosPerMtok !== undefined && object.cacheWriteLongUsdMicrosPerMtok !== null)
+        ? BigInt(object.cacheWriteLongUsdMicrosPerMtok)
+        : 0n;
+    message.serviceTier = object.serviceTier ?? "";
+    message.toolUsdMicros = (globalThis.Object.entries(object.toolUsdMicros ?? {}) as [string, bigint][]).reduce(
+      (acc: { [key: string]: bigint }, [key, value]: [string, bigint]) => {
+        if (value !== undefined) {
+          acc[key] = BigInt(value as string | number | bigint | boolean);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBasePrice_ToolUsdMicrosEntry(): Price_ToolUsdMicrosEntry {
+  return { key: "", value: 0n };
+}
+
+export const Price_ToolUsdMicrosEntry: MessageFns<Price_ToolUsdMicrosEntry> = {
+  encode(message: Price_ToolUsdMicrosEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0n) {
+      if (BigInt.asIntN(64, message.value) !== message.value) {
+        throw new globalThis.Error("value provided for field message.value of type int64 too large");
+      }
+      writer.uint32(16).int64(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Price_ToolUsdMicrosEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePrice_ToolUsdMicrosEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Price_ToolUsdMicrosEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? BigInt(object.value) : 0n,
+    };
+  },
+
+  toJSON(message: Price_ToolUsdMicrosEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0n) {
+      obj.value = message.value.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Price_ToolUsdMicrosEntry>, I>>(base?: I): Price_ToolUsdMicrosEntry {
+    return Price_ToolUsdMicrosEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Price_ToolUsdMicrosEntry>, I>>(object: I): Price_ToolUsdMicrosEntry {
+    const message = createBasePrice_ToolUsdMicrosEntry();
+    message.key = object.key ?? "";
+    message.value = (object.value !== undefined && object.value !== null) ? BigInt(object.value) : 0n;
     return message;
   },
 };
@@ -3851,6 +4248,10 @@ function createBaseUsageShape(): UsageShape {
     cachedInputTokens: 0n,
     attempts: 0n,
     cacheWriteInputTokens: 0n,
+    cacheWriteLongInputTokens: 0n,
+    serviceTier: "",
+    maxToolCalls: {},
+    outputCeiling: false,
   };
 }
 
@@ -3891,6 +4292,23 @@ export const UsageShape: MessageFns<UsageShape> = {
         throw new globalThis.Error("value provided for field message.cacheWriteInputTokens of type int64 too large");
       }
       writer.uint32(56).int64(message.cacheWriteInputTokens);
+    }
+    if (message.cacheWriteLongInputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.cacheWriteLongInputTokens) !== message.cacheWriteLongInputTokens) {
+        throw new globalThis.Error(
+          "value provided for field message.cacheWriteLongInputTokens of type int64 too large",
+        );
+      }
+      writer.uint32(64).int64(message.cacheWriteLongInputTokens);
+    }
+    if (message.serviceTier !== "") {
+      writer.uint32(74).string(message.serviceTier);
+    }
+    globalThis.Object.entries(message.maxToolCalls).forEach(([key, value]: [string, bigint]) => {
+      UsageShape_MaxToolCallsEntry.encode({ key: key as any, value }, writer.uint32(82).fork()).join();
+    });
+    if (message.outputCeiling !== false) {
+      writer.uint32(88).bool(message.outputCeiling);
     }
     return writer;
   },
@@ -3964,6 +4382,41 @@ export const UsageShape: MessageFns<UsageShape> = {
             message.cacheWriteInputTokens = reader.int64() as bigint;
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.cacheWriteLongInputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.serviceTier = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            const entry10 = UsageShape_MaxToolCallsEntry.decode(reader, reader.uint32());
+            if (entry10.value !== undefined) {
+              message.maxToolCalls[entry10.key] = entry10.value;
+            }
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.outputCeiling = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4001,6 +4454,48 @@ export const UsageShape: MessageFns<UsageShape> = {
         : isSet(object.cache_write_input_tokens)
         ? BigInt(object.cache_write_input_tokens)
         : 0n,
+      cacheWriteLongInputTokens: isSet(object.cacheWriteLongInputTokens)
+        ? BigInt(object.cacheWriteLongInputTokens)
+        : isSet(object.cache_write_long_input_tokens)
+        ? BigInt(object.cache_write_long_input_tokens)
+        : 0n,
+      serviceTier: isSet(object.serviceTier)
+        ? globalThis.String(object.serviceTier)
+        : isSet(object.service_tier)
+        ? globalThis.String(object.service_tier)
+        : "",
+      maxToolCalls: isObject(object.maxToolCalls)
+        ? (globalThis.Object.entries(object.maxToolCalls) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.max_tool_calls)
+        ? (globalThis.Object.entries(object.max_tool_calls) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      outputCeiling: isSet(object.outputCeiling)
+        ? globalThis.Boolean(object.outputCeiling)
+        : isSet(object.output_ceiling)
+        ? globalThis.Boolean(object.output_ceiling)
+        : false,
     };
   },
 
@@ -4027,6 +4522,24 @@ export const UsageShape: MessageFns<UsageShape> = {
     if (message.cacheWriteInputTokens !== 0n) {
       obj.cacheWriteInputTokens = message.cacheWriteInputTokens.toString();
     }
+    if (message.cacheWriteLongInputTokens !== 0n) {
+      obj.cacheWriteLongInputTokens = message.cacheWriteLongInputTokens.toString();
+    }
+    if (message.serviceTier !== "") {
+      obj.serviceTier = message.serviceTier;
+    }
+    if (message.maxToolCalls) {
+      const entries = globalThis.Object.entries(message.maxToolCalls) as [string, bigint][];
+      if (entries.length > 0) {
+        obj.maxToolCalls = {};
+        entries.forEach(([k, v]) => {
+          obj.maxToolCalls[k] = v.toString();
+        });
+      }
+    }
+    if (message.outputCeiling !== false) {
+      obj.outputCeiling = message.outputCeiling;
+    }
     return obj;
   },
 
@@ -4051,6 +4564,109 @@ export const UsageShape: MessageFns<UsageShape> = {
       (object.cacheWriteInputTokens !== undefined && object.cacheWriteInputTokens !== null)
         ? BigInt(object.cacheWriteInputTokens)
         : 0n;
+    message.cacheWriteLongInputTokens =
+      (object.cacheWriteLongInputTokens !== undefined && object.cacheWriteLongInputTokens !== null)
+        ? BigInt(object.cacheWriteLongInputTokens)
+        : 0n;
+    message.serviceTier = object.serviceTier ?? "";
+    message.maxToolCalls = (globalThis.Object.entries(object.maxToolCalls ?? {}) as [string, bigint][]).reduce(
+      (acc: { [key: string]: bigint }, [key, value]: [string, bigint]) => {
+        if (value !== undefined) {
+          acc[key] = BigInt(value as string | number | bigint | boolean);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.outputCeiling = object.outputCeiling ?? false;
+    return message;
+  },
+};
+
+function createBaseUsageShape_MaxToolCallsEntry(): UsageShape_MaxToolCallsEntry {
+  return { key: "", value: 0n };
+}
+
+export const UsageShape_MaxToolCallsEntry: MessageFns<UsageShape_MaxToolCallsEntry> = {
+  encode(message: UsageShape_MaxToolCallsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0n) {
+      if (BigInt.asIntN(64, message.value) !== message.value) {
+        throw new globalThis.Error("value provided for field message.value of type int64 too large");
+      }
+      writer.uint32(16).int64(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageShape_MaxToolCallsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageShape_MaxToolCallsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageShape_MaxToolCallsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? BigInt(object.value) : 0n,
+    };
+  },
+
+  toJSON(message: UsageShape_MaxToolCallsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0n) {
+      obj.value = message.value.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UsageShape_MaxToolCallsEntry>, I>>(base?: I): UsageShape_MaxToolCallsEntry {
+    return UsageShape_MaxToolCallsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UsageShape_MaxToolCallsEntry>, I>>(object: I): UsageShape_MaxToolCallsEntry {
+    const message = createBaseUsageShape_MaxToolCallsEntry();
+    message.key = object.key ?? "";
+    message.value = (object.value !== undefined && object.value !== null) ? BigInt(object.value) : 0n;
     return message;
   },
 };
@@ -4064,6 +4680,9 @@ function createBaseTokenUsage(): TokenUsage {
     provider: "",
     model: "",
     cacheWriteInputTokens: 0n,
+    cacheWriteLongInputTokens: 0n,
+    serviceTier: "",
+    toolCalls: {},
   };
 }
 
@@ -4105,6 +4724,20 @@ export const TokenUsage: MessageFns<TokenUsage> = {
       }
       writer.uint32(56).int64(message.cacheWriteInputTokens);
     }
+    if (message.cacheWriteLongInputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.cacheWriteLongInputTokens) !== message.cacheWriteLongInputTokens) {
+        throw new globalThis.Error(
+          "value provided for field message.cacheWriteLongInputTokens of type int64 too large",
+        );
+      }
+      writer.uint32(64).int64(message.cacheWriteLongInputTokens);
+    }
+    if (message.serviceTier !== "") {
+      writer.uint32(74).string(message.serviceTier);
+    }
+    globalThis.Object.entries(message.toolCalls).forEach(([key, value]: [string, bigint]) => {
+      TokenUsage_ToolCallsEntry.encode({ key: key as any, value }, writer.uint32(82).fork()).join();
+    });
     return writer;
   },
 
@@ -4177,6 +4810,33 @@ export const TokenUsage: MessageFns<TokenUsage> = {
             message.cacheWriteInputTokens = reader.int64() as bigint;
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.cacheWriteLongInputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.serviceTier = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            const entry10 = TokenUsage_ToolCallsEntry.decode(reader, reader.uint32());
+            if (entry10.value !== undefined) {
+              message.toolCalls[entry10.key] = entry10.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4214,6 +4874,43 @@ export const TokenUsage: MessageFns<TokenUsage> = {
         : isSet(object.cache_write_input_tokens)
         ? BigInt(object.cache_write_input_tokens)
         : 0n,
+      cacheWriteLongInputTokens: isSet(object.cacheWriteLongInputTokens)
+        ? BigInt(object.cacheWriteLongInputTokens)
+        : isSet(object.cache_write_long_input_tokens)
+        ? BigInt(object.cache_write_long_input_tokens)
+        : 0n,
+      serviceTier: isSet(object.serviceTier)
+        ? globalThis.String(object.serviceTier)
+        : isSet(object.service_tier)
+        ? globalThis.String(object.service_tier)
+        : "",
+      toolCalls: isObject(object.toolCalls)
+        ? (globalThis.Object.entries(object.toolCalls) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.tool_calls)
+        ? (globalThis.Object.entries(object.tool_calls) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -4240,6 +4937,21 @@ export const TokenUsage: MessageFns<TokenUsage> = {
     if (message.cacheWriteInputTokens !== 0n) {
       obj.cacheWriteInputTokens = message.cacheWriteInputTokens.toString();
     }
+    if (message.cacheWriteLongInputTokens !== 0n) {
+      obj.cacheWriteLongInputTokens = message.cacheWriteLongInputTokens.toString();
+    }
+    if (message.serviceTier !== "") {
+      obj.serviceTier = message.serviceTier;
+    }
+    if (message.toolCalls) {
+      const entries = globalThis.Object.entries(message.toolCalls) as [string, bigint][];
+      if (entries.length > 0) {
+        obj.toolCalls = {};
+        entries.forEach(([k, v]) => {
+          obj.toolCalls[k] = v.toString();
+        });
+      }
+    }
     return obj;
   },
 
@@ -4264,6 +4976,108 @@ export const TokenUsage: MessageFns<TokenUsage> = {
       (object.cacheWriteInputTokens !== undefined && object.cacheWriteInputTokens !== null)
         ? BigInt(object.cacheWriteInputTokens)
         : 0n;
+    message.cacheWriteLongInputTokens =
+      (object.cacheWriteLongInputTokens !== undefined && object.cacheWriteLongInputTokens !== null)
+        ? BigInt(object.cacheWriteLongInputTokens)
+        : 0n;
+    message.serviceTier = object.serviceTier ?? "";
+    message.toolCalls = (globalThis.Object.entries(object.toolCalls ?? {}) as [string, bigint][]).reduce(
+      (acc: { [key: string]: bigint }, [key, value]: [string, bigint]) => {
+        if (value !== undefined) {
+          acc[key] = BigInt(value as string | number | bigint | boolean);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseTokenUsage_ToolCallsEntry(): TokenUsage_ToolCallsEntry {
+  return { key: "", value: 0n };
+}
+
+export const TokenUsage_ToolCallsEntry: MessageFns<TokenUsage_ToolCallsEntry> = {
+  encode(message: TokenUsage_ToolCallsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0n) {
+      if (BigInt.asIntN(64, message.value) !== message.value) {
+        throw new globalThis.Error("value provided for field message.value of type int64 too large");
+      }
+      writer.uint32(16).int64(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TokenUsage_ToolCallsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTokenUsage_ToolCallsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TokenUsage_ToolCallsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? BigInt(object.value) : 0n,
+    };
+  },
+
+  toJSON(message: TokenUsage_ToolCallsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0n) {
+      obj.value = message.value.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TokenUsage_ToolCallsEntry>, I>>(base?: I): TokenUsage_ToolCallsEntry {
+    return TokenUsage_ToolCallsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TokenUsage_ToolCallsEntry>, I>>(object: I): TokenUsage_ToolCallsEntry {
+    const message = createBaseTokenUsage_ToolCallsEntry();
+    message.key = object.key ?? "";
+    message.value = (object.value !== undefined && object.value !== null) ? BigInt(object.value) : 0n;
     return message;
   },
 };
