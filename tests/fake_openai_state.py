@@ -1,0 +1,149 @@
+"""The fake OpenAI's state, its bill, and how it plans an answer: which tokens it generates,
+hidden or seen, and why it stops. The server (tests/fake_openai.py) and its Responses API
+(tests/fake_openai_responses.py) answer from these; the facts they follow are in
+tests/fake_openai.py's docstring."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.http_fake import Received
+
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+EMBEDDINGS = "/v1/embeddings"
+# The headers a test may ask about; never the API key.
+HEADERS = ("content-type", "user-agent", "x-stainless-retry-count", "idempotency-key")
+# What the model writes into a string field of a JSON schema or tool's parameters.
+FILLER = "fake"
+# Generated JSON (tool arguments, structured output) is this many characters a token.
+JSON_CHARS_PER_TOKEN = 3
+
+
+@dataclass(frozen=True)
+class Billed:
+    """What one call would cost at the provider: its quantities, and the endpoint, model and
+    service tier that price them. prompt_tokens counts the cached and cache-written tokens
+    among them, as OpenAI counts them; completion_tokens counts the reasoning tokens. The
+    defaults are the common case (a gpt-4o chat completion at the default tier), so that a
+    bill written with the first three fields alone compares equal to it."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    endpoint: str = CHAT
+    model: str = "gpt-4o"
+    service_tier: str = "default"
+    reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass
+class OpenAIState:
+    """What the fake answers and what it saw; the lock guards it."""
+
+    completion_tokens: int = 300
+    cached_tokens: int = 0
+    # Prompt tokens written to the cache (prompt_tokens_details.cache_write_tokens).
+    cache_write_tokens: int = 0
+    # Hidden reasoning tokens of a "think" answer, generated before its text.
+    reasoning_tokens: int = 64
+    # A stream sends this many tokens a chunk, and token i of an answer is
+    # token_texts[i % len(token_texts)]. The defaults are what older tests read back: one
+    # "tok " a chunk (recorded Chat Completions streams do send one token a chunk).
+    tokens_per_chunk: int = 1
+    token_texts: tuple[str, ...] = ("tok ",)
+    # An embedding's length when the request names no dimensions.
+    dimensions: int = 8
+    chunk_seconds: float = 0.0
+    # How long a "late" request waits before it is answered (and billed).
+    late_seconds: float = 2.0
+    # Generate past the request's maximum answer, as no real provider should.
+    ignores_maximum: bool = False
+    # Every request's JSON body, and the same with its path and headers.
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    retry_headers: list[str] = field(default_factory=list)
+    billed: list[Billed] = field(default_factory=list)
+    seen: Counter[str] = field(default_factory=Counter)
+    # Streams whose reader went away before the last chunk.
+    abandoned: int = 0
+    # "slow" requests are answered once this is set (or after 30 s).
+    slow: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bill(self, billed: Billed) -> None:
+        with self.lock:
+            self.billed.append(billed)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One answer: its hidden reasoning tokens (generated first), its visible tokens (text,
+    or a tool call's arguments) one string each, and whether it stopped at the request's
+    limit."""
+
+    reasoning: int
+    tokens: list[str]
+    capped: bool
+
+    @property
+    def completion(self) -> int:
+        return self.reasoning + len(self.tokens)
+
+
+def plan(state: OpenAIState, last: str, limit: int | None, json_text: str | None) -> Plan:
+    """The answer to a request whose last message is last, with at most limit completion
+    tokens (reasoning included) unless the fake ignores it; json_text, when given, is the
+    answer (tool arguments or structured output) instead of the fake's words."""
+    hidden = state.reasoning_tokens if last == "think" else 0
+    if json_text is not None:
+        tokens = split(json_text)
+    else:
+        texts = state.token_texts
+        tokens = [texts[i % len(texts)] for i in range(state.completion_tokens)]
+    if limit is None or state.ignores_maximum:
+        return Plan(hidden, tokens, limit is not None and hidden + len(tokens) >= limit)
+    capped = hidden + len(tokens) >= limit
+    hidden = min(hidden, limit)
+    return Plan(hidden, tokens[: limit - hidden], capped)
+
+
+def split(text: str) -> list[str]:
+    """Generated JSON as the fake tokenizes it: three characters a token."""
+    size = JSON_CHARS_PER_TOKEN
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def filled(schema: dict[str, Any]) -> str:
+    """A JSON object that a JSON schema of flat properties accepts: strings are FILLER,
+    numbers 1, booleans true, arrays and objects empty."""
+    values = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+    properties = schema.get("properties") or {}
+    return json.dumps(
+        {name: values.get(kind.get("type"), FILLER) for name, kind in properties.items()}
+    )
+
+
+def served_tier(requested: str | None) -> str:
+    """The tier that served a request asking for requested: "auto" (or nothing) runs at
+    the project's default, and "fast" is reported as "priority", as the API reports them."""
+    tiers = {"priority": "priority", "fast": "priority", "flex": "flex", "scale": "scale"}
+    return tiers.get(requested or "auto", "default")
+
+
+def chars(content: Any) -> int:
+    """The characters of a message's or input item's content: a string, or parts with text."""
+    if isinstance(content, list):
+        return sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+    return len(str(content or ""))
+
+
+def last_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content or "")
