@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from earmark.client import llm
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
@@ -190,8 +189,7 @@ async def test_the_openai_worker_runs_as_written(
     sidecar: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/providers-python.md's OpenAI worker, against the fake OpenAI: the call without a
-    maximum is sent one the size of its hold after the prompt, and the budget's used is
-    what the fake billed."""
+    maximum is sent the model's ceiling, and the budget's used is what the fake billed."""
     with fake_openai() as fake:
         # The provider client's own variables, as a worker's deployment sets them.
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
@@ -200,10 +198,9 @@ async def test_the_openai_worker_runs_as_written(
     (bill,) = fake.state.billed
     (request,) = fake.state.requests
     state = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="job-142"))
-    prompt = -(-llm.prompt_tokens(request) * 150_000 // 1_000_000)
     billed = -(-(bill.prompt_tokens * 150_000 + bill.completion_tokens * 600_000) // 1_000_000)
     assert f"answered: {bill.prompt_tokens} {bill.completion_tokens}" in out
-    assert (20_000 - prompt) * 1_000_000 // 600_000 == request["max_completion_tokens"]
+    assert 16_384 == request["max_completion_tokens"]
     assert (billed, 0, 0) == (state.used, state.held, state.open_reservations)
     await assert_invariants(sidecar.dsn)
 

@@ -20,12 +20,20 @@ error_about_keys_max = 8
 error_about_chars_max = 256
 
 # Metered model calls (earmark.client.llm): at most llm_attempts_max attempts of one call,
-# each on its own hold; a stream is charged every llm_stream_charge_tokens output tokens.
+# each on its own hold.
 llm_attempts_max = 10
-llm_stream_charge_tokens = 32
 # A maximum answer the wrapper sets for the provider (what the hold covers after the prompt)
 # is at least llm_output_tokens_min: a hold that covers less refuses the call unsent.
 llm_output_tokens_min = 1
+# Metered calls at the wire (earmark.client.wire): a prompt is estimated at one token per
+# llm_prompt_chars_per_token characters (fewer than the usual four: the hold errs high) and
+# llm_message_overhead_tokens a message; a request with server tools that names no maximum
+# number of calls is held for llm_tool_calls_default of each; a server-sent event of a
+# stream is at most sse_event_bytes_max bytes (a larger one is passed on unread).
+llm_prompt_chars_per_token = 3
+llm_message_overhead_tokens = 4
+llm_tool_calls_default = 10
+sse_event_bytes_max = 16 << 20
 
 # The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
 # it is made at most client_attempts_max times, with backoff between attempts of at most
@@ -533,8 +541,7 @@ assert 0 < database_wait_backoff_seconds_base <= database_wait_backoff_seconds_m
 assert budget_id_length_max <= error_about_chars_max
 assert error_about_keys_max >= 4
 assert 1 <= llm_attempts_max <= 100
-assert 1 <= llm_stream_charge_tokens <= 4096
-assert 1 <= llm_output_tokens_min <= llm_stream_charge_tokens
+assert 1 <= llm_output_tokens_min <= 4096
 assert 0 < admin_call_seconds_default <= admin_call_seconds_max
 assert 1 <= cli_pages_max * page_size_max <= 1_000_000
 assert llm_attempts_max <= client_attempts_max
@@ -573,3 +580,6 @@ assert 1 <= console_login_window_seconds <= 86_400
 assert 4 * console_login_failures_max <= console_login_addresses_max <= 1_000_000
 
 assert write_statements_max < statement_cache_size_default
+assert 1 <= llm_prompt_chars_per_token <= 4
+assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
+assert 1 << 16 <= sse_event_bytes_max <= 64 << 20

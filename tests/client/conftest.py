@@ -7,7 +7,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.client.llm_helpers import CACHED, CLAUDE, CLAUDE_RATES, INPUT, OUTPUT, put_price
+from tests.client.llm_helpers import (
+    CACHED,
+    CEILING,
+    CLAUDE,
+    CLAUDE_RATES,
+    INPUT,
+    OUTPUT,
+    put_price,
+)
 from tests.conftest import Running
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic
 from tests.fake_openai import FakeOpenAI, fake_openai
@@ -29,6 +37,7 @@ async def priced(sidecar: Running) -> Running:
         input_usd_micros_per_mtok=INPUT,
         cached_input_usd_micros_per_mtok=CACHED,
         output_usd_micros_per_mtok=OUTPUT,
+        max_output_tokens=CEILING,
     )
     return sidecar
 
@@ -51,5 +60,8 @@ async def priced_claude(sidecar: Running) -> Running:
         output_usd_micros_per_mtok=CLAUDE_RATES.output,
         cached_input_usd_micros_per_mtok=CLAUDE_RATES.cache_read,
         cache_write_usd_micros_per_mtok=CLAUDE_RATES.cache_write,
+        cache_write_long_usd_micros_per_mtok=CLAUDE_RATES.cache_write_long,
+        max_output_tokens=CEILING,
+        tool_usd_micros={"web_search": CLAUDE_RATES.web_search},
     )
     return sidecar

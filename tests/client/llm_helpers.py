@@ -18,12 +18,17 @@ from tests.fake_openai import Billed
 # The test's own list prices for "gpt-4o", in micro-dollars per million tokens: high, so
 # that a $5.00 ceiling is spent in tens of calls.
 INPUT, CACHED, OUTPUT = 25_000_000, 12_500_000, 100_000_000
+# The test models' output ceiling (Price.max_output_tokens): what a call that sets no
+# maximum of its own is held for and told.
+CEILING = 4_096
 # The test's prices for Anthropic's test model: a cache read at a tenth of the input rate,
 # a cache write at one and a quarter times it, as Anthropic prices them.
 CLAUDE = "claude-test"
+# One-hour cache writes at twice the input rate, and $10 per thousand web searches.
 CLAUDE_RATES = Rates(
-    input=25_000_000, output=100_000_000, cache_read=2_500_000, cache_write=31_250_000
-)
+    input=25_000_000, output=100_000_000, cache_read=2_500_000, cache_write=31_250_000,
+    cache_write_long=50_000_000, web_search=10_000,
+)  # fmt: skip
 QUICK = RetryPolicy(3, 0.001, 0.01)
 # One attempt: a failed call leaves one hold to look at.
 ONCE = RetryPolicy(1, 0.001, 0.01)
@@ -76,7 +81,7 @@ async def holds(s: Running, budget_id: str) -> list[pb.Hold]:
     return list(page.holds)
 
 
-def ask(text: str = "hello", **request: object) -> dict[str, object]:
+def ask(text: str = "hello", **request: object) -> dict[str, Any]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}], **request}
 
 

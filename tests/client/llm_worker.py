@@ -32,7 +32,7 @@ def main(target: str, provider_url: str, budget_id: str, mode: str) -> None:
             return
         llm = metered(provider, earmark, budget_id, job="race")
         while True:
-            request = {
+            request: dict[str, Any] = {
                 "model": "gpt-4o",
                 "max_tokens": 400,
                 "messages": [{"role": "user", "content": PROMPT}],

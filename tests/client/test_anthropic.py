@@ -13,10 +13,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from earmark import limits
 from earmark.client import AsyncClient, Client
-from earmark.client.anthropic import prompt_tokens
-from earmark.client.llm import StreamCappedError, metered
+from earmark.client.llm import Meter, metered
+from earmark.client.wire_anthropic import Messages
 from earmark.core.prices import Usage
 from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import (
@@ -36,6 +35,11 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("anthropic_worker.py")
 # The client's timeout, well under the fake's late answer.
 TIMEOUT_SECONDS = 0.3
+
+
+def prompt_tokens(request: dict[str, Any]) -> int:
+    """What the metered client holds and charges for a message's prompt."""
+    return Messages().call(request, Meter("")).prompt_tokens
 
 
 def ask(text: str = "hello", max_tokens: int = 500, **request: Any) -> dict[str, Any]:
@@ -84,7 +88,7 @@ async def test_a_message_settles_at_its_usage_with_cache_reads_and_writes(
     (request,) = claude.state.requests
     hold = await settled_exactly(priced_claude, "create", claude)
     assert Bill(203, 300, 600, 200) == bill
-    assert (300, 500) == (reply.usage.output_tokens, request["max_tokens"])  # type: ignore[union-attr]
+    assert (300, 500) == (reply.usage.output_tokens, request["max_tokens"])
     assert shape_cost(ask("y" * 4_000), 500) == hold.amount
     await assert_invariants(priced_claude.dsn)
 
@@ -155,42 +159,56 @@ async def test_max_tokens_above_the_hold_is_lowered_to_what_it_covers(
         reply = await llm.messages.create(**ask(max_tokens=4_096))
     (request,) = claude.state.requests
     hold = await settled_exactly(priced_claude, "cap", claude)
-    assert (50, "max_tokens") == (request["max_tokens"], reply.stop_reason)  # type: ignore[union-attr]
+    assert (50, "max_tokens") == (request["max_tokens"], reply.stop_reason)
     assert shape_cost(ask(), 50) == hold.amount
     await assert_invariants(priced_claude.dsn)
 
 
-async def test_a_stream_past_its_hold_is_closed_and_settled_at_what_was_read(
+async def test_a_stream_past_its_cap_is_read_whole_and_its_overshoot_recorded(
     priced_claude: Running, claude: FakeAnthropic
 ) -> None:
-    """A provider that overruns the max_tokens it was sent: when a charge comes back capped
-    the wrapper closes the stream, settles at the tokens read (at most one charge's worth
-    past the hold) and raises StreamCappedError."""
+    """A provider that overruns the max_tokens it was sent is never cut off by Earmark:
+    the stream is read to its end and the hold settles at what the provider billed, the
+    excess recorded as overshoot."""
     await budget(priced_claude, "overrun", 5_000_000)
-    claude.state.output_tokens, claude.state.ignores_maximum = 2_000, True
-    claude.state.chunk_seconds = 0.002
+    claude.state.output_tokens, claude.state.ignores_maximum = 200, True
     read = 0
     async with (
         AsyncClient(priced_claude.target) as earmark,
         anthropic.AsyncAnthropic(api_key="k", base_url=claude.url) as client,
     ):
-        llm = metered(client, earmark, "overrun", output_tokens_max=50)
+        llm = metered(client, earmark, "overrun")
+        async with llm.messages.stream(**ask(max_tokens=50)) as stream:
+            async for _ in stream.text_stream:
+                read += 1
+    hold = await settled_exactly(priced_claude, "overrun", claude)
+    assert (200, True) == (read, hold.settled_used > hold.amount)
+    await assert_invariants(priced_claude.dsn)
 
-        async def read_all() -> None:
-            nonlocal read
-            async with llm.messages.stream(**ask(max_tokens=50)) as stream:
-                async for _ in stream.text_stream:
-                    read += 1
 
-        with pytest.raises(StreamCappedError):
-            await read_all()
-    (hold,) = await holds(priced_claude, "overrun")
-    state = await priced_claude.admin.GetBudget(pb.GetBudgetRequest(budget_id="overrun"))
-    past = hold.settled_used - hold.amount
-    assert read < 2_000
-    assert pb.RESERVATION_STATE_SETTLED == hold.state
-    assert 0 <= past <= limits.llm_stream_charge_tokens * CLAUDE_RATES.output // 1_000_000
-    assert (hold.settled_used, 0) == (state.used, state.held)
+async def test_one_hour_cache_writes_and_web_searches_are_priced_at_their_rates(
+    priced_claude: Running, claude: FakeAnthropic
+) -> None:
+    """A message whose cache writes are kept an hour and which runs web searches settles
+    at the fake's bill: the 1-hour writes at their rate, each search at its fee."""
+    await budget(priced_claude, "search", 5_000_000)
+    claude.state.cache_write_tokens = 1_000
+    long_lived = {"type": "ephemeral", "ttl": "1h"}
+    system = [{"type": "text", "text": "Be brief. " * 800, "cache_control": long_lived}]
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    async with (
+        AsyncClient(priced_claude.target) as earmark,
+        anthropic.AsyncAnthropic(api_key="k", base_url=claude.url) as client,
+    ):
+        llm = metered(client, earmark, "search")
+        reply = await llm.messages.create(**ask("look it up", system=system, tools=[search]))
+    (bill,) = claude.state.billed
+    await settled_exactly(priced_claude, "search", claude)
+    assert (1_000, 1, 1) == (
+        bill.ephemeral_1h_input_tokens,
+        bill.web_search_requests,
+        reply.usage.server_tool_use.web_search_requests if reply.usage.server_tool_use else 0,
+    )
     await assert_invariants(priced_claude.dsn)
 
 

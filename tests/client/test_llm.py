@@ -13,11 +13,20 @@ from pathlib import Path
 import openai
 import pytest
 
-from earmark import limits
 from earmark.client import AsyncClient, Client, RefusedError
-from earmark.client.llm import StreamCappedError, metered, prompt_tokens
+from earmark.client.llm import metered, prompt_tokens
 from earmark.v1 import budget_pb2 as pb
-from tests.client.llm_helpers import INPUT, OUTPUT, QUICK, ask, budget, cost, holds
+from tests.client.llm_helpers import (
+    CEILING,
+    INPUT,
+    OUTPUT,
+    QUICK,
+    ask,
+    budget,
+    cost,
+    holds,
+    micros,
+)
 from tests.conftest import Running
 from tests.fake_openai import Billed, FakeOpenAI
 from tests.helpers import assert_invariants, child, eventually
@@ -74,24 +83,24 @@ async def test_a_refusal_is_raised_before_any_request(
     await assert_invariants(priced.dsn)
 
 
-async def test_each_retry_takes_a_new_hold_and_openai_retries_are_off(
+async def test_each_of_the_sdks_retries_takes_a_new_hold(
     priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A 500 is retried by the wrapper on a new hold, never by the OpenAI client itself; the
-    failed attempt's hold stays in doubt with the prompt it charged before sending (a 5xx
-    may be billed), the answered one settles at its usage."""
+    """A 500 is retried by the OpenAI client itself, through the metered transport, so
+    each attempt has its own hold: the failed one stays in doubt with the prompt it
+    charged in its Reserve (a 5xx may be billed), the answered one settles at its usage."""
     await budget(priced, "retry", 5_000_000)
     async with (
         AsyncClient(priced.target) as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url, max_retries=5) as client,
     ):
-        llm = metered(client, earmark, "retry", retry=QUICK)
+        llm = metered(client, earmark, "retry")
         await llm.chat.completions.create(**ask("flaky", max_tokens=100))
     (billed,) = provider.state.billed
     state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="retry"))
     first, second = sorted(await holds(priced, "retry"), key=lambda h: h.created_at.ToDatetime())
     prompt = -(-prompt_tokens(ask("flaky")) * INPUT // 1_000_000)
-    assert ["0", "0"] == provider.state.retry_headers
+    assert ["0", "1"] == provider.state.retry_headers
     assert (prompt + cost(billed), first.amount - prompt) == (state.used, state.held)
     assert (pb.RESERVATION_STATE_IN_DOUBT, prompt) == (first.state, first.charged)
     assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (second.state, second.settled_used)
@@ -119,30 +128,27 @@ async def test_an_error_settles_failed_before_it_propagates(
     await assert_invariants(priced.dsn)
 
 
-async def test_without_a_maximum_the_budgets_estimate_is_held(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+async def test_without_a_maximum_the_call_is_held_for_the_ceiling_and_told_it(
+    priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A call that names no max_tokens holds the budget's default estimate for the model;
-    its messages, given as an iterator, are counted and still sent whole; a worker with no
-    access to the admin listener (no socket) still caps the provider at what the hold buys,
-    at the output rate the prompt's Charge answered with."""
-    await budget(priced, "guess", 5_000_000, default_estimate=70_000)
-    messages = iter([{"role": "user", "content": "hello"}])
+    """Ten calls that name no maximum on a HARD budget are each held for the model's
+    ceiling and sent with it, so none is cut short by Earmark: each answer is the
+    provider's whole answer, finish_reason stop, and settles at its usage."""
+    await budget(priced, "ceiling", 50_000_000)
     async with (
-        AsyncClient(priced.target, admin_target=f"unix:{tmp_path / 'none.sock'}") as earmark,
+        AsyncClient(priced.target) as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
     ):
-        llm = metered(client, earmark, "guess")
-        await llm.chat.completions.create(model="gpt-4o", messages=messages)
-    (hold,) = await holds(priced, "guess")
-    (billed,) = provider.state.billed
-    (request,) = provider.state.requests
-    prompt = -(
-        -prompt_tokens({"messages": [{"role": "user", "content": "hello"}]}) * INPUT // 1_000_000
-    )
-    assert [{"role": "user", "content": "hello"}] == request["messages"]
-    assert (70_000 - prompt) * 1_000_000 // OUTPUT == request["max_completion_tokens"]
-    assert (70_000, cost(billed)) == (hold.amount, hold.settled_used)
+        llm = metered(client, earmark, "ceiling")
+        replies = [await llm.chat.completions.create(**ask()) for _ in range(10)]
+    prompt = prompt_tokens(ask())
+    assert [("stop", 300)] * 10 == [
+        (r.choices[0].finish_reason, r.usage.completion_tokens if r.usage else 0) for r in replies
+    ]
+    assert [CEILING] * 10 == [r["max_completion_tokens"] for r in provider.state.requests]
+    held = await holds(priced, "ceiling")
+    assert {micros(prompt, INPUT) + micros(CEILING, OUTPUT)} == {h.amount for h in held}
+    assert sorted(cost(b) for b in provider.state.billed) == sorted(h.settled_used for h in held)
     await assert_invariants(priced.dsn)
 
 
@@ -158,7 +164,7 @@ async def test_a_stream_settles_at_its_streamed_usage(
     ):
         llm = metered(client, earmark, "stream")
         stream = await llm.chat.completions.create(**ask(max_tokens=200, stream=True))
-        chunks = [chunk async for chunk in stream]  # type: ignore[union-attr]
+        chunks = [chunk async for chunk in stream]
     (billed,) = provider.state.billed
     (hold,) = await holds(priced, "stream")
     (request,) = provider.state.requests
@@ -170,37 +176,27 @@ async def test_a_stream_settles_at_its_streamed_usage(
     await assert_invariants(priced.dsn)
 
 
-async def test_a_stream_stops_when_its_hold_is_spent(priced: Running, provider: FakeOpenAI) -> None:
-    """A slow stream with no maximum runs on the budget's estimate; when the provider
-    overruns the maximum it was sent and a charge comes back capped, the wrapper closes
-    the stream, settles at the tokens read, and says so."""
-    await budget(priced, "cap", 5_000_000, default_estimate=10_000)
-    provider.state.completion_tokens = 2_000
-    provider.state.ignores_maximum = True
-    provider.state.chunk_seconds = 0.002
-    read = 0
+async def test_a_stream_is_read_to_its_end_under_its_maximum(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A 290-token answer under max_tokens=300, four tokens a chunk of text whose
+    characters are not four a token, is read to its end: Earmark counts no tokens from
+    characters, and settles at the provider's own usage."""
+    await budget(priced, "whole", 5_000_000)
+    provider.state.completion_tokens = 290
+    provider.state.tokens_per_chunk = 4
+    provider.state.token_texts = (" understanding", ",")
     async with (
         AsyncClient(priced.target) as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
     ):
-        stream = await metered(client, earmark, "cap").chat.completions.create(**ask(stream=True))
-
-        async def read_all() -> None:
-            nonlocal read
-            async for _ in stream:  # type: ignore[union-attr]
-                read += 1
-
-        with pytest.raises(StreamCappedError):
-            await read_all()
-    (hold,) = await holds(priced, "cap")
-    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="cap"))
-    # The tokens read past the hold were generated, so they are recorded: at most one
-    # charge's worth of output past it.
-    past = hold.settled_used - hold.amount
-    assert read < 2_000
-    assert (pb.RESERVATION_STATE_SETTLED, 10_000) == (hold.state, hold.amount)
-    assert 0 <= past <= limits.llm_stream_charge_tokens * OUTPUT // 1_000_000
-    assert (hold.settled_used, 0) == (state.used, state.held)
+        llm = metered(client, earmark, "whole")
+        stream = await llm.chat.completions.create(**ask(max_tokens=300, stream=True))
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    (billed,) = provider.state.billed
+    (hold,) = await holds(priced, "whole")
+    assert (" understanding," * 145, 290) == (text, billed.completion_tokens)
+    assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (hold.state, hold.settled_used)
     await assert_invariants(priced.dsn)
 
 

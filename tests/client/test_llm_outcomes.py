@@ -8,11 +8,12 @@ import asyncio
 import openai
 import pytest
 
-from earmark.client import AsyncClient, Client
-from earmark.client.llm import HoldCappedError, metered, prompt_tokens
+from earmark.client import AsyncClient, Client, RefusedError
+from earmark.client.llm import metered, prompt_tokens
 from earmark.core.prices import Usage
 from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import (
+    CEILING,
     INPUT,
     ONCE,
     OUTPUT,
@@ -134,12 +135,12 @@ async def test_a_refused_connection_settles_at_nothing(priced: Running) -> None:
     await assert_invariants(priced.dsn)
 
 
-async def test_without_a_maximum_a_tokens_hold_caps_the_answer(
+async def test_without_a_maximum_a_tokens_budget_holds_the_ceiling(
     priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A call with no maximum on a tokens budget holds the budget's estimate and sends
-    max_completion_tokens set to the estimate less the prompt's estimate."""
-    await budget(priced, "tokens", 1_000_000, unit="tokens", default_estimate=1_000)
+    """A sync call with no maximum on a tokens budget holds its prompt and the model's
+    ceiling in tokens, is sent with the ceiling, and settles at the tokens billed."""
+    await budget(priced, "tokens", 1_000_000, unit="tokens")
 
     def call() -> object:
         # A synchronous worker, on a thread of its own: the sidecar serves on this loop.
@@ -153,49 +154,39 @@ async def test_without_a_maximum_a_tokens_hold_caps_the_answer(
     (request,) = provider.state.requests
     (hold,) = await holds(priced, "tokens")
     (bill,) = provider.state.billed
-    assert 1_000 - prompt_tokens(ask("t" * 300)) == request["max_completion_tokens"]
-    assert "max_tokens" not in request
-    assert (1_000, bill.prompt_tokens + bill.completion_tokens) == (hold.amount, hold.settled_used)
+    prompt = prompt_tokens(ask("t" * 300))
+    assert (CEILING, "max_tokens" in request) == (request["max_completion_tokens"], False)
+    assert (prompt + CEILING, bill.prompt_tokens + bill.completion_tokens) == (
+        hold.amount,
+        hold.settled_used,
+    )
     await assert_invariants(priced.dsn)
 
 
-async def test_without_a_maximum_a_dollar_hold_caps_the_answer_at_the_output_rate(
+async def test_a_call_the_budget_cannot_cover_is_refused_or_degraded(
     priced: Running, provider: FakeOpenAI
 ) -> None:
-    """A call with no maximum on a usd_micros budget sends max_completion_tokens set to the
-    output tokens the hold buys after the prompt, at the model's output rate."""
-    await budget(priced, "dollars", 5_000_000, default_estimate=20_000)
+    """With room for the prompt and 100 output tokens, a call without a maximum is refused
+    before anything is sent; with degrade=True it is sent with max_completion_tokens 100,
+    the largest the budget covers, and the answer stops there."""
+    prompt = micros(prompt_tokens(ask()), INPUT)
+    await budget(priced, "thin", prompt + micros(100, OUTPUT))
     async with (
-        AsyncClient(priced.target, admin_target=priced.admin_target) as earmark,
+        AsyncClient(priced.target) as earmark,
         openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
     ):
-        await metered(client, earmark, "dollars").chat.completions.create(**ask("d" * 300))
-    (request,) = provider.state.requests
-    (hold,) = await holds(priced, "dollars")
-    (bill,) = provider.state.billed
-    left = 20_000 - micros(prompt_tokens(ask("d" * 300)), INPUT)
-    assert left * 1_000_000 // OUTPUT == request["max_completion_tokens"]
-    assert (pb.RESERVATION_STATE_SETTLED, cost(bill)) == (hold.state, hold.settled_used)
-    assert hold.settled_used <= hold.amount
-    await assert_invariants(priced.dsn)
-
-
-async def test_a_hold_that_covers_no_answer_refuses_before_sending(
-    priced: Running, provider: FakeOpenAI
-) -> None:
-    """A hold whose estimate leaves less than one output token after the prompt raises
-    HoldCappedError without sending anything, and settles at nothing."""
-    estimate = micros(prompt_tokens(ask()), INPUT) + OUTPUT // 1_000_000 - 1
-    await budget(priced, "thin", 5_000_000, default_estimate=estimate)
-    async with (
-        AsyncClient(priced.target, admin_target=priced.admin_target) as earmark,
-        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
-    ):
-        with pytest.raises(HoldCappedError):
+        with pytest.raises(RefusedError):
             await metered(client, earmark, "thin").chat.completions.create(**ask())
+        refused_requests = len(provider.state.requests)
+        degraded = metered(client, earmark, "thin", degrade=True)
+        reply = await degraded.chat.completions.create(**ask())
+    (request,) = provider.state.requests
     (hold,) = await holds(priced, "thin")
-    state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="thin"))
-    assert [] == provider.state.requests
-    assert (pb.RESERVATION_STATE_SETTLED, 0) == (hold.state, hold.settled_used)
-    assert (0, 0) == (state.used, state.held)
+    (bill,) = provider.state.billed
+    assert (0, 100, "length") == (
+        refused_requests,
+        request["max_completion_tokens"],
+        reply.choices[0].finish_reason,
+    )
+    assert (pb.RESERVATION_STATE_SETTLED, cost(bill)) == (hold.state, hold.settled_used)
     await assert_invariants(priced.dsn)

@@ -1,24 +1,20 @@
-"""What the metered wrappers share: the maximum answer a hold covers, and how a failed
-call's error is read (billed, unknown or nothing)."""
+"""The wire metering's own rules, without a server: which requests bill, what a call is
+held and capped for, how a stream's events are split and its usage read, and whether a
+failed exchange left the machine."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import json
 
 import httpx2
 import openai
-import pytest
 
-from earmark.client.meter import HoldCappedError, covered_tokens, lowered, unbilled, unknown
-from earmark.client.openai_streams import ERRORS as OPENAI_ERRORS
-from earmark.client.types import Charged
+from earmark.client import wire_anthropic, wire_openai
+from earmark.client.meter import Meter, never_sent
+from earmark.client.wire import FREE, Call, Events, cap_to_send, shape_of
+from earmark.core.prices import Shape, Usage
 
-NOW = datetime(2026, 12, 1, tzinfo=UTC)
 REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
-
-
-def charged(remaining: int, version: int, output_rate: int = 0) -> Charged:
-    return Charged(0, False, 0, remaining, NOW, price_version=version, output_per_mtok=output_rate)
 
 
 def failed(cause: Exception, kind: type[openai.APIConnectionError]) -> BaseException:
@@ -32,40 +28,116 @@ def failed(cause: Exception, kind: type[openai.APIConnectionError]) -> BaseExcep
         return wrapped
 
 
-def test_what_a_hold_covers_after_the_prompt() -> None:
-    """A tokens budget's rest buys as many tokens; a usd_micros budget's, tokens at the
-    output rate the Charge answered with (rounded down); a free output rate sets no
-    maximum."""
-    assert 1_234 == covered_tokens(charged(1_234, 0))
-    assert 12 == covered_tokens(charged(1_299, 3, 100_000_000))
-    assert None is covered_tokens(charged(9, 3, 0))
-
-
-def test_the_maximum_sent_is_lowered_only_when_it_asks_more() -> None:
-    """A request asking no more than the hold covers is sent as it is; one asking more, or
-    naming none, is lowered to the cover shared by its choices; no cover at all refuses."""
-    assert None is lowered("r", 100, 500)
-    assert 500 == lowered("r", None, 500)
-    assert 125 == lowered("r", 4_096, 500, choices=4)
-    with pytest.raises(HoldCappedError):
-        lowered("r", None, 0)
-
-
-def test_errors_read_as_billed_unknown_or_nothing() -> None:
-    """A refused connection is nothing; a read timeout or a dropped connection after
-    sending is unknown (raised bare mid-stream too); a 4xx is nothing and a 5xx unknown."""
+def test_a_refused_connection_never_left_and_a_timeout_did() -> None:
+    """A refused connection is nothing sent; a read timeout or a dropped connection after
+    sending may have run."""
     refused = failed(httpx2.ConnectError("refused"), openai.APIConnectionError)
     timed_out = failed(httpx2.ReadTimeout("late"), openai.APITimeoutError)
     dropped = failed(httpx2.RemoteProtocolError("cut"), openai.APIConnectionError)
-    response = httpx2.Response(503, request=REQUEST)
-    overloaded = openai.InternalServerError("busy", response=response, body=None)
-    missing = openai.NotFoundError("no", response=httpx2.Response(404, request=REQUEST), body=None)
-    assert (True, False) == (unbilled(refused, OPENAI_ERRORS), unknown(refused, OPENAI_ERRORS))
-    assert [True, True, True] == [
-        unknown(e, OPENAI_ERRORS) for e in (timed_out, dropped, overloaded)
+    assert [True, False, False] == [never_sent(e) for e in (refused, timed_out, dropped)]
+
+
+def test_which_posts_bill_pass_or_are_refused() -> None:
+    """Chat, Responses and embeddings are metered; counting tokens, cancelling, files and
+    moderations pass; images and batches, which bill and are not priced, are refused."""
+    routes = {
+        path: wire_openai.routing(path)
+        for path in (
+            "/v1/chat/completions", "/v1/responses", "/v1/embeddings",
+            "/v1/responses/input_tokens", "/v1/responses/resp_1/cancel", "/v1/files",
+            "/v1/moderations", "/v1/images/generations", "/v1/batches",
+        )
+    }  # fmt: skip
+    kinds = {path: type(found).__name__ if found not in (FREE, None) else found
+             for path, found in routes.items()}  # fmt: skip
+    assert {
+        "/v1/chat/completions": "Chat", "/v1/responses": "Responses",
+        "/v1/embeddings": "Embeddings", "/v1/responses/input_tokens": FREE,
+        "/v1/responses/resp_1/cancel": FREE, "/v1/files": FREE, "/v1/moderations": FREE,
+        "/v1/images/generations": None, "/v1/batches": None,
+    } == kinds  # fmt: skip
+    assert [FREE, None, "Messages"] == [
+        wire_anthropic.routing("/v1/messages/count_tokens"),
+        wire_anthropic.routing("/v1/messages/batches"),
+        type(wire_anthropic.routing("/v1/messages")).__name__,
     ]
-    assert (True, False) == (unbilled(missing, OPENAI_ERRORS), unknown(missing, OPENAI_ERRORS))
-    assert (False, True) == (
-        unbilled(httpx2.ReadError("cut"), OPENAI_ERRORS),
-        unknown(httpx2.ReadError("cut"), OPENAI_ERRORS),
+
+
+def test_a_call_is_held_for_its_own_cap_or_the_ceiling() -> None:
+    """The caller's maximum times its choices is the shape's output; without one the
+    shape asks for the model's ceiling; the meter's output_tokens_max lowers both."""
+    asked = Call("m", 100, asked=500, choices=2)
+    open_call = Call("m", 100)
+    lowered = Meter("b", output_tokens_max=300)
+    assert (1_000, False) == _output(shape_of("p", asked, Meter("b"))[0])
+    assert (0, True) == _output(shape_of("p", open_call, Meter("b"))[0])
+    assert [(600, False), (300, False)] == [
+        _output(shape_of("p", call, lowered)[0]) for call in (asked, open_call)
+    ]
+    assert Usage(100, 0, provider="p", model="m") == shape_of("p", asked, Meter("b"))[1]
+
+
+def _output(shape: Shape) -> tuple[int, bool]:
+    return shape.max_output_tokens, shape.output_ceiling
+
+
+def test_the_cap_sent_is_what_the_hold_covers() -> None:
+    """Without a caller's maximum the cap is what the sidecar told, shared by the choices;
+    a caller's maximum is sent as it is unless degrade lowered it."""
+    assert [2_048, None, 100, None] == [
+        cap_to_send(Call("m", 1, choices=2), 4_096, False),
+        cap_to_send(Call("m", 1, asked=500), 500, False),
+        cap_to_send(Call("m", 1, asked=500), 100, True),
+        cap_to_send(Call("m", 1, has_output=False), 0, False),
+    ]
+
+
+def sse(*events: dict[str, object]) -> bytes:
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+def test_a_chat_stream_is_split_across_chunks_and_its_hidden_usage_dropped() -> None:
+    """Events split at any byte are passed on whole; the usage chunk Earmark asked for is
+    read and not shown; the usage read is the provider's, with its cache and tier."""
+    usage = {"prompt_tokens": 10, "completion_tokens": 290,
+             "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 2}}  # fmt: skip
+    raw = sse(
+        {"choices": [{"delta": {"content": "hi"}}], "service_tier": "priority"},
+        {"choices": [], "usage": usage, "service_tier": "priority"},
     )
+    tally = wire_openai.Chat().tally(Call("gpt", 10, stream=True), True)
+    events = Events(tally)
+    passed = b"".join(events.feed(raw[i : i + 7]) for i in range(0, len(raw), 7)) + events.rest()
+    assert sse({"choices": [{"delta": {"content": "hi"}}], "service_tier": "priority"}) == passed
+    assert Usage(10, 290, cached_input_tokens=4, cache_write_input_tokens=2,
+                 service_tier="priority") == tally.usage()  # fmt: skip
+
+
+def test_a_responses_answer_bills_its_tool_calls() -> None:
+    """A Response's usage, with one web search call and one file search in its output."""
+    answer = {
+        "usage": {"input_tokens": 50, "output_tokens": 20,
+                  "input_tokens_details": {"cached_tokens": 10}},
+        "output": [{"type": "web_search_call"}, {"type": "file_search_call"},
+                   {"type": "message"}],
+    }  # fmt: skip
+    found = wire_openai.Responses().usage(answer, Call("gpt", 1))
+    assert Usage(50, 20, cached_input_tokens=10,
+                 tool_calls=(("file_search", 1), ("web_search", 1))) == found  # fmt: skip
+
+
+def test_an_anthropic_stream_merges_its_two_usages() -> None:
+    """message_start's input counts and message_delta's cumulative ones make the bill:
+    every input token counted, the 1-hour writes apart, the searches by kind."""
+    start = {"type": "message_start", "message": {"usage": {
+        "input_tokens": 100, "cache_creation_input_tokens": 40, "cache_read_input_tokens": 10,
+        "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 30},
+        "output_tokens": 1}}}  # fmt: skip
+    delta = {"type": "message_delta", "usage": {"output_tokens": 80, "input_tokens": 600,
+             "server_tool_use": {"web_search_requests": 2}}}  # fmt: skip
+    tally = wire_anthropic.Messages().tally(Call("claude", 1), False)
+    assert None is (tally.keep("message_start", start) and tally.usage())
+    tally.keep("message_delta", delta)
+    assert Usage(650, 80, cached_input_tokens=10, cache_write_input_tokens=40,
+                 cache_write_long_input_tokens=30,
+                 tool_calls=(("web_search", 2),)) == tally.usage()  # fmt: skip

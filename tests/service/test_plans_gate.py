@@ -253,7 +253,11 @@ async def test_metered_calls_hold_on_the_plan_by_account(
         source="https://example.com/test-prices",
         captured_at=since,
     )
-    ask = {"model": "gpt-4o", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    ask: dict[str, Any] = {
+        "model": "gpt-4o",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     sidecar = plans_sidecar(dsn, socket_dir, kinde, clock, plan_unit="usd_micros")
     with fake_openai() as provider:
         async with (

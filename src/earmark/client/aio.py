@@ -322,12 +322,15 @@ class AsyncClient(AdminCalls):
         job: str = "",
         also_budget_ids: Sequence[str] = (),
         final: bool = False,
+        charge: Usage | None = None,
+        degrade: bool = False,
     ) -> Hold:
         """A hold as an async context manager: reserve on enter, renew while the block
         runs, settle on exit (see earmark.client.hold.Hold). With account (and budget_id
         ""), the hold is on the account's current billing cycle for feature; with shape
         (and amount 0) it holds what the shape may cost, with job the job's estimate;
-        final, as for reserve(), may reach the budget's output escrow."""
+        final, as for reserve(), may reach the budget's output escrow; charge and degrade
+        as for reserve()."""
         return Hold(
             self,
             budget_id,
@@ -341,4 +344,6 @@ class AsyncClient(AdminCalls):
             job=job,
             also_budget_ids=also_budget_ids,
             final=final,
+            charge=charge,
+            degrade=degrade,
         )

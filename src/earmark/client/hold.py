@@ -61,6 +61,8 @@ class Calls(Protocol):
         labels: Mapping[str, str] | None,
         also_budget_ids: Sequence[str],
         final: bool,
+        charge: Usage | None,
+        degrade: bool,
     ) -> Reservation | Refusal: ...
 
     async def charge(
@@ -103,8 +105,14 @@ class Hold:
         job: str = "",
         also_budget_ids: Sequence[str] = (),
         final: bool = False,
+        charge: Usage | None = None,
+        degrade: bool = False,
     ) -> None:
         self.client = client
+        # Charged on the hold by the Reserve itself (a call's prompt): the hold is
+        # dispatched from the start, and charged counts it.
+        self.prompt = charge
+        self.degrade = degrade
         self.account = account
         self.feature = feature
         self.final = final
@@ -163,6 +171,8 @@ class Hold:
             feature=self.feature,
             also_budget_ids=self.also_budget_ids,
             final=self.final,
+            charge=self.prompt,
+            degrade=self.degrade,
         )
         if isinstance(result, Refusal):
             self.refusal = result
@@ -170,6 +180,7 @@ class Hold:
                 raise RefusedError(result)
             return self
         self.reservation = result
+        self.charged = result.charged
         self._renewer = asyncio.create_task(self._renew_forever(), name="earmark-renew")
         return self
 

@@ -1,25 +1,18 @@
-"""What the metered provider clients share (earmark.client.llm for OpenAI,
-earmark.client.anthropic for Anthropic): where calls are held (Meter), the errors a spent
-hold raises, how a failed call's hold settles, and the maximum answer a hold covers.
+"""What metered provider calls share (earmark.client.llm, earmark.client.wire): where
+calls are held (Meter), the errors a spent hold raises, and whether a failed exchange ever
+left the machine.
 
-This module imports no provider package, so that each wrapper needs only its own.
+This module imports no provider package, so that each provider needs only its own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from earmark import limits
 from earmark.client.errors import EarmarkClientError
-from earmark.client.types import Charged, RetryPolicy
-from earmark.core.model import Outcome
-from earmark.core.prices import TOKENS_PER_RATE
-
-log = logging.getLogger("earmark.client")
+from earmark.client.types import RetryPolicy
 
 # The HTTP clients' errors raised before a request's bytes left (httpx's, and httpx2's, the
 # fork that current openai and anthropic packages send with): the connection or the pool
@@ -28,9 +21,6 @@ log = logging.getLogger("earmark.client")
 NOT_SENT = frozenset(
     {"ConnectError", "ConnectTimeout", "PoolTimeout", "UnsupportedProtocol", "ProxyError"}
 )
-# Transport errors after sending (a read timed out, the connection dropped): whether the
-# provider ran the call is unknown. Their common base, in httpx and httpx2 alike.
-TRANSPORT_ERROR = "TransportError"
 
 
 class HoldCappedError(EarmarkClientError):
@@ -72,12 +62,18 @@ class Meter:
     labels: Mapping[str, str] = field(default_factory=dict)
     # The holds' lease; None: the sidecar's default. The hold renews while the call runs.
     lease_seconds: float | None = None
-    # Attempts in all (each on its own hold), and the full-jitter backoff between them.
+    # Attempts in all, each on its own hold: given to metered(), it sets the provider SDK's
+    # max_retries (the SDK's own backoff applies between them).
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(3, 0.5, 8.0))
     # The most output tokens one call's hold covers: a request asking for more (Anthropic's
     # required max_tokens is often set far above what a call needs) is held for this many
     # and sent with its maximum lowered to what the hold covers. None: the request's own.
     output_tokens_max: int | None = None
+    # A call the budget cannot cover is sent with the largest output it covers (the
+    # reservation says which) instead of being refused.
+    degrade: bool = False
+    # The server tool calls of each kind a request that names no maximum is held for.
+    tool_calls_max: int = limits.llm_tool_calls_default
 
     def __post_init__(self) -> None:
         if not 1 <= self.retry.attempts_max <= limits.llm_attempts_max:
@@ -87,13 +83,6 @@ class Meter:
             )
         if self.output_tokens_max is not None and self.output_tokens_max < 1:
             raise ValueError(f"output_tokens_max must be at least 1, not {self.output_tokens_max}")
-
-
-class Settling(Protocol):
-    """What a failed call sets on its hold (a Hold or a SyncHold) before it settles."""
-
-    used: int | None
-    outcome: Outcome | None
 
 
 def _causes(error: BaseException) -> list[BaseException]:
@@ -107,112 +96,6 @@ def _causes(error: BaseException) -> list[BaseException]:
     return chain
 
 
-def _type_names(error: BaseException) -> set[str]:
-    return {kind.__name__ for kind in type(error).__mro__}
-
-
 def never_sent(error: BaseException) -> bool:
     """The HTTP client failed before the request left (a refused connection)."""
     return any(type(cause).__name__ in NOT_SENT for cause in _causes(error))
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderErrors:
-    """A provider package's error classes: an answer with a status, and a failure to get
-    one (a timeout is one of these in both packages)."""
-
-    status: type[BaseException]
-    connection: type[BaseException]
-
-
-def unbilled(error: BaseException, errors: ProviderErrors) -> bool:
-    """The provider answered no (a 4xx: a bad request, a rate limit) or nothing was sent
-    (a spent hold, a refused connection): nothing was billed."""
-    if isinstance(error, HoldCappedError):
-        return not isinstance(error, StreamCappedError)
-    if isinstance(error, errors.status):
-        return int(getattr(error, "status_code", 500)) < 500
-    return isinstance(error, errors.connection) and never_sent(error)
-
-
-def unknown(error: BaseException, errors: ProviderErrors) -> bool:
-    """The request was sent and no answer says what became of it: a timeout, a dropped
-    connection or a 5xx. The provider may have run (and billed) it."""
-    if unbilled(error, errors):
-        return False
-    if isinstance(error, errors.status | errors.connection):
-        return True
-    return any(TRANSPORT_ERROR in _type_names(cause) for cause in _causes(error))
-
-
-def settle_failed(hold: Settling, error: BaseException, errors: ProviderErrors) -> BaseException:
-    """Sets how hold settles after error and returns the exception its exit is given: at
-    nothing when nothing was billed; UNKNOWN (in doubt at once, with what was charged)
-    when the provider may have billed it; else FAILED at what was charged, or CANCELLED
-    when a spent hold stopped it on purpose."""
-    if unbilled(error, errors):
-        hold.used = 0
-    elif unknown(error, errors):
-        hold.outcome = Outcome.UNKNOWN
-    return asyncio.CancelledError() if isinstance(error, HoldCappedError) else error
-
-
-def covered_tokens(charged: Charged) -> int | None:
-    """The output tokens what is left of the hold after the prompt's charge buys: tokens
-    one for one on a tokens budget (its charge has no price version), else at the output
-    rate the sidecar priced the prompt's charge at (None: output is free, or the charge
-    was not priced)."""
-    if charged.price_version == 0:
-        return charged.hold_remaining
-    if charged.output_per_mtok <= 0:
-        return None
-    return charged.hold_remaining * TOKENS_PER_RATE // charged.output_per_mtok
-
-
-def lowered(
-    reservation_id: str, asked: int | None, covered: int | None, choices: int = 1
-) -> int | None:
-    """The maximum answer to send instead of asked (None: send the request as it is), so
-    that the provider itself stops where the hold ends; HoldCappedError when the hold
-    covers less than limits.llm_output_tokens_min tokens of each of the choices."""
-    if covered is None:
-        return None
-    each = covered // max(1, choices)
-    if asked is not None and asked <= each:
-        return None
-    if each < limits.llm_output_tokens_min:
-        raise HoldCappedError(reservation_id, "it covers no answer after the prompt; not sent")
-    return each
-
-
-def asked_most(request: Mapping[str, Any]) -> int | None:
-    """The maximum answer the caller set, if any (OpenAI's two names, Anthropic's one)."""
-    most = request.get("max_completion_tokens") or request.get("max_tokens")
-    return int(most) if most else None
-
-
-def held_most(request: Mapping[str, Any], ceiling: int | None) -> int | None:
-    """The maximum answer the hold covers: the caller's, at most the meter's ceiling."""
-    most = [n for n in (asked_most(request), ceiling) if n is not None]
-    return min(most) if most else None
-
-
-def needs_cover(request: Mapping[str, Any], ceiling: int | None) -> bool:
-    """Whether the hold may cover less than the request lets the provider answer."""
-    asked = asked_most(request)
-    return asked is None or (ceiling is not None and asked > ceiling)
-
-
-def covered_request(
-    request: dict[str, Any], reservation_id: str, charged: Charged
-) -> dict[str, Any]:
-    """The request with its maximum answer lowered to what the hold covers after the
-    prompt's charge (n choices share it), under the name the caller used
-    (max_completion_tokens when it named none); as it is when it asks no more."""
-    covered = covered_tokens(charged)
-    choices = int(request.get("n") or 1)
-    most = lowered(reservation_id, asked_most(request), covered, choices)
-    if most is None:
-        return request
-    name = "max_tokens" if "max_tokens" in request else "max_completion_tokens"
-    return {**request, name: most}

@@ -249,6 +249,8 @@ class Client(_Twin[AsyncClient]):
         job: str = "",
         also_budget_ids: Sequence[str] = (),
         final: bool = False,
+        charge: Usage | None = None,
+        degrade: bool = False,
     ) -> SyncHold:
         """As AsyncClient.hold, as a plain `with` block."""
         return SyncHold(
@@ -265,6 +267,8 @@ class Client(_Twin[AsyncClient]):
                 job=job,
                 also_budget_ids=also_budget_ids,
                 final=final,
+                charge=charge,
+                degrade=degrade,
             ),
         )
 
@@ -315,6 +319,8 @@ class SyncHold(_Twin[Hold]):
     labels: _Mirror[dict[str, str]] = _Mirror()
     raise_on_refusal: _Mirror[bool] = _Mirror()
     idempotency_key: _Mirror[str] = _Mirror()
+    prompt: _Mirror[Usage | None] = _Mirror()
+    degrade: _Mirror[bool] = _Mirror()
     used: _Mirror[int | None] = _Mirror()
     usage: _Mirror[Usage | None] = _Mirror()
     outcome: _Mirror[Outcome | None] = _Mirror()

@@ -1,0 +1,272 @@
+"""Metering at the wire: a provider SDK's own client whose every HTTP request passes one
+interception point, an httpx2 transport (wire_transport.py).
+
+Why the HTTP boundary: the providers' SDKs (openai, anthropic) take an HTTP client
+(`http_client=`), and everything they call goes through it: every method of every resource,
+`with_raw_response`, the `parse` and `stream` helpers, and the frameworks that are handed
+the client (the OpenAI Agents SDK, LangChain, LiteLLM). Metering there, from each
+provider's published wire format (paths, JSON bodies, SSE events, usage fields), covers all
+of them with one mechanism and survives SDK upgrades that add methods; a wrapper around
+methods covered only the methods it named, and was not the SDK's type.
+
+This module holds what every provider shares: how a billable request is read (Call), held
+(its shape and prompt charge), capped, and how a server-sent event stream is split into
+events so that the provider's own final usage can be read as it passes. The providers'
+routes are in wire_openai.py and wire_anthropic.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx2
+
+from earmark import limits
+from earmark.client.errors import EarmarkClientError
+from earmark.client.meter import Meter
+from earmark.core.prices import Counts, Shape, Usage, counts
+
+
+class EndpointNotMeteredError(EarmarkClientError):
+    """A request to an endpoint that bills and that Earmark cannot price: not sent."""
+
+    reason = "ENDPOINT_NOT_METERED"
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(
+            f"{method} {path} bills and Earmark cannot price it; not sent (the metered "
+            "endpoints are listed in docs/providers-python.md)"
+        )
+        self.about = {"endpoint": f"{method} {path}"}
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A billable request as read from its body: what to hold, and how to send it."""
+
+    model: str
+    # A conservative count of the prompt's tokens, charged when the hold is made.
+    prompt_tokens: int
+    # The caller's own maximum output per choice; None when it set none.
+    asked: int | None = None
+    choices: int = 1
+    stream: bool = False
+    service_tier: str = ""
+    tool_calls_max: Counts = ()
+    # Embeddings produce no output: their hold is the prompt alone.
+    has_output: bool = True
+
+
+class Tally(Protocol):
+    """Reads a stream's events as they pass to the caller, for the provider's own usage."""
+
+    def keep(self, event: str, data: Any) -> bool:
+        """Notes one event (its SSE name, "" without one, and its JSON data); False drops
+        it from what the caller sees."""
+        ...
+
+    def usage(self) -> Usage | None:
+        """The provider's final usage, once the stream has carried it."""
+        ...
+
+
+class Route(Protocol):
+    """One billable endpoint of a provider."""
+
+    def call(self, body: dict[str, Any], meter: Meter) -> Call: ...
+
+    def sent(
+        self, body: dict[str, Any], call: Call, cap: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        """The body to send, its output cap set to cap (None: the caller's own), and
+        whether the stream's usage event is Earmark's alone (dropped from the caller)."""
+        ...
+
+    def usage(self, answer: Any, call: Call) -> Usage | None:
+        """The usage a JSON answer reports; None when it reports none."""
+        ...
+
+    def tally(self, call: Call, hidden_usage: bool) -> Tally: ...
+
+
+# What a provider's routing says of a POST: a billable route, FREE (it bills nothing:
+# pass it through), or None (it bills, or may, and Earmark cannot price it: refused).
+FREE = "free"
+Routing = Callable[[str], "Route | str | None"]
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A provider: the name the price book knows it by, its routing of POST paths, and
+    its SDK's base error, which the SDK passes through unwrapped, so that Earmark's errors
+    are raised as they are rather than turned into connection errors and retried."""
+
+    name: str
+    routing: Routing
+    sdk_error: type[Exception] | None = None
+
+
+def shape_of(provider: str, call: Call, meter: Meter) -> tuple[Shape, Usage]:
+    """The Reserve's shape and its prompt charge: the caller's maximum (each choice's,
+    times the choices), lowered to the meter's output_tokens_max; or with neither, the
+    model's ceiling (output_ceiling), which the sidecar reads from the price."""
+    most = call.asked
+    if meter.output_tokens_max is not None:
+        most = meter.output_tokens_max if most is None else min(most, meter.output_tokens_max)
+    shape = Shape(
+        provider,
+        call.model,
+        input_tokens=call.prompt_tokens,
+        max_output_tokens=(most or 0) * call.choices if call.has_output else 0,
+        service_tier=call.service_tier,
+        max_tool_calls=counts(call.tool_calls_max),
+        output_ceiling=call.has_output and most is None,
+    )
+    return shape, Usage(call.prompt_tokens, 0, provider=provider, model=call.model)
+
+
+def cap_to_send(call: Call, told: int, degraded: bool) -> int | None:
+    """The per-choice output cap to put in the body (None: send the caller's own): what
+    the hold covers (told, all choices together) when the caller set none, when the meter
+    lowered it, or when degrade did. The cap a provider is told is what the budget pays."""
+    each = told // max(1, call.choices)
+    if not call.has_output or each <= 0:
+        return None
+    if call.asked is None or degraded or each < call.asked:
+        return each
+    return None
+
+
+def json_body(request: httpx2.Request) -> dict[str, Any]:
+    """A billable request's JSON body; a body that is not a JSON object is not sent."""
+    where = f"{request.method} {request.url.path}"
+    try:
+        body = json.loads(request.content or b"{}")
+    except ValueError:
+        raise EarmarkClientError(f"{where}: the body is not JSON; not sent") from None
+    if not isinstance(body, dict):
+        raise EarmarkClientError(f"{where}: the body is not a JSON object; not sent")
+    return body
+
+
+def rebuilt(request: httpx2.Request, body: dict[str, Any]) -> httpx2.Request:
+    """request with body as its JSON content, its length recomputed."""
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    return httpx2.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        content=json.dumps(body, separators=(",", ":")).encode(),
+        extensions=request.extensions,
+    )
+
+
+def answered(
+    response: httpx2.Response,
+    *,
+    stream: httpx2.AsyncByteStream | httpx2.SyncByteStream | None = None,
+    content: bytes | None = None,
+) -> httpx2.Response:
+    """The response the SDK gets: the provider's status and headers, and the body as
+    Earmark read it (decoded, so without the encoding and length it came with)."""
+    skip = {"content-encoding", "content-length", "transfer-encoding"}
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in skip]
+    return httpx2.Response(
+        response.status_code,
+        headers=headers,
+        stream=stream,
+        content=content,
+        extensions=response.extensions,
+    )
+
+
+def is_stream(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("text/event-stream")
+
+
+def json_answer(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
+class Events:
+    """Splits a server-sent event stream into events as its bytes arrive and gives back
+    the bytes of the events the tally keeps, unchanged, so that the SDK parses what the
+    provider sent."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._buffer += chunk
+        kept = []
+        while True:
+            end, size = _event_end(self._buffer)
+            if end < 0:
+                break
+            raw, self._buffer = self._buffer[:end], self._buffer[end + size :]
+            if self._keep(raw):
+                kept.append(raw + b"\n\n")
+        if len(self._buffer) > limits.sse_event_bytes_max:
+            # An event past the bound is no event a provider sends: passed on unread.
+            kept.append(self._buffer)
+            self._buffer = b""
+        return b"".join(kept)
+
+    def rest(self) -> bytes:
+        """What is left when the stream ends: an unfinished event, passed on as it is."""
+        out, self._buffer = self._buffer, b""
+        return out
+
+    def _keep(self, raw: bytes) -> bool:
+        name, data = "", []
+        for line in raw.splitlines():
+            if line.startswith(b"event:"):
+                name = line[6:].strip().decode(errors="replace")
+            elif line.startswith(b"data:"):
+                data.append(line[5:].strip())
+        text = b"\n".join(data)
+        if not text or text == b"[DONE]":
+            return True
+        parsed = json_answer(text)
+        return True if parsed is None else self.tally.keep(name, parsed)
+
+
+def _event_end(buffer: bytes) -> tuple[int, int]:
+    """Where the first event in buffer ends, and the size of the blank line that ends it
+    (-1 when none has ended yet): SSE allows LF and CRLF line ends."""
+    found = [(buffer.find(end), len(end)) for end in (b"\n\n", b"\r\n\r\n")]
+    found = [(at, size) for at, size in found if at >= 0]
+    return min(found) if found else (-1, 0)
+
+
+def with_cap(body: dict[str, Any], name: str, cap: int | None) -> dict[str, Any]:
+    """body with its output maximum, under name, set to cap (None: as it is)."""
+    return body if cap is None else {**body, name: cap}
+
+
+def reported(answer: Any) -> dict[str, Any] | None:
+    """The usage object a JSON answer carries; None when it carries none."""
+    if isinstance(answer, dict) and isinstance(answer.get("usage"), dict):
+        usage: dict[str, Any] = answer["usage"]
+        return usage
+    return None
+
+
+def number(value: Any) -> int:
+    """A count from a provider's JSON (absent or null: 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def prompt_estimate(chars: int, messages: int) -> int:
+    """A conservative count of a prompt's tokens from its characters: one token per
+    limits.llm_prompt_chars_per_token characters (fewer than the usual four, so that the
+    hold errs high), plus each message's framing."""
+    per_token = limits.llm_prompt_chars_per_token
+    return -(-chars // per_token) + limits.llm_message_overhead_tokens * messages + 3

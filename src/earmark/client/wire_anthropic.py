@@ -1,0 +1,173 @@
+"""Anthropic at the wire: the Messages API held, capped and settled from the usage
+Anthropic reports (the anthropic SDK's Usage and MessageDeltaUsage types: cache reads and
+writes by TTL, server tool use, service tier).
+
+Metered: POST .../v1/messages (create, create(stream=True), stream). Free, passed through:
+every request that is not a POST, counting a message's tokens (.../messages/count_tokens)
+and files. Any other POST (message batches, the legacy completions...) is refused before it
+is sent, naming it.
+
+Anthropic's input_tokens counts neither cache reads nor cache writes; Earmark's counts every
+input token, so they are added. A stream reports its usage twice: message_start's message
+(input counts) and message_delta's cumulative usage (output, and input again once a server
+tool has run); the last value of each field is the bill.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from earmark.client.meter import Meter
+from earmark.client.wire import (
+    FREE,
+    Call,
+    Provider,
+    Route,
+    Tally,
+    number,
+    prompt_estimate,
+    reported,
+    with_cap,
+)
+from earmark.core.prices import Usage, counts
+
+PROVIDER = "anthropic"
+
+_FREE = re.compile(r"/messages/count_tokens$|/files(/.*)?$")
+# A server tool's type names its kind and version (web_search_20250305): priced by kind.
+_SERVER_TOOLS = {"web_search_": "web_search", "web_fetch_": "web_fetch"}
+# How usage.server_tool_use names each kind's calls.
+_TOOL_COUNTS = {"web_search_requests": "web_search", "web_fetch_requests": "web_fetch"}
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation",
+    "server_tool_use",
+    "service_tier",
+)
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(
+            len(str(part.get("text", ""))) + len(json.dumps(part.get("input", ""), default=str))
+            for part in value
+            if isinstance(part, dict)
+        )
+    return 0
+
+
+def _server_tools(body: dict[str, Any], default: int) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    for tool in body.get("tools") or []:
+        kind = str(tool.get("type", "")) if isinstance(tool, dict) else ""
+        for prefix, name in _SERVER_TOOLS.items():
+            if kind.startswith(prefix):
+                uses = tool.get("max_uses")
+                found.append((name, uses if isinstance(uses, int) and uses > 0 else default))
+    return found
+
+
+def messages_usage(usage: dict[str, Any]) -> Usage:
+    """An Anthropic usage as Earmark prices it: every input token counted, the 1-hour
+    cache writes apart, and the server tools' calls by kind."""
+    written = number(usage.get("cache_creation_input_tokens"))
+    read = number(usage.get("cache_read_input_tokens"))
+    by_ttl = usage.get("cache_creation") or {}
+    long = min(written, number(by_ttl.get("ephemeral_1h_input_tokens")))
+    tools = usage.get("server_tool_use") or {}
+    tier = usage.get("service_tier")
+    return Usage(
+        input_tokens=number(usage.get("input_tokens")) + written + read,
+        output_tokens=number(usage.get("output_tokens")),
+        cached_input_tokens=read,
+        cache_write_input_tokens=written,
+        cache_write_long_input_tokens=long,
+        service_tier=tier if isinstance(tier, str) else "",
+        tool_calls=counts((kind, number(tools.get(name))) for name, kind in _TOOL_COUNTS.items()),
+    )
+
+
+class Messages:
+    """POST .../v1/messages."""
+
+    def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        chars = _chars(body.get("system"))
+        if body.get("tools"):
+            chars += len(json.dumps(body["tools"], default=str))
+        for message in messages:
+            chars += _chars(message.get("content"))
+        most = body.get("max_tokens")
+        tier = body.get("service_tier")
+        return Call(
+            model=str(body.get("model", "")),
+            prompt_tokens=prompt_estimate(chars, len(messages)),
+            asked=most if isinstance(most, int) and most > 0 else None,
+            stream=bool(body.get("stream")),
+            service_tier=tier if isinstance(tier, str) and tier != "auto" else "",
+            tool_calls_max=counts(_server_tools(body, meter.tool_calls_max)),
+        )
+
+    def sent(
+        self, body: dict[str, Any], call: Call, cap: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        return with_cap(body, "max_tokens", cap), False
+
+    def usage(self, answer: Any, call: Call) -> Usage | None:
+        usage = reported(answer)
+        return None if usage is None else messages_usage(usage)
+
+    def tally(self, call: Call, hidden_usage: bool) -> Tally:
+        return _MessagesTally()
+
+
+class _MessagesTally:
+    """message_start's usage, updated field by field by message_delta's cumulative one;
+    the bill is known once message_delta has come."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, Any] = {}
+        self._final = False
+
+    def keep(self, event: str, data: Any) -> bool:
+        if not isinstance(data, dict):
+            return True
+        kind = event or str(data.get("type", ""))
+        if kind == "message_start" and isinstance(data.get("message"), dict):
+            self._merge(data["message"].get("usage"))
+        elif kind == "message_delta":
+            self._merge(data.get("usage"))
+            self._final = True
+        return True
+
+    def _merge(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self._fields.update(
+                {k: v for k, v in usage.items() if k in _USAGE_FIELDS and v is not None}
+            )
+
+    def usage(self) -> Usage | None:
+        return messages_usage(self._fields) if self._final else None
+
+
+_MESSAGES: Route = Messages()
+
+
+def routing(path: str) -> Route | str | None:
+    """The route of a POST to path; FREE for one that bills nothing; None otherwise."""
+    if path.endswith("/messages"):
+        return _MESSAGES
+    return FREE if _FREE.search(path) else None
+
+
+def provider(name: str = PROVIDER) -> Provider:
+    import anthropic
+
+    return Provider(name, routing, anthropic.AnthropicError)
