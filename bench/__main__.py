@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import console, growth, scans, scenarios
+from bench import console, growth, metered, scans, scenarios
 from bench.harness import Figure
 from bench.sidecars import k_sidecars
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
@@ -127,6 +127,10 @@ def targets(by_name: dict[str, Figure]) -> list[tuple[str, bool]]:
             m(f"{scans.LABEL}: Reserve p99 with / without scans, run by run") <= 2,
         ),
         lambda: (
+            "metered call overhead p50 <= 3 ms (metered - direct, alternated in one run)",
+            m(f"{metered.LABEL}: metered - direct p50") <= 3,
+        ),
+        lambda: (
             "K sidecars: serialization retries < 0.05 per admission in every run",
             worst(": retries per admission") < 0.05,
         ),
@@ -154,6 +158,7 @@ SCENARIOS = (
     "nested",
     "scans",
     "console",
+    "metered",
 )
 
 
@@ -218,6 +223,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
                 env)),
             ("scans", "12. Reserves while operators scan", lambda: scans.scans(env)),
             ("console", "13. the console's pages", lambda: console.console(env)),
+            ("metered", "14. metered call overhead", lambda: metered.metered_overhead(env)),
         ]  # fmt: skip
         for key, label, start in steps:
             if key in only:

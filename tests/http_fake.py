@@ -5,6 +5,7 @@ reads JSON, answers JSON, and streams server-sent events as the providers send t
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,14 @@ class StateServer(ThreadingHTTPServer, Generic[State]):
     def __init__(self, handler: type[BaseHTTPRequestHandler], state: State) -> None:
         super().__init__(("127.0.0.1", 0), handler)
         self.state = state
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """An accepted connection with Nagle's algorithm off, as a provider's server has
+        it: the handler writes the headers and the body apart, and with it on, the body
+        waits for the client's delayed ACK of the headers (some 40 ms a request)."""
+        connection, address = super().get_request()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return connection, address
 
 
 POLL_SECONDS = 0.02

@@ -41,6 +41,8 @@ sse_event_bytes_max = 16 << 20
 client_timeout_seconds_max = 600.0
 client_attempts_max = 100
 client_backoff_seconds_max = 60.0
+# A client's close() waits at most this long for the settles it sends in the background.
+client_flush_seconds_max = 10.0
 
 # Amounts, in the budget's unit. PostgreSQL's bigint holds 9.2e18: an amount or a
 # settle of at most 1e15 leaves room for millions of settles before a counter can

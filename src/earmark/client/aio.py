@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import os
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
+from earmark import limits
 from earmark.client.admin import AdminCalls
 from earmark.client.errors import from_rpc_error, unreachable
 from earmark.client.hold import Hold
@@ -44,6 +46,8 @@ from earmark.core.model import Outcome
 from earmark.core.prices import Shape, Usage
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
+
+log = logging.getLogger("earmark.client")
 
 # Re-exported: workers and tests import these from here since before types.py held them.
 __all__ = [
@@ -129,6 +133,9 @@ class AsyncClient(AdminCalls):
         # The client whose admin channel this one uses (itself, unless it is a view).
         self._admin_owner: AsyncClient = self
         self._rng = random.Random()
+        # Settles sent after their call returned to its caller (metered calls settle off
+        # the caller's path): close() and flush() wait for them.
+        self._background: set[asyncio.Task[Any]] = set()
 
     def options(
         self, *, timeout_seconds: float | None = None, metadata: Sequence[tuple[str, str]] = ()
@@ -173,8 +180,31 @@ class AsyncClient(AdminCalls):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _in_background(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Runs coroutine (a settle) without its caller waiting; flush() waits for it."""
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The hold stays open: its lease passes and the sweeper closes it (in doubt,
+            # when it was charged), so the spend is not lost, only late.
+            log.warning("earmark settle in the background failed: %s", task.exception())
+
+    async def flush(self, timeout_seconds: float = limits.client_flush_seconds_max) -> bool:
+        """Waits, at most timeout_seconds, for the settles still being sent in the
+        background; True when none is left."""
+        pending = set(self._background)
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_seconds)
+        return not self._background
+
     async def close(self) -> None:
-        """Closes the client's channels (a view's close does nothing: close its client)."""
+        """Sends the settles still under way (flush), then closes the client's channels (a
+        view's close does nothing: close its client)."""
+        await self.flush()
         if self._own_channel:
             await self._channel.close(grace=None)
         if self._admin_channel is not None and self._admin_owner is self:

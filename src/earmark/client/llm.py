@@ -100,6 +100,7 @@ def metered(sdk_client: SDK, earmark: Client | AsyncClient, budget_id: str, **me
         raise TypeError(f"{type(sdk_client).__name__} is metered with a Client")
     # The sync client's holds run on its own loop, as every call of Client does.
     metering = Metering(provider, earmark._async, settings)
-    sync_http = httpx2.Client(transport=MeteredTransport(inner, metering, earmark._run))
+    transport = MeteredTransport(inner, metering, earmark._run, earmark._submit)
+    sync_http = httpx2.Client(transport=transport)
     metered_sync: SDK = copy(http_client=sync_http, **options)
     return metered_sync

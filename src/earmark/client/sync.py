@@ -234,6 +234,11 @@ class Client(_Twin[AsyncClient]):
     ledger_page = blocking(AsyncClient.ledger_page)
     resolve_hold = blocking(AsyncClient.resolve_hold)
     release_hold = blocking(AsyncClient.release_hold)
+    flush = blocking(AsyncClient.flush)
+
+    def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Starts coroutine on the client's loop without waiting for it."""
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def hold(
         self,

@@ -104,19 +104,16 @@ class Chat:
     def sent(
         self, body: dict[str, Any], call: Call, cap: int | None
     ) -> tuple[dict[str, Any], bool]:
-        sent = dict(body)
+        sent = body
         if cap is not None:
             # The caller's own name for the maximum when it used the older one.
             name = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
-            sent[name] = cap
-        hidden = False
-        if call.stream:
-            options = dict(sent.get("stream_options") or {})
-            if not options.get("include_usage"):
-                options["include_usage"] = True
-                sent["stream_options"] = options
-                hidden = True
-        return sent, hidden
+            sent = with_cap(sent, name, cap)
+        options = body.get("stream_options") or {}
+        if call.stream and not options.get("include_usage"):
+            # The usage chunk is asked for, and then not shown to the caller.
+            return {**sent, "stream_options": {**options, "include_usage": True}}, True
+        return sent, False
 
     def usage(self, answer: Any, call: Call) -> Usage | None:
         usage = reported(answer)

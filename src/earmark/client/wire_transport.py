@@ -91,13 +91,19 @@ class Metering:
             raise self.error(RefusedError)(hold.refusal)
 
     def to_send(
-        self, request: httpx2.Request, route: Route, call: Call, hold: Hold
+        self,
+        request: httpx2.Request,
+        body: dict[str, Any],
+        route: Route,
+        call: Call,
+        hold: Hold,
     ) -> tuple[httpx2.Request, bool]:
         reservation = hold.reservation
         assert reservation is not None
         cap = cap_to_send(call, reservation.max_output_tokens, reservation.degraded)
-        body, hidden = route.sent(json_body(request), call, cap)
-        return rebuilt(request, body), hidden
+        sent, hidden = route.sent(body, call, cap)
+        # A body sent as the caller wrote it goes out as its own bytes.
+        return (request if sent is body else rebuilt(request, sent)), hidden
 
     @staticmethod
     def failed(hold: Hold, error: BaseException) -> None:
@@ -136,12 +142,13 @@ class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
         route = self.metering.route(request)
         if route is None:
             return await self.inner.send(request, stream=True)
-        call = route.call(json_body(request), self.metering.meter)
+        body = json_body(request)
+        call = route.call(body, self.metering.meter)
         hold = self.metering.hold(call)
         await hold.__aenter__()
         self.metering.admitted(hold)
         try:
-            sending, hidden = self.metering.to_send(request, route, call, hold)
+            sending, hidden = self.metering.to_send(request, body, route, call, hold)
             response = await self.inner.send(sending, stream=True)
         except BaseException as error:
             Metering.failed(hold, error)
@@ -158,7 +165,9 @@ class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
                 Metering.status(hold, response.status_code)
             else:
                 self.metering.with_usage(hold, call, route.usage(json_answer(content), call))
-            await hold.__aexit__(None, None, None)
+            # The answer goes to the caller now; its settle follows off the caller's path
+            # (the client's close() and flush() wait for it).
+            self.metering.earmark._in_background(hold.__aexit__(None, None, None))
             return answered(response, content=content)
         events = Events(route.tally(call, hidden))
         end = _Ending(self.metering, hold, call, events)
@@ -210,8 +219,7 @@ class _AsyncEvents(httpx2.AsyncByteStream):
     async def _settle(self) -> None:
         hold = self.end.settling()
         if hold is not None:
-            # Shielded inside Hold: a reader cancelled now still settles.
-            await hold.__aexit__(None, None, None)
+            self.end.metering.earmark._in_background(hold.__aexit__(None, None, None))
 
 
 class MeteredTransport(httpx2.BaseTransport):
@@ -223,23 +231,30 @@ class MeteredTransport(httpx2.BaseTransport):
         inner: httpx2.Client,
         metering: Metering,
         run: Callable[[Coroutine[Any, Any, T]], T],
+        submit: Callable[[Coroutine[Any, Any, Any]], None],
     ) -> None:
         self.inner = inner
         self.metering = metering
         self._run: Callable[[Coroutine[Any, Any, Any]], Any] = run
+        self._submit = submit
 
     def _exit(self, hold: Hold) -> None:
         self._run(hold.__aexit__(None, None, None))
+
+    def _later(self, hold: Hold) -> None:
+        """Settles hold on the client's loop without the caller waiting."""
+        self._submit(_in_background(self.metering.earmark, hold))
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         route = self.metering.route(request)
         if route is None:
             return self.inner.send(request, stream=True)
-        call = route.call(json_body(request), self.metering.meter)
+        body = json_body(request)
+        call = route.call(body, self.metering.meter)
         hold = self._run(_entered(self.metering.hold(call)))
         self.metering.admitted(hold)
         try:
-            sending, hidden = self.metering.to_send(request, route, call, hold)
+            sending, hidden = self.metering.to_send(request, body, route, call, hold)
             response = self.inner.send(sending, stream=True)
         except BaseException as error:
             Metering.failed(hold, error)
@@ -256,15 +271,19 @@ class MeteredTransport(httpx2.BaseTransport):
                 Metering.status(hold, response.status_code)
             else:
                 self.metering.with_usage(hold, call, route.usage(json_answer(content), call))
-            self._exit(hold)
+            self._later(hold)
             return answered(response, content=content)
         events = Events(route.tally(call, hidden))
         end = _Ending(self.metering, hold, call, events)
-        return answered(response, stream=_Events(response, events, end, self._exit))
+        return answered(response, stream=_Events(response, events, end, self._later))
 
 
 async def _entered(hold: Hold) -> Hold:
     return await hold.__aenter__()
+
+
+async def _in_background(earmark: AsyncClient, hold: Hold) -> None:
+    earmark._in_background(hold.__aexit__(None, None, None))
 
 
 class _Events(httpx2.SyncByteStream):
