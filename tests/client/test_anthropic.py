@@ -13,7 +13,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from earmark.client import AsyncClient, Client
+from earmark.client import AsyncClient, Client, RefusedError
 from earmark.client.llm import Meter, metered
 from earmark.client.wire_anthropic import Messages
 from earmark.core.prices import Usage
@@ -209,6 +209,38 @@ async def test_one_hour_cache_writes_and_web_searches_are_priced_at_their_rates(
         bill.web_search_requests,
         reply.usage.server_tool_use.web_search_requests if reply.usage.server_tool_use else 0,
     )
+    await assert_invariants(priced_claude.dsn)
+
+
+async def test_every_surface_is_refused_unsent_and_count_tokens_passes(
+    priced_claude: Running, claude: FakeAnthropic
+) -> None:
+    """The metered client is an AsyncAnthropic; on a budget that cannot pay for a prompt,
+    create, create(stream=True) and stream raise RefusedError and the fake sees none of
+    them, while count_tokens, which bills nothing, passes through without a hold."""
+    await budget(priced_claude, "empty", 1)
+    async with (
+        AsyncClient(priced_claude.target) as earmark,
+        anthropic.AsyncAnthropic(api_key="k", base_url=claude.url) as client,
+    ):
+        llm = metered(client, earmark, "empty")
+        with pytest.raises(RefusedError):
+            await llm.messages.create(**ask())
+        with pytest.raises(RefusedError):
+            await llm.messages.create(**ask(stream=True))
+        with pytest.raises(RefusedError):
+            async with llm.messages.stream(**ask()) as stream:
+                await stream.get_final_message()
+        counted = await llm.messages.count_tokens(
+            model=CLAUDE, messages=[{"role": "user", "content": "hello"}]
+        )
+    assert isinstance(llm, anthropic.AsyncAnthropic)
+    assert (1, 0, []) == (
+        len(claude.state.requests),
+        len(claude.state.billed),
+        await holds(priced_claude, "empty"),
+    )
+    assert 0 < counted.input_tokens
     await assert_invariants(priced_claude.dsn)
 
 
