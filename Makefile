@@ -9,7 +9,8 @@ NODE_STAMP := $(NODE_WORKER)/node_modules/.installed
 TS_CLIENT := clients/typescript
 TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 TS_BUILT := $(TS_CLIENT)/node_modules/.built
-TS_SOURCES := $(shell find $(TS_CLIENT)/src -name '*.ts') $(TS_CLIENT)/tsconfig.json
+TS_SOURCES := $(shell find $(TS_CLIENT)/src -name '*.ts') $(TS_CLIENT)/tsconfig.json $(TS_CLIENT)/tsconfig.esm.json \
+	$(TS_CLIENT)/scripts/build.mjs
 BUF_TOOLS := tools/buf
 BUF := $(BUF_TOOLS)/node_modules/.bin/buf
 BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
@@ -18,7 +19,8 @@ BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
 venv: $(STAMP)
 
-# The TypeScript SDK (@earmark/client): its packages from its lock file, then tsc.
+# The TypeScript SDK (@earmark/client): its packages from its lock file, then tsc twice
+# (scripts/build.mjs: an ES module build and a CommonJS one).
 typescript: $(TS_BUILT)
 
 $(TS_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json

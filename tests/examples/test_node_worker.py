@@ -19,7 +19,15 @@ WORKER = ROOT / "examples" / "node-worker" / "worker.js"
 NODE = shutil.which("node")
 # The SDK is linked from clients/typescript and must be built (make test does both).
 INSTALLED = (
-    ROOT / "examples" / "node-worker" / "node_modules" / "@earmark" / "client" / "dist" / "index.js"
+    ROOT
+    / "examples"
+    / "node-worker"
+    / "node_modules"
+    / "@earmark"
+    / "client"
+    / "dist"
+    / "cjs"
+    / "index.js"
 ).exists()
 
 

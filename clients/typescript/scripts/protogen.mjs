@@ -22,11 +22,14 @@ const python = process.env.PROTOC_PYTHON ?? path.join(root, '.venv', 'bin', 'pyt
 const plugin = path.join(pkg, 'node_modules', '.bin', 'protoc-gen-ts_proto');
 
 // The options are part of the generated code's contract with src/: int64 as bigint (limits
-// reach 10^18, past what a number holds exactly), Timestamps as Date, and grpc-js clients.
+// reach 10^18, past what a number holds exactly), Timestamps as Date, grpc-js clients, and
+// relative imports ending in .js, which the ES module build needs (Node resolves an ES
+// module's imports by their exact file names).
 const options = [
   'outputServices=grpc-js',
   'forceLong=bigint',
   'esModuleInterop=true',
+  'importSuffix=.js',
   'env=node',
   'useDate=true',
   'useOptionals=none',

@@ -17,8 +17,8 @@ import {
   status as Status,
   type ServiceError,
 } from '@grpc/grpc-js';
-import * as pb from './gen/earmark/v1/budget';
-import { fromServiceError, unreachable } from './errors';
+import * as pb from './gen/earmark/v1/budget.js';
+import { fromServiceError, unreachable } from './errors.js';
 import {
   budgetStateOf,
   chargedOf,
@@ -37,7 +37,7 @@ import {
   type Settled,
   type Shape,
   type Usage,
-} from './types';
+} from './types.js';
 
 export const DEFAULT_TARGET = '127.0.0.1:50051';
 export const DEFAULT_ADMIN_TARGET = 'unix:.earmark/admin.sock';
@@ -123,6 +123,15 @@ export interface Price {
   cacheWriteUsdMicrosPerMtok?: number;
   requestUsdMicros?: number;
   source?: string;
+  /** The most output tokens one call of the model may produce: the cap a call that sets
+   * none is sent with (0 or absent: unknown, so such a call is refused). */
+  maxOutputTokens?: number;
+  /** One-hour cache writes (Anthropic's); 0 or absent: the cache-write rate. */
+  cacheWriteLongUsdMicrosPerMtok?: number;
+  /** The service tier these rates are for ("priority", "flex"); '' or absent: the default. */
+  serviceTier?: string;
+  /** A fee per server tool call, by kind (e.g. web_search), in micro-dollars. */
+  toolUsdMicros?: Record<string, number>;
 }
 
 type Unary<Req, Res> = (
@@ -317,6 +326,15 @@ export class EarmarkClient {
       cacheWriteUsdMicrosPerMtok: int64(price.cacheWriteUsdMicrosPerMtok ?? 0, 'cacheWriteUsdMicrosPerMtok'),
       requestUsdMicros: int64(price.requestUsdMicros ?? 0, 'requestUsdMicros'),
       source: price.source ?? '',
+      maxOutputTokens: int64(price.maxOutputTokens ?? 0, 'maxOutputTokens'),
+      cacheWriteLongUsdMicrosPerMtok: int64(
+        price.cacheWriteLongUsdMicrosPerMtok ?? 0,
+        'cacheWriteLongUsdMicrosPerMtok',
+      ),
+      serviceTier: price.serviceTier ?? '',
+      toolUsdMicros: Object.fromEntries(
+        Object.entries(price.toolUsdMicros ?? {}).map(([kind, fee]) => [kind, int64(fee, `toolUsdMicros.${kind}`)]),
+      ),
     });
     const reply = await this.adminCall((s) => s.putPrice, { price: wire });
     return Number(reply.version);

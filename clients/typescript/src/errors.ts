@@ -5,6 +5,7 @@
 // the Python SDK's classes (src/earmark/client/errors.py) name for name.
 import { BinaryReader } from '@bufbuild/protobuf/wire';
 import { status as Status, type ServiceError } from '@grpc/grpc-js';
+import { STANDS_FOR } from './stand-in.js';
 
 /** The domain of Earmark's ErrorInfo. */
 export const DOMAIN = 'earmark';
@@ -65,6 +66,15 @@ export class EarmarkClientError extends Error {
     super(message, options);
     this.name = new.target.name;
   }
+
+  /** value is an instance of this class when it is one, or when it stands for one (an
+   * Earmark error thrown through a provider SDK as the SDK's own: see stand-in.ts). */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (Function.prototype[Symbol.hasInstance].call(this, value)) return true;
+    if (typeof value !== 'object' || value === null) return false;
+    const real: unknown = (value as { [STANDS_FOR]?: unknown })[STANDS_FOR];
+    return real !== undefined && Function.prototype[Symbol.hasInstance].call(this, real);
+  }
 }
 
 /** A call failed; code and details are the server's (or the channel's). */
@@ -120,6 +130,38 @@ export class PermissionDeniedError extends ClientError {}
 export class UnavailableError extends ClientError {}
 /** The call's deadline passed; it may or may not have taken effect. */
 export class DeadlineExceededError extends ClientError {}
+
+/** A metered call's hold is spent (it covers no answer at all): the call was not sent, or,
+ * for a stream, reading stopped. */
+export class HoldCappedError extends EarmarkClientError {
+  constructor(reservationId: string, what: string) {
+    super(`reservation ${reservationId}: the hold is spent; ${what}`);
+    this.reason = 'HOLD_CAPPED';
+    this.about = { reservation_id: reservationId };
+  }
+}
+
+/** A streamed answer was cut off by its hold. Metered streams are no longer cut client-side
+ * (the provider stops at the cap it was told), so metered() never throws it; it stays, as
+ * the Python SDK's does, for code that catches it. */
+export class StreamCappedError extends HoldCappedError {
+  constructor(reservationId: string, outputTokens: number) {
+    super(reservationId, `the stream was closed after about ${outputTokens} output tokens`);
+  }
+}
+
+/** A request to a provider endpoint that bills and that Earmark cannot price: it was not
+ * sent. about.endpoint names it ("POST /v1/images/generations"). */
+export class EndpointNotMeteredError extends EarmarkClientError {
+  constructor(method: string, path: string) {
+    super(
+      `${method} ${path} bills and Earmark cannot price it; not sent ` +
+        '(docs/sdk-typescript.md lists the endpoints that are metered)',
+    );
+    this.reason = 'ENDPOINT_NOT_METERED';
+    this.about = { endpoint: `${method} ${path}` };
+  }
+}
 
 /** The hold expired or was closed while the work ran: stop spending. reason and about are
  * those of the failure that found it gone (HOLD_EXPIRED, say). */

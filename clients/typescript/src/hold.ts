@@ -16,14 +16,14 @@
 // HoldLostError. A retry of the expensive work must take a new hold: each hold() has its own
 // idempotency key, so a cheap first attempt never authorizes an expensive second one.
 import { randomUUID } from 'node:crypto';
-import type { EarmarkClient, ReserveOptions } from './client';
+import type { EarmarkClient, ReserveOptions } from './client.js';
 import {
   EarmarkClientError,
   HoldClosedError,
   HoldLostError,
   ReservationNotFoundError,
-} from './errors';
-import { RefusedError, type Charged, type Outcome, type Refusal, type Reservation, type Settled, type Usage } from './types';
+} from './errors.js';
+import { RefusedError, type Charged, type Outcome, type Refusal, type Reservation, type Settled, type Usage } from './types.js';
 
 export interface HoldOptions extends Omit<ReserveOptions, 'idempotencyKey'> {
   /** Aborting it settles the hold CANCELLED (fn should stop on h.signal). */
@@ -100,6 +100,9 @@ export class Hold {
       return this;
     }
     this.reservation = result;
+    // What the Reserve charged at once (a call's prompt) is charged like any Charge: a
+    // settle that falls back to what was charged counts it.
+    this.charged = result.charged;
     this.scheduleRenewal();
     return this;
   }

@@ -14,9 +14,11 @@ export {
   type ReserveOptions,
   type RetryPolicy,
   type SettleOptions,
-} from './client';
-export * from './errors';
-export { Hold, hold, type HoldOptions } from './hold';
+} from './client.js';
+export * from './errors.js';
+export { Hold, hold, type HoldOptions } from './hold.js';
+export { metered, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
+export * as limits from './limits.js';
 export {
   RefusedError,
   type BudgetState,
@@ -30,6 +32,6 @@ export {
   type Settled,
   type Shape,
   type Usage,
-} from './types';
+} from './types.js';
 /** The messages and grpc-js clients generated from protos/ by ts-proto. */
-export * as wire from './gen/earmark/v1/budget';
+export * as wire from './gen/earmark/v1/budget.js';

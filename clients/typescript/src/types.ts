@@ -1,8 +1,8 @@
 // What the client's calls take and answer, as plain objects with numbers: amounts are
 // integers of the budget's unit, exact in a number up to 2^53 - 1 (the contract bounds
 // amounts at 10^15). A value past that (only a budget's limit may be) throws RangeError.
-import * as pb from './gen/earmark/v1/budget';
-import { EarmarkClientError } from './errors';
+import * as pb from './gen/earmark/v1/budget.js';
+import { EarmarkClientError } from './errors.js';
 
 /** How a job ended, for Settle. UNKNOWN keeps the hold IN_DOUBT at once (the work may
  * have run: a timeout, a lost connection or a 5xx after the request was sent). */

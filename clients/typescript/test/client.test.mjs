@@ -11,7 +11,7 @@ import {
   ReservationNotFoundError,
   UnavailableError,
   backoffMs,
-} from '../dist/index.js';
+} from '../dist/esm/index.js';
 import { budgetId, client } from './helpers.mjs';
 
 const earmark = client();

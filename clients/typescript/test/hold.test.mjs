@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { hold, RefusedError } from '../dist/index.js';
+import { hold, RefusedError } from '../dist/esm/index.js';
 import { budgetId, client } from './helpers.mjs';
 
 const earmark = client();

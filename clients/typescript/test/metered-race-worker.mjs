@@ -2,8 +2,7 @@
 // (FAKE_OPENAI_URL) through metered() on BUDGET until Earmark refuses, plain or streaming
 // (MODE), and prints what it did as one JSON line.
 import OpenAI from 'openai';
-import { EarmarkClient, RefusedError } from '../dist/index.js';
-import { metered } from '../dist/openai.js';
+import { EarmarkClient, RefusedError, metered } from '../dist/esm/index.js';
 
 const [budgetId, mode] = [process.argv[2], process.argv[3]];
 const earmark = new EarmarkClient();
@@ -15,7 +14,7 @@ for (;;) {
   try {
     if (mode === 'stream') {
       for await (const _ of await llm.chat.completions.create({ ...request, stream: true })) {
-        // Reading the whole stream is what charges it.
+        // Reading the whole stream is what settles it.
       }
     } else {
       await llm.chat.completions.create(request);

@@ -1,7 +1,10 @@
 // One racing worker process: JOBS jobs at once on BUDGET, each a hold() of 10,000 charged
 // 3,000 a step for 4 steps (12,000: the last step is capped at the hold). Prints what it was
-// admitted, refused and charged, as one JSON line.
-import { EarmarkClient, hold } from '../dist/index.js';
+// admitted, refused and charged, as one JSON line. It loads the CommonJS build, as a
+// worker that `require`s the package does, so the race runs both builds.
+import { createRequire } from 'node:module';
+
+const { EarmarkClient, hold } = createRequire(import.meta.url)('../dist/cjs/index.js');
 
 const [budgetId, jobs] = [process.argv[2], Number(process.argv[3])];
 const earmark = new EarmarkClient();

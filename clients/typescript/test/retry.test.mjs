@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Metadata, Server, ServerCredentials, status } from '@grpc/grpc-js';
-import { EarmarkClient, HoldInDoubtError, wire } from '../dist/index.js';
+import { EarmarkClient, HoldInDoubtError, wire } from '../dist/esm/index.js';
 
 const seen = [];
 let server;

@@ -18,8 +18,8 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { Duration } from "../../google/protobuf/duration";
-import { Timestamp } from "../../google/protobuf/timestamp";
+import { Duration } from "../../google/protobuf/duration.js";
+import { Timestamp } from "../../google/protobuf/timestamp.js";
 
 /**
  * Earmark's wire contract. Workers call Budget; operators call Admin.

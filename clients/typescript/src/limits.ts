@@ -1,0 +1,21 @@
+// The bounds of metered provider calls, the same numbers as the Python SDK's
+// (src/earmark/limits.py), so that one call is held alike from either language.
+
+/** A prompt is counted as one token per this many characters: fewer than the usual four,
+ * so that the hold errs high. */
+export const PROMPT_CHARS_PER_TOKEN = 3;
+/** Each message (or Responses input item) adds its role and framing. */
+export const MESSAGE_OVERHEAD_TOKENS = 4;
+/** The framing of the reply itself. */
+export const REPLY_OVERHEAD_TOKENS = 3;
+/** A request with server tools that names no maximum number of calls is held for this
+ * many calls of each kind. */
+export const TOOL_CALLS_DEFAULT = 10;
+/** The most server tool calls of one kind a request may be held for (the sidecar's bound). */
+export const TOOL_CALLS_PER_REQUEST_MAX = 10_000;
+/** The most output tokens any one call may be held for: past every model's ceiling, and far
+ * inside what an int64 amount holds at any price. */
+export const OUTPUT_TOKENS_MAX = 10_000_000;
+/** A server-sent event of a stream is read when it is at most this many characters; a
+ * larger one (a line that never ends is not SSE) is passed on unread. */
+export const SSE_EVENT_CHARS_MAX = 16 << 20;

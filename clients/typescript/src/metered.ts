@@ -1,0 +1,490 @@
+// Metered provider clients: metered(new OpenAI(), earmark, budgetId) and
+// metered(new Anthropic(), earmark, budgetId) answer a client of the provider SDK's own
+// class (instanceof OpenAI, instanceof Anthropic) whose every HTTP request passes one
+// interception point, a fetch around the one the client had.
+//
+// Why the HTTP boundary: both SDKs take a `fetch`, and everything they call goes through it:
+// every method of every resource, withResponse() and asResponse(), the parse and stream
+// helpers, and the frameworks that are handed the client. Metering there, from each
+// provider's published wire format (paths, JSON bodies, server-sent events, usage fields),
+// covers all of them with one mechanism and survives SDK upgrades that add methods; a
+// wrapper around methods covered only the methods it named and was not the SDK's type.
+// The Python SDK meters the same way, at its HTTP transport (src/earmark/client/wire*.py).
+//
+// For each request the provider's routes (routes-openai.ts, routes-anthropic.ts) say
+// whether it bills. A request that does not bill passes through untouched. One that bills
+// and that Earmark cannot price is refused before it is sent (EndpointNotMeteredError). One
+// that bills and can be priced is:
+// - reserved by shape with its prompt charged in the same Reserve (a worker that dies
+//   during the call leaves its hold in doubt, not returned), and refused before it is sent
+//   when the budget cannot pay for it (RefusedError: the provider sees nothing);
+// - sent with the cap the budget can pay: the caller's own maximum, or without one the
+//   model's ceiling (the Reserve's answer names it), never an estimate;
+// - renewed while it runs, and settled from the provider's own count of what it billed:
+//   the JSON answer's usage, or the stream's final usage event. A stream that ends without
+//   its usage, a timeout, a dropped connection or a 5xx leave the hold in doubt (the
+//   provider may bill the call); a 4xx, or a connection refused before anything was sent,
+//   settles at nothing.
+// The SDK's own retries go through the fetch too, each attempt on a hold of its own.
+import type { EarmarkClient } from './client.js';
+import { EarmarkClientError, EndpointNotMeteredError, HoldCappedError, UnavailableError } from './errors.js';
+import { Hold } from './hold.js';
+import { OUTPUT_TOKENS_MAX, TOOL_CALLS_DEFAULT, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { anthropicRouting } from './routes-anthropic.js';
+import { openaiRouting } from './routes-openai.js';
+import { FREE, capToSend, isObject, shapeOf, type Call, type Json, type JsonObject, type Route, type Routing } from './routes.js';
+import { Events } from './sse.js';
+import { standIn } from './stand-in.js';
+import { RefusedError, type Reservation, type Usage } from './types.js';
+
+/** The fetch both provider SDKs take (their `Fetch` type). */
+export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
+/** A provider SDK client metered() takes: openai's OpenAI (5 or later) or
+ * @anthropic-ai/sdk's Anthropic (0.50 or later), whose copies take a `fetch`. */
+export interface MeterableClient {
+  readonly baseURL: string;
+  withOptions(options: { fetch?: FetchLike }): unknown;
+}
+
+export interface MeterOptions {
+  /** The provider the price book knows the models under: "openai" for an OpenAI client,
+   * "anthropic" for an Anthropic one, by default (another name for an OpenAI-compatible
+   * API priced apart). */
+  provider?: string;
+  /** The kind of job, whose estimates learn (a SOFT budget holds them). */
+  job?: string;
+  /** Hold each call on these budgets too, all or nothing. */
+  alsoBudgetIds?: string[];
+  /** With budgetId "": the calls hold on the account's current billing cycle. */
+  account?: string;
+  labels?: Record<string, string>;
+  /** Each hold's lease; the sidecar's default when absent. The hold renews while its call
+   * runs. */
+  leaseSeconds?: number;
+  /** When the budget cannot cover a call's maximum, send it with the largest maximum the
+   * budget covers instead of refusing it (the answer's x-earmark-degraded header says so). */
+  degrade?: boolean;
+  /** The most output tokens one call is held for and sent with: a request asking for more
+   * (Anthropic's required max_tokens is often far above what a call needs), or for none,
+   * is sent with this maximum. Absent: the request's own, else the model's ceiling. */
+  outputTokensMax?: number;
+  /** Server tool calls of each kind (web_search...) a request that names no maximum of its
+   * own is held for; 10 by default. */
+  toolCallsMax?: number;
+}
+
+/** The API a client speaks, and so the routes its requests take. */
+type Api = 'openai' | 'anthropic';
+
+const ROUTING: Record<Api, Routing> = { openai: openaiRouting, anthropic: anthropicRouting };
+
+/** The provider SDK's client as metered() reaches it: its public baseURL and withOptions,
+ * and two members its type declares private or protected, fetch (the fetch it sends with)
+ * and makeStatusError (how it turns an answer's error status into what it throws). */
+interface Internals {
+  readonly baseURL: string;
+  fetch?: FetchLike;
+  withOptions(options: { fetch?: FetchLike }): Internals;
+  makeStatusError?: (status: number, error: unknown, message: string | undefined, headers: Headers) => Error;
+}
+
+// A metered fetch, and the fetch it wraps: metering a metered client again replaces its
+// meter rather than holding each call twice.
+const INNER = new WeakMap<FetchLike, FetchLike>();
+// The error of a request refused before it was sent, by the headers of the answer that
+// stands for it (see refusedAnswer).
+const EARLY = new WeakMap<Headers, Error>();
+// Codes of errors raised before a request's bytes left: the connection was never made, so
+// the provider saw nothing and billed nothing.
+const NOT_SENT = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EAI_NONAME',
+  'ENETUNREACH',
+  'EHOSTUNREACH',
+  'EADDRNOTAVAIL',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+// How deep an error's causes are searched for a code: the SDK and fetch wrap it twice.
+const CAUSE_DEPTH_MAX = 8;
+// What a copy of an answer leaves out of the provider's headers: the body was read and
+// decoded, so its length and encoding no longer hold.
+const READ_HEADERS = new Set(['content-encoding', 'content-length', 'transfer-encoding']);
+// Statuses whose answers have no body.
+const NULL_BODY = new Set([101, 204, 205, 304]);
+
+/** How a hold ends: at the provider's usage, at nothing (nothing was billed), or in doubt
+ * (the provider may have billed the call). */
+type Ending = { usage: Usage } | 'nothing' | 'doubt';
+
+interface Settings {
+  readonly provider: string;
+  readonly outputTokensMax: number | null;
+  readonly toolCallsMax: number;
+}
+
+function apiOf(client: object): Api {
+  const copies = typeof (client as { withOptions?: unknown }).withOptions === 'function';
+  if (copies && 'chat' in client && 'responses' in client) return 'openai';
+  if (copies && 'messages' in client) return 'anthropic';
+  throw new TypeError(
+    'metered() takes an OpenAI client (the openai package, 5 or later) or an Anthropic one ' +
+      '(@anthropic-ai/sdk, 0.50 or later)',
+  );
+}
+
+function settingsOf(api: Api, options: MeterOptions): Settings {
+  const { outputTokensMax, toolCallsMax = TOOL_CALLS_DEFAULT } = options;
+  if (outputTokensMax !== undefined && !(Number.isSafeInteger(outputTokensMax) && outputTokensMax >= 1 && outputTokensMax <= OUTPUT_TOKENS_MAX)) {
+    throw new RangeError(`outputTokensMax must be a whole number from 1 to ${OUTPUT_TOKENS_MAX}, not ${outputTokensMax}`);
+  }
+  if (!(Number.isSafeInteger(toolCallsMax) && toolCallsMax >= 1 && toolCallsMax <= TOOL_CALLS_PER_REQUEST_MAX)) {
+    throw new RangeError(`toolCallsMax must be a whole number from 1 to ${TOOL_CALLS_PER_REQUEST_MAX}, not ${toolCallsMax}`);
+  }
+  return { provider: options.provider ?? api, outputTokensMax: outputTokensMax ?? null, toolCallsMax };
+}
+
+/** Whether error (or what caused it) is one raised before the request left. */
+function neverSent(error: unknown): boolean {
+  let at = error;
+  for (let depth = 0; at !== null && typeof at === 'object' && depth < CAUSE_DEPTH_MAX; depth += 1) {
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === 'string' && NOT_SENT.has(code)) return true;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/**
+ * The answer that stands for a request refused before it was sent. A fetch that throws is
+ * taken by both SDKs for a connection error, retried, and rethrown wrapped; an answer with
+ * `x-should-retry: false` is not retried, and the client's makeStatusError (replaced on a
+ * metered client) throws the Earmark error, as a stand-in of the SDK's base error. Without
+ * that replacement (a client built from a metered one by other means than withOptions) the
+ * SDK throws its own error of this status, with the Earmark error's message: still unsent,
+ * and not retried.
+ */
+function refusedAnswer(error: unknown): Response {
+  const cause = error instanceof Error ? error : new EarmarkClientError(String(error));
+  const reason = cause instanceof EarmarkClientError ? cause.reason : '';
+  let status = 400;
+  if (cause instanceof RefusedError) status = reason === 'RATE_LIMITED' ? 429 : 402;
+  else if (cause instanceof EndpointNotMeteredError) status = 403;
+  else if (cause instanceof UnavailableError) status = 503;
+  const body = { type: 'error', error: { type: 'earmark', code: reason || null, param: null, message: cause.message } };
+  const answer = new Response(JSON.stringify(body), {
+    status,
+    headers: { 'content-type': 'application/json', 'x-should-retry': 'false', 'x-earmark-error': reason || 'ERROR' },
+  });
+  EARLY.set(answer.headers, cause);
+  return answer;
+}
+
+function basePathOf(baseURL: string): string {
+  try {
+    return new URL(baseURL).pathname.replace(/\/+$/, '');
+  } catch {
+    return '';
+  }
+}
+
+/** The request's path after the client's base URL's path (all of it when the request went
+ * elsewhere). */
+function pathAfter(pathname: string, base: string): string {
+  return base !== '' && pathname.startsWith(`${base}/`) ? pathname.slice(base.length) : pathname;
+}
+
+async function jsonBody(input: string | URL | Request, init: RequestInit | undefined, where: string): Promise<JsonObject> {
+  const body = init?.body ?? (input instanceof Request ? await input.clone().text() : null);
+  let raw: string;
+  if (typeof body === 'string') raw = body;
+  else if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) raw = new TextDecoder().decode(body);
+  else throw new EarmarkClientError(`${where}: the body is not JSON; not sent`);
+  let parsed: Json;
+  try {
+    parsed = JSON.parse(raw) as Json;
+  } catch {
+    throw new EarmarkClientError(`${where}: the body is not JSON; not sent`);
+  }
+  if (!isObject(parsed)) throw new EarmarkClientError(`${where}: the body is not a JSON object; not sent`);
+  return parsed;
+}
+
+/** The request init to send body with, from what the SDK passed. */
+function sending(input: string | URL | Request, init: RequestInit | undefined, body: string): RequestInit {
+  const headers = new Headers(input instanceof Request ? input.headers : undefined);
+  new Headers(init?.headers).forEach((value, name) => headers.set(name, value));
+  headers.delete('content-length');
+  const fromRequest = input instanceof Request ? { method: input.method, signal: input.signal } : {};
+  return { ...fromRequest, ...init, headers, body };
+}
+
+/** The provider's headers for an answer Earmark has read, with what the hold told it. */
+function answeredHeaders(from: Headers, reservation: Reservation): Headers {
+  const headers = new Headers();
+  from.forEach((value, name) => {
+    if (!READ_HEADERS.has(name.toLowerCase())) headers.append(name, value);
+  });
+  headers.set('x-earmark-reservation-id', reservation.reservationId);
+  headers.set('x-earmark-max-output-tokens', String(reservation.maxOutputTokens));
+  headers.set('x-earmark-degraded', String(reservation.degraded));
+  return headers;
+}
+
+function parsed(content: string): Json {
+  try {
+    return JSON.parse(content) as Json;
+  } catch {
+    return null;
+  }
+}
+
+/** One budget's meter: how a request is held, sent and settled. */
+class Meter {
+  // Streams whose reader let go of them unread: their holds end in doubt when they are
+  // collected, rather than renew for the life of the process.
+  private readonly unread = new FinalizationRegistry<() => Promise<void>>((end) => void end());
+
+  constructor(
+    private readonly earmark: EarmarkClient,
+    private readonly budgetId: string,
+    private readonly options: MeterOptions,
+    private readonly settings: Settings,
+    private readonly routing: Routing,
+  ) {}
+
+  /** A fetch that meters each request and sends it with inner; base.path is the client's
+   * base URL's path, set once the client exists. */
+  fetch(inner: FetchLike, base: { path: string }): FetchLike {
+    const metered: FetchLike = (input, init) => this.send(inner, base.path, input, init);
+    INNER.set(metered, inner);
+    return metered;
+  }
+
+  private async send(
+    inner: FetchLike,
+    basePath: string,
+    input: string | URL | Request,
+    init: RequestInit | undefined,
+  ): Promise<Response> {
+    const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
+    if (method !== 'POST') return inner(input, init);
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    const route = this.routing(pathAfter(url.pathname, basePath));
+    if (route === FREE) return inner(input, init);
+    if (route === null) return refusedAnswer(new EndpointNotMeteredError(method, url.pathname));
+    let call: Call;
+    let body: JsonObject;
+    let hold: Hold;
+    try {
+      body = await jsonBody(input, init, `${method} ${url.pathname}`);
+      call = route.call(body, this.settings);
+      hold = await this.reserve(call);
+    } catch (error) {
+      return refusedAnswer(error);
+    }
+    if (hold.refusal !== null) return refusedAnswer(new RefusedError(hold.refusal));
+    const reservation = hold.reservation!;
+    const cap = capToSend(call, reservation.maxOutputTokens, reservation.degraded);
+    if (cap === 0) {
+      await this.end(hold, call, 'nothing');
+      return refusedAnswer(new HoldCappedError(reservation.reservationId, 'it covers no output token a choice; the call was not sent'));
+    }
+    const sent = route.sent(body, call, cap);
+    const signal = init?.signal ?? (input instanceof Request ? input.signal : undefined);
+    if (signal?.aborted) {
+      // The SDK's timeout (or its caller) gave up while the hold was being made: nothing was
+      // sent, so nothing was billed.
+      await this.end(hold, call, 'nothing');
+      throw signal.reason ?? new DOMException('This operation was aborted', 'AbortError');
+    }
+    let response: Response;
+    try {
+      response = await inner(input instanceof Request ? input.url : input, sending(input, init, JSON.stringify(sent.body)));
+    } catch (error) {
+      await this.end(hold, call, neverSent(error) ? 'nothing' : 'doubt');
+      throw error;
+    }
+    if (!response.ok) {
+      // The SDK reads the error's body; the status says whether the provider billed.
+      await this.end(hold, call, response.status >= 500 ? 'doubt' : 'nothing');
+      return response;
+    }
+    const headers = answeredHeaders(response.headers, reservation);
+    const streamed = (response.headers.get('content-type') ?? '').includes('text/event-stream');
+    if (streamed && response.body !== null) {
+      return this.streamed(response, headers, hold, call, route, sent.hiddenUsage, signal ?? undefined);
+    }
+    let content: string;
+    try {
+      content = await response.text();
+    } catch (error) {
+      // The answer was cut off: it ran, and may be billed.
+      await this.end(hold, call, 'doubt');
+      throw error;
+    }
+    const usage = route.usage(parsed(content), call);
+    await this.end(hold, call, usage === null ? 'doubt' : { usage });
+    const answer = NULL_BODY.has(response.status) ? null : content;
+    return new Response(answer, { status: response.status, statusText: response.statusText, headers });
+  }
+
+  /** Reserves the call's hold by shape, with its prompt charged at once. */
+  private reserve(call: Call): Promise<Hold> {
+    const { shape, charge } = shapeOf(this.settings.provider, call, this.settings.outputTokensMax);
+    const o = this.options;
+    return new Hold(this.earmark, this.budgetId, 0, {
+      shape,
+      charge,
+      degrade: o.degrade ?? false,
+      job: o.job,
+      alsoBudgetIds: o.alsoBudgetIds,
+      account: o.account,
+      labels: o.labels,
+      leaseSeconds: o.leaseSeconds,
+      returnRefusal: true,
+    }).start();
+  }
+
+  /** A streamed answer passed to the SDK as it arrives, read for its usage on the way, its
+   * hold settled once when it ends, fails, is cancelled or is aborted. */
+  private streamed(
+    response: Response,
+    headers: Headers,
+    hold: Hold,
+    call: Call,
+    route: Route,
+    hiddenUsage: boolean,
+    signal: AbortSignal | undefined,
+  ): Response {
+    const events = new Events(route.tally(call, hiddenUsage));
+    const reader = response.body!.getReader();
+    let ended: Promise<void> | null = null;
+    const end = (): Promise<void> => {
+      ended ??= (async () => {
+        signal?.removeEventListener('abort', aborted);
+        const usage = events.tally.usage();
+        await this.end(hold, call, usage === null ? 'doubt' : { usage });
+      })();
+      return ended;
+    };
+    // The SDK aborts the request when its reader stops early (a break out of the loop, a
+    // timeout): the stream may never be read again.
+    const aborted = (): void => void end();
+    signal?.addEventListener('abort', aborted, { once: true });
+    const stream = new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        let item: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          item = await reader.read();
+        } catch (error) {
+          await end();
+          controller.error(error);
+          return;
+        }
+        if (item.done) {
+          const rest = events.rest();
+          if (rest.length > 0) controller.enqueue(rest);
+          await end();
+          controller.close();
+          return;
+        }
+        const kept = events.feed(item.value);
+        if (kept.length > 0) controller.enqueue(kept);
+      },
+      cancel: async (reason) => {
+        await reader.cancel(reason).catch(() => undefined);
+        await end();
+      },
+    });
+    this.unread.register(stream, end);
+    return new Response(stream, { status: response.status, statusText: response.statusText, headers });
+  }
+
+  /** Settles hold as ending says; a settle that fails is a warning, not the call's error:
+   * the provider's answer stands, and the hold ends in doubt when its lease passes. */
+  private async end(hold: Hold, call: Call, ending: Ending): Promise<void> {
+    if (ending === 'nothing') {
+      hold.used = 0;
+      hold.outcome = 'FAILED';
+    } else if (ending === 'doubt') {
+      hold.outcome = 'UNKNOWN';
+    } else {
+      hold.usage = { ...ending.usage, provider: this.settings.provider, model: call.model };
+      hold.outcome = 'SUCCEEDED';
+    }
+    try {
+      await hold.finish();
+    } catch (error) {
+      process.emitWarning(`earmark settle of reservation ${hold.reservationId} failed: ${(error as Error).message}`);
+    }
+  }
+}
+
+function define<T extends object>(target: T, name: string, value: unknown): void {
+  Object.defineProperty(target, name, { value, configurable: true, writable: true, enumerable: false });
+}
+
+/** The SDK's base error (openai's OpenAIError, @anthropic-ai/sdk's AnthropicError), which
+ * both SDKs hang on their client's class; null when it is not there. */
+function sdkErrorOf(client: object, api: Api): (new (message: string) => Error) | null {
+  const statics = client.constructor as { OpenAIError?: unknown; AnthropicError?: unknown };
+  const base = api === 'openai' ? statics.OpenAIError : statics.AnthropicError;
+  return typeof base === 'function' ? (base as new (message: string) => Error) : null;
+}
+
+/**
+ * A copy of source made with the SDK's own withOptions (options, and a fetch that is
+ * meter's around inner), that throws the errors of requests refused unsent as stand-ins of
+ * the SDK's base error (stand-in.ts), and whose own copies (withOptions) are metered too.
+ * The SDK's withOptions is its class's, so that a metered client metered again is copied
+ * around its inner fetch once, not metered twice.
+ */
+function install(
+  source: Internals,
+  options: { fetch?: FetchLike },
+  meter: Meter,
+  inner: FetchLike,
+  sdkError: (new (message: string) => Error) | null,
+): Internals {
+  const sdkWithOptions = (Object.getPrototypeOf(source) as Internals).withOptions;
+  const base = { path: '' };
+  const copy = sdkWithOptions.call(source, { ...options, fetch: meter.fetch(inner, base) });
+  base.path = basePathOf(copy.baseURL);
+  const statusError = copy.makeStatusError;
+  if (typeof statusError === 'function') {
+    define(copy, 'makeStatusError', function (this: Internals, status: number, error: unknown, message: string | undefined, headers: Headers) {
+      const early = EARLY.get(headers);
+      if (early === undefined) return statusError.call(this, status, error, message, headers);
+      return sdkError === null ? early : standIn(early, sdkError);
+    });
+  }
+  define(copy, 'withOptions', function (this: Internals, more: { fetch?: FetchLike }) {
+    return install(this, more, meter, more.fetch ?? inner, sdkError);
+  });
+  return copy;
+}
+
+/**
+ * client, metered on budgetId: a client of the same class (instanceof holds, and so does
+ * its type) whose every billable request is held before it is sent and settled from what
+ * the provider answered (see the module's text). A request refused before sending throws
+ * RefusedError, EndpointNotMeteredError, HoldCappedError or the Earmark client's own error
+ * (UnavailableError...), not retried; thrown through the SDK as a stand-in of its base error
+ * (stand-in.ts), which `instanceof` counts as the Earmark error.
+ */
+export function metered<C extends MeterableClient>(
+  client: C,
+  earmark: EarmarkClient,
+  budgetId: string,
+  options: MeterOptions = {},
+): C {
+  const api = apiOf(client);
+  const internals = client as unknown as Internals;
+  const had = internals.fetch ?? (globalThis.fetch as FetchLike);
+  const inner = INNER.get(had) ?? had;
+  const meter = new Meter(earmark, budgetId, options, settingsOf(api, options), ROUTING[api]);
+  return install(internals, {}, meter, inner, sdkErrorOf(client, api)) as unknown as C;
+}

@@ -1,0 +1,298 @@
+// OpenAI at the wire: which requests bill, how each billable one is held and capped, and
+// where its usage is, as OpenAI's published API has them (the openai package's types:
+// CompletionUsage, ChatCompletionChunk, ResponseUsage and the Responses stream events,
+// CreateEmbeddingResponse). The rules are the Python SDK's (src/earmark/client/wire_openai.py).
+//
+// Metered: POST .../chat/completions (create, parse, the stream helper, withResponse),
+// POST .../responses (create, parse, stream) and POST .../embeddings. Free, passed through:
+// every request that is not a POST, and the POSTs that bill nothing (a stored completion's
+// update, counting a Responses input's tokens, cancelling, moderations, files, uploads,
+// vector stores, conversations). Any other POST (images, audio, batches, fine-tuning, the
+// legacy completions, realtime sessions...) is refused before it is sent, naming it.
+import { TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import {
+  FREE,
+  count,
+  counts,
+  isObject,
+  jsonChars,
+  positive,
+  promptEstimate,
+  text,
+  type Call,
+  type CallSettings,
+  type Json,
+  type JsonObject,
+  type Route,
+  type Routing,
+  type Tally,
+} from './routes.js';
+import type { Usage } from './types.js';
+
+// POST paths that bill nothing, by their last segments (ids stand for any id).
+const FREE_PATHS = new RegExp(
+  '/(chat/completions/[^/]+|responses/input_tokens|responses/[^/]+/cancel|moderations' +
+    '|files(/.*)?|uploads(/.*)?|vector_stores(/.*)?|conversations(/.*)?' +
+    '|batches/[^/]+/cancel|fine_tuning/jobs/[^/]+/(cancel|pause|resume))$',
+);
+// The Responses API's built-in tools, by the kind their calls are priced as (dated
+// versions, web_search_2025_08_26 say, are the same kind).
+const TOOL_KINDS: [RegExp, string][] = [
+  [/^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$/, 'web_search'],
+  [/^file_search$/, 'file_search'],
+  [/^code_interpreter$/, 'code_interpreter'],
+];
+// The output items a Responses answer bills a tool call for.
+const TOOL_ITEMS: Record<string, string> = {
+  web_search_call: 'web_search',
+  file_search_call: 'file_search',
+  code_interpreter_call: 'code_interpreter',
+};
+// The names a request uses for the default tier: the price book's '' row prices them.
+const DEFAULT_TIERS = new Set(['', 'auto', 'default']);
+
+/** The characters of a message's or item's text: a string, or parts with text. */
+function chars(value: Json | undefined): number {
+  if (typeof value === 'string') return value.length;
+  if (Array.isArray(value)) {
+    return value.reduce<number>((sum, part) => sum + (isObject(part) ? chars(part.text ?? '') : 0), 0);
+  }
+  return 0;
+}
+
+function tier(body: JsonObject): string {
+  const asked = text(body.service_tier);
+  return DEFAULT_TIERS.has(asked) ? '' : asked;
+}
+
+/** A CompletionUsage as Earmark prices it: prompt_tokens counts cached reads and cache
+ * writes, completion_tokens counts reasoning. The caller names the provider and the model
+ * the call was held for (an answer names a dated snapshot the book may not have). */
+function chatUsage(usage: JsonObject, serviceTier: string): Usage {
+  const prompt = isObject(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
+  return {
+    inputTokens: count(usage.prompt_tokens),
+    outputTokens: count(usage.completion_tokens),
+    cachedInputTokens: count(prompt.cached_tokens),
+    cacheWriteInputTokens: count(prompt.cache_write_tokens),
+    serviceTier,
+  };
+}
+
+class ChatTally implements Tally {
+  private found: Usage | null = null;
+  private tier = '';
+
+  constructor(private readonly hidden: boolean) {}
+
+  keep(_event: string, data: Json): boolean {
+    if (!isObject(data)) return true;
+    if (typeof data.service_tier === 'string') this.tier = data.service_tier;
+    if (isObject(data.usage)) {
+      this.found = chatUsage(data.usage, this.tier);
+      // The usage chunk Earmark asked for, which the caller did not, is not shown.
+      const choices = Array.isArray(data.choices) ? data.choices.length : 0;
+      return !(this.hidden && choices === 0);
+    }
+    return true;
+  }
+
+  usage(): Usage | null {
+    return this.found;
+  }
+}
+
+/** POST .../chat/completions. */
+const chat: Route = {
+  call(body: JsonObject): Call {
+    const messages = Array.isArray(body.messages) ? body.messages.filter(isObject) : [];
+    let total = jsonChars(body.tools);
+    for (const message of messages) {
+      total += chars(message.content) + text(message.name).length;
+      if (message.tool_calls) total += jsonChars(message.tool_calls);
+    }
+    return {
+      model: text(body.model),
+      promptTokens: promptEstimate(total, messages.length),
+      asked: positive(body, 'max_completion_tokens', 'max_tokens'),
+      choices: positive(body, 'n') ?? 1,
+      stream: body.stream === true,
+      serviceTier: tier(body),
+      toolCallsMax: {},
+      hasOutput: true,
+    };
+  },
+
+  sent(body: JsonObject, call: Call, cap: number | null) {
+    const sent: JsonObject = { ...body };
+    if (cap !== null) {
+      // Every maximum the caller gave is lowered (a provider reads either name); with none,
+      // the current name carries the cap.
+      const named = ['max_completion_tokens', 'max_tokens'].filter((name) => body[name] != null);
+      for (const name of named.length > 0 ? named : ['max_completion_tokens']) sent[name] = cap;
+    }
+    let hiddenUsage = false;
+    if (call.stream) {
+      const options = isObject(body.stream_options) ? body.stream_options : {};
+      if (options.include_usage !== true) {
+        sent.stream_options = { ...options, include_usage: true };
+        hiddenUsage = true;
+      }
+    }
+    return { body: sent, hiddenUsage };
+  },
+
+  usage(answer: Json): Usage | null {
+    if (!isObject(answer) || !isObject(answer.usage)) return null;
+    return chatUsage(answer.usage, text(answer.service_tier));
+  },
+
+  tally(_call: Call, hiddenUsage: boolean): Tally {
+    return new ChatTally(hiddenUsage);
+  },
+};
+
+/** A Response's usage, and the built-in tool calls its output items bill. */
+function responsesUsage(response: JsonObject, usage: JsonObject): Usage {
+  const details = isObject(usage.input_tokens_details) ? usage.input_tokens_details : {};
+  const output = Array.isArray(response.output) ? response.output : [];
+  const tools = counts(
+    output.filter(isObject).map((item): [string, number] => [TOOL_ITEMS[text(item.type)] ?? '', 1]),
+  );
+  delete tools[''];
+  return {
+    inputTokens: count(usage.input_tokens),
+    outputTokens: count(usage.output_tokens),
+    cachedInputTokens: count(details.cached_tokens),
+    cacheWriteInputTokens: count(details.cache_write_tokens),
+    serviceTier: text(response.service_tier),
+    toolCalls: tools,
+  };
+}
+
+// A Responses stream ends with one of these, whose response carries the usage.
+const FINAL_EVENTS = new Set(['response.completed', 'response.incomplete', 'response.failed']);
+
+class ResponsesTally implements Tally {
+  private found: Usage | null = null;
+
+  keep(event: string, data: Json): boolean {
+    if (!isObject(data)) return true;
+    const kind = event || text(data.type);
+    const response = data.response;
+    if (FINAL_EVENTS.has(kind) && isObject(response) && isObject(response.usage)) {
+      this.found = responsesUsage(response, response.usage);
+    }
+    return true;
+  }
+
+  usage(): Usage | null {
+    return this.found;
+  }
+}
+
+function toolKind(type: string): string | null {
+  for (const [pattern, kind] of TOOL_KINDS) if (pattern.test(type)) return kind;
+  return null;
+}
+
+/** POST .../responses. */
+const responses: Route = {
+  call(body: JsonObject, settings: CallSettings): Call {
+    const input = body.input;
+    let total = chars(body.instructions) + jsonChars(body.tools);
+    let items = 1;
+    if (Array.isArray(input)) {
+      items = input.length;
+      for (const item of input) {
+        if (isObject(item)) {
+          total += chars(item.content) + chars(item.output) + text(item.arguments).length;
+        }
+      }
+    } else {
+      total += chars(input);
+    }
+    const tools = Array.isArray(body.tools) ? body.tools.filter(isObject) : [];
+    const kinds = new Set(tools.map((tool) => toolKind(text(tool.type))).filter((kind) => kind !== null));
+    const most = Math.min(positive(body, 'max_tool_calls') ?? settings.toolCallsMax, TOOL_CALLS_PER_REQUEST_MAX);
+    return {
+      model: text(body.model),
+      promptTokens: promptEstimate(total, items),
+      asked: positive(body, 'max_output_tokens'),
+      choices: 1,
+      stream: body.stream === true,
+      serviceTier: tier(body),
+      toolCallsMax: counts([...kinds].map((kind): [string, number] => [kind, most])),
+      hasOutput: true,
+    };
+  },
+
+  sent(body: JsonObject, _call: Call, cap: number | null) {
+    // A Responses stream always ends with its usage, in its final event.
+    return { body: cap === null ? body : { ...body, max_output_tokens: cap }, hiddenUsage: false };
+  },
+
+  usage(answer: Json): Usage | null {
+    if (!isObject(answer) || !isObject(answer.usage)) return null;
+    return responsesUsage(answer, answer.usage);
+  },
+
+  tally(): Tally {
+    return new ResponsesTally();
+  },
+};
+
+/** POST .../embeddings: the input alone is billed. */
+const embeddings: Route = {
+  call(body: JsonObject): Call {
+    const given = body.input;
+    // A list of numbers is one input of token ids; a list of strings or of token lists is
+    // several inputs.
+    const single = !Array.isArray(given) || given.every((each) => typeof each === 'number');
+    const inputs: Json[] = single ? [given ?? ''] : given;
+    let tokens = 0;
+    for (const each of inputs) {
+      // Token ids count one each; text as any prompt does.
+      tokens += Array.isArray(each) ? each.length : promptEstimate(text(each).length, 0);
+    }
+    return {
+      model: text(body.model),
+      // At least one token: a shape of no tokens at all would name the model alone, which
+      // the sidecar holds at an estimate.
+      promptTokens: Math.max(1, tokens),
+      asked: null,
+      choices: 1,
+      stream: false,
+      serviceTier: '',
+      toolCallsMax: {},
+      hasOutput: false,
+    };
+  },
+
+  sent(body: JsonObject) {
+    return { body, hiddenUsage: false };
+  },
+
+  usage(answer: Json): Usage | null {
+    if (!isObject(answer) || !isObject(answer.usage)) return null;
+    return { inputTokens: count(answer.usage.prompt_tokens), outputTokens: 0 };
+  },
+
+  tally(): Tally {
+    // Embeddings are never streamed; an answer that streams anyway carries no usage, so
+    // the hold ends in doubt.
+    return { keep: () => true, usage: () => null };
+  },
+};
+
+const ROUTES: [string, Route][] = [
+  ['/chat/completions', chat],
+  ['/responses', responses],
+  ['/embeddings', embeddings],
+];
+
+/** The route of a POST to path (the part after the client's base URL's path). */
+export const openaiRouting: Routing = (path) => {
+  for (const [suffix, route] of ROUTES) if (path.endsWith(suffix)) return route;
+  return FREE_PATHS.test(path) ? FREE : null;
+};

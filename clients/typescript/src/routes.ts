@@ -1,0 +1,137 @@
+// What metering at the wire reads from a provider's requests and answers, whichever the
+// provider: the JSON values, a billable call as read from its body, the shape and prompt
+// charge it is reserved with, the cap it is sent with, and the routes that say which
+// requests bill. routes-openai.ts and routes-anthropic.ts hold each provider's routes, as
+// the Python SDK's wire_openai.py and wire_anthropic.py do, rule for rule.
+import { MESSAGE_OVERHEAD_TOKENS, PROMPT_CHARS_PER_TOKEN, REPLY_OVERHEAD_TOKENS } from './limits.js';
+import type { Shape, Usage } from './types.js';
+
+/** A JSON value as JSON.parse answers it. */
+export type Json = null | boolean | number | string | Json[] | JsonObject;
+export interface JsonObject {
+  [key: string]: Json | undefined;
+}
+
+/** The meter's settings a route reads when it reads a call. */
+export interface CallSettings {
+  /** Server tool calls of each kind a request that names no maximum is held for. */
+  toolCallsMax: number;
+}
+
+/** A billable request as read from its body: what to hold, and how to send it. */
+export interface Call {
+  model: string;
+  /** A conservative count of the prompt's tokens, charged when the hold is made. */
+  promptTokens: number;
+  /** The caller's own maximum output per choice; null when it set none. */
+  asked: number | null;
+  choices: number;
+  stream: boolean;
+  /** The service tier the request asks for; '' for the default. */
+  serviceTier: string;
+  /** The most server tool calls of each kind the request may make. */
+  toolCallsMax: Record<string, number>;
+  /** Embeddings produce no output: their hold is the prompt alone. */
+  hasOutput: boolean;
+}
+
+/** Reads a stream's events as they pass to the caller, for the provider's own usage. */
+export interface Tally {
+  /** Notes one event (its SSE name, '' without one, and its JSON data); false drops it
+   * from what the caller sees. */
+  keep(event: string, data: Json): boolean;
+  /** The provider's final usage, once the stream has carried it. */
+  usage(): Usage | null;
+}
+
+/** One billable endpoint of a provider. */
+export interface Route {
+  call(body: JsonObject, settings: CallSettings): Call;
+  /** The body to send with the output cap set (null: as the caller asked), and whether
+   * the stream's usage event is Earmark's alone (to be dropped from what the caller sees). */
+  sent(body: JsonObject, call: Call, cap: number | null): { body: JsonObject; hiddenUsage: boolean };
+  /** The usage of a JSON answer; null when it carries none. */
+  usage(answer: Json, call: Call): Usage | null;
+  tally(call: Call, hiddenUsage: boolean): Tally;
+}
+
+/** A POST that bills nothing: sent as it is, with no hold. */
+export const FREE = 'free';
+/** Where a POST to a path goes: a billable route, FREE, or null (it bills and Earmark
+ * cannot price it, so it is refused unsent). */
+export type Routing = (path: string) => Route | typeof FREE | null;
+
+export function isObject(value: Json | undefined): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A count from a provider's JSON: a whole number of at least 0 (absent, null or anything
+ * else: 0). */
+export function count(value: Json | undefined): number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0;
+}
+
+/** The first of names the body sets to a positive whole number, else null. */
+export function positive(body: JsonObject, ...names: string[]): number | null {
+  for (const name of names) {
+    const value = body[name];
+    if (typeof value === 'number' && Number.isSafeInteger(value) && value > 0) return value;
+  }
+  return null;
+}
+
+export function text(value: Json | undefined): string {
+  return typeof value === 'string' ? value : '';
+}
+
+/** The length of value as JSON, as the prompt counts a tool definition or a call. */
+export function jsonChars(value: Json | undefined): number {
+  return value === undefined || value === null ? 0 : JSON.stringify(value).length;
+}
+
+/** A conservative count of a prompt's tokens from its characters: one token per
+ * PROMPT_CHARS_PER_TOKEN characters, plus each message's framing and the reply's. */
+export function promptEstimate(chars: number, messages: number): number {
+  return Math.ceil(chars / PROMPT_CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * messages + REPLY_OVERHEAD_TOKENS;
+}
+
+/** Kinds and counts, without the kinds counted 0. */
+export function counts(entries: Iterable<[string, number]>): Record<string, number> {
+  const found: Record<string, number> = {};
+  for (const [kind, n] of entries) if (n > 0) found[kind] = (found[kind] ?? 0) + n;
+  return found;
+}
+
+/** The Reserve's shape and its prompt charge: the caller's maximum (each choice's, times
+ * the choices), lowered to outputTokensMax when that is set; with neither, the model's
+ * ceiling (outputCeiling), which the sidecar reads from the price. */
+export function shapeOf(provider: string, call: Call, outputTokensMax: number | null): { shape: Shape; charge: Usage } {
+  let most = call.asked;
+  if (outputTokensMax !== null) most = most === null ? outputTokensMax : Math.min(most, outputTokensMax);
+  const shape: Shape = {
+    provider,
+    model: call.model,
+    inputTokens: call.promptTokens,
+    maxOutputTokens: call.hasOutput && most !== null ? most * call.choices : 0,
+    serviceTier: call.serviceTier,
+    maxToolCalls: call.toolCallsMax,
+    outputCeiling: call.hasOutput && most === null,
+  };
+  const charge: Usage = { inputTokens: call.promptTokens, outputTokens: 0, provider, model: call.model };
+  return { shape, charge };
+}
+
+/**
+ * The per-choice output cap to put in the body (null: send the caller's own), from told,
+ * the most output tokens the Reserve answered for all choices together: what the hold
+ * covers when the caller set none, when the meter lowered the caller's, or when degrade
+ * did. The cap a provider is told is what the budget pays, never an estimate. 0 means the
+ * hold covers not one token a choice: the call must not be sent.
+ */
+export function capToSend(call: Call, told: number, degraded: boolean): number | null {
+  if (!call.hasOutput) return null;
+  const each = Math.floor(told / Math.max(1, call.choices));
+  if (each <= 0) return 0;
+  if (call.asked === null || degraded || each < call.asked) return each;
+  return null;
+}
