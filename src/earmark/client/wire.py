@@ -132,9 +132,11 @@ def cap_to_send(call: Call, told: int, degraded: bool) -> int | None:
     """The per-choice output cap to put in the body (None: send the caller's own): what
     the hold covers (told, all choices together) when the caller set none, when the meter
     lowered it, or when degrade did. The cap a provider is told is what the budget pays."""
-    each = told // max(1, call.choices)
-    if not call.has_output or each <= 0:
+    if not call.has_output or told <= 0:
         return None
+    # Every choice gets at least one token: a hold too small for that was refused or
+    # raises before sending (too_small).
+    each = max(limits.llm_output_tokens_min, told // max(1, call.choices))
     if call.asked is None or degraded or each < call.asked:
         return each
     return None

@@ -37,7 +37,10 @@ PROVIDER = "anthropic"
 
 _FREE = re.compile(r"/messages/count_tokens$|/files(/.*)?$")
 # A server tool's type names its kind and version (web_search_20250305): priced by kind.
-_SERVER_TOOLS = {"web_search_": "web_search", "web_fetch_": "web_fetch"}
+# Only the web search has a fee per call; a web fetch bills its tokens alone.
+_SERVER_TOOLS = {"web_search_": "web_search"}
+# What a request's service_tier asks that runs at the default tier.
+_DEFAULT_TIERS = ("auto", "standard_only")
 # How usage.server_tool_use names each kind's calls.
 _TOOL_COUNTS = {"web_search_requests": "web_search", "web_fetch_requests": "web_fetch"}
 _USAGE_FIELDS = (
@@ -111,7 +114,7 @@ class Messages:
             prompt_tokens=prompt_estimate(chars, len(messages)),
             asked=most if isinstance(most, int) and most > 0 else None,
             stream=bool(body.get("stream")),
-            service_tier=tier if isinstance(tier, str) and tier != "auto" else "",
+            service_tier=tier if isinstance(tier, str) and tier not in _DEFAULT_TIERS else "",
             tool_calls_max=counts(_server_tools(body, meter.tool_calls_max)),
         )
 

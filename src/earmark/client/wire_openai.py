@@ -106,9 +106,11 @@ class Chat:
     ) -> tuple[dict[str, Any], bool]:
         sent = body
         if cap is not None:
-            # The caller's own name for the maximum when it used the older one.
-            name = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
-            sent = with_cap(sent, name, cap)
+            # Every maximum the caller set is lowered (both, when it set the older name
+            # too); max_completion_tokens when it set none.
+            names = [n for n in ("max_completion_tokens", "max_tokens") if body.get(n)]
+            for name in names or ["max_completion_tokens"]:
+                sent = with_cap(sent, name, cap)
         options = body.get("stream_options") or {}
         if call.stream and not options.get("include_usage"):
             # The usage chunk is asked for, and then not shown to the caller.
@@ -218,6 +220,7 @@ def responses_usage(response: dict[str, Any], call: Call) -> Usage:
         input_tokens=number(usage.get("input_tokens")),
         output_tokens=number(usage.get("output_tokens")),
         cached_input_tokens=number(details.get("cached_tokens")),
+        cache_write_input_tokens=number(details.get("cache_write_tokens")),
         service_tier=tier if isinstance(tier, str) else "",
         tool_calls=counts(tools.items()),
     )

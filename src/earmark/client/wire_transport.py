@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 
 import httpx2
 
+from earmark import limits
 from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError, RefusedError
 from earmark.client.hold import Hold
-from earmark.client.meter import Meter, never_sent
+from earmark.client.meter import HoldCappedError, Meter, never_sent
 from earmark.client.wire import (
     FREE,
     Call,
@@ -100,7 +101,13 @@ class Metering:
     ) -> tuple[httpx2.Request, bool]:
         reservation = hold.reservation
         assert reservation is not None
-        cap = cap_to_send(call, reservation.max_output_tokens, reservation.degraded)
+        told = reservation.max_output_tokens
+        if call.has_output and 0 < told < call.choices * limits.llm_output_tokens_min:
+            # n choices share what the hold covers, and it covers less than a token each.
+            raise self.error(HoldCappedError)(
+                hold.reservation_id, f"it covers {told} tokens for {call.choices} choices; not sent"
+            )
+        cap = cap_to_send(call, told, reservation.degraded)
         sent, hidden = route.sent(body, call, cap)
         # A body sent as the caller wrote it goes out as its own bytes.
         return (request if sent is body else rebuilt(request, sent)), hidden
@@ -109,7 +116,7 @@ class Metering:
     def failed(hold: Hold, error: BaseException) -> None:
         """How the hold ends when the exchange raised: at nothing when the request never
         left; in doubt otherwise, since the provider may have run it."""
-        if never_sent(error):
+        if isinstance(error, HoldCappedError) or never_sent(error):
             hold.used = 0
         else:
             hold.outcome = Outcome.UNKNOWN
