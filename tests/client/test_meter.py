@@ -141,3 +141,15 @@ def test_an_anthropic_stream_merges_its_two_usages() -> None:
     assert Usage(650, 80, cached_input_tokens=10, cache_write_input_tokens=40,
                  cache_write_long_input_tokens=30,
                  tool_calls=(("web_search", 2),)) == tally.usage()  # fmt: skip
+
+
+def test_every_maximum_a_chat_request_set_is_lowered() -> None:
+    """A cap lowers both of a request's maximums when it set both, sets
+    max_completion_tokens when it set none, and asks a stream for its usage (hidden)."""
+    chat = wire_openai.Chat()
+    both = {"max_tokens": 900, "max_completion_tokens": 900, "stream": True}
+    sent, hidden = chat.sent(both, Call("m", 1, asked=900, stream=True), 100)
+    none, _ = chat.sent({}, Call("m", 1), 4_096)
+    assert ({"max_tokens": 100, "max_completion_tokens": 100, "stream": True,
+             "stream_options": {"include_usage": True}}, True) == (sent, hidden)  # fmt: skip
+    assert {"max_completion_tokens": 4_096} == none
