@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Protocol
 
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
+from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.model import (
     Budget,
     ChargeRecord,
@@ -135,10 +136,16 @@ class Model:
                 copied = copy.deepcopy(hold)
                 state.holds_by_id[copied.reservation_id] = copied
                 state.holds_by_key[(copied.owner, copied.idempotency_key)] = copied
+        # The charges a retry answers from: a Charge's own, a Reserve's prompt charge.
+        keys = []
         if isinstance(op, ChargeOp):
-            earlier = self.charges.get((op.reservation_id, op.idempotency_key))
+            keys.append((op.reservation_id, op.idempotency_key))
+        elif isinstance(op, ReserveOp) and op.charge is not None:
+            keys += [(h.reservation_id, RESERVE_CHARGE_KEY) for h in state.holds_by_id.values()]
+        for key in keys:
+            earlier = self.charges.get(key)
             if earlier is not None:
-                state.charges[(op.reservation_id, op.idempotency_key)] = earlier
+                state.charges[key] = earlier
         decision = decide_batch(state, [op], self.clock())
         self._apply(decision)
         (result,) = decision.results
