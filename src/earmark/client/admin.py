@@ -282,11 +282,12 @@ class AdminCalls:
         return [budget_state_of(cycle) for cycle in reply.cycles]
 
     async def list_holds(
-        self, budget_id: str, *, state: HoldState | None = None, page_size: int = 0
+        self, budget_id: str = "", *, state: HoldState | None = None, page_size: int = 0
     ) -> AsyncIterator[HoldRecord]:
         """A budget's holds (its own, and those that name it in also_budget_ids), in state
-        or in all, in reservation id order, fetched page_size at a time (0: the sidecar's
-        default)."""
+        or in all, in keyset order (owner, idempotency key, reservation id); with no
+        budget_id, every budget's holds in state (HELD or IN_DOUBT, required then), oldest
+        first. Fetched page_size at a time (0: the sidecar's default)."""
         request = pb.ListHoldsRequest(
             budget_id=budget_id,
             state=int(state or 0),  # type: ignore[arg-type]
@@ -297,13 +298,13 @@ class AdminCalls:
 
     async def holds_page(
         self,
-        budget_id: str,
+        budget_id: str = "",
         *,
         state: HoldState | None = None,
         page_size: int = 0,
         page_token: str = "",
     ) -> Page[HoldRecord]:
-        """One page of list_holds."""
+        """One page of list_holds (with no budget_id, of every budget's holds in state)."""
         request = pb.ListHoldsRequest(
             budget_id=budget_id,
             state=int(state or 0),  # type: ignore[arg-type]

@@ -92,6 +92,7 @@ def build(
             Route("/healthz", healthz),
             Route("/budgets", pages.budgets),
             Route("/budget", pages.budget),
+            Route("/holds", pages.holds),
             Route("/actions/{verb}", pages.action, methods=["POST"]),
             Route("/prices", pages.prices),
             Route("/lab", pages.lab_page),

@@ -24,6 +24,9 @@ from earmark.core.model import OPEN_STATES, HoldState
 from earmark.core.prices import Shape
 from earmark.workloads.lab import LabParams
 
+# The states the holds page lists across every budget, by their name in its query.
+ACROSS_STATES = {"in-doubt": HoldState.IN_DOUBT, "held": HoldState.HELD}
+
 
 @dataclass
 class Pages:
@@ -126,6 +129,35 @@ class Pages:
         view["at"] = self.clock().timestamp()
         view["used_raw"], view["held_raw"], view["limit_raw"] = state.used, state.held, state.limit
         return JSONResponse(view)
+
+    # Holds across budgets.
+
+    async def holds(self, request: Request) -> Response:
+        """A page of every budget's holds in one open state (in doubt unless ?state=held),
+        oldest first: one ListHolds, and one GetBudget for each budget on the page (for its
+        unit)."""
+        query = request.query_params
+        longest = max(len(name) for name in ACROSS_STATES)
+        name = fields.text(query.get("state"), "state", longest, False) or "in-doubt"
+        if name not in ACROSS_STATES:
+            raise fields.BadInput(f"state: {name!r} is not one of in-doubt, held")
+        token = fields.text(query.get("page"), "page", limits.page_token_length_max, False)
+        page = await self.client.holds_page(
+            state=ACROSS_STATES[name], page_size=limits.console_page_rows_max, page_token=token
+        )
+        units: dict[str, str] = {}
+        for hold in page.items:
+            if hold.budget_id not in units:
+                units[hold.budget_id] = (await self.client.get_budget(hold.budget_id)).unit
+        now = self.clock()
+        return self.render(
+            request,
+            "holds.html",
+            state=name,
+            holds=[present.hold_view(h, units[h.budget_id], now) for h in page.items],
+            page=token,
+            next=page.next_page_token,
+        )
 
     # Actions: each a confirmation page first, then one Admin call.
 

@@ -19,6 +19,8 @@ STATES = {
     "expired": pb.RESERVATION_STATE_EXPIRED,
     "in-doubt": pb.RESERVATION_STATE_IN_DOUBT,
 }
+# The states `earmark holds list` with no budget lists across every budget.
+ACROSS_STATES = ("held", "in-doubt")
 R = TypeVar("R")
 USAGE_FIELDS = (
     "input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens", "requests",
@@ -29,9 +31,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """`earmark holds` and its verbs, and `earmark ledger`."""
     holds = commands.add_parser("holds", help="list, resolve and release holds (Admin)")
     verbs = holds.add_subparsers(dest="verb", required=True)
-    listing = verbs.add_parser("list", help="a budget's holds, its own and those nested under it")
-    listing.add_argument("budget_id")
-    listing.add_argument("--state", choices=list(STATES), help="only this state [all]")
+    listing = verbs.add_parser(
+        "list",
+        help="a budget's holds, its own and those nested under it; with no budget, every "
+        "budget's holds in --state (held or in-doubt), oldest first",
+    )
+    listing.add_argument("budget_id", nargs="?", default="")
+    listing.add_argument(
+        "--state", choices=list(STATES), help="only this state [all; required with no budget]"
+    )
     listing.set_defaults(run=list_holds)
     resolve = verbs.add_parser(
         "resolve", help="settle an in-doubt hold at what the provider billed"
@@ -80,8 +88,21 @@ def budget_unit(admin: Admin, budget_id: str) -> str:
 
 def list_holds(args: argparse.Namespace) -> str:
     state = STATES[args.state] if args.state else pb.RESERVATION_STATE_UNSPECIFIED
+    if not args.budget_id and args.state not in ACROSS_STATES:
+        raise OpsError(
+            "give a budget, or --state held or --state in-doubt to list every budget's holds"
+        )
     with Admin(access_from(args)) as admin:
-        unit = budget_unit(admin, args.budget_id)
+        units: dict[str, str] = {}
+
+        def unit(budget_id: str) -> str:
+            """The budget's unit, asked once per budget."""
+            if budget_id not in units:
+                units[budget_id] = budget_unit(admin, budget_id)
+            return units[budget_id]
+
+        if args.budget_id:
+            unit(args.budget_id)
 
         def fetch(token: str) -> tuple[list[pb.Hold], str]:
             request = pb.ListHoldsRequest(
@@ -92,8 +113,11 @@ def list_holds(args: argparse.Namespace) -> str:
             return list(page.holds), page.next_page_token
 
         holds, rest = follow_pages(fetch, "holds")
-    if args.output == "json":
-        return render.as_json(pb.ListHoldsResponse(holds=holds, next_page_token=rest))
+        if args.output == "json":
+            return render.as_json(pb.ListHoldsResponse(holds=holds, next_page_token=rest))
+        # A budget's listing is in its unit (nested holds share it); across budgets, each
+        # hold's amounts are in its own budget's.
+        unit_of = {h.reservation_id: unit(args.budget_id or h.budget_id) for h in holds}
     headers = ("RESERVATION", "BUDGET", "STATE", "AMOUNT", "CHARGED", "PHASE", "OWNER", "JOB",
                "KEY", "EXPIRES")  # fmt: skip
     rows = [
@@ -102,8 +126,8 @@ def list_holds(args: argparse.Namespace) -> str:
             hold.budget_id + (f" +{len(hold.also_budget_ids)}" if hold.also_budget_ids else ""),
             render.enum_name(pb.ReservationState.Name(hold.state), "RESERVATION_STATE_")
             + (" (dispatched)" if hold.dispatched else ""),
-            render.amount(hold.amount, unit),
-            render.amount(hold.charged, unit),
+            render.amount(hold.amount, unit_of[hold.reservation_id]),
+            render.amount(hold.charged, unit_of[hold.reservation_id]),
             render.enum_name(pb.Phase.Name(hold.phase), "PHASE_"),
             hold.owner or render.NONE,
             hold.job or render.NONE,

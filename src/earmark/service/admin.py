@@ -129,12 +129,16 @@ class AdminService(pb_grpc.AdminServicer):
     async def ListHolds(
         self, request: pb.ListHoldsRequest, context: Context
     ) -> pb.ListHoldsResponse:
-        page = await self.store.scans.list_holds(
-            validate.budget_id(request.budget_id),
-            validate_scopes.hold_state(request.state),
-            validate_scopes.page_size(request.page_size),
-            validate_scopes.page_token(request.page_token),
-        )
+        # An empty budget_id lists every budget's holds in one open state.
+        budget_id = validate.budget_id(request.budget_id) if request.budget_id else ""
+        state = validate_scopes.hold_state(request.state)
+        size = validate_scopes.page_size(request.page_size)
+        token = validate_scopes.page_token(request.page_token)
+        if budget_id:
+            page = await self.store.scans.list_holds(budget_id, state, size, token)
+        else:
+            across = validate_scopes.state_across_budgets(state)
+            page = await self.store.scans.list_holds_across(across, size, token)
         holds = await self.store.scans.pacer.map(convert.hold_message, page.items)
         return pb.ListHoldsResponse(holds=holds, next_page_token=page.next_page_token)
 

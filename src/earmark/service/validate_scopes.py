@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from earmark import limits
-from earmark.core.model import HoldState, OveragePolicy, Phase
+from earmark.core.model import OPEN_STATES, HoldState, OveragePolicy, Phase
 from earmark.errors import InvalidArgument
 from earmark.service.validate import identifier, known
 
@@ -81,3 +81,22 @@ def page_token(value: str) -> str:
 def hold_state(value: int) -> HoldState | None:
     """A state to list holds in; unspecified lists every state."""
     return None if value == 0 else known("state", value, HoldState, "ReservationState")
+
+
+def state_across_budgets(state: HoldState | None) -> HoldState:
+    """The state a ListHolds with an empty budget_id lists across every budget: it must
+    name one, and an open one (closed holds list per budget)."""
+    if state is None:
+        raise InvalidArgument(
+            "budget_id",
+            "is empty, and state too; give a budget_id, or a state (RESERVATION_STATE_HELD "
+            "or RESERVATION_STATE_IN_DOUBT) to list its holds across every budget",
+        )
+    if state not in OPEN_STATES:
+        raise InvalidArgument(
+            "state",
+            f"is RESERVATION_STATE_{state.name}; across every budget (an empty budget_id) "
+            "only RESERVATION_STATE_HELD or RESERVATION_STATE_IN_DOUBT are listed; give a "
+            "budget_id for closed holds",
+        )
+    return state

@@ -1,6 +1,6 @@
 """The operator's reads and hands outside the batches: pages of a budget's holds and
-ledger (read, then converted paced: see store.scans), archiving a budget, and the totals
-the in-doubt and overage alerts watch."""
+ledger and of every budget's held or in-doubt holds (read, then converted paced: see
+store.scans), archiving a budget, and the totals the in-doubt and overage alerts watch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import binascii
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
 import asyncpg
@@ -50,6 +50,30 @@ FROM page p JOIN reservations r USING (reservation_id)
 ORDER BY p.owner, p.idempotency_key, p.reservation_id
 LIMIT $rows
 """)
+
+# Every budget's open holds in one state, oldest first: the state's side table (open_holds
+# has exactly the held ones, in_doubt_holds the ones in doubt: migrations 0002 and 0007),
+# each row's reservation read by its primary key, in keyset order (created_at,
+# reservation_id). A page reads the state's whole side table, which the open holds bound;
+# no index on reservations is added for it, so a Settle's update stays HOT (migration
+# 0002). Closed holds (settled, expired) have no side table and list per budget only.
+_HOLDS_ACROSS = """
+SELECT {columns}
+FROM {side} s JOIN reservations r USING (reservation_id)
+WHERE r.state = $state::smallint AND (r.created_at, r.reservation_id) > ($at, $after::uuid)
+ORDER BY r.created_at, r.reservation_id
+LIMIT $rows
+"""
+LIST_HOLDS_ACROSS = {
+    state: NamedQuery(
+        _HOLDS_ACROSS.format(
+            columns=", ".join(f"r.{name}" for name in HOLD_COLUMN_NAMES), side=side
+        )
+    )
+    for state, side in ((HoldState.HELD, "open_holds"), (HoldState.IN_DOUBT, "in_doubt_holds"))
+}
+# The first page's cursor: before every created_at.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 LIST_LEDGER = NamedQuery("""
 SELECT entry_id, budget_id, reservation_id, kind, held_delta, used_delta, at FROM ledger
@@ -123,6 +147,26 @@ def _hold_cursor(token: str) -> tuple[str, str, str]:
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
 
 
+def _across_cursor(token: str) -> tuple[datetime, str]:
+    """The (created_at, reservation_id) a page of holds across budgets starts after."""
+    if not token:
+        return _EPOCH, _NIL
+    found = _decode(token)
+    if (
+        isinstance(found, list)
+        and len(found) == 2
+        and all(isinstance(part, str) and _plain(part) for part in found)
+    ):
+        at, after = found
+        try:
+            created = datetime.fromisoformat(at)
+            if created.tzinfo is not None:
+                return created, str(uuid.UUID(after))
+        except ValueError:
+            pass
+    raise InvalidArgument("page_token", "is not a token this sidecar gave")
+
+
 def _ledger_cursor(token: str) -> int:
     if not token:
         return 0
@@ -161,6 +205,25 @@ def hold_page(holds: list[Hold], size: int) -> Page[Hold]:
         return Page(holds, "")
     last = holds[size - 1]
     return Page(holds[:size], _encode([last.owner, last.idempotency_key, last.reservation_id]))
+
+
+async def holds_across_rows(
+    conn: Conn, state: HoldState, size: int, token: str
+) -> list[asyncpg.Record]:
+    """The rows of one page of every budget's holds in state (HELD or IN_DOUBT), oldest
+    first, and one more if there is a next page: see holds_across_page."""
+    at, after = _across_cursor(token)
+    query = LIST_HOLDS_ACROSS[state]
+    args = query.args(state=int(state), at=at, after=after, rows=size + 1)
+    return await conn.fetch(query.sql, *args)
+
+
+def holds_across_page(holds: list[Hold], size: int) -> Page[Hold]:
+    """The page of holds_across_rows' holds; the next page's token is empty on the last."""
+    if len(holds) <= size:
+        return Page(holds, "")
+    last = holds[size - 1]
+    return Page(holds[:size], _encode([last.created_at.isoformat(), last.reservation_id]))
 
 
 async def ledger_rows(conn: Conn, budget_id: str, size: int, token: str) -> list[asyncpg.Record]:

@@ -49,6 +49,14 @@ class Scans:
             rows = await self._read(lambda c: operator.hold_rows(c, budget_id, state, size, token))
             return operator.hold_page(await self.pacer.map(hold_from_row, rows), size)
 
+    async def list_holds_across(
+        self, state: HoldState, size: int, token: str
+    ) -> operator.Page[Hold]:
+        """Every budget's holds in state (HELD or IN_DOUBT), oldest first."""
+        async with self._turn():
+            rows = await self._read(lambda c: operator.holds_across_rows(c, state, size, token))
+            return operator.holds_across_page(await self.pacer.map(hold_from_row, rows), size)
+
     async def list_ledger(
         self, budget_id: str, size: int, token: str
     ) -> operator.Page[operator.LedgerRow]:
