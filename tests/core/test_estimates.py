@@ -159,6 +159,50 @@ def test_settled_usage_teaches_the_job() -> None:
     keys = sample_keys(state, [settle, second])
     state.samples = {key: [] for key in keys}
     results = decide_batch(state, [settle, second], NOW).results
-    assert {("usd_micros", "research", ""), ("usd_micros", "research", "openai/gpt-4o")} == keys
+    assert {
+        ("usd_micros", "b", "research", ""),
+        ("usd_micros", "b", "research", "openai/gpt-4o"),
+    } == keys
     assert isinstance(results[1], ReserveResult)
     assert (45_000, EstimateSource.JOB_MEDIAN) == (results[1].amount, results[1].source)
+
+
+def test_samples_are_keyed_by_the_tenants_root() -> None:
+    """An account's cycle budgets share the root "account ACCOUNT"; any other budget is its
+    own root, whatever parents a hold also names."""
+    cycle = Budget("acme/tokens/2026-11-15", 100, "tokens", account="acme", feature="tokens")
+    keys = sample_keys(
+        BatchState(budget_id="b", budget=budget()),
+        [ReserveOp("b", "k1", 0, LEASE, "r1", job="j", also_budget_ids=("org",))],
+    )
+    assert "account acme" == estimates.sample_root(cycle)
+    assert "b" == estimates.sample_root(budget())
+    assert {("usd_micros", "b", "j", "")} == keys
+
+
+def test_one_tenants_settles_do_not_teach_another() -> None:
+    """Budget a's settled usage of job j is a's alone: budget b's Reserve of j in the same
+    batch holds b's default, and a's next Reserve holds a's median."""
+    budgets = {
+        name: Budget(name, 1_000_000, "usd_micros", default_estimate=default)
+        for name, default in (("a", 100), ("b", 70))
+    }
+    states = {
+        name: BatchState(budget_id=name, budget=b, budgets=budgets, prices=PriceBook([]))
+        for name, b in budgets.items()
+    }
+    decide_batch(states["a"], [ReserveOp("a", "k1", 0, LEASE, "r1", job="j")], NOW)
+    settle = SettleOp("r1", 40, Outcome.SUCCEEDED)
+    again = ReserveOp("a", "k2", 0, LEASE, "r2", job="j")
+    other = ReserveOp("b", "k3", 0, LEASE, "r3", job="j")
+    keys = sample_keys(states["a"], [settle, again]) | sample_keys(states["b"], [other])
+    samples: dict[estimates.SampleKey, list[int]] = {key: [] for key in keys}
+    for state in states.values():
+        state.samples = samples
+    taught = decide_batch(states["a"], [settle, again], NOW).results[1]
+    untaught = decide_batch(states["b"], [other], NOW).results[0]
+    assert isinstance(taught, ReserveResult)
+    assert isinstance(untaught, ReserveResult)
+    assert (40, EstimateSource.JOB_MEDIAN) == (taught.amount, taught.source)
+    assert (70, EstimateSource.DEFAULT) == (untaught.amount, untaught.source)
+    assert {("usd_micros", "a", "j", ""): [40], ("usd_micros", "b", "j", ""): []} == samples

@@ -107,7 +107,7 @@ def snapshot(dsn: str) -> list[Any]:
                 await conn.fetchval("SELECT count(*) FROM charges"),
                 await conn.fetch("SELECT * FROM reservations ORDER BY reservation_id"),
                 await conn.fetch("SELECT * FROM prices ORDER BY price_id"),
-                await conn.fetch("SELECT * FROM job_samples ORDER BY unit, job, model"),
+                await conn.fetch("SELECT * FROM tenant_samples ORDER BY unit, root, job, model"),
             ]
         finally:
             await conn.close()

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -404,4 +405,45 @@ async def test_budget_state_shows_estimates_and_exceeded(side: Running) -> None:
     )
     assert (60, pb.ESTIMATE_SOURCE_DEFAULT) == (held.amount, held.estimate_source)
     assert (150, True, 0) == (after.used, after.exceeded, after.remaining)
+    await assert_invariants(side.dsn)
+
+
+async def tenant_samples(dsn: str) -> dict[tuple[str, str, str, str], str]:
+    """Every tenant_samples row, by its key (unit, root, job, model), its samples as stored."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT unit, root, job, model, samples FROM tenant_samples")
+    finally:
+        await conn.close()
+    return {(r["unit"], r["root"], r["job"], r["model"]): r["samples"] for r in rows}
+
+
+async def test_two_tenants_with_one_job_name_learn_apart(side: Running) -> None:
+    """Budget ta's settles of job "summarize" do not change tb's first estimate of it (tb's
+    default), and ta's next Reserve holds ta's median."""
+    for budget_id, default in (("ta", 50), ("tb", 70)):
+        await side.admin.PutBudget(
+            pb.PutBudgetRequest(
+                budget_id=budget_id, limit=1_000_000, unit="usd_micros", default_estimate=default
+            )
+        )
+    for i, used in enumerate((100, 300, 200)):
+        held = await side.budget.Reserve(
+            pb.ReserveRequest(budget_id="ta", job="summarize", idempotency_key=f"a{i}")
+        )
+        await side.budget.Settle(
+            pb.SettleRequest(
+                reservation_id=held.reservation_id, used=used, outcome=pb.OUTCOME_SUCCEEDED
+            )
+        )
+    other = await side.budget.Reserve(
+        pb.ReserveRequest(budget_id="tb", job="summarize", idempotency_key="b0")
+    )
+    again = await side.budget.Reserve(
+        pb.ReserveRequest(budget_id="ta", job="summarize", idempotency_key="a3")
+    )
+    assert (70, pb.ESTIMATE_SOURCE_DEFAULT) == (other.amount, other.estimate_source)
+    assert (200, pb.ESTIMATE_SOURCE_JOB_MEDIAN) == (again.amount, again.estimate_source)
+    stored = await tenant_samples(side.dsn)
+    assert {("usd_micros", "ta", "summarize", ""): "[100, 300, 200]"} == stored
     await assert_invariants(side.dsn)

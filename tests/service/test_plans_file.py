@@ -321,3 +321,62 @@ async def test_a_plans_file_swapped_for_a_fifo_keeps_the_last_good_plans(
         await assert_invariants(dsn)
     finally:
         sidecar.stop()
+
+
+TENANTS = """
+[plans.pro.features]
+tokens = 100_000
+
+[accounts.acme]
+plan = "pro"
+period_anchor = 2026-11-15T00:00:00Z
+
+[accounts.globex]
+plan = "pro"
+period_anchor = 2026-11-15T00:00:00Z
+"""
+
+
+async def test_two_accounts_with_one_job_name_learn_apart_and_a_new_cycle_keeps_its_own(
+    dsn: str, socket_dir: Path, plans_file: Path, clock: FakeClock
+) -> None:
+    """acme's settles of job "digest" teach acme alone: globex's first Reserve of it by
+    account has no history (and a cycle budget no default), acme's next holds acme's
+    median, in this cycle and in the next one (a new budget of the same account)."""
+    write_plans(plans_file, TENANTS)
+    async with running(file_sidecar(dsn, socket_dir, plans_file, clock), dsn) as s:
+        for i, used in enumerate((1_000, 3_000, 2_000)):
+            request = pb.ReserveRequest(account="acme", amount=5_000, job="digest")
+            request.idempotency_key = f"a{i}"
+            held = await s.budget.Reserve(request)
+            await s.budget.Settle(
+                pb.SettleRequest(
+                    reservation_id=held.reservation_id, used=used, outcome=pb.OUTCOME_SUCCEEDED
+                )
+            )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await s.budget.Reserve(
+                pb.ReserveRequest(account="globex", job="digest", idempotency_key="g0")
+            )
+        learned = await s.budget.Reserve(
+            pb.ReserveRequest(account="acme", job="digest", idempotency_key="a3")
+        )
+        clock.advance(timedelta(days=15))
+        next_cycle = await s.budget.Reserve(
+            pb.ReserveRequest(account="acme", job="digest", idempotency_key="a4")
+        )
+        await assert_invariants(dsn)
+    assert (grpc.StatusCode.INVALID_ARGUMENT, True) == (
+        refused.value.code(),
+        "job 'digest' has no settled history" in str(refused.value.details()),
+    )
+    assert (CYCLE, 2_000, pb.ESTIMATE_SOURCE_JOB_MEDIAN) == (
+        learned.budget_id,
+        learned.amount,
+        learned.estimate_source,
+    )
+    assert ("acme/tokens/2026-12-15", 2_000, pb.ESTIMATE_SOURCE_JOB_MEDIAN) == (
+        next_cycle.budget_id,
+        next_cycle.amount,
+        next_cycle.estimate_source,
+    )

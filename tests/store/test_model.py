@@ -2,12 +2,13 @@
 random operations (Reserves plain, priced and nested; Charges by amount and by usage;
 Renews; Settles with every outcome; sweeps on an injected clock; ResolveHold; ReleaseHold;
 PutBudget changing limits, escrow and overage; PutPrice) on the store and on the model in
-memory, compares every answer and every budget, hold and ledger row after each step, and
-ends each run on the audit. EARMARK_MODEL_EXAMPLES runs it longer."""
+memory, compares every answer and every budget, hold, ledger and job samples row after
+each step, and ends each run on the audit. EARMARK_MODEL_EXAMPLES runs it longer."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import Awaitable
@@ -26,6 +27,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from earmark.core.estimates import SampleKey
 from earmark.core.model import Budget, Hold, Outcome, OveragePolicy
 from earmark.core.ops import (
     ChargeOp,
@@ -173,6 +175,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
         shape=st.sampled_from([None, SHAPE, OPEN_SHAPE]),
         prompt=st.one_of(st.none(), usages),
         degrade=st.booleans(),
+        job=st.sampled_from(["", "j"]),
     )
     def reserve(
         self,
@@ -184,11 +187,12 @@ class StoreAgainstModel(RuleBasedStateMachine):
         shape: Shape | None,
         prompt: Usage | None,
         degrade: bool,
+        job: str,
     ) -> str:
         also = ("t2",) if nested and budget == "t1" else ()
         rid = str(uuid.uuid4())
         op = ReserveOp(
-            budget, key, 0 if shape else amount, lease, rid, shape=shape,
+            budget, key, 0 if shape else amount, lease, rid, shape=shape, job=job,
             also_budget_ids=also, charge=prompt, degrade=degrade and shape is not None,
         )  # fmt: skip
         told = self.op(op)
@@ -223,10 +227,10 @@ class StoreAgainstModel(RuleBasedStateMachine):
 
     @invariant()
     def same_rows(self) -> None:
-        """Every budget, hold and ledger row of the store is the model's."""
+        """Every budget, hold, ledger and job samples row of the store is the model's."""
         if not hasattr(self, "store"):
             return
-        budgets, holds, ledger, problems = self.run(self._rows())
+        budgets, holds, ledger, samples, problems = self.run(self._rows())
         assert sorted(budget_row(b) for b in self.model.budgets.values()) == budgets
         assert sorted(hold_row(h) for h in self.model.holds.values()) == holds
         modelled = sorted(
@@ -234,9 +238,12 @@ class StoreAgainstModel(RuleBasedStateMachine):
             for e in self.model.ledger
         )
         assert modelled == ledger
+        assert self.model.samples == samples
         assert [] == problems
 
-    async def _rows(self) -> tuple[list[Any], list[Any], list[Any], list[str]]:
+    async def _rows(
+        self,
+    ) -> tuple[list[Any], list[Any], list[Any], dict[SampleKey, list[int]], list[str]]:
         conn = await asyncpg.connect(self.dsn)
         try:
             budgets = [budget_row(await self.store.get_budget(r["budget_id"]))
@@ -253,7 +260,11 @@ class StoreAgainstModel(RuleBasedStateMachine):
                     "FROM ledger"
                 )
             ]
-            return sorted(budgets), sorted(holds), sorted(ledger), await audit(conn)
+            rows = await conn.fetch("SELECT unit, root, job, model, samples FROM tenant_samples")
+            samples = {
+                (r["unit"], r["root"], r["job"], r["model"]): json.loads(r["samples"]) for r in rows
+            }
+            return sorted(budgets), sorted(holds), sorted(ledger), samples, await audit(conn)
         finally:
             await conn.close()
 

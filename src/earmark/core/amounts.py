@@ -32,11 +32,18 @@ def model_key(provider: str, model: str) -> str:
     return f"{provider}/{model}" if provider or model else ""
 
 
-def sample_keys(unit: str, job: str, model: str) -> list[SampleKey]:
-    """Where a job's settled usage is remembered: per model, and for the whole job."""
-    keys: list[SampleKey] = [(unit, job, "")]
+def sample_key(budget: Budget, job: str, model: str) -> SampleKey:
+    """Where a Reserve on budget reads job's samples of model ("": of every model): under
+    the budget's unit and its tenant's root (estimates.sample_root)."""
+    return (budget.unit, estimates.sample_root(budget), job, model)
+
+
+def sample_keys(budget: Budget, job: str, model: str) -> list[SampleKey]:
+    """Where a settled usage of a hold on budget is remembered: per model, and for the
+    whole job."""
+    keys: list[SampleKey] = [sample_key(budget, job, "")]
     if model:
-        keys.append((unit, job, model))
+        keys.append(sample_key(budget, job, model))
     return keys
 
 
@@ -58,7 +65,7 @@ def reserve_amount(
             # still told the ceiling: an estimate never cuts an answer short.
             bare = replace(shape, max_output_tokens=0, output_ceiling=False)
             prompt = priced_shape(budget, bare, book, now)
-            key = (budget.unit, op.job, model_key(shape.provider, shape.model))
+            key = sample_key(budget, op.job, model_key(shape.provider, shape.model))
             history = samples.get(key, []) if op.job else []
             learned = estimates.upper_median(history) if history else 0
             return replace(
@@ -68,7 +75,7 @@ def reserve_amount(
             )
         return priced_shape(budget, shape, book, now)
     model = "" if op.shape is None else model_key(op.shape.provider, op.shape.model)
-    history = samples.get((budget.unit, op.job, model), []) if op.job else []
+    history = samples.get(sample_key(budget, op.job, model), []) if op.job else []
     chosen = estimates.estimate(budget, history, op.job)
     return Priced(chosen.amount, chosen.source)
 

@@ -70,13 +70,14 @@ def sample_keys(state: BatchState, ops: list[Op]) -> set[SampleKey]:
             case ReserveOp(amount=0, job=job) if job:
                 shape = op.shape
                 if shape is None:
-                    keys.add((budget.unit, job, ""))
+                    keys.add(amounts.sample_key(budget, job, ""))
                 elif shape.names_model_only() or amounts.ceiling_needs_samples(budget, shape):
-                    keys.add((budget.unit, job, amounts.model_key(shape.provider, shape.model)))
+                    model = amounts.model_key(shape.provider, shape.model)
+                    keys.add(amounts.sample_key(budget, job, model))
             case SettleOp(outcome=Outcome.SUCCEEDED):
                 hold = state.holds_by_id.get(op.reservation_id)
                 if hold is not None and hold.job:
-                    keys.update(amounts.sample_keys(budget.unit, hold.job, sample_model(op, hold)))
+                    keys.update(amounts.sample_keys(budget, hold.job, sample_model(op, hold)))
     return keys
 
 

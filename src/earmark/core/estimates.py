@@ -12,14 +12,28 @@ from earmark import limits
 from earmark.core.model import Budget, EstimatePolicy, EstimateSource
 from earmark.errors import InvalidArgument
 
-# Samples are kept per (unit, job, model); model "" collects all of a job's samples.
-SampleKey = tuple[str, str, str]
+# Samples are kept per (unit, root, job, model): root is the tenant whose history it is
+# (sample_root), and model "" collects all of a job's samples.
+SampleKey = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
     amount: int
     source: EstimateSource
+
+
+def sample_root(budget: Budget) -> str:
+    """Whose history a hold on budget learns from and adds to: its account's, tagged
+    "account ACCOUNT", when budget is an account's billing-cycle budget (so that a new
+    cycle, a new budget, keeps the account's history), else the budget's own id. A hold's
+    own budget, the first of its scope, is the tenant the job runs for; also_budget_ids are
+    parents shared by several tenants, and keying by one would share history again. No
+    budget id has a space, so an account's root is never a budget's; nor is any root '',
+    under which migration 0015 kept the samples learned before, by job alone."""
+    if budget.account:
+        return f"account {budget.account}"
+    return budget.budget_id
 
 
 def near_limit(budget: Budget) -> bool:

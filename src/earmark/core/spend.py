@@ -184,7 +184,7 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
         return _doubt(state, decision, hold, used, version, now)
     result = _close_with(state, decision, hold, used, version, op.outcome, LedgerKind.SETTLE, now)
     if op.outcome is Outcome.SUCCEEDED and hold.job:
-        for key in amounts.sample_keys(budget.unit, hold.job, sample_model(op, hold)):
+        for key in amounts.sample_keys(budget, hold.job, sample_model(op, hold)):
             # The store loaded every key that sample_keys() named for this batch. A hold made
             # in this very batch was not there to be named (its Settle cannot be in the same
             # batch, since the id comes with the Reserve's answer): then one sample is

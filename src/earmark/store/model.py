@@ -5,19 +5,20 @@ plain dictionaries and the same pure decisions (core.batch) the PostgreSQL store
 test can run one sequence of operations on both and compare every budget, hold and ledger
 row after each step: what the model holds is what the decisions say, and what PostgreSQL
 holds is what the store's loading, SQL and writes made of them. The model covers budgets
-by id (not accounts' cycles, job samples or admission rates).
+by id and the job samples of their roots (not accounts' cycles or admission rates).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due
+from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due, sample_keys
 from earmark.core.calls import RESERVE_CHARGE_KEY
+from earmark.core.estimates import SampleKey
 from earmark.core.model import (
     Budget,
     ChargeRecord,
@@ -67,6 +68,9 @@ class Model:
     charges: dict[tuple[str, str], ChargeRecord]
     ledger: list[LedgerEntry]
     prices: list[Price]
+    # Keyed as tenant_samples is, (unit, root, job, model): loaded and written back as the
+    # store does, only the keys a decision names.
+    samples: dict[SampleKey, list[int]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, clock: Callable[[], datetime]) -> Model:
@@ -146,8 +150,11 @@ class Model:
             earlier = self.charges.get(key)
             if earlier is not None:
                 state.charges[key] = earlier
+        state.samples = {k: list(self.samples.get(k, [])) for k in sample_keys(state, [op])}
         decision = decide_batch(state, [op], self.clock())
         self._apply(decision)
+        for sampled in decision.samples:
+            self.samples[sampled] = state.samples[sampled]
         (result,) = decision.results
         if isinstance(result, EarmarkError):
             raise result

@@ -91,9 +91,9 @@ WHERE reservation_id = ANY($1::uuid[]) AND (reservation_id, idempotency_key) IN 
 LOAD_PRICES = f"SELECT {PRICE_COLUMNS} FROM prices ORDER BY price_id"
 
 LOAD_SAMPLES = NamedQuery("""
-SELECT unit, job, model, samples FROM job_samples
-WHERE (unit, job, model) IN (
-    SELECT * FROM unnest($units::text[], $jobs::text[], $models::text[]))
+SELECT unit, root, job, model, samples FROM tenant_samples
+WHERE (unit, root, job, model) IN (
+    SELECT * FROM unnest($units::text[], $roots::text[], $jobs::text[], $models::text[]))
 """)
 
 CLAIM_DUE = f"""
@@ -288,11 +288,15 @@ async def _load_samples(
         return {}
     ordered = sorted(keys)
     args = LOAD_SAMPLES.args(
-        units=[k[0] for k in ordered], jobs=[k[1] for k in ordered], models=[k[2] for k in ordered]
+        units=[k[0] for k in ordered],
+        roots=[k[1] for k in ordered],
+        jobs=[k[2] for k in ordered],
+        models=[k[3] for k in ordered],
     )
     samples: dict[SampleKey, list[int]] = {key: [] for key in ordered}
     for row in await conn.fetch(LOAD_SAMPLES.sql, *args):
-        samples[(row["unit"], row["job"], row["model"])] = list(json.loads(row["samples"]))
+        key = (row["unit"], row["root"], row["job"], row["model"])
+        samples[key] = list(json.loads(row["samples"]))
     return samples
 
 

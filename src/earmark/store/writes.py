@@ -34,7 +34,7 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
     ),
     "write_ledger": ("budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at"),
     "write_meter_move": ("account", "feature", "cycle_start", "cycle_end", "used_delta", "at"),
-    "write_samples": ("unit", "job", "model", "samples"),
+    "write_tenant_samples": ("unit", "root", "job", "model", "samples"),
     "write_budget_totals": ("budget_id", "used", "held", "open_reservations", "overage_since"),
 }  # fmt: skip
 
@@ -105,9 +105,9 @@ WRITES: dict[str, str] = {
     SET total = meter_outbox.total + EXCLUDED.total,
         at = greatest(meter_outbox.at, EXCLUDED.at), version = meter_outbox.version + 1""",
     "samples": """
-    INSERT INTO job_samples (unit, job, model, samples)
-    SELECT * FROM unnest($samples::write_samples[])
-    ON CONFLICT (unit, job, model)
+    INSERT INTO tenant_samples (unit, root, job, model, samples)
+    SELECT * FROM unnest($samples::write_tenant_samples[])
+    ON CONFLICT (unit, root, job, model)
     DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()""",
     "budgets": f"""
     UPDATE budgets AS b SET used = u.used, held = u.held,
