@@ -110,6 +110,9 @@ class Background:
                      stall_seconds(limits.health_probe_interval_seconds)),
                 Loop("gauges", self._refresh_gauges, settings.metrics_refresh_seconds,
                      stall_seconds(settings.metrics_refresh_seconds)),
+                Loop("repricer", self._reprice, limits.reprice_interval_seconds,
+                     stall_seconds(limits.reprice_interval_seconds,
+                                   limits.background_stop_seconds_max)),
             )
         }  # fmt: skip
         if reporter is not None:
@@ -266,6 +269,13 @@ class Background:
                 log.info("sweeper_expired", holds=closed)
             if closed < limits.sweep_batch_size_max:
                 return
+
+    async def _reprice(self) -> None:
+        """Holds priced by shape and not yet charged move to the price in effect soon after
+        a cutover (within a pass), rather than at their first Charge."""
+        moved = await self._store.reprice_due()
+        if moved:
+            log.info("repriced_at_cutover", holds=moved)
 
     async def _report(self) -> None:
         assert self._reporter is not None

@@ -304,6 +304,11 @@ stop_holds_shown_max = 10
 # PostgreSQL) may take this long; past grace + this, the process exits at once, so that
 # nothing it waits on (a thread stuck in a read) can hold SIGTERM for good.
 stop_after_drain_seconds_max = 30.0
+# The repricer (a background loop) looks for holds priced by shape whose price in effect
+# moved every reprice_interval_seconds, and reprices at most reprice_holds_per_pass_max of
+# them a pass, soonest deadline first.
+reprice_interval_seconds = 1.0
+reprice_holds_per_pass_max = 1_000
 # A background loop asked to stop finishes its current transaction, at most this long.
 background_stop_seconds_max = 12.0
 

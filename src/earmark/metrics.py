@@ -194,8 +194,8 @@ class Metrics:
         )
         self.background_errors = Counter(
             "earmark_background_errors",
-            "Passes of a background loop (sweeper, database-watch, gauges, reporter) that "
-            "failed; each is logged as background_failed and retried after a backoff.",
+            "Passes of a background loop (sweeper, database-watch, gauges, repricer, reporter) "
+            "that failed; each is logged as background_failed and retried after a backoff.",
             ["loop"],
             registry=r,
         )

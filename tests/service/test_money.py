@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import FakeClock, assert_invariants, fetch_budget_row
+from tests.helpers import FakeClock, assert_invariants, eventually, fetch_budget_row
 
 NOW = datetime(2026, 8, 15, 12, 0, tzinfo=UTC)
 SHAPE = pb.UsageShape(
@@ -128,6 +128,59 @@ async def test_charge_by_usage_and_reprice_at_dispatch(side: Running, clock: Fak
         charged.output_usd_micros_per_mtok,
     )
     assert (22_500, 0) == (row["used"], row["held"])
+    await assert_invariants(side.dsn)
+
+
+async def test_an_uncharged_hold_is_repriced_at_the_cutover(
+    side: Running, clock: FakeClock
+) -> None:
+    """A hold reserved by shape and not yet charged moves to a cheaper price soon after it
+    takes effect, without a Charge: the background repricer, with a reprice ledger row."""
+    held = await side.budget.Reserve(
+        pb.ReserveRequest(budget_id="usd", shape=SHAPE, idempotency_key="a")
+    )
+    await side.admin.PutPrice(
+        pb.PutPriceRequest(price=gpt4o(NOW + timedelta(seconds=10), 1_250_000, 5_000_000))
+    )
+    clock.advance(timedelta(seconds=30))
+
+    async def repriced() -> bool:
+        return 22_500 == (await fetch_budget_row(side.dsn, "usd"))["held"]
+
+    await eventually(repriced, within_seconds=10, what="the hold repriced at the cutover")
+    (hold,) = (await side.admin.ListHolds(pb.ListHoldsRequest(budget_id="usd"))).holds
+    ledger = await side.admin.ListLedger(pb.ListLedgerRequest(budget_id="usd"))
+    assert (45_000, 1, 22_500) == (held.amount, held.price_version, hold.amount)
+    assert [("hold", 45_000), ("reprice", -22_500)] == [
+        (e.kind, e.held_delta) for e in ledger.entries
+    ]
+    await assert_invariants(side.dsn)
+
+
+async def test_a_hold_the_new_price_does_not_fit_keeps_the_old_one(
+    side: Running, clock: FakeClock
+) -> None:
+    """On a HARD budget with no room for a dearer price, a repricing pass leaves the hold at
+    the price it was reserved at; its first Charge, priced again, is answered capped."""
+    await side.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="tight", limit=50_000, unit="usd_micros")
+    )
+    held = await side.budget.Reserve(
+        pb.ReserveRequest(budget_id="tight", shape=SHAPE, idempotency_key="a")
+    )
+    await side.admin.PutPrice(
+        pb.PutPriceRequest(price=gpt4o(NOW + timedelta(seconds=10), 5_000_000, 20_000_000))
+    )
+    clock.advance(timedelta(seconds=30))
+    store = side.sidecar.store
+    assert store is not None
+    moved = await store.reprice_due()
+    (hold,) = (await side.admin.ListHolds(pb.ListHoldsRequest(budget_id="tight"))).holds
+    charged = await side.budget.Charge(
+        pb.ChargeRequest(reservation_id=held.reservation_id, amount=1, idempotency_key="c")
+    )
+    assert (0, 45_000) == (moved, hold.amount)
+    assert (0, True) == (charged.charged, charged.capped)
     await assert_invariants(side.dsn)
 
 

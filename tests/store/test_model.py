@@ -34,6 +34,7 @@ from earmark.core.ops import (
     Op,
     ReleaseOp,
     RenewOp,
+    RepriceOp,
     ReserveOp,
     ResolveOp,
     Result,
@@ -219,6 +220,10 @@ class StoreAgainstModel(RuleBasedStateMachine):
     @rule(hold=holds)
     def release(self, hold: str) -> None:
         self.op(ReleaseOp(hold))
+
+    @rule(hold=holds)
+    def reprice(self, hold: str) -> None:
+        self.op(RepriceOp(hold))
 
     @rule(seconds=st.integers(0, 90))
     def sweep(self, seconds: int) -> None:

@@ -32,13 +32,22 @@ from earmark.core.ops import (
     ReleaseOp,
     RenewOp,
     RenewResult,
+    RepriceOp,
     ReserveOp,
     ReserveResult,
     ResolveOp,
     Result,
     SettleOp,
 )
-from earmark.core.spend import charge, flag_overage, release, resolve, sample_model, settle
+from earmark.core.spend import (
+    charge,
+    flag_overage,
+    release,
+    reprice,
+    resolve,
+    sample_model,
+    settle,
+)
 from earmark.core.state import (
     BatchDecision,
     BatchState,
@@ -135,6 +144,8 @@ def _decide_one(state: BatchState, decision: BatchDecision, op: Op, now: datetim
             return resolve(state, decision, op, now)
         case ReleaseOp():
             return release(state, decision, op, now)
+        case RepriceOp():
+            return reprice(state, decision, op, now)
         case _:
             assert_never(op)
 

@@ -85,7 +85,15 @@ class ReleaseOp:
     reservation_id: str
 
 
-Op = ReserveOp | ChargeOp | RenewOp | SettleOp | ResolveOp | ReleaseOp
+@dataclass(frozen=True, slots=True)
+class RepriceOp:
+    """The background's repricing of a hold reserved by shape and not yet charged, once the
+    price in effect for its model is no longer the version it was priced at (a cutover)."""
+
+    reservation_id: str
+
+
+Op = ReserveOp | ChargeOp | RenewOp | SettleOp | ResolveOp | ReleaseOp | RepriceOp
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +148,17 @@ class RenewResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RepriceResult:
+    """Whether the hold moved to the new price (False: nothing changed, or the new price
+    does not fit its budgets and it keeps the old one), and its amount and version now."""
+
+    repriced: bool
+    amount: int
+    price_version: int
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class SettleResult:
     # The hold's amount, for the used / held ratio.
     amount: int
@@ -161,4 +180,4 @@ class SettleResult:
     unit: str = ""
 
 
-Result = ReserveResult | ChargeResult | RenewResult | SettleResult
+Result = ReserveResult | ChargeResult | RenewResult | SettleResult | RepriceResult

@@ -243,6 +243,10 @@ class PriceBook:
         ]
         return max(live, key=lambda p: (p.effective_from, p.version), default=None)
 
+    def by_model(self) -> dict[tuple[str, str], list[Price]]:
+        """Every version, by provider and model."""
+        return {key: list(versions) for key, versions in self._by_model.items()}
+
     def version(self, provider: str, model: str, version: int) -> Price | None:
         for price in self._by_model.get((provider, model), ()):
             if price.version == version:

@@ -21,6 +21,8 @@ from earmark.core.ops import (
     ChargeOp,
     ChargeResult,
     ReleaseOp,
+    RepriceOp,
+    RepriceResult,
     ResolveOp,
     Result,
     SettleOp,
@@ -212,6 +214,22 @@ def resolve(state: BatchState, decision: BatchDecision, op: ResolveOp, now: date
     return _close_with(
         state, decision, hold, used, version, Outcome.UNSPECIFIED, LedgerKind.RESOLVE, now
     )
+
+
+def reprice(state: BatchState, decision: BatchDecision, op: RepriceOp, now: datetime) -> Result:
+    """A hold reserved by shape, held and not yet charged, moved to the price now in effect
+    when every one of its budgets has room for the difference. One that no longer fits a
+    HARD budget keeps its old amount and version: its first Charge prices it again and,
+    when it still does not fit, is answered capped, so its worker does not dispatch."""
+    hold = hold_of(state, op.reservation_id, None)
+    budget = budget_of(state)
+    unchanged = RepriceResult(False, hold.amount, hold.price_version)
+    if hold.state is not HoldState.HELD or hold.charged or rules.lease_passed(hold, now):
+        return unchanged
+    priced = amounts.repriced(budget, hold, state.prices, now)
+    if priced is None or not _reprice(state, decision, hold, priced, now):
+        return unchanged
+    return RepriceResult(True, hold.amount, hold.price_version)
 
 
 def release(state: BatchState, decision: BatchDecision, op: ReleaseOp, now: datetime) -> Result:

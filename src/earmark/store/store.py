@@ -13,8 +13,8 @@ import asyncpg
 
 from earmark import limits
 from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, UnitTotals
-from earmark.core.ops import Op, Result
-from earmark.core.prices import Price
+from earmark.core.ops import Op, RepriceOp, RepriceResult, Result
+from earmark.core.prices import Price, PriceBook
 from earmark.errors import (
     Reason,
     Unavailable,
@@ -28,6 +28,7 @@ from earmark.store import (
     pricebook,
     probe,
     queries,
+    repricing,
     stripes,
     sweeper,
 )
@@ -93,6 +94,8 @@ class Store:
         self._clock = clock
         self._observer = observer or StoreObserver()
         self._rng = random.Random()
+        # The price book the repricer last read (reloaded when a price was added).
+        self._reprice_book = PriceBook()
         self._batches = Batches(
             self._serializable,
             self._read,
@@ -322,6 +325,24 @@ class Store:
         return await self._read(
             lambda conn: operator.held_among(conn, reservation_ids, self._clock())
         )
+
+    async def reprice_due(self, limit: int = limits.reprice_holds_per_pass_max) -> int:
+        """Reprices at most limit holds priced by shape and not yet charged whose price in
+        effect moved (a cutover passed, a version took effect), each in its budget's lane;
+        returns how many moved to the new price."""
+        assert 1 <= limit <= limits.reprice_holds_per_pass_max
+        now = self._clock()
+
+        async def read(conn: Conn) -> list[str]:
+            seq = await conn.fetchval("SELECT coalesce(max(price_id), 0) FROM prices")
+            self._reprice_book = await queries.load_price_book(conn, self._reprice_book, seq)
+            return await repricing.due(conn, self._reprice_book, now, limit)
+
+        moved = 0
+        for reservation_id in await self._read(read):
+            result = await self.submit(RepriceOp(reservation_id))
+            moved += isinstance(result, RepriceResult) and result.repriced
+        return moved
 
     # Holds: every operation goes through its budget's lane (store/batches.py).
 
