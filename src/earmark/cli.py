@@ -28,7 +28,7 @@ from earmark.client import ClientError
 from earmark.console import settings as console_settings
 from earmark.errors import EarmarkError
 from earmark.ops.audit import run_audit
-from earmark.ops.connect import OpsError, access_from, add_admin_arguments
+from earmark.ops.connect import Answer, OpsError, access_from, add_admin_arguments
 from earmark.spawn import SpawnError
 from earmark.webhooks import settings as webhook_settings
 from earmark.workloads import lab, load
@@ -228,9 +228,15 @@ def run_operator_command(args: argparse.Namespace) -> None:
     """Prints what an operator's command answered, or its one line of failure (exit 1)."""
     label = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
     try:
-        print(args.run(args))
+        answer = args.run(args)
     except (ValueError, OpsError) as error:
         sys.exit(f"earmark {label}: {error}")
+    if isinstance(answer, Answer):
+        print(answer.text)
+        if answer.status:
+            sys.exit(answer.status)
+    else:
+        print(answer)
 
 
 def run_on_uvloop(main: Coroutine[Any, Any, None]) -> None:

@@ -229,6 +229,15 @@ def open_channel(access: AdminAccess) -> grpc.Channel:
     return grpc.secure_channel(access.target, credentials)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What a command prints, and the exit status it ends with (a check that found
+    something ends non-zero, having printed what it found)."""
+
+    text: str
+    status: int = 0
+
+
 class Admin:
     """A channel to Admin for one command: every call has the deadline and the token."""
 

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from earmark.ops import render
+from earmark.ops import price_import, render
 from earmark.ops.connect import Admin, OpsError, access_from, add_admin_arguments
 from earmark.v1 import budget_pb2 as pb
 
@@ -68,6 +68,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing.set_defaults(run=list_prices)
     for verb in (put, listing):
         add_admin_arguments(verb)
+    price_import.add_commands(verbs)
 
 
 def timestamp(text: str, flag: str) -> Timestamp:
