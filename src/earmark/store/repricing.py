@@ -43,9 +43,9 @@ def in_effect(book: PriceBook, at: datetime) -> list[tuple[str, str, str, int]]:
     return [(*key, version) for key, version in sorted(found.items())]
 
 
-async def due(conn: Conn, book: PriceBook, at: datetime, limit: int) -> list[str]:
-    """The holds to reprice at `at`, at most limit, soonest deadline first."""
-    now_in = in_effect(book, at)
+async def due(conn: Conn, now_in: list[tuple[str, str, str, int]], limit: int) -> list[str]:
+    """The holds priced at another version than now_in's (in_effect), at most limit,
+    soonest deadline first."""
     if not now_in:
         return []
     rows = await conn.fetch(

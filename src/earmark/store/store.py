@@ -96,6 +96,9 @@ class Store:
         self._rng = random.Random()
         # The price book the repricer last read (reloaded when a price was added).
         self._reprice_book = PriceBook()
+        # The prices in effect at the repricer's last pass that saw every due hold (None:
+        # no pass yet), so that a pass with nothing moved costs no scan of the open holds.
+        self._repriced_for: list[tuple[str, str, str, int]] | None = None
         self._batches = Batches(
             self._serializable,
             self._read,
@@ -336,7 +339,15 @@ class Store:
         async def read(conn: Conn) -> list[str]:
             seq = await conn.fetchval("SELECT coalesce(max(price_id), 0) FROM prices")
             self._reprice_book = await queries.load_price_book(conn, self._reprice_book, seq)
-            return await repricing.due(conn, self._reprice_book, now, limit)
+            now_in = repricing.in_effect(self._reprice_book, now)
+            if now_in == self._repriced_for:
+                # No price in effect moved since a pass that saw every due hold: a hold is
+                # priced at the version in effect when it is reserved, so none is due.
+                return []
+            found = await repricing.due(conn, now_in, limit)
+            if len(found) < limit:
+                self._repriced_for = now_in
+            return found
 
         moved = 0
         for reservation_id in await self._read(read):
