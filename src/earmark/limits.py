@@ -43,6 +43,10 @@ client_attempts_max = 100
 client_backoff_seconds_max = 60.0
 # A client's close() waits at most this long for the settles it sends in the background.
 client_flush_seconds_max = 10.0
+# A settlement journal's recover() sends at most journal_replay_records_max records a call,
+# each at most journal_record_bytes_max (a Settle request is far smaller).
+journal_replay_records_max = 10_000
+journal_record_bytes_max = 1 << 16
 
 # Amounts, in the budget's unit. PostgreSQL's bigint holds 9.2e18: an amount or a
 # settle of at most 1e15 leaves room for millions of settles before a counter can

@@ -19,14 +19,16 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from earmark import limits
 from earmark.client.admin import AdminCalls
-from earmark.client.errors import from_rpc_error, unreachable
+from earmark.client.errors import ClientError, from_rpc_error, unreachable
 from earmark.client.hold import Hold
+from earmark.client.journal import Journal
 from earmark.client.types import (
     BudgetState,
     Charged,
@@ -48,6 +50,14 @@ from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
 log = logging.getLogger("earmark.client")
+
+# A Settle refused with one of these will be refused again (the hold is not there, or was
+# settled otherwise): its journal record is removed rather than sent again.
+FINAL_CODES = frozenset({
+    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.OUT_OF_RANGE,
+})  # fmt: skip
 
 # Re-exported: workers and tests import these from here since before types.py held them.
 __all__ = [
@@ -116,8 +126,12 @@ class AsyncClient(AdminCalls):
         retry: RetryPolicy | None = None,
         channel: grpc.aio.Channel | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        journal_dir: str | Path | None = None,
     ) -> None:
         self.timeout_seconds = check_timeout(timeout_seconds)
+        # With a directory: every Settle is on disk before it is sent (earmark.client.journal),
+        # and what a client that died left there is sent again by recover().
+        self._journal = Journal(Path(journal_dir)) if journal_dir is not None else None
         self._interceptors = list(interceptors)
         self.target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
         self.admin_target = admin_target or os.environ.get(ADMIN_TARGET_ENV) or DEFAULT_ADMIN_TARGET
@@ -175,6 +189,7 @@ class AsyncClient(AdminCalls):
         return self._admin_stub, self._admin_channel
 
     async def __aenter__(self) -> AsyncClient:
+        await self.recover()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -336,7 +351,41 @@ class AsyncClient(AdminCalls):
         )
         if usage is not None:
             request.usage.CopyFrom(usage_message(usage))
-        return settled_of(await self._budget_call("Settle", request))
+        if self._journal is None:
+            return settled_of(await self._budget_call("Settle", request))
+        return await self._journaled(self._journal, request)
+
+    async def _journaled(self, journal: Journal, request: pb.SettleRequest) -> Settled:
+        """Settle, its request on disk before it leaves, removed once answered or refused
+        for good; left for recover() when the answer may yet come."""
+        record = await asyncio.to_thread(journal.write, request)
+        try:
+            answer = await self._budget_call("Settle", request)
+        except ClientError as error:
+            if error.code in FINAL_CODES:
+                await asyncio.to_thread(journal.remove, record)
+            raise
+        await asyncio.to_thread(journal.remove, record)
+        return settled_of(answer)
+
+    async def recover(self) -> int:
+        """Sends again every Settle the journal holds (a client that died before its answer
+        came), each as it was first sent; returns how many were answered or refused for
+        good (and removed). Those that fail for now stay for the next recover()."""
+        if self._journal is None:
+            return 0
+        done = 0
+        for record, request in await asyncio.to_thread(self._journal.pending):
+            try:
+                await self._budget_call("Settle", request)
+            except ClientError as error:
+                if error.code not in FINAL_CODES:
+                    log.warning("earmark journal: settle of %s not sent yet: %s",
+                                request.reservation_id, error)  # fmt: skip
+                    continue
+            await asyncio.to_thread(self._journal.remove, record)
+            done += 1
+        return done
 
     def hold(
         self,

@@ -29,6 +29,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -128,6 +129,7 @@ class Client(_Twin[AsyncClient]):
         timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        journal_dir: str | Path | None = None,
     ) -> None:
         # Checked here too, so that a mistake starts no thread.
         check_timeout(timeout_seconds)
@@ -149,10 +151,13 @@ class Client(_Twin[AsyncClient]):
                 timeout_seconds=timeout_seconds,
                 retry=retry,
                 interceptors=interceptors,
+                journal_dir=journal_dir,
             )
 
         try:
             self._async = self._run(make())
+            # What a client that died left in the journal is sent before any new call.
+            self._run(self._async.recover())
         except BaseException:
             self._stop()
             raise
@@ -235,6 +240,7 @@ class Client(_Twin[AsyncClient]):
     resolve_hold = blocking(AsyncClient.resolve_hold)
     release_hold = blocking(AsyncClient.release_hold)
     flush = blocking(AsyncClient.flush)
+    recover = blocking(AsyncClient.recover)
 
     def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         """Starts coroutine on the client's loop without waiting for it."""
