@@ -18,7 +18,8 @@ import {
   type ServiceError,
 } from '@grpc/grpc-js';
 import * as pb from './gen/earmark/v1/budget.js';
-import { fromServiceError, unreachable } from './errors.js';
+import { ClientError, fromServiceError, unreachable } from './errors.js';
+import { FINAL_CODES, Journal } from './journal.js';
 import {
   budgetStateOf,
   chargedOf,
@@ -74,6 +75,10 @@ export interface ClientOptions {
   credentials?: ChannelCredentials;
   /** Metadata sent with every call beside the token (x-request-id, traceparent...). */
   metadata?: Record<string, string>;
+  /** A settlement journal's directory: every Settle is written there before it is sent and
+   * removed once answered or refused for good, and recover() sends what a client that died
+   * left there (see journal.ts). None by default. */
+  journalDir?: string;
 }
 
 export interface ReserveOptions {
@@ -157,6 +162,7 @@ export class EarmarkClient {
   private readonly credentials: ChannelCredentials;
   private readonly metadata: Metadata;
   private readonly adminMetadata: Metadata;
+  private readonly journal: Journal | null;
 
   constructor(options: ClientOptions = {}) {
     this.target = options.target || process.env[TARGET_ENV] || DEFAULT_TARGET;
@@ -179,6 +185,7 @@ export class EarmarkClient {
     this.metadata = metadataOf(options.token, options.metadata);
     this.adminMetadata = metadataOf(options.adminToken, options.metadata);
     this.budget = new pb.BudgetClient(this.target, this.credentials);
+    this.journal = options.journalDir ? new Journal(options.journalDir) : null;
   }
 
   private admin(): pb.AdminClient {
@@ -285,7 +292,46 @@ export class EarmarkClient {
       outcome: OUTCOME[outcome],
       usage: options.usage === undefined ? undefined : usageToWire(options.usage),
     };
-    return settledOf(await this.budgetCall(this.budget.settle, request));
+    if (this.journal === null) return settledOf(await this.budgetCall(this.budget.settle, request));
+    return settledOf(await this.journaled(this.journal, request));
+  }
+
+  /** Settle, its request on disk before it leaves, removed once answered or refused for
+   * good; left for recover() when the answer may yet come. */
+  private async journaled(journal: Journal, request: pb.SettleRequest): Promise<pb.SettleResponse> {
+    const record = await journal.write(request);
+    let answer: pb.SettleResponse;
+    try {
+      answer = await this.budgetCall(this.budget.settle, request);
+    } catch (error) {
+      if (error instanceof ClientError && FINAL_CODES.has(error.code)) await journal.remove(record);
+      throw error;
+    }
+    await journal.remove(record);
+    return answer;
+  }
+
+  /** Sends again every Settle the journal holds (a client that died before its answer
+   * came), each as it was first sent, oldest first; resolves to how many were answered or
+   * refused for good (and removed). Those that fail for now stay for the next recover(),
+   * each named in a warning. Without a journalDir, 0. */
+  async recover(): Promise<number> {
+    if (this.journal === null) return 0;
+    let done = 0;
+    for (const { path: record, request } of await this.journal.pending()) {
+      try {
+        await this.budgetCall(this.budget.settle, request);
+      } catch (error) {
+        if (!(error instanceof ClientError)) throw error;
+        if (!FINAL_CODES.has(error.code)) {
+          process.emitWarning(`earmark journal: settle of ${request.reservationId} not sent yet: ${error.message}`);
+          continue;
+        }
+      }
+      await this.journal.remove(record);
+      done += 1;
+    }
+    return done;
   }
 
   /** Admin: a budget's limit, used, held and remaining. */

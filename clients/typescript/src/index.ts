@@ -16,6 +16,16 @@ export {
   type SettleOptions,
 } from './client.js';
 export * from './errors.js';
+export {
+  Journal,
+  journalRecordName,
+  FINAL_CODES,
+  JOURNAL_RECORD_BYTES_MAX,
+  JOURNAL_REPLAY_RECORDS_MAX,
+  JOURNAL_SUFFIX,
+  QUARANTINE,
+  type JournalRecord,
+} from './journal.js';
 export { Hold, hold, type HoldOptions } from './hold.js';
 export { metered, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
 export * as limits from './limits.js';
