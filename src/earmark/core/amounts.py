@@ -156,13 +156,13 @@ def usage_amount_of(
         return _bounded("usage", prices.usage_tokens(usage)), 0
     provider, model = usage_model_of(usage, shape, reservation_id)
     held_tier = shape.service_tier if shape is not None else ""
-    service_tier = usage.service_tier or held_tier
-    if book.at(provider, model, now, service_tier) is None:
-        # The provider ran the call at a tier the book has no price for (a request sent
-        # with "auto"): it is priced at the tier it was held at, rather than refused, since
-        # a refused Settle would lose what the provider billed.
-        service_tier = held_tier
-    price = _price_now(budget, "usage", provider, model, book, now, service_tier)
+    _require_priced_unit(budget, "usage")
+    # The tier the provider ran the call at; one the book has no price for (a request sent
+    # with "auto") is priced at the tier it was held at, rather than refused, since a
+    # refused Settle would lose what the provider billed.
+    price = book.at(provider, model, now, usage.service_tier or held_tier)
+    if price is None:
+        price = _price_now(budget, "usage", provider, model, book, now, held_tier)
     _require_tools_priced(price, "usage.tool_calls", usage.tool_calls)
     return _bounded("usage", prices.usage_cost(price, usage)), price.version
 
