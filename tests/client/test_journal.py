@@ -48,7 +48,7 @@ async def test_a_worker_killed_before_its_settle_landed_is_settled_by_the_next(
     ) as process:  # fmt: skip
 
         async def written() -> bool:
-            return 1 == len(provider.state.billed) and 1 == len(list(journal.glob("*.settle")))
+            return 1 == len(provider.state.billed) and 1 == len(list(journal.glob("v2-*.json")))
 
         await eventually(written, within_seconds=60, what="the answer billed and journaled")
         process.send_signal(signal.SIGKILL)
@@ -65,7 +65,7 @@ async def test_a_worker_killed_before_its_settle_landed_is_settled_by_the_next(
     (billed,) = provider.state.billed
     (hold,) = await holds(priced, "journal")
     state = await priced.admin.GetBudget(pb.GetBudgetRequest(budget_id="journal"))
-    assert ([0, 0], []) == (again, list(journal.glob("*.settle")))
+    assert ([0, 0], []) == (again, list(journal.glob("v2-*.json")))
     assert (pb.RESERVATION_STATE_SETTLED, cost(billed)) == (hold.state, hold.settled_used)
     assert (cost(billed), 0) == (state.used, state.held)
     await assert_invariants(priced.dsn)

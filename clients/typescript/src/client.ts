@@ -55,6 +55,32 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { attemptsMax: 5, backoffBaseMs: 50, backoffMaxMs: 2000 };
 
+/** flush() waits at most this long when given no timeout (the Python SDK's
+ * client_flush_seconds_max), and may be given at most FLUSH_TIMEOUT_MS_MAX. */
+export const FLUSH_TIMEOUT_MS_DEFAULT = 10_000;
+export const FLUSH_TIMEOUT_MS_MAX = 3_600_000;
+
+/** The states a Settle's answer can carry. An answer in any other state is not a settled
+ * answer: the Settle may have landed or not, so its journal record stays and recover() sends
+ * it again. */
+const SETTLE_ANSWER_STATES: ReadonlySet<pb.ReservationState> = new Set([
+  pb.ReservationState.RESERVATION_STATE_SETTLED,
+  pb.ReservationState.RESERVATION_STATE_EXPIRED,
+  pb.ReservationState.RESERVATION_STATE_IN_DOUBT,
+]);
+
+/** answer, when it is what a Settle answers; else a ClientError (INTERNAL, which is not
+ * final) saying the outcome is unknown. */
+function settleAnswer(request: pb.SettleRequest, answer: pb.SettleResponse): pb.SettleResponse {
+  const amounts = [answer.charged, answer.released, answer.overshoot];
+  if (SETTLE_ANSWER_STATES.has(answer.state) && amounts.every((amount) => amount >= 0n)) return answer;
+  throw new ClientError(
+    Status.INTERNAL,
+    `the settle of reservation ${request.reservationId} was answered with state ${answer.state}, ` +
+      `amounts ${amounts.join(', ')}: it may or may not have landed`,
+  );
+}
+
 /** The wait before attempt + 1: uniform in [0, min(max, base * 2^attempt)]. */
 export function backoffMs(policy: RetryPolicy, attempt: number, random: () => number = Math.random): number {
   return random() * Math.min(policy.backoffMaxMs, policy.backoffBaseMs * 2 ** attempt);
@@ -163,6 +189,9 @@ export class EarmarkClient {
   private readonly metadata: Metadata;
   private readonly adminMetadata: Metadata;
   private readonly journal: Journal | null;
+  // Every Settle under way, whoever awaits it (a hold's end, a metered call's, a caller's
+  // settle()): flush() waits for these.
+  private readonly settling = new Set<Promise<unknown>>();
 
   constructor(options: ClientOptions = {}) {
     this.target = options.target || process.env[TARGET_ENV] || DEFAULT_TARGET;
@@ -292,23 +321,75 @@ export class EarmarkClient {
       outcome: OUTCOME[outcome],
       usage: options.usage === undefined ? undefined : usageToWire(options.usage),
     };
-    if (this.journal === null) return settledOf(await this.budgetCall(this.budget.settle, request));
-    return settledOf(await this.journaled(this.journal, request));
+    const sent =
+      this.journal === null ? this.budgetCall(this.budget.settle, request) : this.journaled(this.journal, request);
+    this.settling.add(sent);
+    const done = (): void => void this.settling.delete(sent);
+    sent.then(done, done);
+    return settledOf(await sent);
   }
 
   /** Settle, its request on disk before it leaves, removed once answered or refused for
    * good; left for recover() when the answer may yet come. */
   private async journaled(journal: Journal, request: pb.SettleRequest): Promise<pb.SettleResponse> {
-    const record = await journal.write(request);
+    let record: string;
+    try {
+      record = await journal.write(request);
+    } catch (error) {
+      // The journal's own failure is the operator's to know, and it does not stop the settle:
+      // sent without a record, the spend is only as safe as without a journal.
+      process.emitWarning(
+        `earmark journal: the settle of ${request.reservationId} could not be written (${(error as Error).message}); sending it without a record`,
+      );
+      return settleAnswer(request, await this.budgetCall(this.budget.settle, request));
+    }
     let answer: pb.SettleResponse;
     try {
-      answer = await this.budgetCall(this.budget.settle, request);
+      answer = settleAnswer(request, await this.budgetCall(this.budget.settle, request));
     } catch (error) {
-      if (error instanceof ClientError && FINAL_CODES.has(error.code)) await journal.remove(record);
+      if (error instanceof ClientError && FINAL_CODES.has(error.code)) await this.forget(journal, record, request);
       throw error;
     }
-    await journal.remove(record);
+    await this.forget(journal, record, request);
     return answer;
+  }
+
+  /** Removes an answered record. A removal that fails is a warning, not the settle's failure:
+   * the record is sent again later and answered the same. */
+  private async forget(journal: Journal, record: string, request: pb.SettleRequest): Promise<void> {
+    try {
+      await journal.remove(record, request.reservationId);
+    } catch (error) {
+      process.emitWarning(
+        `earmark journal: the answered settle of ${request.reservationId} stays on disk (${(error as Error).message})`,
+      );
+    }
+  }
+
+  /** Waits, at most timeoutMs, for the settles under way (settle(), hold()'s and the metered
+   * clients', which settle through it). Resolves true when all of them were answered (or
+   * failed), false when some were still unanswered at the timeout: those are not cancelled,
+   * and their journal records stay on disk for the next recover(), so a worker shutting
+   * down may close() and exit then. */
+  async flush(timeoutMs: number = FLUSH_TIMEOUT_MS_DEFAULT): Promise<boolean> {
+    if (!(timeoutMs >= 0 && timeoutMs <= FLUSH_TIMEOUT_MS_MAX)) {
+      throw new RangeError(`timeoutMs must be from 0 to ${FLUSH_TIMEOUT_MS_MAX}, not ${timeoutMs}`);
+    }
+    const deadline = Date.now() + timeoutMs;
+    // Again while the wait lasts: a settle may start meanwhile (a stream read to its end).
+    while (this.settling.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(true), left);
+      });
+      const answered = Promise.allSettled([...this.settling]).then(() => false);
+      const timedOut = await Promise.race([answered, late]);
+      clearTimeout(timer);
+      if (timedOut) return this.settling.size === 0;
+    }
+    return true;
   }
 
   /** Sends again every Settle the journal holds (a client that died before its answer
@@ -320,7 +401,7 @@ export class EarmarkClient {
     let done = 0;
     for (const { path: record, request } of await this.journal.pending()) {
       try {
-        await this.budgetCall(this.budget.settle, request);
+        settleAnswer(request, await this.budgetCall(this.budget.settle, request));
       } catch (error) {
         if (!(error instanceof ClientError)) throw error;
         if (!FINAL_CODES.has(error.code)) {
@@ -328,7 +409,7 @@ export class EarmarkClient {
           continue;
         }
       }
-      await this.journal.remove(record);
+      await this.forget(this.journal, record, request);
       done += 1;
     }
     return done;
@@ -386,7 +467,8 @@ export class EarmarkClient {
     return Number(reply.version);
   }
 
-  /** Closes the channels; calls after this fail. */
+  /** Closes the channels; calls after this fail (a settle still under way fails, and its
+   * journal record stays for recover()): on shutdown, `await flush(timeoutMs)` first. */
   close(): void {
     this.budget.close();
     this.adminStub?.close();

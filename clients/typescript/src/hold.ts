@@ -156,7 +156,10 @@ export class Hold {
       }
       // Still unreachable after the client's retries: the lease may yet hold, so try again
       // at the next tick.
-      process.emitWarning(`earmark renew failed: ${(error as Error).message}`);
+      process.emitWarning(
+        `earmark renew of reservation ${this.reservationId} failed (retried at the next ` +
+          `renewal; the work goes on): ${(error as Error).message}`,
+      );
     }
     if (this.timer !== null) this.scheduleRenewal();
   }

@@ -22,7 +22,7 @@ function journalDir() {
 
 /** The records (not the quarantine folder) in dir. */
 function records(dir) {
-  return readdirSync(dir).filter((name) => name.endsWith('.settle'));
+  return readdirSync(dir).filter((name) => name.endsWith('.json'));
 }
 
 /** The warnings process.emitWarning raised while fn ran. */
@@ -46,18 +46,24 @@ function settleOf(reservationId, used) {
 }
 
 // What the Python SDK's Journal.write(SettleRequest(reservation_id="res-1", used=31200,
-// outcome=OUTCOME_SUCCEEDED)) leaves on disk: its file name and its bytes.
-const PYTHON_NAME = '7d3decde0c1e575f39de6e67f49c425e.settle';
-const PYTHON_BYTES = Buffer.from('0a057265732d3110e0f3011801', 'hex');
+// outcome=OUTCOME_SUCCEEDED)) leaves on disk: its file name and its bytes
+// (tests/client/test_recovery_profile.py holds the same two).
+const PYTHON_NAME = 'v2-7d3decde0c1e575f39de6e67f49c425ecb053e7d1645582c686867f23ce1ff31.json';
+const PYTHON_BYTES = Buffer.from('{"version":2,"reservation_id":"res-1","settle":"CgVyZXMtMRDg8wEYAQ=="}');
+// The same request as the first format of both SDKs wrote it, which pending() moves.
+const LEGACY_NAME = '7d3decde0c1e575f39de6e67f49c425e.settle';
+const LEGACY_BYTES = Buffer.from('0a057265732d3110e0f3011801', 'hex');
 
-test('a record is written with mode 0600 and decodes to the request', async () => {
+test('a record is written with mode 0600 and holds the request', async () => {
   const dir = journalDir();
   const request = settleOf('res-1', 31_200);
   const record = await new Journal(dir).write(request);
+  const stored = JSON.parse(readFileSync(record, 'utf8'));
   assert.equal(record, path.join(dir, PYTHON_NAME));
   assert.equal(statSync(record).mode & 0o777, 0o600);
   assert.equal(statSync(dir).mode & 0o777, 0o700);
-  assert.deepEqual(wire.SettleRequest.decode(readFileSync(record)), request);
+  assert.deepEqual([stored.version, stored.reservation_id], [2, 'res-1']);
+  assert.deepEqual(wire.SettleRequest.decode(Buffer.from(stored.settle, 'base64')), request);
   assert.deepEqual(readdirSync(dir), [PYTHON_NAME]);
 });
 
@@ -73,6 +79,15 @@ test('a record has the Python SDK name and bytes, so either SDK replays the othe
   assert.deepEqual(await journal.pending(), [{ path: path.join(other, PYTHON_NAME), request: settleOf('res-1', 31_200) }]);
 });
 
+test('a record of the first format is moved to its standard name and read', async () => {
+  const dir = journalDir();
+  const journal = new Journal(dir);
+  await journal.pending();
+  writeFileSync(path.join(dir, LEGACY_NAME), LEGACY_BYTES, { mode: 0o600 });
+  assert.deepEqual(await journal.pending(), [{ path: path.join(dir, PYTHON_NAME), request: settleOf('res-1', 31_200) }]);
+  assert.deepEqual([readdirSync(dir), readFileSync(path.join(dir, PYTHON_NAME))], [[PYTHON_NAME], PYTHON_BYTES]);
+});
+
 test('an unreadable record is moved to quarantine with a warning and never sent', async () => {
   const dir = journalDir();
   const journaled = client({ journalDir: dir });
@@ -84,7 +99,7 @@ test('an unreadable record is moved to quarantine with a warning and never sent'
     assert.deepEqual(records(dir), []);
     assert.deepEqual(readdirSync(path.join(dir, QUARANTINE)), ['bad.settle']);
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0], /^earmark journal: .*bad\.settle cannot be read \(\w+\); moved to .*quarantine$/);
+    assert.match(warnings[0], /^earmark journal: .*bad\.settle cannot be read \(\w+: .+\); moved to .*quarantine$/);
   } finally {
     journaled.close();
   }
@@ -124,6 +139,26 @@ test('a settle through a journaled client leaves no record once answered', async
     const settled = await journaled.settle(held.reservationId, 1_000);
     assert.deepEqual(settled, { charged: 1_000, released: 4_000, overshoot: 0, state: 'SETTLED', priceVersion: 0 });
     assert.deepEqual(records(dir), []);
+    assert.equal((await earmark.getBudget(id)).used, 1_000);
+  } finally {
+    journaled.close();
+  }
+});
+
+test('a journal that cannot be written is a warning and the settle is sent all the same', async () => {
+  const id = budgetId('journal-unwritable');
+  await earmark.putBudget(id, 10_000, 'tokens');
+  const dir = journalDir();
+  const journaled = client({ journalDir: dir });
+  try {
+    const held = await journaled.reserve(id, 5_000);
+    await journaled.recover(); // the directory made
+    rmSync(dir, { recursive: true, force: true });
+    writeFileSync(dir, 'not a directory');
+    const { result, warnings } = await warningsOf(() => journaled.settle(held.reservationId, 1_000));
+    assert.equal(result.state, 'SETTLED');
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0], new RegExp(`^earmark journal: the settle of ${held.reservationId} could not be written .*; sending it without a record$`));
     assert.equal((await earmark.getBudget(id)).used, 1_000);
   } finally {
     journaled.close();

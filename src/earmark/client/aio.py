@@ -52,12 +52,40 @@ from earmark.v1 import budget_pb2_grpc as pb_grpc
 log = logging.getLogger("earmark.client")
 
 # A Settle refused with one of these will be refused again (the hold is not there, or was
-# settled otherwise): its journal record is removed rather than sent again.
+# settled otherwise, or the request can never be taken): its journal record is removed
+# rather than sent again. PERMISSION_DENIED is not one: a record replayed under another
+# worker token (a journal directory two callers share, a token changed) is still the spend
+# of the caller that made the hold, and the recovery profile keeps records across
+# authentication failures (docs/recovery-conformance.md).
 FINAL_CODES = frozenset({
     grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.OUT_OF_RANGE,
 })  # fmt: skip
+# The states a Settle's answer can carry. An answer in any other state (or one that did not
+# decode, which grpc.aio hands over as None) is not a settled answer: the Settle may have
+# landed or not, so its journal record stays and recover() sends it again.
+SETTLE_ANSWER_STATES = frozenset({
+    pb.RESERVATION_STATE_SETTLED, pb.RESERVATION_STATE_EXPIRED, pb.RESERVATION_STATE_IN_DOUBT,
+})  # fmt: skip
+
+
+def _settle_answer(request: pb.SettleRequest, answer: object) -> pb.SettleResponse:
+    """answer, when it is what a Settle answers; else a ClientError (INTERNAL, which is not
+    final) saying the outcome is unknown."""
+    if isinstance(answer, pb.SettleResponse):
+        amounts = (answer.charged, answer.released, answer.overshoot)
+        if answer.state in SETTLE_ANSWER_STATES and min(amounts) >= 0:
+            return answer
+        what = f"state {answer.state}, amounts {amounts}"
+    else:
+        what = "a body that is no SettleResponse"
+    raise ClientError(
+        grpc.StatusCode.INTERNAL,
+        f"the settle of reservation {request.reservation_id} was answered with {what}: "
+        "it may or may not have landed",
+    )
+
 
 # Re-exported: workers and tests import these from here since before types.py held them.
 __all__ = [
@@ -150,6 +178,9 @@ class AsyncClient(AdminCalls):
         # Settles sent after their call returned to its caller (metered calls settle off
         # the caller's path): close() and flush() wait for them.
         self._background: set[asyncio.Task[Any]] = set()
+        # Every Settle under way, whoever awaits it (a hold's exit, a caller's settle()):
+        # flush() waits for these too. A view shares the set with its client.
+        self._settles: set[asyncio.Task[Settled]] = set()
 
     def options(
         self, *, timeout_seconds: float | None = None, metadata: Sequence[tuple[str, str]] = ()
@@ -209,16 +240,25 @@ class AsyncClient(AdminCalls):
             log.warning("earmark settle in the background failed: %s", task.exception())
 
     async def flush(self, timeout_seconds: float = limits.client_flush_seconds_max) -> bool:
-        """Waits, at most timeout_seconds, for the settles still being sent in the
-        background; True when none is left."""
-        pending = set(self._background)
-        if pending:
-            await asyncio.wait(pending, timeout=timeout_seconds)
-        return not self._background
+        """Waits, at most timeout_seconds, for the settles under way: those in flight and
+        those sent in the background. True when all of them were answered (or failed);
+        False when some were still unanswered at the timeout. Those are not cancelled, and
+        their journal records stay on disk for the next recover() (a worker shutting down
+        may exit then: the next client sends them)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_seconds
+        # Again while the wait lasts: a background task may start its settle meanwhile.
+        while pending := self._background | self._settles:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            await asyncio.wait(pending, timeout=left)
+        return True
 
     async def close(self) -> None:
-        """Sends the settles still under way (flush), then closes the client's channels (a
-        view's close does nothing: close its client)."""
+        """Waits for the settles still under way (flush, with its longest wait), then closes
+        the client's channels (a view's close does nothing: close its client). A settle
+        still unanswered then fails, and its journal record stays for recover()."""
         await self.flush()
         if self._own_channel:
             await self._channel.close(grace=None)
@@ -351,6 +391,14 @@ class AsyncClient(AdminCalls):
         )
         if usage is not None:
             request.usage.CopyFrom(usage_message(usage))
+        # A task of its own, so that flush() can wait for it; the caller's cancellation
+        # still cancels it, as it cancelled the call before.
+        task = asyncio.ensure_future(self._send_settle(request))
+        self._settles.add(task)
+        task.add_done_callback(self._settles.discard)
+        return await task
+
+    async def _send_settle(self, request: pb.SettleRequest) -> Settled:
         if self._journal is None:
             return settled_of(await self._budget_call("Settle", request))
         return await self._journaled(self._journal, request)
@@ -358,15 +406,31 @@ class AsyncClient(AdminCalls):
     async def _journaled(self, journal: Journal, request: pb.SettleRequest) -> Settled:
         """Settle, its request on disk before it leaves, removed once answered or refused
         for good; left for recover() when the answer may yet come."""
-        record = await asyncio.to_thread(journal.write, request)
         try:
-            answer = await self._budget_call("Settle", request)
+            record = await asyncio.to_thread(journal.write, request)
+        except OSError as error:
+            # The journal's own failure is the operator's to know, and it does not stop the
+            # settle: sent without a record, the spend is only as safe as without a journal.
+            log.error("earmark journal: the settle of %s could not be written (%s); "
+                      "sending it without a record", request.reservation_id, error)  # fmt: skip
+            return settled_of(_settle_answer(request, await self._budget_call("Settle", request)))
+        try:
+            answer = _settle_answer(request, await self._budget_call("Settle", request))
         except ClientError as error:
             if error.code in FINAL_CODES:
-                await asyncio.to_thread(journal.remove, record)
+                await self._forget(journal, record, request)
             raise
-        await asyncio.to_thread(journal.remove, record)
+        await self._forget(journal, record, request)
         return settled_of(answer)
+
+    async def _forget(self, journal: Journal, record: Path, request: pb.SettleRequest) -> None:
+        """Removes an answered record. A removal that fails is a warning, not the settle's
+        failure: the record is sent again later and answered the same."""
+        try:
+            await asyncio.to_thread(journal.remove, record, request.reservation_id)
+        except OSError as error:
+            log.warning("earmark journal: the answered settle of %s stays on disk (%s)",
+                        request.reservation_id, error)  # fmt: skip
 
     async def recover(self) -> int:
         """Sends again every Settle the journal holds (a client that died before its answer
@@ -377,13 +441,13 @@ class AsyncClient(AdminCalls):
         done = 0
         for record, request in await asyncio.to_thread(self._journal.pending):
             try:
-                await self._budget_call("Settle", request)
+                _settle_answer(request, await self._budget_call("Settle", request))
             except ClientError as error:
                 if error.code not in FINAL_CODES:
                     log.warning("earmark journal: settle of %s not sent yet: %s",
                                 request.reservation_id, error)  # fmt: skip
                     continue
-            await asyncio.to_thread(self._journal.remove, record)
+            await self._forget(self._journal, record, request)
             done += 1
         return done
 

@@ -225,7 +225,13 @@ class Hold:
             except ClientError as error:
                 # Still unreachable after the client's retries: the lease may yet hold,
                 # so try again at the next tick.
-                log.warning("earmark renew failed: %s", error)
+                log.warning(
+                    "earmark renew of reservation %s failed (retried at the next renewal, "
+                    "in %.1fs; the work goes on): %s",
+                    self.reservation.reservation_id,
+                    period,
+                    error,
+                )
 
     async def __aexit__(
         self,

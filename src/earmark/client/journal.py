@@ -2,21 +2,34 @@
 that a worker that dies after the provider answered and before the Settle landed loses
 no usage. The next client with the same journal directory sends it again.
 
-A record is the Settle request itself (its protobuf bytes): a replay sends exactly what
-the first attempt sent, and the sidecar answers a repeated Settle of the same usage with
-the same answer, changing nothing, so a record replayed twice is charged once. A record is
-written atomically (a temporary file, fsynced, renamed, the directory fsynced) with mode
-0600 before the request leaves, and removed only on a settled answer or a final refusal
-(the hold is not there, or was settled otherwise: sending it again cannot help); on a
-failure that may pass (the sidecar unreachable) it stays for the next recover(). A record
-that cannot be read is moved to quarantine/, named in a warning, never replayed.
+A record holds the Settle request itself (its protobuf bytes, base64 in a small JSON
+object that also names its reservation and the record's version): a replay sends exactly
+what the first attempt sent, and the sidecar answers a repeated Settle of the same usage
+with the same answer, changing nothing, so a record replayed twice is charged once. Its
+file is named `v2-<SHA-256 of the reservation id's exact UTF-8 bytes, lower-case hex>.json`,
+the standard name of the Cycles SDK Recovery Conformance Profile (docs/recovery-conformance.md),
+so that distinct ids never share a file and the TypeScript SDK finds the same name. A
+record is written atomically (a temporary file, fsynced, renamed, the directory fsynced)
+with mode 0600 before the request leaves, and removed only on a settled answer or a final
+refusal (the hold is not there, or was settled otherwise: sending it again cannot help); on
+a failure that may pass (the sidecar unreachable) it stays for the next recover(). A record
+that cannot be read, or of a version this SDK does not know, is moved to quarantine/, named
+in a warning, never replayed.
+
+Records of the first format (the bare protobuf bytes, named by the first 32 hex digits of
+the digest with `.settle` after them) are still read: pending() moves each to the standard
+name of the reservation it holds, so an upgrade loses none.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import logging
 import os
+import re
+import time
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
@@ -26,8 +39,65 @@ from earmark.v1 import budget_pb2 as pb
 
 log = logging.getLogger("earmark.client")
 
-SUFFIX = ".settle"
+# The record format this SDK writes and reads, in the record and in its file's name.
+VERSION = 2
+PREFIX = f"v{VERSION}-"
+SUFFIX = ".json"
+# The first format's records: read, moved to the standard name, never written.
+LEGACY_SUFFIX = ".settle"
 QUARANTINE = "quarantine"
+_STANDARD_NAME = re.compile(rf"{re.escape(PREFIX)}[0-9a-f]{{64}}{re.escape(SUFFIX)}")
+
+
+def record_name(reservation_id: str) -> str:
+    """A record's file name: the digest of the id's exact UTF-8 bytes, because the id
+    comes from outside and must not name a file itself."""
+    return f"{PREFIX}{hashlib.sha256(reservation_id.encode()).hexdigest()}{SUFFIX}"
+
+
+def legacy_record_name(reservation_id: str) -> str:
+    """The name the first format gave the id's record."""
+    return f"{hashlib.sha256(reservation_id.encode()).hexdigest()[:32]}{LEGACY_SUFFIX}"
+
+
+def encode_record(request: pb.SettleRequest) -> bytes:
+    """A record's bytes: compact JSON, UTF-8, the same bytes the TypeScript SDK writes."""
+    record = {
+        "version": VERSION,
+        "reservation_id": request.reservation_id,
+        "settle": base64.b64encode(request.SerializeToString()).decode("ascii"),
+    }
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_record(data: bytes) -> pb.SettleRequest:
+    """The request a record holds; ValueError (or DecodeError) saying why it holds none."""
+    if len(data) > limits.journal_record_bytes_max:
+        raise ValueError("larger than a Settle record can be")
+    record = json.loads(data.decode())
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    version = record.get("version")
+    if type(version) is not int or version != VERSION:
+        raise ValueError(f"unsupported record version {version!r}")
+    reservation_id, settle = record.get("reservation_id"), record.get("settle")
+    if not isinstance(reservation_id, str) or not reservation_id:
+        raise ValueError("names no reservation")
+    if not isinstance(settle, str):
+        raise ValueError("holds no settle request")
+    request = pb.SettleRequest.FromString(base64.b64decode(settle, validate=True))
+    if request.reservation_id != reservation_id:
+        raise ValueError("its settle request is for another reservation")
+    return request
+
+
+def _decode_legacy(data: bytes) -> pb.SettleRequest:
+    if len(data) > limits.journal_record_bytes_max:
+        raise ValueError("larger than a Settle request can be")
+    request = pb.SettleRequest.FromString(data)
+    if not request.reservation_id:
+        raise ValueError("names no reservation")
+    return request
 
 
 class Journal:
@@ -37,55 +107,105 @@ class Journal:
         self.directory = directory
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def _path(self, reservation_id: str) -> Path:
-        # A name of the id's digest: the id comes from outside and names no file itself.
-        name = hashlib.sha256(reservation_id.encode()).hexdigest()[:32]
-        return self.directory / f"{name}{SUFFIX}"
+    def path_of(self, reservation_id: str) -> Path:
+        return self.directory / record_name(reservation_id)
 
-    def write(self, request: pb.SettleRequest) -> Path:
-        """Writes request durably; the record's path."""
-        path = self._path(request.reservation_id)
+    def write(self, request: pb.SettleRequest, *, mtime_ns: int | None = None) -> Path:
+        """Writes request durably; the record's path. mtime_ns dates the record (a migrated
+        one keeps its first date, so that replay stays oldest first)."""
+        path = self.path_of(request.reservation_id)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        data = request.SerializeToString()
+        data = encode_record(request)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
             os.fsync(fd)
         finally:
             os.close(fd)
+        if mtime_ns is not None:
+            os.utime(temporary, ns=(mtime_ns, mtime_ns))
         os.replace(temporary, path)
         self._sync_directory()
         return path
 
-    def remove(self, path: Path) -> None:
+    def remove(self, path: Path, reservation_id: str) -> None:
+        """Removes the record of reservation_id at path, and a first-format record of the
+        same id if one is left; never a first-format file that holds another id (a name
+        two ids shared)."""
         path.unlink(missing_ok=True)
+        legacy = self.directory / legacy_record_name(reservation_id)
+        try:
+            holds = _decode_legacy(legacy.read_bytes()).reservation_id
+        except (OSError, ValueError, DecodeError):
+            holds = None
+        if holds == reservation_id:
+            legacy.unlink(missing_ok=True)
         self._sync_directory()
 
     def pending(self) -> list[tuple[Path, pb.SettleRequest]]:
-        """Every record, oldest first, at most limits.journal_replay_records_max; those
-        that cannot be read are quarantined."""
-        records = sorted(self.directory.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime_ns)
-        found = []
-        for path in records[: limits.journal_replay_records_max]:
+        """Every record, oldest first, at most limits.journal_replay_records_max, after
+        moving first-format records to their standard names; those that cannot be read are
+        quarantined."""
+        self._migrate()
+        records = []
+        for path in self.directory.glob(f"*{SUFFIX}"):
             try:
-                data = path.read_bytes()
-                if len(data) > limits.journal_record_bytes_max:
-                    raise ValueError("larger than a Settle request can be")
-                request = pb.SettleRequest.FromString(data)
-                if not request.reservation_id:
-                    raise ValueError("names no reservation")
+                records.append((path.stat().st_mtime_ns, path))
+            except FileNotFoundError:
+                continue  # removed since it was listed (another client answered it)
+        records.sort()
+        found = []
+        for _, path in records[: limits.journal_replay_records_max]:
+            try:
+                if not _STANDARD_NAME.fullmatch(path.name):
+                    raise ValueError("not a record name this SDK writes")
+                request = decode_record(path.read_bytes())
+                if path.name != record_name(request.reservation_id):
+                    raise ValueError("named for another reservation")
+            except FileNotFoundError:
+                continue
             except (OSError, ValueError, DecodeError) as error:
                 self._quarantine(path, error)
                 continue
             found.append((path, request))
         return found
 
+    def _migrate(self) -> None:
+        """Moves each first-format record to the standard name of the reservation it holds
+        (keeping a standard record already there: it is as new or newer), then removes it;
+        one that cannot be read is quarantined."""
+        for legacy in sorted(self.directory.glob(f"*{LEGACY_SUFFIX}")):
+            try:
+                stat = legacy.stat()
+                request = _decode_legacy(legacy.read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, DecodeError) as error:
+                self._quarantine(legacy, error)
+                continue
+            if not self.path_of(request.reservation_id).exists():
+                self.write(request, mtime_ns=stat.st_mtime_ns)
+            # The file's own record is now under its standard name: removing it removes
+            # nothing of another reservation.
+            legacy.unlink(missing_ok=True)
+            self._sync_directory()
+
     def _quarantine(self, path: Path, error: Exception) -> None:
         folder = self.directory / QUARANTINE
         folder.mkdir(mode=0o700, exist_ok=True)
-        kind = type(error).__name__
-        log.warning("earmark journal: %s cannot be read (%s); moved to %s", path, kind, folder)
-        os.replace(path, folder / path.name)
+        target = folder / path.name
+        if target.exists():
+            # An earlier file of the same name stays: both are evidence.
+            target = folder / f"{path.name}.{time.time_ns()}"
+        why = f"{type(error).__name__}: {error}"
+        log.warning("earmark journal: %s cannot be read (%s); moved to %s", path, why, folder)
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            return  # another client moved it first
+        self._sync_directory()
 
     def _sync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)
