@@ -26,8 +26,8 @@ from tests.helpers import FakeClock, HeldListings
 
 TEST_DATABASE = "earmark_test"
 TABLES = (
-    "ledger, charges, open_holds, in_doubt_holds, hold_scopes, reservations, budgets, units, "
-    "prices, job_samples, tenant_samples, "
+    "calls, ledger, charges, open_holds, in_doubt_holds, hold_scopes, reservations, budgets, "
+    "units, prices, job_samples, tenant_samples, "
     "accounts, meter_outbox, meter_sent"
 )
 

@@ -1,14 +1,21 @@
 """A fake Anthropic provider: a real HTTP server on 127.0.0.1 that answers POST /v1/messages
 (a message, or its stream of server-sent events) and /v1/messages/count_tokens in the
-Messages API's published shapes, with errors, late and cut answers, cache reads and
-writes and a web search, and records what it was asked and what it billed. Its bill and
-state are in tests/fake_anthropic_state.py.
+Messages API's published shapes, with errors, late, unstarted and cut answers, cache reads
+and writes and a web search, and records what it was asked and what it billed; and, for an
+Admin API key, GET /v1/organizations/usage_report/messages and
+/v1/organizations/cost_report from that bill (tests/fake_anthropic_reports.py). Its bill
+and state are in tests/fake_anthropic_state.py: each bill carries when its request arrived
+(the fake's `clock`) and its API key's id and workspace (`api_key_ids`, `workspace_ids`,
+by the API key).
 
 The last message's text chooses the answer:
 - "fail:CODE": HTTP CODE with Anthropic's error body;
 - "late": a message `late_seconds` after the request (after the client's timeout, when the
   test sets it shorter), billed all the same, as a provider bills work whose caller stopped
   waiting;
+- "unstarted": the connection closes unanswered `late_seconds` after the request, and
+  nothing is billed: a message whose caller gave up before the provider started it
+  (`unstarted` counts them);
 - "cut" (streamed): the stream stops halfway through its text, before message_delta, and
   the connection closes before the last chunk: billed whole all the same;
 - anything else: a message of `output_tokens` tokens of `token_texts` (at most the
@@ -44,6 +51,8 @@ Wire facts followed, as checked in the installed SDK (anthropic 2.15.0) and reco
   its JSON's "type". stop_reason is "max_tokens" at the request's max_tokens, else
   "end_turn".
 - count_tokens answers MessageTokensCount {input_tokens} (message_tokens_count.py).
+- The API key: the installed SDK sends it as `Authorization: Bearer KEY`, not x-api-key
+  (anthropic/_client.py, `_api_key_auth`); the fake reads either.
 - Errors: {"type": "error", "error": {"type", "message"}, "request_id"}
   (anthropic/types/shared/error_response.py and the *_error.py types beside it).
 """
@@ -56,7 +65,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tests.fake_anthropic_state import AnthropicState, Bill, Rates
+from tests.fake_anthropic_reports import report
+from tests.fake_anthropic_state import AnthropicState, Bill, Caller, Rates
 from tests.http_fake import JsonHandler, StateServer, serving
 
 __all__ = ["AnthropicState", "Bill", "FakeAnthropic", "Rates", "fake_anthropic"]
@@ -115,7 +125,7 @@ class _Answer:
     found: int
 
 
-def _plan(state: AnthropicState, body: dict[str, Any]) -> _Answer:
+def _plan(state: AnthropicState, body: dict[str, Any], caller: Caller) -> _Answer:
     prompt = _prompt(body)
     read = min(state.cache_read_tokens, prompt)
     written = min(state.cache_write_tokens, prompt - read)
@@ -143,6 +153,9 @@ def _plan(state: AnthropicState, body: dict[str, Any]) -> _Answer:
         written if _asks_an_hour(body) else 0,
         int(searches),
         body["model"],
+        caller.at,
+        caller.api_key_id,
+        caller.workspace_id,
     )
     return _Answer(bill, query, text, "max_tokens" if output >= most else "end_turn", found)
 
@@ -224,6 +237,12 @@ class _Handler(JsonHandler):
         error = {"type": kind, "message": message}
         self.send_json(status, {"type": "error", "error": error, "request_id": "req_fake"})
 
+    def _api_key(self) -> str | None:
+        """The request's API key: its x-api-key, or its Authorization bearer token (as the
+        installed SDK sends an api_key)."""
+        bearer = (self.headers.get("authorization") or "").removeprefix("Bearer ").strip()
+        return self.headers.get("x-api-key") or bearer or None
+
     def do_GET(self) -> None:
         self._serve()
 
@@ -232,10 +251,18 @@ class _Handler(JsonHandler):
 
     def _serve(self) -> None:
         state = self.server.state
+        key = self._api_key()
+        caller = state.caller(key)
         body = self.read_json()
         with state.lock:
             state.requests.append(body)
             state.received.append(self.received(body, HEADERS))
+        if self.command == "GET":
+            version = self.headers.get("anthropic-version") or ""
+            answered = report(state, self.path, key, version)
+            if answered is not None:
+                self.send_json(*answered)
+                return
         if self.command != "POST" or self.path not in REQUIRED:
             self._error(404, f"no route {self.command} {self.path}")
             return
@@ -251,11 +278,17 @@ class _Handler(JsonHandler):
             code = int(last.removeprefix("fail:"))
             self._error(code, f"canned {code}")
             return
-        if last == "late":
+        if last in ("late", "unstarted"):
             # The fake provider's own pace, not a test's wait: it answers after the caller's
             # timeout; stopping the fake cuts it short.
             state.stopping.wait(timeout=state.late_seconds)
-        answer = _plan(state, body)
+        if last == "unstarted":
+            # Never started: no answer, no bill; the connection closes.
+            with state.lock:
+                state.unstarted += 1
+            self.close_connection = True
+            return
+        answer = _plan(state, body, caller)
         if body.get("stream"):
             self._stream(body, answer, cut=last == "cut")
             return

@@ -1,7 +1,11 @@
 """A fake OpenAI: a real HTTP server on 127.0.0.1 that answers POST /v1/chat/completions,
 /v1/responses (tests/fake_openai_responses.py) and /v1/embeddings in OpenAI's published
-wire format, with errors, slow, late, dropped and cut answers, and records what it was
-asked and what it billed. Its state and bill are in tests/fake_openai_state.py.
+wire format, with errors, slow, late, unstarted, dropped and cut answers, and records what
+it was asked and what it billed; and, for an admin key, GET /v1/organization/usage/
+completions, /v1/organization/usage/embeddings and /v1/organization/costs from that bill
+(tests/fake_openai_reports.py). Its state and bill are in tests/fake_openai_state.py: each
+bill carries when its request arrived (the fake's `clock`) and its API key's id and
+project (`api_key_ids`, `project_ids`, by the Bearer key).
 
 The last message's text (a Responses input's last item, an embedding's last input)
 chooses the answer:
@@ -11,6 +15,9 @@ chooses the answer:
 - "late": an answer `late_seconds` after the request (after the client's timeout, when the
   test sets it shorter), billed all the same, as a provider bills work whose caller
   stopped waiting;
+- "unstarted": the connection closes unanswered `late_seconds` after the request, and
+  nothing is billed: a call whose caller gave up before the provider started it
+  (`unstarted` counts them);
 - "drop" (chat, not streamed): billed, and the connection drops halfway through the body;
 - "cut" (streamed): the stream stops halfway and the connection closes before the last
   chunk, so before the usage chunk or final event: billed whole all the same;
@@ -71,6 +78,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tests.fake_openai_reports import report
 from tests.fake_openai_responses import answer as answer_responses
 from tests.fake_openai_responses import last_input
 from tests.fake_openai_state import (
@@ -79,6 +87,8 @@ from tests.fake_openai_state import (
     HEADERS,
     RESPONSES,
     Billed,
+    Caller,
+    ModelRates,
     OpenAIState,
     Plan,
     chars,
@@ -89,7 +99,7 @@ from tests.fake_openai_state import (
 )
 from tests.http_fake import JsonHandler, StateServer, serving
 
-__all__ = ["Billed", "FakeOpenAI", "OpenAIState", "chat_usage", "fake_openai"]
+__all__ = ["Billed", "FakeOpenAI", "ModelRates", "OpenAIState", "chat_usage", "fake_openai"]
 
 CHAT_ID = "chatcmpl-fake"
 CALL_ID = "call_fake"
@@ -149,6 +159,8 @@ def _function_tool(body: dict[str, Any]) -> dict[str, Any] | None:
 
 class _Handler(JsonHandler):
     server: StateServer[OpenAIState]
+    # Who sent the request being answered, as it arrived.
+    caller: Caller
 
     def _error(self, status: int, message: str = "", param: str | None = None) -> None:
         kind, code = "invalid_request_error", None
@@ -171,10 +183,15 @@ class _Handler(JsonHandler):
 
     def do_GET(self) -> None:
         self._record({}, "")
-        self._error(404, f"Invalid URL (GET {self.path})")
+        answered = report(self.server.state, self.path, self.headers.get("authorization"))
+        if answered is None:
+            self._error(404, f"Invalid URL (GET {self.path})")
+            return
+        self.send_json(*answered)
 
     def do_POST(self) -> None:
         state = self.server.state
+        self.caller = state.caller(self.headers.get("authorization"))
         body = self.read_json()
         routes: dict[str, tuple[Callable[[dict[str, Any]], str], Callable[..., None]]] = {
             CHAT: (_chat_last, self._chat),
@@ -200,14 +217,20 @@ class _Handler(JsonHandler):
             return
         if last == "slow":
             state.slow.wait(timeout=30)
-        if last == "late":
+        if last in ("late", "unstarted"):
             # The fake provider's own pace, not a test's wait: it answers after the caller's
             # timeout; stopping the fake cuts it short.
             state.slow.wait(timeout=state.late_seconds)
+        if last == "unstarted":
+            # Never started: no answer, no bill; the connection closes.
+            with state.lock:
+                state.unstarted += 1
+            self.close_connection = True
+            return
         answer(body, last)
 
     def _responses(self, body: dict[str, Any], last: str) -> None:
-        answer_responses(self, self.server.state, body, last)
+        answer_responses(self, self.server.state, body, last, self.caller)
 
     def _drop(self) -> None:
         """Promises a body, sends half of it and closes the connection: the caller sees
@@ -241,7 +264,7 @@ class _Handler(JsonHandler):
         if body.get("stream"):
             self._chat_stream(body, billed, answer, tool, finish, cut=last == "cut")
             return
-        state.bill(billed)
+        state.bill(billed, self.caller)
         if last == "drop":
             self._drop()
             return
@@ -343,7 +366,7 @@ class _Handler(JsonHandler):
                 state.abandoned += 1
             # The provider bills what it generated before the reader went away.
             billed = replace(billed, completion_tokens=answer.reasoning + sent)
-        state.bill(billed)
+        state.bill(billed, self.caller)
 
     def _embeddings(self, body: dict[str, Any], last: str) -> None:
         state = self.server.state
@@ -359,7 +382,7 @@ class _Handler(JsonHandler):
                 packed = struct.pack(f"<{dimensions}f", *vector)
                 embedding = base64.b64encode(packed).decode()
             data.append({"object": "embedding", "index": index, "embedding": embedding})
-        state.bill(Billed(tokens, 0, 0, EMBEDDINGS, body["model"]))
+        state.bill(Billed(tokens, 0, 0, EMBEDDINGS, body["model"]), self.caller)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         self.send_json(
             200, {"object": "list", "data": data, "model": body["model"], "usage": usage}

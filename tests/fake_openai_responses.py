@@ -37,6 +37,7 @@ from typing import Any
 from tests.fake_openai_state import (
     RESPONSES,
     Billed,
+    Caller,
     OpenAIState,
     Plan,
     chars,
@@ -206,8 +207,10 @@ class _Answer:
         yield final, {"response": self.response(done=True)}, 0
 
 
-def answer(handler: JsonHandler, state: OpenAIState, body: dict[str, Any], last: str) -> None:
-    """Answers a POST /v1/responses whose last input is last, and bills it."""
+def answer(
+    handler: JsonHandler, state: OpenAIState, body: dict[str, Any], last: str, caller: Caller
+) -> None:
+    """Answers a POST /v1/responses whose last input is last, and bills it to caller."""
     prompt = _prompt(body)
     tool = _function_tool(body) if last == "tool" else None
     text_format = (body.get("text") or {}).get("format") or {"type": "text"}
@@ -224,7 +227,7 @@ def answer(handler: JsonHandler, state: OpenAIState, body: dict[str, Any], last:
     billed = Billed(prompt, it.completion, cached, RESPONSES, model, tier, it.reasoning, written)
     reply = _Answer(body, billed, it, tool, text_format)
     if not body.get("stream"):
-        state.bill(reply.billed)
+        state.bill(reply.billed, caller)
         handler.send_json(200, reply.response(done=True))
         return
     events = list(reply.events(state.tokens_per_chunk))
@@ -250,4 +253,4 @@ def answer(handler: JsonHandler, state: OpenAIState, body: dict[str, Any], last:
             state.abandoned += 1
         # The provider bills what it generated before the reader went away.
         reply.billed = replace(reply.billed, completion_tokens=it.reasoning + sent)
-    state.bill(reply.billed)
+    state.bill(reply.billed, caller)

@@ -1,14 +1,18 @@
 """The fake OpenAI's state, its bill, and how it plans an answer: which tokens it generates,
-hidden or seen, and why it stops. The server (tests/fake_openai.py) and its Responses API
-(tests/fake_openai_responses.py) answer from these; the facts they follow are in
-tests/fake_openai.py's docstring."""
+hidden or seen, and why it stops; who called (the API key's id and project, and when, by
+the fake's clock) and the prices its cost report charges. The server (tests/fake_openai.py),
+its Responses API (tests/fake_openai_responses.py) and its organization reports
+(tests/fake_openai_reports.py) answer from these; the facts they follow are in their
+docstrings."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.http_fake import Received
@@ -22,6 +26,9 @@ HEADERS = ("content-type", "user-agent", "x-stainless-retry-count", "idempotency
 FILLER = "fake"
 # Generated JSON (tool arguments, structured output) is this many characters a token.
 JSON_CHARS_PER_TOKEN = 3
+# Who a call is billed to when the fake does not know its API key.
+UNKNOWN_KEY_ID = "key_unknown"
+DEFAULT_PROJECT_ID = "proj_default"
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,9 @@ class Billed:
     service tier that price them. prompt_tokens counts the cached and cache-written tokens
     among them, as OpenAI counts them; completion_tokens counts the reasoning tokens. The
     defaults are the common case (a gpt-4o chat completion at the default tier), so that a
-    bill written with the first three fields alone compares equal to it."""
+    bill written with the first three fields alone compares equal to it. Who called and
+    when (the fake clock's Unix seconds as the request arrived) do not take part in
+    comparing bills."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -40,6 +49,46 @@ class Billed:
     service_tier: str = "default"
     reasoning_tokens: int = 0
     cache_write_tokens: int = 0
+    at: float = field(default=0.0, compare=False)
+    api_key_id: str = field(default=UNKNOWN_KEY_ID, compare=False)
+    project_id: str = field(default=DEFAULT_PROJECT_ID, compare=False)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request and when it arrived: what its bill is reported under."""
+
+    at: float
+    api_key_id: str = UNKNOWN_KEY_ID
+    project_id: str = DEFAULT_PROJECT_ID
+
+
+@dataclass(frozen=True)
+class ModelRates:
+    """A model's prices in USD per million tokens: input, cached input, output, and input
+    written to the cache (None: at the input price)."""
+
+    input: float
+    cached_input: float = 0.0
+    output: float = 0.0
+    cache_write: float | None = None
+
+    def times(self, factor: float) -> ModelRates:
+        """These prices times factor (a test's provider that charges more than Earmark's
+        price list says)."""
+        write = None if self.cache_write is None else self.cache_write * factor
+        return ModelRates(
+            self.input * factor, self.cached_input * factor, self.output * factor, write
+        )
+
+
+def default_rates() -> dict[str, ModelRates]:
+    """The prices of the models the tests call, as OpenAI lists them."""
+    return {
+        "gpt-4o": ModelRates(2.50, 1.25, 10.00),
+        "o4-mini": ModelRates(1.10, 0.275, 4.40),
+        "text-embedding-3-small": ModelRates(0.02),
+    }
 
 
 @dataclass
@@ -60,7 +109,8 @@ class OpenAIState:
     # An embedding's length when the request names no dimensions.
     dimensions: int = 8
     chunk_seconds: float = 0.0
-    # How long a "late" request waits before it is answered (and billed).
+    # How long a "late" request waits before it is answered (and billed), and an
+    # "unstarted" one before its connection closes unanswered.
     late_seconds: float = 2.0
     # Generate past the request's maximum answer, as no real provider should.
     ignores_maximum: bool = False
@@ -72,11 +122,42 @@ class OpenAIState:
     seen: Counter[str] = field(default_factory=Counter)
     # Streams whose reader went away before the last chunk.
     abandoned: int = 0
-    # "slow" requests are answered once this is set (or after 30 s).
+    # "unstarted" requests closed unanswered (and unbilled) so far.
+    unstarted: int = 0
+    # "slow" requests are answered once this is set (or after 30 s); "late" and
+    # "unstarted" ones wait on it too.
     slow: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The fake's clock, Unix seconds: a bill's `at`, and "now" for the reports. A test
+    # moves a fake clock to put calls in chosen buckets.
+    clock: Callable[[], float] = time.time
+    # A request's API key (Authorization: Bearer KEY) -> its key id, and -> its project;
+    # keys not listed are billed to UNKNOWN_KEY_ID and DEFAULT_PROJECT_ID.
+    api_key_ids: dict[str, str] = field(default_factory=dict)
+    project_ids: dict[str, str] = field(default_factory=dict)
+    # What the cost report charges, by the billed model; a model not listed costs nothing.
+    rates: dict[str, ModelRates] = field(default_factory=default_rates)
+    # The admin keys the reports accept (Authorization: Bearer KEY).
+    admin_keys: set[str] = field(default_factory=lambda: {"sk-admin-test"})
+    # At most this many buckets a report page (None: the documented limits), so that a
+    # short range spans several pages.
+    report_page_buckets_max: int | None = None
 
-    def bill(self, billed: Billed) -> None:
+    def caller(self, authorization: str | None) -> Caller:
+        """Who sent a request with this Authorization header, as it arrives."""
+        key = (authorization or "").removeprefix("Bearer ").strip()
+        return Caller(
+            self.clock(),
+            self.api_key_ids.get(key, UNKNOWN_KEY_ID),
+            self.project_ids.get(key, DEFAULT_PROJECT_ID),
+        )
+
+    def bill(self, billed: Billed, caller: Caller | None = None) -> None:
+        """Adds billed to the bill, as caller's (when given) at the time it arrived."""
+        if caller is not None:
+            billed = replace(
+                billed, at=caller.at, api_key_id=caller.api_key_id, project_id=caller.project_id
+            )
         with self.lock:
             self.billed.append(billed)
 

@@ -169,6 +169,8 @@ escrow_bps_max = 9_999
 page_size_default = 100
 page_size_max = 1_000
 page_token_length_max = 1_024
+# What a resolve may say proved its outcome (earmark reconcile's bucket and counts).
+evidence_length_max = 1_024
 
 # Leases.
 lease_seconds_default = 120.0
@@ -594,3 +596,21 @@ assert write_statements_max < statement_cache_size_default
 assert 1 <= llm_prompt_chars_per_token <= 4
 assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
 assert 1 << 16 <= sse_event_bytes_max <= 64 << 20
+
+# Reconciliation (earmark reconcile). A provider's usage report is read a page of
+# reconcile_buckets_per_page_max one-minute buckets at a time (OpenAI and Anthropic allow
+# 1,440), at most reconcile_pages_max pages a report, each request within
+# reconcile_http_timeout_seconds. A bucket younger than reconcile_billing_delay_seconds may
+# still be filling and is only reported as pending. A bucket's tokens agree within
+# reconcile_tokens_tolerance_share of the larger count; a day's dollars within
+# reconcile_drift_tolerance_share of the ledger's. The metrics name at most
+# reconcile_models_max models (label values).
+reconcile_buckets_per_page_max = 1_440
+reconcile_pages_max = 1_000
+reconcile_http_timeout_seconds = 30.0
+reconcile_report_bytes_max = 16 * 1024 * 1024
+reconcile_billing_delay_seconds = 600.0
+reconcile_tokens_tolerance_share = 0.01
+reconcile_drift_tolerance_share = 0.02
+reconcile_models_max = 64
+reconcile_range_days_max = 31

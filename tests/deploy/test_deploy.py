@@ -7,13 +7,17 @@ import json
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from earmark import cli
+from earmark.core.reconcile import Reconciliation
 from earmark.metrics import Metrics
+from earmark.ops.reconcile_metrics import registry_of
 from tests.helpers import binary_missing
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -25,10 +29,13 @@ METRIC = re.compile(r"\bearmark_[a-z_]*[a-z]\b")
 
 
 def exported_names() -> set[str]:
-    """Every sample name a sidecar's registry can export, with each label set exercised."""
+    """Every sample name a sidecar's registry can export, with each label set exercised,
+    and those `earmark reconcile` writes."""
     metrics = Metrics()
     names: set[str] = set()
-    for family in metrics.registry.collect():
+    empty = Reconciliation((), ())
+    reconciled = registry_of("openai", "key", empty, [], False, datetime.now(UTC))
+    for family in [*metrics.registry.collect(), *reconciled.collect()]:
         names.add(family.name)
         names.update(s.name for s in family.samples)
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
@@ -54,7 +61,7 @@ def test_prometheus_config_is_valid() -> None:
 @needs_promtool
 def test_alert_rules_are_valid() -> None:
     """`promtool check rules` accepts every alert rule."""
-    assert "SUCCESS: 15 rules found" in promtool("check", "rules", "earmark-rules.yml")
+    assert "SUCCESS: 17 rules found" in promtool("check", "rules", "earmark-rules.yml")
 
 
 @needs_promtool
@@ -155,3 +162,24 @@ def test_every_metric_is_in_the_readme() -> None:
             suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
             registered.add(family.name + suffix)
     assert set() == registered - documented
+
+
+def test_the_reconcile_cronjob_runs_a_command_the_cli_takes() -> None:
+    """The CronJob's reconcile container runs `earmark reconcile` with flags the command
+    line takes, against the sidecar in its own pod through the shared data dir's socket,
+    with the provider's admin key mounted read-only rather than in its env."""
+    (job,) = yaml.safe_load_all((DEPLOY / "kubernetes" / "reconcile-cronjob.yaml").read_text())
+    spec = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (sidecar,) = spec["initContainers"]
+    (reconcile,) = spec["containers"]
+    args = cli.parser().parse_args(reconcile["args"])
+    mounts = {m["name"]: m for m in reconcile["volumeMounts"]}
+    sidecar_env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert ("openai", True, "Always", True) == (
+        args.provider,
+        args.apply,
+        sidecar["restartPolicy"],
+        mounts["provider-admin-key"]["readOnly"],
+    )
+    assert str(args.data_dir) == sidecar_env["EARMARK_DATA_DIR"]
+    assert not any("KEY" in e["name"] for e in reconcile.get("env", []))

@@ -72,6 +72,11 @@ export interface MeterOptions {
   /** Server tool calls of each kind (web_search...) a request that names no maximum of its
    * own is held for; 10 by default. */
   toolCallsMax?: number;
+  /** The id of the provider key (OpenAI's "key_...", Anthropic's "apikey_...") or project
+   * the calls are sent with, never the key itself: recorded with each call (the label
+   * "earmark.key") so that `earmark reconcile` compares that key's usage report with these
+   * calls. */
+  keyLabel?: string;
 }
 
 /** The API a client speaks, and so the routes its requests take. */
@@ -342,7 +347,7 @@ class Meter {
       job: o.job,
       alsoBudgetIds: o.alsoBudgetIds,
       account: o.account,
-      labels: o.labels,
+      labels: o.keyLabel ? { ...o.labels, "earmark.key": o.keyLabel } : o.labels,
       leaseSeconds: o.leaseSeconds,
       returnRefusal: true,
     }).start();

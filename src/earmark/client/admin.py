@@ -63,6 +63,8 @@ class LedgerEntry:
     held_delta: int
     used_delta: int
     at: datetime
+    # A resolve's: what proved the outcome (earmark reconcile's bucket).
+    evidence: str = ""
 
 
 T = TypeVar("T")
@@ -138,6 +140,7 @@ def ledger_entry_of(reply: pb.LedgerEntry) -> LedgerEntry:
         held_delta=reply.held_delta,
         used_delta=reply.used_delta,
         at=reply.at.ToDatetime(tzinfo=UTC),
+        evidence=reply.evidence,
     )
 
 
@@ -334,11 +337,17 @@ class AdminCalls:
             yield ledger_entry_of(entry)
 
     async def resolve_hold(
-        self, reservation_id: str, used: int = 0, *, usage: Usage | None = None
+        self,
+        reservation_id: str,
+        used: int = 0,
+        *,
+        usage: Usage | None = None,
+        evidence: str = "",
     ) -> Settled:
         """Settles an in-doubt hold at what the provider billed (an amount in the budget's
-        unit, or usage priced as a Settle's would be); the rest returns."""
-        request = pb.ResolveHoldRequest(reservation_id=reservation_id, used=used)
+        unit, or usage priced as a Settle's would be); the rest returns. evidence says what
+        proved it, kept with the resolve's ledger entry."""
+        request = pb.ResolveHoldRequest(reservation_id=reservation_id, used=used, evidence=evidence)
         if usage is not None:
             request.usage.CopyFrom(usage_message(usage))
         return settled_of(await self._admin_call("ResolveHold", request))

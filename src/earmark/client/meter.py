@@ -74,6 +74,17 @@ class Meter:
     degrade: bool = False
     # The server tool calls of each kind a request that names no maximum is held for.
     tool_calls_max: int = limits.llm_tool_calls_default
+    # The id of the provider key (OpenAI's "key_...", Anthropic's "apikey_...") or project
+    # the calls are sent with, never the key itself: recorded with each call (the label
+    # "earmark.key") so that `earmark reconcile` compares that key's usage report with
+    # these calls. "": the calls are reconciled with any key's report they are read with.
+    key_label: str = ""
+
+    def hold_labels(self) -> Mapping[str, str]:
+        """The labels each call's hold carries: labels, and the key's id when given."""
+        if not self.key_label:
+            return self.labels
+        return {**self.labels, "earmark.key": self.key_label}
 
     def __post_init__(self) -> None:
         if not 1 <= self.retry.attempts_max <= limits.llm_attempts_max:

@@ -82,7 +82,7 @@ class Metering:
         m = self.meter
         return self.earmark.hold(
             m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
-            labels=m.labels, lease_seconds=m.lease_seconds, account=m.account,
+            labels=m.hold_labels(), lease_seconds=m.lease_seconds, account=m.account,
             charge=prompt, degrade=m.degrade, raise_on_refusal=False,
         )  # fmt: skip
 

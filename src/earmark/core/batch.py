@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import assert_never
 
-from earmark.core import amounts, calls, ratelimit, rules
+from earmark.core import amounts, calls, ratelimit, records, rules
 from earmark.core.amounts import Priced
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
@@ -213,6 +213,8 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         result = charge(state, decision, prompt, now)
         assert isinstance(result, ChargeResult)
         charged = result.charged
+        # Made dispatched, the call is sent now: its record says so.
+        records.sent(decision.calls, hold, op.charge, now)
     return replace(
         _admitted(hold, budget, admissions),
         charged=charged,

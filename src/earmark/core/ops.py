@@ -76,6 +76,8 @@ class ResolveOp:
     reservation_id: str
     used: int
     usage: Usage | None = None
+    # What proved the outcome (earmark reconcile's bucket), kept with the call's record.
+    evidence: str = ""
 
 
 @dataclass(frozen=True, slots=True)

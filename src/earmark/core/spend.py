@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from earmark.core import amounts, estimates, rules
+from earmark.core import amounts, estimates, records, rules
 from earmark.core.amounts import Priced
 from earmark.core.model import (
     OPEN_STATES,
@@ -86,7 +86,10 @@ def charge(state: BatchState, decision: BatchDecision, op: ChargeOp, now: dateti
     hold.expires_at = rules.renewed_deadline(hold, now, hold.lease)
     # From here the worker may call the provider, unless it was told to stop before any of
     # it (capped at nothing): a hold whose lease passes after this goes into doubt.
+    was_dispatched = hold.dispatched
     hold.dispatched = hold.dispatched or step.charged > 0 or not step.capped
+    if hold.dispatched and not was_dispatched:
+        records.sent(decision.calls, hold, op.usage, now)
     decision.changed_holds[hold.reservation_id] = hold
     return _record_charge(state, decision, hold, op, requested, usage_version, step)
 
@@ -185,6 +188,8 @@ def settle(state: BatchState, decision: BatchDecision, op: SettleOp, now: dateti
     if op.outcome is Outcome.UNKNOWN and hold.state in OPEN_STATES:
         return _doubt(state, decision, hold, used, version, now)
     result = _close_with(state, decision, hold, used, version, op.outcome, LedgerKind.SETTLE, now)
+    if op.usage is not None:
+        records.reported(decision.calls, hold, op.usage)
     if op.outcome is Outcome.SUCCEEDED and hold.job:
         for key in amounts.sample_keys(budget, hold.job, sample_model(op, hold)):
             # The store loaded every key that sample_keys() named for this batch. A hold made
@@ -211,9 +216,14 @@ def resolve(state: BatchState, decision: BatchDecision, op: ResolveOp, now: date
         hint = " (ReleaseHold closes a HELD one)" if hold.state is HoldState.HELD else ""
         raise not_held(hold, f": only an IN_DOUBT hold is resolved{hint}")
     used, version = amounts.spent_amount(budget, op.used, op.usage, hold, state.prices, now)
-    return _close_with(
+    result = _close_with(
         state, decision, hold, used, version, Outcome.UNSPECIFIED, LedgerKind.RESOLVE, now
     )
+    if op.usage is not None:
+        records.reported(decision.calls, hold, op.usage, op.evidence)
+    else:
+        records.resolved(decision.calls, hold, op.evidence)
+    return result
 
 
 def reprice(state: BatchState, decision: BatchDecision, op: RepriceOp, now: datetime) -> Result:
@@ -265,7 +275,9 @@ def _doubt(
     if step.charged:
         move(state, decision, hold, LedgerKind.CHARGE, -step.charged, step.charged, now)
         hold.charged = step.total_charged
-    hold.dispatched = True
+    if not hold.dispatched:
+        hold.dispatched = True
+        records.sent(decision.calls, hold, None, now)
     if not was_in_doubt:
         # In doubt from now: the lease no longer matters, and doubted_since is this moment.
         hold.expires_at = now

@@ -20,6 +20,7 @@ from earmark.core.model import (
 from earmark.core.ops import Result
 from earmark.core.prices import PriceBook
 from earmark.core.ratelimit import AdmissionWindow
+from earmark.core.records import CallRecord
 from earmark.errors import (
     EarmarkError,
     FailedPrecondition,
@@ -73,6 +74,8 @@ class BatchDecision:
     # Holds that went into doubt, and the ids of holds that came out of it.
     doubted: list[Hold] = field(default_factory=list)
     undoubted: list[str] = field(default_factory=list)
+    # What reconciliation needs of each provider call sent or settled, by reservation id.
+    calls: dict[str, CallRecord] = field(default_factory=dict)
 
     def writes_anything(self) -> bool:
         return bool(self.new_holds or self.changed_holds or self.new_charges or self.ledger)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from earmark.ops import budgets, holds, prices, usage
+from earmark.ops import budgets, holds, prices, reconcile, usage
 from earmark.ops.connect import OpsError
 
 __all__ = ["OpsError", "add_commands"]
@@ -20,3 +20,4 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     prices.add_commands(commands)
     holds.add_commands(commands)
     usage.add_commands(commands)
+    reconcile.add_commands(commands)

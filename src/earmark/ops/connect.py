@@ -56,12 +56,14 @@ class AdminAccess:
             )
 
 
-def add_admin_arguments(command: argparse.ArgumentParser, *, output: bool = True) -> None:
+def add_admin_arguments(
+    command: argparse.ArgumentParser, *, output: bool = True, key_flag: str = "--admin-key-file"
+) -> None:
     """The flags of every command that reaches Admin (and -o and TLS, where the command
     itself makes the calls)."""
     env = earmark_settings.ENV
     if output:
-        _tls_arguments(command)
+        _tls_arguments(command, key_flag)
         command.add_argument(
             "-o",
             "--output",
@@ -93,7 +95,7 @@ def add_admin_arguments(command: argparse.ArgumentParser, *, output: bool = True
     )
 
 
-def _tls_arguments(command: argparse.ArgumentParser) -> None:
+def _tls_arguments(command: argparse.ArgumentParser, key_flag: str = "--admin-key-file") -> None:
     command.add_argument(
         "--admin-tls",
         action="store_true",
@@ -101,7 +103,11 @@ def _tls_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--admin-ca-file", type=Path, help="PEM: the CA of Admin's certificate")
     command.add_argument("--admin-cert-file", type=Path, help="PEM: this client's certificate")
-    command.add_argument("--admin-key-file", type=Path, help="PEM: this client's key")
+    # `earmark reconcile` names the provider's admin key --admin-key-file, as its issue
+    # asks: there this client's TLS key is --admin-tls-key-file.
+    command.add_argument(
+        key_flag, dest="admin_client_key_file", type=Path, help="PEM: this client's key"
+    )
 
 
 def admin_target(
@@ -140,7 +146,7 @@ def access_from(args: argparse.Namespace, environ: Mapping[str, str] | None = No
         tls=bool(getattr(args, "admin_tls", False)),
         ca_file=getattr(args, "admin_ca_file", None),
         cert_file=getattr(args, "admin_cert_file", None),
-        key_file=getattr(args, "admin_key_file", None),
+        key_file=getattr(args, "admin_client_key_file", None),
     )
 
 

@@ -11,7 +11,13 @@ from earmark.errors import FailedPrecondition, Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import convert, validate, validate_prices, validate_scopes
+from earmark.service import (
+    convert,
+    validate,
+    validate_calls,
+    validate_prices,
+    validate_scopes,
+)
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
@@ -169,6 +175,15 @@ class AdminService(pb_grpc.AdminServicer):
         budgets = await self.store.scans.pacer.map(convert.budget_state, page.items)
         return pb.ListBudgetsResponse(budgets=budgets, next_page_token=page.next_page_token)
 
+    @rpc("ListCalls")
+    async def ListCalls(
+        self, request: pb.ListCallsRequest, context: Context
+    ) -> pb.ListCallsResponse:
+        query = validate_calls.calls_query(request)
+        page = await self.store.scans.list_calls(query)
+        calls = await self.store.scans.pacer.map(convert.call_message, page.items)
+        return pb.ListCallsResponse(calls=calls, next_page_token=page.next_page_token)
+
     @rpc("ResolveHold")
     async def ResolveHold(
         self, request: pb.ResolveHoldRequest, context: Context
@@ -180,6 +195,7 @@ class AdminService(pb_grpc.AdminServicer):
             reservation_id=validate.reservation_id(request.reservation_id),
             used=used,
             usage=usage,
+            evidence=validate_calls.evidence(request.evidence),
         )
         result = await self.store.submit(op)
         assert isinstance(result, SettleResult)

@@ -9,6 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from earmark.core.model import Budget, Hold
 from earmark.core.ops import ChargeResult, RenewResult, ReserveResult, SettleResult
 from earmark.core.prices import Price
+from earmark.store.calls import CallRow
 from earmark.store.operator import LedgerRow
 from earmark.v1 import budget_pb2 as pb
 
@@ -163,4 +164,39 @@ def ledger_message(row: LedgerRow) -> pb.LedgerEntry:
         held_delta=entry.held_delta,
         used_delta=entry.used_delta,
         at=timestamp(entry.at),
+        evidence=row.evidence,
     )
+
+
+def call_message(call: CallRow) -> pb.Call:
+    message = pb.Call(
+        reservation_id=call.reservation_id,
+        budget_id=call.budget_id,
+        also_budget_ids=call.also_budget_ids,
+        provider=call.provider,
+        model=call.model,
+        service_tier=call.service_tier,
+        key_label=call.key_label,
+        sent_at=timestamp(call.sent_at),
+        state=int(call.state),  # type: ignore[arg-type]
+        amount=call.amount,
+        charged=call.charged,
+        evidence=call.evidence,
+    )
+    if call.usage is not None:
+        u = call.usage
+        message.usage.CopyFrom(
+            pb.TokenUsage(
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cached_input_tokens=u.cached_input_tokens,
+                requests=u.requests,
+                provider=u.provider,
+                model=u.model,
+                cache_write_input_tokens=u.cache_write_input_tokens,
+                service_tier=u.service_tier,
+            )
+        )
+    if call.settled_used is not None:
+        message.settled_used = call.settled_used
+    return message

@@ -157,7 +157,7 @@ def amount_or_usage(
     return 0, usage(message)
 
 
-def _timestamp(field: str, value: Timestamp) -> datetime:
+def timestamp(field: str, value: Timestamp) -> datetime:
     if not _TIMESTAMP_SECONDS_MIN <= value.seconds <= _TIMESTAMP_SECONDS_MAX:
         raise InvalidArgument(field, f"seconds {value.seconds} is outside years 1 to 9999")
     if not 0 <= value.nanos < _NANOS_PER_SECOND:
@@ -184,10 +184,10 @@ def price(present: bool, value: pb.Price) -> Price:
     provider, model = _model("price", value.provider, value.model)
     if not value.HasField("effective_from"):
         raise InvalidArgument("price.effective_from", "is required")
-    effective_from = _timestamp("price.effective_from", value.effective_from)
+    effective_from = timestamp("price.effective_from", value.effective_from)
     effective_to = None
     if value.HasField("effective_to"):
-        effective_to = _timestamp("price.effective_to", value.effective_to)
+        effective_to = timestamp("price.effective_to", value.effective_to)
         if effective_to <= effective_from:
             raise InvalidArgument("price.effective_to", "must come after effective_from")
     if value.version:
@@ -239,7 +239,7 @@ def price(present: bool, value: pb.Price) -> Price:
         ),
         source=source,
         captured_at=(
-            _timestamp("price.captured_at", value.captured_at)
+            timestamp("price.captured_at", value.captured_at)
             if value.HasField("captured_at")
             else None
         ),

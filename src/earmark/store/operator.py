@@ -22,7 +22,7 @@ from earmark.store.named import NamedQuery
 from earmark.store.rows import BUDGET_COLUMNS, HOLD_COLUMN_NAMES, budget_from_row
 from earmark.store.tx import Conn
 
-_NIL = str(uuid.UUID(int=0))
+NIL_ID = str(uuid.UUID(int=0))
 T = TypeVar("T")
 
 # A budget's holds in keyset order (owner, idempotency_key, reservation_id): its own, by
@@ -76,9 +76,11 @@ LIST_HOLDS_ACROSS = {
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 LIST_LEDGER = NamedQuery("""
-SELECT entry_id, budget_id, reservation_id, kind, held_delta, used_delta, at FROM ledger
-WHERE budget_id = $budget_id AND entry_id > $after
-ORDER BY entry_id
+SELECT l.entry_id, l.budget_id, l.reservation_id, l.kind, l.held_delta, l.used_delta, l.at,
+    CASE WHEN l.kind = 'resolve' THEN c.evidence ELSE '' END AS evidence
+FROM ledger l LEFT JOIN calls c ON c.reservation_id = l.reservation_id
+WHERE l.budget_id = $budget_id AND l.entry_id > $after
+ORDER BY l.entry_id
 LIMIT $rows
 """)
 
@@ -95,6 +97,8 @@ class Page(Generic[T]):
 class LedgerRow:
     entry_id: int
     entry: LedgerEntry
+    # A resolve's evidence (earmark reconcile's), from its call's record; "" for others.
+    evidence: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +111,18 @@ class WatchTotals:
     budgets_in_overage: int
 
 
-def _encode(value: object) -> str:
+def encode_token(value: object) -> str:
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
 
-def _decode(token: str) -> object:
+def decode_token(token: str) -> object:
     try:
         return json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError):
         raise InvalidArgument("page_token", "is not a token this sidecar gave") from None
 
 
-def _plain(text: str) -> bool:
+def plain_text(text: str) -> bool:
     """Text PostgreSQL takes: no NUL, and UTF-8 (a lone surrogate is not)."""
     if "\x00" in text:
         return False
@@ -131,13 +135,13 @@ def _plain(text: str) -> bool:
 
 def _hold_cursor(token: str) -> tuple[str, str, str]:
     if not token:
-        return "", "", _NIL
-    found = _decode(token)
+        return "", "", NIL_ID
+    found = decode_token(token)
     # A forged token could carry what PostgreSQL refuses in text (NUL): refused here.
     if (
         isinstance(found, list)
         and len(found) == 3
-        and all(isinstance(part, str) and _plain(part) for part in found)
+        and all(isinstance(part, str) and plain_text(part) for part in found)
     ):
         owner, key, after = found
         try:
@@ -147,15 +151,16 @@ def _hold_cursor(token: str) -> tuple[str, str, str]:
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
 
 
-def _across_cursor(token: str) -> tuple[datetime, str]:
-    """The (created_at, reservation_id) a page of holds across budgets starts after."""
+def time_cursor(token: str, start: datetime = _EPOCH) -> tuple[datetime, str]:
+    """The (time, reservation_id) a page in time order starts after: holds across budgets
+    by created_at, calls by sent_at; without a token, start."""
     if not token:
-        return _EPOCH, _NIL
-    found = _decode(token)
+        return start, NIL_ID
+    found = decode_token(token)
     if (
         isinstance(found, list)
         and len(found) == 2
-        and all(isinstance(part, str) and _plain(part) for part in found)
+        and all(isinstance(part, str) and plain_text(part) for part in found)
     ):
         at, after = found
         try:
@@ -170,7 +175,7 @@ def _across_cursor(token: str) -> tuple[datetime, str]:
 def _ledger_cursor(token: str) -> int:
     if not token:
         return 0
-    found = _decode(token)
+    found = decode_token(token)
     if isinstance(found, int) and not isinstance(found, bool) and 0 <= found <= limits.int64_max:
         return found
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
@@ -204,7 +209,7 @@ def hold_page(holds: list[Hold], size: int) -> Page[Hold]:
     if len(holds) <= size:
         return Page(holds, "")
     last = holds[size - 1]
-    return Page(holds[:size], _encode([last.owner, last.idempotency_key, last.reservation_id]))
+    return Page(holds[:size], encode_token([last.owner, last.idempotency_key, last.reservation_id]))
 
 
 async def holds_across_rows(
@@ -212,7 +217,7 @@ async def holds_across_rows(
 ) -> list[asyncpg.Record]:
     """The rows of one page of every budget's holds in state (HELD or IN_DOUBT), oldest
     first, and one more if there is a next page: see holds_across_page."""
-    at, after = _across_cursor(token)
+    at, after = time_cursor(token)
     query = LIST_HOLDS_ACROSS[state]
     args = query.args(state=int(state), at=at, after=after, rows=size + 1)
     return await conn.fetch(query.sql, *args)
@@ -223,7 +228,7 @@ def holds_across_page(holds: list[Hold], size: int) -> Page[Hold]:
     if len(holds) <= size:
         return Page(holds, "")
     last = holds[size - 1]
-    return Page(holds[:size], _encode([last.created_at.isoformat(), last.reservation_id]))
+    return Page(holds[:size], encode_token([last.created_at.isoformat(), last.reservation_id]))
 
 
 async def ledger_rows(conn: Conn, budget_id: str, size: int, token: str) -> list[asyncpg.Record]:
@@ -247,6 +252,7 @@ def ledger_row(row: asyncpg.Record) -> LedgerRow:
             used_delta=row["used_delta"],
             at=row["at"],
         ),
+        evidence=row["evidence"] or "",
     )
 
 
@@ -254,7 +260,7 @@ def ledger_page(rows: list[LedgerRow], size: int) -> Page[LedgerRow]:
     """The page of ledger_rows' entries; the next page's token is empty on the last page."""
     if len(rows) <= size:
         return Page(rows, "")
-    return Page(rows[:size], _encode(rows[size - 1].entry_id))
+    return Page(rows[:size], encode_token(rows[size - 1].entry_id))
 
 
 # Budgets in id order after the cursor, keeping those whose id starts with the prefix: a
@@ -272,9 +278,9 @@ LIMIT $3
 def _budget_cursor(token: str) -> str:
     if not token:
         return ""
-    found = _decode(token)
+    found = decode_token(token)
     # A forged token could carry what PostgreSQL refuses in text: refused here.
-    if isinstance(found, str) and _plain(found):
+    if isinstance(found, str) and plain_text(found):
         return found
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
 
@@ -289,7 +295,7 @@ def budget_page(budgets: list[Budget], size: int) -> Page[Budget]:
     """The page of budget_rows' budgets; the next page's token is empty on the last page."""
     if len(budgets) <= size:
         return Page(budgets, "")
-    return Page(budgets[:size], _encode(budgets[size - 1].budget_id))
+    return Page(budgets[:size], encode_token(budgets[size - 1].budget_id))
 
 
 async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:

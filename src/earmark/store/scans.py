@@ -16,7 +16,7 @@ from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.prices import Price
 from earmark.errors import Reason, Unavailable
 from earmark.pacing import Pacer
-from earmark.store import operator, pricebook
+from earmark.store import calls, operator, pricebook
 from earmark.store.rows import budget_from_row, hold_from_row, price_from_row
 from earmark.store.tx import Conn, mapped_db_errors
 
@@ -63,6 +63,17 @@ class Scans:
         async with self._turn():
             rows = await self._read(lambda c: operator.ledger_rows(c, budget_id, size, token))
             return operator.ledger_page(await self.pacer.map(operator.ledger_row, rows), size)
+
+    async def list_calls(self, query: calls.CallsQuery) -> operator.Page[calls.CallRow]:
+        """One provider's calls over a time range, oldest first (earmark reconcile)."""
+        q = query
+        async with self._turn():
+            rows = await self._read(
+                lambda c: calls.call_rows(
+                    c, q.provider, q.since, q.until, q.key_label, q.size, q.token
+                )
+            )
+            return calls.call_page(await self.pacer.map(calls.call_from_row, rows), q.size)
 
     async def list_budgets(self, prefix: str, size: int, token: str) -> operator.Page[Budget]:
         async with self._turn():

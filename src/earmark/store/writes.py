@@ -12,6 +12,7 @@ from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.estimates import SampleKey
 from earmark.core.model import HoldState
 from earmark.core.ratelimit import AdmissionWindow
+from earmark.core.records import CallRecord
 from earmark.store import cycles
 from earmark.store.named import NamedQuery
 from earmark.store.rows import HOLD_COLUMN_NAMES, UPDATABLE_HOLD_COLUMNS, hold_row
@@ -36,6 +37,11 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
     "write_meter_move": ("account", "feature", "cycle_start", "cycle_end", "used_delta", "at"),
     "write_tenant_samples": ("unit", "root", "job", "model", "samples"),
     "write_budget_totals": ("budget_id", "used", "held", "open_reservations", "overage_since"),
+    "write_call": (
+        "reservation_id", "budget_id", "provider", "model", "service_tier", "key_label",
+        "sent_at", "input_tokens", "cached_input_tokens", "cache_write_input_tokens",
+        "output_tokens", "requests", "evidence",
+    ),
 }  # fmt: skip
 
 
@@ -109,6 +115,21 @@ WRITES: dict[str, str] = {
     SELECT * FROM unnest($samples::write_tenant_samples[])
     ON CONFLICT (unit, root, job, model)
     DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()""",
+    # A call's sent fields are the first write's; its usage and evidence, once given.
+    "calls": """
+    INSERT INTO calls AS c
+    SELECT u.reservation_id, u.budget_id, u.provider, u.model, u.service_tier, u.key_label,
+        u.sent_at, u.input_tokens, u.cached_input_tokens, u.cache_write_input_tokens,
+        u.output_tokens, u.requests, coalesce(u.evidence, '')
+    FROM unnest($calls::write_call[]) AS u
+    ON CONFLICT (reservation_id) DO UPDATE
+    SET input_tokens = coalesce(EXCLUDED.input_tokens, c.input_tokens),
+        cached_input_tokens = coalesce(EXCLUDED.cached_input_tokens, c.cached_input_tokens),
+        cache_write_input_tokens =
+            coalesce(EXCLUDED.cache_write_input_tokens, c.cache_write_input_tokens),
+        output_tokens = coalesce(EXCLUDED.output_tokens, c.output_tokens),
+        requests = coalesce(EXCLUDED.requests, c.requests),
+        evidence = CASE WHEN EXCLUDED.evidence = '' THEN c.evidence ELSE EXCLUDED.evidence END""",
     "budgets": f"""
     UPDATE budgets AS b SET used = u.used, held = u.held,
         open_reservations = u.open_reservations, overage_since = u.overage_since,
@@ -117,6 +138,22 @@ WRITES: dict[str, str] = {
     WHERE b.budget_id = u.budget_id
         AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals[]", "budget_id")})""",
 }
+
+
+def call_row(call: CallRecord) -> tuple[object, ...]:
+    """A call's write_call row: usage None and evidence "" write nulls, which keep what
+    the stored row has."""
+    usage = call.usage
+    counts: tuple[int | None, ...] = (None,) * 5
+    if usage is not None:
+        counts = (
+            usage.input_tokens, usage.cached_input_tokens, usage.cache_write_input_tokens,
+            usage.output_tokens, usage.requests,
+        )  # fmt: skip
+    return (
+        call.reservation_id, call.budget_id, call.provider, call.model, call.service_tier,
+        call.key_label, call.sent_at, *counts, call.evidence or None,
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=limits.write_statements_max)
@@ -158,6 +195,7 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         for account in decision.windows:
             windows[account] = state.windows[account]
     meters = cycles.meter_moves(decided)
+    calls = [c for _, d in decided for c in d.calls.values()]
     if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
         return
     opened = [h for h in new_holds if h.state is HoldState.HELD]
@@ -186,6 +224,7 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
             (m.account, m.feature, m.cycle_start, m.cycle_end, m.used_delta, m.at) for m in meters
         ],
         "samples": [(*key, json.dumps(values)) for key, values in sampled.items()],
+        "calls": [call_row(c) for c in calls],
         "budgets": [
             (b.budget_id, b.used, b.held, b.open_reservations, b.overage_since) for b in budgets
         ],

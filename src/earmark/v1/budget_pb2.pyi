@@ -522,7 +522,7 @@ class ListHoldsResponse(_message.Message):
     def __init__(self, holds: _Optional[_Iterable[_Union[Hold, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class LedgerEntry(_message.Message):
-    __slots__ = ("entry_id", "budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at")
+    __slots__ = ("entry_id", "budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at", "evidence")
     ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -530,6 +530,7 @@ class LedgerEntry(_message.Message):
     HELD_DELTA_FIELD_NUMBER: _ClassVar[int]
     USED_DELTA_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     entry_id: int
     budget_id: str
     reservation_id: str
@@ -537,7 +538,8 @@ class LedgerEntry(_message.Message):
     held_delta: int
     used_delta: int
     at: _timestamp_pb2.Timestamp
-    def __init__(self, entry_id: _Optional[int] = ..., budget_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., kind: _Optional[str] = ..., held_delta: _Optional[int] = ..., used_delta: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    evidence: str
+    def __init__(self, entry_id: _Optional[int] = ..., budget_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., kind: _Optional[str] = ..., held_delta: _Optional[int] = ..., used_delta: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evidence: _Optional[str] = ...) -> None: ...
 
 class ListLedgerRequest(_message.Message):
     __slots__ = ("budget_id", "page_size", "page_token")
@@ -576,14 +578,16 @@ class ListBudgetsResponse(_message.Message):
     def __init__(self, budgets: _Optional[_Iterable[_Union[BudgetState, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResolveHoldRequest(_message.Message):
-    __slots__ = ("reservation_id", "used", "usage")
+    __slots__ = ("reservation_id", "used", "usage", "evidence")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     used: int
     usage: TokenUsage
-    def __init__(self, reservation_id: _Optional[str] = ..., used: _Optional[int] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+    evidence: str
+    def __init__(self, reservation_id: _Optional[str] = ..., used: _Optional[int] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., evidence: _Optional[str] = ...) -> None: ...
 
 class ReleaseHoldRequest(_message.Message):
     __slots__ = ("reservation_id",)
@@ -596,3 +600,59 @@ class DeleteBudgetRequest(_message.Message):
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
+
+class Call(_message.Message):
+    __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "provider", "model", "service_tier", "key_label", "sent_at", "state", "amount", "charged", "usage", "settled_used", "evidence")
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    ALSO_BUDGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_TIER_FIELD_NUMBER: _ClassVar[int]
+    KEY_LABEL_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_USED_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    budget_id: str
+    also_budget_ids: _containers.RepeatedScalarFieldContainer[str]
+    provider: str
+    model: str
+    service_tier: str
+    key_label: str
+    sent_at: _timestamp_pb2.Timestamp
+    state: ReservationState
+    amount: int
+    charged: int
+    usage: TokenUsage
+    settled_used: int
+    evidence: str
+    def __init__(self, reservation_id: _Optional[str] = ..., budget_id: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., service_tier: _Optional[str] = ..., key_label: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., amount: _Optional[int] = ..., charged: _Optional[int] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., settled_used: _Optional[int] = ..., evidence: _Optional[str] = ...) -> None: ...
+
+class ListCallsRequest(_message.Message):
+    __slots__ = ("provider", "since", "until", "key_label", "page_size", "page_token")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    KEY_LABEL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    key_label: str
+    page_size: int
+    page_token: str
+    def __init__(self, provider: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListCallsResponse(_message.Message):
+    __slots__ = ("calls", "next_page_token")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[Call]
+    next_page_token: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -304,6 +304,11 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsResponse.FromString,
                 _registered_method=True)
+        self.ListCalls = channel.unary_unary(
+                '/earmark.v1.Admin/ListCalls',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListCallsRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListCallsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -399,6 +404,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCalls(self, request, context):
+        """The provider calls sent in a time range, oldest first, paged: what each was sent to,
+        with which key or project, and the usage it was settled with (earmark reconcile).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -461,6 +474,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListBudgets,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.ListBudgetsResponse.SerializeToString,
+            ),
+            'ListCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCalls,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListCallsRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -788,6 +806,33 @@ class Admin:
             '/earmark.v1.Admin/ListBudgets',
             earmark_dot_v1_dot_budget__pb2.ListBudgetsRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.ListBudgetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListCalls',
+            earmark_dot_v1_dot_budget__pb2.ListCallsRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -783,7 +783,11 @@ export interface LedgerEntry {
   kind: string;
   heldDelta: bigint;
   usedDelta: bigint;
-  at: Date | undefined;
+  at:
+    | Date
+    | undefined;
+  /** A resolve's: what proved the outcome (ResolveHoldRequest.evidence). */
+  evidence: string;
 }
 
 export interface ListLedgerRequest {
@@ -818,7 +822,14 @@ export interface ResolveHoldRequest {
   /** What the provider billed for the hold's call, in the budget's unit (0 is allowed). */
   used: bigint;
   /** Instead of used: the usage the provider reported, priced as a Settle's would be. */
-  usage: TokenUsage | undefined;
+  usage:
+    | TokenUsage
+    | undefined;
+  /**
+   * What proves the outcome (earmark reconcile names the report bucket), kept with the
+   * call's record and shown with the resolve's ledger entry. At most 1,024 characters.
+   */
+  evidence: string;
 }
 
 export interface ReleaseHoldRequest {
@@ -827,6 +838,54 @@ export interface ReleaseHoldRequest {
 
 export interface DeleteBudgetRequest {
   budgetId: string;
+}
+
+/** One provider call, as reconciliation reads it. */
+export interface Call {
+  reservationId: string;
+  budgetId: string;
+  alsoBudgetIds: string[];
+  provider: string;
+  model: string;
+  serviceTier: string;
+  /** The key or project it was sent with (the metered client's label "earmark.key"). */
+  keyLabel: string;
+  /** When it was dispatched: the Reserve that charged its prompt, or its first Charge. */
+  sentAt: Date | undefined;
+  state: ReservationState;
+  /** What its hold held and had charged. */
+  amount: bigint;
+  charged: bigint;
+  /** The usage its Settle or resolve reported; absent when none did. */
+  usage:
+    | TokenUsage
+    | undefined;
+  /** What its Settle or resolve said was used, in the budget's unit. */
+  settledUsed?:
+    | bigint
+    | undefined;
+  /** A resolve's evidence. */
+  evidence: string;
+}
+
+export interface ListCallsRequest {
+  /** Required. */
+  provider: string;
+  /** Sent at or after since, and before until; until absent: no end. */
+  since: Date | undefined;
+  until:
+    | Date
+    | undefined;
+  /** Non-empty: only calls with this key label, or with none. */
+  keyLabel: string;
+  /** 0: 100; at most 1,000. */
+  pageSize: number;
+  pageToken: string;
+}
+
+export interface ListCallsResponse {
+  calls: Call[];
+  nextPageToken: string;
 }
 
 function createBaseReserveRequest(): ReserveRequest {
@@ -5785,7 +5844,16 @@ export const ListHoldsResponse: MessageFns<ListHoldsResponse> = {
 };
 
 function createBaseLedgerEntry(): LedgerEntry {
-  return { entryId: 0n, budgetId: "", reservationId: "", kind: "", heldDelta: 0n, usedDelta: 0n, at: undefined };
+  return {
+    entryId: 0n,
+    budgetId: "",
+    reservationId: "",
+    kind: "",
+    heldDelta: 0n,
+    usedDelta: 0n,
+    at: undefined,
+    evidence: "",
+  };
 }
 
 export const LedgerEntry: MessageFns<LedgerEntry> = {
@@ -5819,6 +5887,9 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
     }
     if (message.at !== undefined) {
       Timestamp.encode(toTimestamp(message.at), writer.uint32(58).fork()).join();
+    }
+    if (message.evidence !== "") {
+      writer.uint32(66).string(message.evidence);
     }
     return writer;
   },
@@ -5892,6 +5963,14 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
             message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.evidence = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5929,6 +6008,7 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
         ? BigInt(object.used_delta)
         : 0n,
       at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      evidence: isSet(object.evidence) ? globalThis.String(object.evidence) : "",
     };
   },
 
@@ -5955,6 +6035,9 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
     if (message.at !== undefined) {
       obj.at = message.at.toISOString();
     }
+    if (message.evidence !== "") {
+      obj.evidence = message.evidence;
+    }
     return obj;
   },
 
@@ -5970,6 +6053,7 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
     message.heldDelta = (object.heldDelta !== undefined && object.heldDelta !== null) ? BigInt(object.heldDelta) : 0n;
     message.usedDelta = (object.usedDelta !== undefined && object.usedDelta !== null) ? BigInt(object.usedDelta) : 0n;
     message.at = object.at ?? undefined;
+    message.evidence = object.evidence ?? "";
     return message;
   },
 };
@@ -6375,7 +6459,7 @@ export const ListBudgetsResponse: MessageFns<ListBudgetsResponse> = {
 };
 
 function createBaseResolveHoldRequest(): ResolveHoldRequest {
-  return { reservationId: "", used: 0n, usage: undefined };
+  return { reservationId: "", used: 0n, usage: undefined, evidence: "" };
 }
 
 export const ResolveHoldRequest: MessageFns<ResolveHoldRequest> = {
@@ -6391,6 +6475,9 @@ export const ResolveHoldRequest: MessageFns<ResolveHoldRequest> = {
     }
     if (message.usage !== undefined) {
       TokenUsage.encode(message.usage, writer.uint32(26).fork()).join();
+    }
+    if (message.evidence !== "") {
+      writer.uint32(34).string(message.evidence);
     }
     return writer;
   },
@@ -6432,6 +6519,14 @@ export const ResolveHoldRequest: MessageFns<ResolveHoldRequest> = {
             message.usage = TokenUsage.decode(reader, reader.uint32());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.evidence = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6453,6 +6548,7 @@ export const ResolveHoldRequest: MessageFns<ResolveHoldRequest> = {
         : "",
       used: isSet(object.used) ? BigInt(object.used) : 0n,
       usage: isSet(object.usage) ? TokenUsage.fromJSON(object.usage) : undefined,
+      evidence: isSet(object.evidence) ? globalThis.String(object.evidence) : "",
     };
   },
 
@@ -6467,6 +6563,9 @@ export const ResolveHoldRequest: MessageFns<ResolveHoldRequest> = {
     if (message.usage !== undefined) {
       obj.usage = TokenUsage.toJSON(message.usage);
     }
+    if (message.evidence !== "") {
+      obj.evidence = message.evidence;
+    }
     return obj;
   },
 
@@ -6480,6 +6579,7 @@ export const ResolveHoldRequest: MessageFns<ResolveHoldRequest> = {
     message.usage = (object.usage !== undefined && object.usage !== null)
       ? TokenUsage.fromPartial(object.usage)
       : undefined;
+    message.evidence = object.evidence ?? "";
     return message;
   },
 };
@@ -6626,6 +6726,589 @@ export const DeleteBudgetRequest: MessageFns<DeleteBudgetRequest> = {
   fromPartial<I extends Exact<DeepPartial<DeleteBudgetRequest>, I>>(object: I): DeleteBudgetRequest {
     const message = createBaseDeleteBudgetRequest();
     message.budgetId = object.budgetId ?? "";
+    return message;
+  },
+};
+
+function createBaseCall(): Call {
+  return {
+    reservationId: "",
+    budgetId: "",
+    alsoBudgetIds: [],
+    provider: "",
+    model: "",
+    serviceTier: "",
+    keyLabel: "",
+    sentAt: undefined,
+    state: 0,
+    amount: 0n,
+    charged: 0n,
+    usage: undefined,
+    settledUsed: undefined,
+    evidence: "",
+  };
+}
+
+export const Call: MessageFns<Call> = {
+  encode(message: Call, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.reservationId !== "") {
+      writer.uint32(10).string(message.reservationId);
+    }
+    if (message.budgetId !== "") {
+      writer.uint32(18).string(message.budgetId);
+    }
+    for (const v of message.alsoBudgetIds) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.provider !== "") {
+      writer.uint32(34).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(42).string(message.model);
+    }
+    if (message.serviceTier !== "") {
+      writer.uint32(50).string(message.serviceTier);
+    }
+    if (message.keyLabel !== "") {
+      writer.uint32(58).string(message.keyLabel);
+    }
+    if (message.sentAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.sentAt), writer.uint32(66).fork()).join();
+    }
+    if (message.state !== 0) {
+      writer.uint32(72).int32(message.state);
+    }
+    if (message.amount !== 0n) {
+      if (BigInt.asIntN(64, message.amount) !== message.amount) {
+        throw new globalThis.Error("value provided for field message.amount of type int64 too large");
+      }
+      writer.uint32(80).int64(message.amount);
+    }
+    if (message.charged !== 0n) {
+      if (BigInt.asIntN(64, message.charged) !== message.charged) {
+        throw new globalThis.Error("value provided for field message.charged of type int64 too large");
+      }
+      writer.uint32(88).int64(message.charged);
+    }
+    if (message.usage !== undefined) {
+      TokenUsage.encode(message.usage, writer.uint32(98).fork()).join();
+    }
+    if (message.settledUsed !== undefined) {
+      if (BigInt.asIntN(64, message.settledUsed) !== message.settledUsed) {
+        throw new globalThis.Error("value provided for field message.settledUsed of type int64 too large");
+      }
+      writer.uint32(104).int64(message.settledUsed);
+    }
+    if (message.evidence !== "") {
+      writer.uint32(114).string(message.evidence);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Call {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.reservationId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.budgetId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.alsoBudgetIds.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.serviceTier = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.keyLabel = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.sentAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.amount = reader.int64() as bigint;
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.charged = reader.int64() as bigint;
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.usage = TokenUsage.decode(reader, reader.uint32());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.settledUsed = reader.int64() as bigint;
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.evidence = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Call {
+    return {
+      reservationId: isSet(object.reservationId)
+        ? globalThis.String(object.reservationId)
+        : isSet(object.reservation_id)
+        ? globalThis.String(object.reservation_id)
+        : "",
+      budgetId: isSet(object.budgetId)
+        ? globalThis.String(object.budgetId)
+        : isSet(object.budget_id)
+        ? globalThis.String(object.budget_id)
+        : "",
+      alsoBudgetIds: globalThis.Array.isArray(object?.alsoBudgetIds)
+        ? object.alsoBudgetIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.also_budget_ids)
+        ? object.also_budget_ids.map((e: any) => globalThis.String(e))
+        : [],
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      serviceTier: isSet(object.serviceTier)
+        ? globalThis.String(object.serviceTier)
+        : isSet(object.service_tier)
+        ? globalThis.String(object.service_tier)
+        : "",
+      keyLabel: isSet(object.keyLabel)
+        ? globalThis.String(object.keyLabel)
+        : isSet(object.key_label)
+        ? globalThis.String(object.key_label)
+        : "",
+      sentAt: isSet(object.sentAt)
+        ? fromJsonTimestamp(object.sentAt)
+        : isSet(object.sent_at)
+        ? fromJsonTimestamp(object.sent_at)
+        : undefined,
+      state: isSet(object.state) ? reservationStateFromJSON(object.state) : 0,
+      amount: isSet(object.amount) ? BigInt(object.amount) : 0n,
+      charged: isSet(object.charged) ? BigInt(object.charged) : 0n,
+      usage: isSet(object.usage) ? TokenUsage.fromJSON(object.usage) : undefined,
+      settledUsed: isSet(object.settledUsed)
+        ? BigInt(object.settledUsed)
+        : isSet(object.settled_used)
+        ? BigInt(object.settled_used)
+        : undefined,
+      evidence: isSet(object.evidence) ? globalThis.String(object.evidence) : "",
+    };
+  },
+
+  toJSON(message: Call): unknown {
+    const obj: any = {};
+    if (message.reservationId !== "") {
+      obj.reservationId = message.reservationId;
+    }
+    if (message.budgetId !== "") {
+      obj.budgetId = message.budgetId;
+    }
+    if (message.alsoBudgetIds?.length) {
+      obj.alsoBudgetIds = message.alsoBudgetIds;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.serviceTier !== "") {
+      obj.serviceTier = message.serviceTier;
+    }
+    if (message.keyLabel !== "") {
+      obj.keyLabel = message.keyLabel;
+    }
+    if (message.sentAt !== undefined) {
+      obj.sentAt = message.sentAt.toISOString();
+    }
+    if (message.state !== 0) {
+      obj.state = reservationStateToJSON(message.state);
+    }
+    if (message.amount !== 0n) {
+      obj.amount = message.amount.toString();
+    }
+    if (message.charged !== 0n) {
+      obj.charged = message.charged.toString();
+    }
+    if (message.usage !== undefined) {
+      obj.usage = TokenUsage.toJSON(message.usage);
+    }
+    if (message.settledUsed !== undefined) {
+      obj.settledUsed = message.settledUsed.toString();
+    }
+    if (message.evidence !== "") {
+      obj.evidence = message.evidence;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Call>, I>>(base?: I): Call {
+    return Call.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Call>, I>>(object: I): Call {
+    const message = createBaseCall();
+    message.reservationId = object.reservationId ?? "";
+    message.budgetId = object.budgetId ?? "";
+    message.alsoBudgetIds = object.alsoBudgetIds?.map((e) => e) || [];
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.serviceTier = object.serviceTier ?? "";
+    message.keyLabel = object.keyLabel ?? "";
+    message.sentAt = object.sentAt ?? undefined;
+    message.state = object.state ?? 0;
+    message.amount = (object.amount !== undefined && object.amount !== null) ? BigInt(object.amount) : 0n;
+    message.charged = (object.charged !== undefined && object.charged !== null) ? BigInt(object.charged) : 0n;
+    message.usage = (object.usage !== undefined && object.usage !== null)
+      ? TokenUsage.fromPartial(object.usage)
+      : undefined;
+    message.settledUsed = (object.settledUsed !== undefined && object.settledUsed !== null)
+      ? BigInt(object.settledUsed)
+      : undefined;
+    message.evidence = object.evidence ?? "";
+    return message;
+  },
+};
+
+function createBaseListCallsRequest(): ListCallsRequest {
+  return { provider: "", since: undefined, until: undefined, keyLabel: "", pageSize: 0, pageToken: "" };
+}
+
+export const ListCallsRequest: MessageFns<ListCallsRequest> = {
+  encode(message: ListCallsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(18).fork()).join();
+    }
+    if (message.until !== undefined) {
+      Timestamp.encode(toTimestamp(message.until), writer.uint32(26).fork()).join();
+    }
+    if (message.keyLabel !== "") {
+      writer.uint32(34).string(message.keyLabel);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(40).int32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(50).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListCallsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListCallsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.until = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.keyLabel = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListCallsRequest {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+      until: isSet(object.until) ? fromJsonTimestamp(object.until) : undefined,
+      keyLabel: isSet(object.keyLabel)
+        ? globalThis.String(object.keyLabel)
+        : isSet(object.key_label)
+        ? globalThis.String(object.key_label)
+        : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListCallsRequest): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    if (message.until !== undefined) {
+      obj.until = message.until.toISOString();
+    }
+    if (message.keyLabel !== "") {
+      obj.keyLabel = message.keyLabel;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListCallsRequest>, I>>(base?: I): ListCallsRequest {
+    return ListCallsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListCallsRequest>, I>>(object: I): ListCallsRequest {
+    const message = createBaseListCallsRequest();
+    message.provider = object.provider ?? "";
+    message.since = object.since ?? undefined;
+    message.until = object.until ?? undefined;
+    message.keyLabel = object.keyLabel ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseListCallsResponse(): ListCallsResponse {
+  return { calls: [], nextPageToken: "" };
+}
+
+export const ListCallsResponse: MessageFns<ListCallsResponse> = {
+  encode(message: ListCallsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.calls) {
+      Call.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListCallsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListCallsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.calls.push(Call.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListCallsResponse {
+    return {
+      calls: globalThis.Array.isArray(object?.calls) ? object.calls.map((e: any) => Call.fromJSON(e)) : [],
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListCallsResponse): unknown {
+    const obj: any = {};
+    if (message.calls?.length) {
+      obj.calls = message.calls.map((e) => Call.toJSON(e));
+    }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListCallsResponse>, I>>(base?: I): ListCallsResponse {
+    return ListCallsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListCallsResponse>, I>>(object: I): ListCallsResponse {
+    const message = createBaseListCallsResponse();
+    message.calls = object.calls?.map((e) => Call.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
     return message;
   },
 };
@@ -6908,6 +7591,19 @@ export const AdminService = {
     responseSerialize: (value: ListBudgetsResponse): Buffer => Buffer.from(ListBudgetsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListBudgetsResponse => ListBudgetsResponse.decode(value),
   },
+  /**
+   * The provider calls sent in a time range, oldest first, paged: what each was sent to,
+   * with which key or project, and the usage it was settled with (earmark reconcile).
+   */
+  listCalls: {
+    path: "/earmark.v1.Admin/ListCalls" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListCallsRequest): Buffer => Buffer.from(ListCallsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListCallsRequest => ListCallsRequest.decode(value),
+    responseSerialize: (value: ListCallsResponse): Buffer => Buffer.from(ListCallsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListCallsResponse => ListCallsResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServer extends UntypedServiceImplementation {
@@ -6952,6 +7648,11 @@ export interface AdminServer extends UntypedServiceImplementation {
    * time in budget id order.
    */
   listBudgets: handleUnaryCall<ListBudgetsRequest, ListBudgetsResponse>;
+  /**
+   * The provider calls sent in a time range, oldest first, paged: what each was sent to,
+   * with which key or project, and the usage it was settled with (earmark reconcile).
+   */
+  listCalls: handleUnaryCall<ListCallsRequest, ListCallsResponse>;
 }
 
 export interface AdminClient extends Client {
@@ -7160,6 +7861,25 @@ export interface AdminClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListBudgetsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The provider calls sent in a time range, oldest first, paged: what each was sent to,
+   * with which key or project, and the usage it was settled with (earmark reconcile).
+   */
+  listCalls(
+    request: ListCallsRequest,
+    callback: (error: ServiceError | null, response: ListCallsResponse) => void,
+  ): ClientUnaryCall;
+  listCalls(
+    request: ListCallsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListCallsResponse) => void,
+  ): ClientUnaryCall;
+  listCalls(
+    request: ListCallsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListCallsResponse) => void,
   ): ClientUnaryCall;
 }
 

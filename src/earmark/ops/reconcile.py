@@ -1,0 +1,284 @@
+"""`earmark reconcile`: a provider's usage and cost reports held against the ledger's calls
+(core/reconcile.py decides; docs/reconcile.md says what it can and cannot prove).
+
+It reads the reports with an admin key (ops/reports.py), the ledger's calls of the same
+range with Admin's ListCalls, classes each (minute, model) bucket, and with --apply
+resolves the in-doubt holds a bucket's evidence proves, through ResolveHold with the
+evidence kept beside the resolve's ledger entry. It exits 3 when anything is provider-only,
+mismatched, unresolved or drifted. Its metrics (earmark_reconcile_*) go to a textfile
+collector's file (--metrics-file) or a Pushgateway (--pushgateway), since a run is a job
+that ends: deploy/kubernetes/reconcile-cronjob.yaml runs it on a schedule, and the
+EarmarkLedgerDrift alert reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from earmark import limits
+from earmark.core.model import HoldState
+from earmark.core.reconcile import (
+    FAILING,
+    Bucket,
+    Class,
+    Reconciliation,
+    Resolution,
+    Sent,
+    Tokens,
+    Tolerance,
+    reconcile,
+)
+from earmark.ops import render
+from earmark.ops.connect import (
+    Admin,
+    Answer,
+    OpsError,
+    access_from,
+    add_admin_arguments,
+    read_token,
+)
+from earmark.ops.reconcile_metrics import publish
+from earmark.ops.reports import DEFAULT_BASES, READERS, ReportReader, Scope
+from earmark.v1 import budget_pb2 as pb
+
+FAILING_STATUS = 3
+
+
+@dataclass(frozen=True)
+class Applied:
+    resolution: Resolution
+    # "" when resolved; else why not (the hold was settled meanwhile...).
+    refused: str = ""
+
+
+def _time(flag: str, text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise OpsError(f"{flag} {text!r} is not an RFC 3339 time (2026-12-01T00:00:00Z)") from None
+    if at.tzinfo is None:
+        raise OpsError(f"{flag} {text!r} names no time zone (end it with Z or +00:00)")
+    return at.astimezone(UTC)
+
+
+def _range(args: argparse.Namespace, now: datetime) -> tuple[datetime, datetime]:
+    until = _time("--until", args.until) if args.until else now
+    since = _time("--since", args.since) if args.since else until - timedelta(days=1)
+    if until <= since:
+        raise OpsError(f"--until {until.isoformat()} is not after --since {since.isoformat()}")
+    if until - since > timedelta(days=limits.reconcile_range_days_max):
+        raise OpsError(f"--since to --until spans more than {limits.reconcile_range_days_max} days")
+    return since, until
+
+
+def _tokens(usage: pb.TokenUsage) -> Tokens:
+    return Tokens(usage.input_tokens, usage.cached_input_tokens, usage.output_tokens,
+                  usage.requests or 1)  # fmt: skip
+
+
+def ledger_calls(
+    admin: Admin, provider: str, scope: Scope, since: datetime, until: datetime
+) -> list[Sent]:
+    """The ledger's calls to provider sent in [since, until), with scope's key or none."""
+    request = pb.ListCallsRequest(provider=provider, key_label=scope.label,
+                                  page_size=limits.page_size_max)  # fmt: skip
+    request.since.FromDatetime(since)
+    request.until.FromDatetime(until)
+    calls = []
+    while True:
+        page = admin.call("ListCalls", request, pb.ListCallsResponse)
+        for c in page.calls:
+            calls.append(Sent(
+                reservation_id=c.reservation_id, budget_id=c.budget_id, model=c.model,
+                service_tier=c.service_tier, sent_at=c.sent_at.ToDatetime(tzinfo=UTC),
+                state=HoldState(c.state), amount=c.amount, charged=c.charged,
+                usage=_tokens(c.usage) if c.HasField("usage") else None,
+                settled_used=c.settled_used if c.HasField("settled_used") else None,
+            ))  # fmt: skip
+        if not page.next_page_token:
+            return calls
+        request.page_token = page.next_page_token
+
+
+def apply(admin: Admin, provider: str, resolutions: tuple[Resolution, ...]) -> list[Applied]:
+    """ResolveHold for each: one refused (settled meanwhile by a late Settle) is said and
+    the others go on."""
+    applied = []
+    for r in resolutions:
+        request = pb.ResolveHoldRequest(reservation_id=r.reservation_id, evidence=r.evidence)
+        if r.tokens is None:
+            request.used = 0
+        else:
+            request.usage.CopyFrom(pb.TokenUsage(
+                input_tokens=r.tokens.input, cached_input_tokens=r.tokens.cached,
+                output_tokens=r.tokens.output, requests=1, provider=provider, model=r.model,
+                service_tier=r.service_tier,
+            ))  # fmt: skip
+        try:
+            admin.call("ResolveHold", request, pb.SettleResponse)
+        except OpsError as refused:
+            applied.append(Applied(r, str(refused)))
+            continue
+        applied.append(Applied(r))
+    return applied
+
+
+def run_reconcile(args: argparse.Namespace) -> Answer:
+    provider = args.provider
+    if args.api_key_id and args.project_id:
+        raise OpsError("--api-key-id and --project-id name one scope each; give one of them")
+    scope = Scope(args.api_key_id or "", args.project_id or "")
+    now = datetime.now(UTC)
+    since, until = _range(args, now)
+    key = read_token(args.admin_key_file, "--admin-key-file")
+    reader = ReportReader(provider, args.api_base or DEFAULT_BASES[provider], key)
+    read_usage, read_costs = READERS[provider]
+    reported = read_usage(reader, scope, since, until)
+    billed = read_costs(reader, scope, since, until)
+    tolerance = Tolerance(
+        tokens_share=args.tolerance,
+        drift_share=args.drift_tolerance,
+        billing_delay=timedelta(seconds=args.billing_delay_seconds),
+    )
+    where = f"{provider} {scope.label or 'organization'}"
+    with Admin(access_from(args)) as admin:
+        calls = ledger_calls(admin, provider, scope, since, until)
+        result = reconcile(reported, calls, billed, since=since, until=until, now=now,
+                           where=where, tolerance=tolerance)  # fmt: skip
+        applied = apply(admin, provider, result.resolutions) if args.apply else []
+    refused = [a for a in applied if a.refused]
+    failing = result.failing() or bool(refused) or (bool(result.resolutions) and not args.apply)
+    publish(args, provider, scope.label, result, applied, failing, now)
+    status = FAILING_STATUS if failing else 0
+    if args.output == "json":
+        return Answer(json.dumps(_as_json(result, applied, args.apply, since, until), indent=2),
+                      status)  # fmt: skip
+    return Answer(_as_text(result, applied, args.apply), status)
+
+
+def _tokens_json(t: Tokens) -> dict[str, Any]:
+    return {"input": t.input, "cached": t.cached, "output": t.output, "requests": t.requests}
+
+
+def _bucket_json(b: Bucket) -> dict[str, Any]:
+    return {
+        "start": b.start.isoformat(), "model": b.model, "class": str(b.cls),
+        "provider": _tokens_json(b.provider), "ledger": _tokens_json(b.ledger),
+        "unexplained": _tokens_json(b.unexplained), "note": b.note,
+        "in_doubt": [{"reservation_id": c.reservation_id, "budget_id": c.budget_id,
+                      "amount": c.amount, "charged": c.charged} for c in b.in_doubt],
+        "resolutions": [{"reservation_id": r.reservation_id, "evidence": r.evidence,
+                         "apportioned": r.apportioned,
+                         "usage": None if r.tokens is None else _tokens_json(r.tokens)}
+                        for r in b.resolutions],
+    }  # fmt: skip
+
+
+def _as_json(
+    result: Reconciliation,
+    applied: list[Applied],
+    applying: bool,
+    since: datetime,
+    until: datetime,
+) -> dict[str, Any]:
+    counts = {str(c): sum(1 for b in result.buckets if b.cls is c) for c in Class}
+    return {
+        "since": since.isoformat(), "until": until.isoformat(), "classes": counts,
+        "buckets": [_bucket_json(b) for b in result.buckets],
+        "drift": [{"day": d.day.isoformat(), "model": d.model,
+                   "provider_usd_micros": d.provider_usd_micros,
+                   "ledger_usd_micros": d.ledger_usd_micros, "ratio": d.ratio,
+                   "beyond_tolerance": d.beyond} for d in result.drift],
+        "applied": applying,
+        "resolved": [a.resolution.reservation_id for a in applied if not a.refused],
+        "refused": [{"reservation_id": a.resolution.reservation_id, "why": a.refused}
+                    for a in applied if a.refused],
+        "failing": result.failing(),
+    }  # fmt: skip
+
+
+def _as_text(result: Reconciliation, applied: list[Applied], applying: bool) -> str:
+    shown = [b for b in result.buckets if b.cls is not Class.MATCHED or b.resolutions]
+    rows = [[
+        f"{b.start:%Y-%m-%dT%H:%MZ}", b.model, str(b.cls),
+        f"{b.provider.requests if b.provider.requests is not None else render.NONE}/"
+        f"{b.ledger.requests if b.ledger.requests is not None else render.NONE}",
+        f"{b.unexplained.input}/{b.unexplained.output}", str(len(b.in_doubt)),
+        b.note or (b.resolutions[0].evidence.split(": ", 1)[-1] if b.resolutions else ""),
+    ] for b in shown]  # fmt: skip
+    parts = []
+    if rows:
+        headers = ("BUCKET", "MODEL", "CLASS", "REQUESTS P/L", "UNEXPLAINED IN/OUT",
+                   "IN DOUBT", "NOTE")  # fmt: skip
+        parts.append(render.table(headers, rows))
+    drift = [[d.day.isoformat(), d.model, f"{d.provider_usd_micros / 1e6:.6f}",
+              f"{d.ledger_usd_micros / 1e6:.6f}",
+              render.NONE if d.ratio is None else f"{d.ratio:.3f}",
+              "DRIFT" if d.beyond else "ok"] for d in result.drift]  # fmt: skip
+    if drift:
+        parts.append(render.table(("DAY", "MODEL", "BILLED $", "LEDGER $", "RATIO", ""), drift))
+    counts = ", ".join(f"{sum(1 for b in result.buckets if b.cls is c)} {c}" for c in Class)
+    parts.append(f"buckets: {counts}")
+    n = len(result.resolutions)
+    if applying:
+        done = sum(1 for a in applied if not a.refused)
+        parts.append(f"resolved {done} of {n} in-doubt holds the evidence proves")
+        parts.extend(f"  not resolved {a.resolution.reservation_id}: {a.refused}"
+                     for a in applied if a.refused)  # fmt: skip
+    elif n:
+        parts.append(f"{n} in-doubt holds can be resolved by the evidence: run with --apply")
+    if any(b.cls in FAILING for b in result.buckets) or any(d.beyond for d in result.drift):
+        parts.append("the ledger and the provider's bill disagree (exit 3); see docs/reconcile.md")
+    return "\n".join(parts)
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`earmark reconcile`."""
+    command = commands.add_parser(
+        "reconcile",
+        help="hold a provider's usage and cost reports against the ledger; --apply "
+        f"resolves the in-doubt holds they prove (exit {FAILING_STATUS} on disagreement)",
+    )
+    command.add_argument("--provider", required=True, choices=sorted(READERS))
+    command.add_argument("--api-base", help="the provider's API base URL [the provider's]")
+    command.add_argument(
+        "--admin-key-file", type=Path, required=True, help="a file holding the provider's admin key"
+    )
+    command.add_argument(
+        "--api-key-id", help="the key the metered workers use (key_..., apikey_...)"
+    )
+    command.add_argument("--project-id", help="the project (Anthropic: workspace) they use")
+    command.add_argument("--since", help="RFC 3339 [a day before --until]")
+    command.add_argument("--until", help="RFC 3339 [now]")
+    command.add_argument(
+        "--apply", action="store_true", help="resolve the in-doubt holds the evidence proves"
+    )
+    command.add_argument(
+        "--billing-delay-seconds",
+        type=float,
+        default=limits.reconcile_billing_delay_seconds,
+        help="buckets younger than this are still filling [%(default)s]",
+    )
+    command.add_argument(
+        "--tolerance",
+        type=float,
+        default=limits.reconcile_tokens_tolerance_share,
+        help="a bucket's tokens agree within this share [%(default)s]",
+    )
+    command.add_argument(
+        "--drift-tolerance",
+        type=float,
+        default=limits.reconcile_drift_tolerance_share,
+        help="a day's dollars agree within this share [%(default)s]",
+    )
+    command.add_argument(
+        "--metrics-file", type=Path, help="write earmark_reconcile_* for a textfile collector"
+    )
+    command.add_argument("--pushgateway", help="push earmark_reconcile_* to this Pushgateway")
+    add_admin_arguments(command, key_flag="--admin-tls-key-file")
+    command.set_defaults(run=run_reconcile)

@@ -1,0 +1,238 @@
+"""`earmark reconcile` as an operator runs it (a real process) against the fake OpenAI's own
+usage and cost reports, after a workload driven through the metered client: calls billed
+and then timed out, calls timed out before the provider started them, an SDK's retries of a
+timed-out call, and calls made with the same key outside Earmark."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from earmark.client import AsyncClient, RetryPolicy
+from earmark.client.llm import metered
+from earmark.core.prices import Price, Usage, usage_cost
+from earmark.v1 import budget_pb2 as pb
+from tests.client.llm_helpers import ONCE, ask
+from tests.conftest import Running
+from tests.fake_openai import Billed, FakeOpenAI, fake_openai
+from tests.helpers import FakeClock, assert_invariants, eventually
+from tests.workloads.test_commands import earmark
+
+T0 = datetime(2026, 12, 1, 10, 0, 5, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+KEY, KEY_ID, ADMIN_KEY = "sk-metered", "key_metered", "sk-admin-" + "a1" * 24
+# The book's rates for gpt-4o: what the fake charges too, unless a test makes it charge
+# more. Micro-dollars per million tokens.
+INPUT, CACHED, OUTPUT = 2_500_000, 1_250_000, 10_000_000
+BOOK = Price("openai", "gpt-4o", 1, T0 - timedelta(days=1), None, INPUT, OUTPUT, CACHED)
+# Well under the fake's late answer.
+TIMEOUT_SECONDS = 0.3
+# Three attempts, as the SDK retries a timed-out call, each on its own hold.
+RETRIED = RetryPolicy(3, 0.001, 0.01)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def fake(clock: FakeClock) -> Any:
+    with fake_openai() as provider:
+        provider.state.clock = lambda: clock().timestamp()
+        provider.state.api_key_ids = {KEY: KEY_ID}
+        provider.state.admin_keys = {ADMIN_KEY}
+        provider.state.late_seconds = 30.0
+        yield provider
+        provider.state.slow.set()
+
+
+@pytest.fixture
+async def book(clocked: Running) -> Running:
+    since = Timestamp()
+    since.FromDatetime(BOOK.effective_from)
+    await clocked.admin.PutPrice(pb.PutPriceRequest(price=pb.Price(
+        provider="openai", model="gpt-4o", effective_from=since,
+        input_usd_micros_per_mtok=INPUT, cached_input_usd_micros_per_mtok=CACHED,
+        output_usd_micros_per_mtok=OUTPUT, max_output_tokens=4_096,
+    )))  # fmt: skip
+    await clocked.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="team", limit=50_000_000, unit="usd_micros")
+    )
+    return clocked
+
+
+@dataclass
+class Workload:
+    earmark: AsyncClient
+    # Sends once; and the same with the SDK's retries.
+    metered: openai.AsyncOpenAI
+    retried: openai.AsyncOpenAI
+    # The same key, not metered.
+    outside: openai.AsyncOpenAI
+
+
+@pytest.fixture
+async def workload(book: Running, fake: FakeOpenAI) -> AsyncIterator[Workload]:
+    async with (
+        AsyncClient(book.target, admin_target=book.admin_target) as client,
+        openai.AsyncOpenAI(api_key=KEY, base_url=fake.url, timeout=TIMEOUT_SECONDS) as sdk,
+        openai.AsyncOpenAI(api_key=KEY, base_url=fake.url, max_retries=0) as outside,
+    ):
+        yield Workload(
+            client,
+            metered(sdk, client, "team", key_label=KEY_ID, retry=ONCE),
+            metered(sdk, client, "team", key_label=KEY_ID, retry=RETRIED),
+            outside,
+        )
+
+
+def cost(bill: Billed) -> int:
+    """A bill at the book's price, as the sidecar prices a usage."""
+    usage = Usage(bill.prompt_tokens, bill.completion_tokens, bill.cached_tokens)
+    return usage_cost(BOOK, usage)
+
+
+async def reconcile(s: Running, fake: FakeOpenAI, tmp_path: Path, *flags: str) -> tuple[int, Any]:
+    """`earmark reconcile` over the workload's day, its exit status and JSON."""
+    key_file = tmp_path / "openai-admin-key"
+    key_file.write_text(ADMIN_KEY)
+    key_file.chmod(0o600)
+    code, out, err = await earmark(
+        "reconcile", "--provider", "openai", "--api-base", fake.url,
+        "--admin-key-file", str(key_file), "--api-key-id", KEY_ID,
+        "--since", "2026-12-01T00:00:00Z", "--until", "2026-12-02T00:00:00Z",
+        "--admin-target", s.admin_target, "-o", "json", *flags,
+    )  # fmt: skip
+    assert out, err
+    return code, json.loads(out)
+
+
+async def billed_count(fake: FakeOpenAI, count: int) -> None:
+    """Waits for the fake to bill count calls (late answers bill once released)."""
+    fake.state.slow.set()
+
+    async def done() -> bool:
+        return count == len(fake.state.billed)
+
+    await eventually(done, within_seconds=30, what=f"{count} calls billed")
+
+
+async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
+    workload: Workload, book: Running, fake: FakeOpenAI, clock: FakeClock, tmp_path: Path
+) -> None:
+    """After --apply every in-doubt hold alone in its minute is resolved at what the fake
+    billed, three retried attempts that all ran share their minute's surplus, a call that
+    never started is resolved at 0, used equals the fake's bill for the metered calls, the
+    call made outside Earmark is provider-only, the exit status is 3 and a second run
+    changes nothing."""
+    w = workload
+    await w.metered.chat.completions.create(**ask("one", max_tokens=50))
+    await w.metered.chat.completions.create(**ask("two", max_tokens=50))
+    clock.advance(MINUTE)
+    with pytest.raises(openai.APITimeoutError):
+        await w.metered.chat.completions.create(**ask("late", max_tokens=50))
+    clock.advance(MINUTE)
+    with pytest.raises(openai.APITimeoutError):
+        await w.metered.chat.completions.create(**ask("unstarted", max_tokens=50))
+    clock.advance(MINUTE)
+    with pytest.raises(openai.APITimeoutError):
+        await w.retried.chat.completions.create(**ask("late", max_tokens=60))
+    clock.advance(MINUTE)
+    await w.outside.chat.completions.create(**ask("outside", max_tokens=50))
+    await w.earmark.flush()
+    await billed_count(fake, 7)
+    doubted = await book.admin.ListHolds(pb.ListHoldsRequest(state=pb.RESERVATION_STATE_IN_DOUBT))
+    code, found = await reconcile(book, fake, tmp_path, "--apply")
+    again, repeated = await reconcile(book, fake, tmp_path, "--apply")
+    classes = [(b["model"], b["class"], len(b["resolutions"])) for b in found["buckets"]]
+    assert [
+        ("gpt-4o", "matched", 0),
+        ("gpt-4o", "matched", 1),
+        ("gpt-4o", "matched", 1),
+        ("gpt-4o", "matched", 3),
+        ("gpt-4o", "provider-only", 0),
+    ] == classes
+    assert (3, 5, 5, []) == (
+        code,
+        len(doubted.holds),
+        len(found["resolved"]),
+        found["refused"],
+    )
+    assert (3, [], ["matched"] * 4 + ["provider-only"]) == (
+        again,
+        repeated["resolved"],
+        [b["class"] for b in repeated["buckets"]],
+    )
+    outside_at = (T0 + 4 * MINUTE).timestamp()
+    metered_bills = [b for b in fake.state.billed if b.at < outside_at]
+    state = await book.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))
+    assert (6, sum(cost(b) for b in metered_bills), 0, 0) == (
+        len(metered_bills),
+        state.used,
+        state.held,
+        state.open_reservations,
+    )
+    ledger = await book.admin.ListLedger(pb.ListLedgerRequest(budget_id="team"))
+    evidence = [e.evidence for e in ledger.entries if e.kind == "resolve"]
+    assert 5 == len(evidence)
+    assert all(e.startswith("openai key_metered bucket 2026-12-01T10:0") for e in evidence)
+    await assert_invariants(book.dsn)
+
+
+async def test_a_stale_price_is_reported_as_drift_with_its_ratio(
+    workload: Workload, book: Running, fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """When the provider bills 1.83 times the book's rate, every bucket matches on tokens
+    and the day's cost drifts from the ledger by that ratio: exit status 3."""
+    fake.state.rates = {model: r.times(1.83) for model, r in fake.state.rates.items()}
+    for text in ("a", "b", "c"):
+        await workload.metered.chat.completions.create(**ask(text, max_tokens=50))
+    await workload.earmark.flush()
+    code, found = await reconcile(book, fake, tmp_path)
+    (drift,) = found["drift"]
+    assert (3, ["matched"], "gpt-4o", True) == (
+        code,
+        [b["class"] for b in found["buckets"]],
+        drift["model"],
+        drift["beyond_tolerance"],
+    )
+    assert 1.83 == pytest.approx(drift["ratio"], abs=0.01)
+    await assert_invariants(book.dsn)
+
+
+async def test_findings_are_metrics_and_a_refused_key_is_one_line(
+    workload: Workload, book: Running, fake: FakeOpenAI, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A run writes earmark_reconcile_* for a textfile collector (failing 1 for a call made
+    outside Earmark); a wrong admin key is the provider's 401 in one line, not the key."""
+    await workload.outside.chat.completions.create(**ask("outside", max_tokens=50))
+    metrics = tmp_path / "reconcile.prom"
+    code, _ = await reconcile(book, fake, tmp_path, "--metrics-file", str(metrics))
+    text = metrics.read_text()
+    labels = 'key="key_metered",provider="openai"'
+    assert (3, True, True) == (
+        code,
+        f"earmark_reconcile_failing{{{labels}}} 1.0" in text,
+        f'earmark_reconcile_buckets{{class="provider-only",{labels}}} 1.0' in text,
+    )
+    fake.state.admin_keys = {"sk-admin-" + "b2" * 24}
+    key_file = tmp_path / "openai-admin-key"
+    code, out, err = await earmark(
+        "reconcile", "--provider", "openai", "--api-base", fake.url,
+        "--admin-key-file", str(key_file), "--admin-target", book.admin_target,
+    )  # fmt: skip
+    assert (1, "", True, False) == (
+        code,
+        out,
+        err.startswith("earmark reconcile: openai answered 401 to GET /organization/usage"),
+        ADMIN_KEY in err,
+    )
