@@ -5,7 +5,9 @@ timed-out call, and calls made with the same key outside Earmark."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,7 +25,7 @@ from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import ONCE, ask
 from tests.conftest import Running
 from tests.fake_openai import Billed, FakeOpenAI, fake_openai
-from tests.helpers import FakeClock, assert_invariants, eventually
+from tests.helpers import FakeClock, assert_invariants, binary_missing, child, eventually, free_port
 from tests.workloads.test_commands import earmark
 
 T0 = datetime(2026, 12, 1, 10, 0, 5, tzinfo=UTC)
@@ -236,3 +238,41 @@ async def test_findings_are_metrics_and_a_refused_key_is_one_line(
         err.startswith("earmark reconcile: openai answered 401 to GET /organization/usage"),
         ADMIN_KEY in err,
     )
+
+
+PUSHGATEWAY_MISSING = binary_missing("prometheus-pushgateway", "prometheus-pushgateway")
+
+
+@pytest.mark.skipif(PUSHGATEWAY_MISSING is not None, reason=str(PUSHGATEWAY_MISSING))
+async def test_findings_are_pushed_to_a_pushgateway(
+    workload: Workload, book: Running, fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With --pushgateway a run's findings reach a real Pushgateway, grouped by provider
+    and key under the job earmark_reconcile, as the CronJob sends them."""
+    await workload.outside.chat.completions.create(**ask("outside", max_tokens=50))
+    port = free_port()
+    async with child(
+        "prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    ):  # fmt: skip
+        gateway = f"http://127.0.0.1:{port}"
+
+        async def listening() -> bool:
+            return await asyncio.to_thread(_get, f"{gateway}/-/ready") is not None
+
+        await eventually(listening, within_seconds=30, what="the Pushgateway ready")
+        code, _ = await reconcile(book, fake, tmp_path, "--pushgateway", gateway)
+        exposed = await asyncio.to_thread(_get, f"{gateway}/metrics") or ""
+    pushed = [
+        line for line in exposed.splitlines() if line.startswith("earmark_reconcile_failing{")
+    ]
+    assert (3, ['earmark_reconcile_failing{instance="",job="earmark_reconcile",'
+                'key="key_metered",provider="openai"} 1']) == (code, pushed)  # fmt: skip
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        return None

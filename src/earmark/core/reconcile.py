@@ -387,7 +387,10 @@ def _drift(
     settled at, or has charged while open)."""
     provider: dict[tuple[date, str], int] = defaultdict(int)
     for row in billed:
-        provider[(row.day, model_family(row.model))] += row.usd_micros
+        # A cost tied to no model (Anthropic's web search line) cannot be set against a
+        # model's calls, whose priced amounts include their tool fees.
+        if row.model:
+            provider[(row.day, model_family(row.model))] += row.usd_micros
     ledger: dict[tuple[date, str], int] = defaultdict(int)
     for call in calls:
         spent = call.settled_used if call.settled_used is not None else call.charged
