@@ -610,7 +610,14 @@ reconcile_pages_max = 1_000
 reconcile_http_timeout_seconds = 30.0
 reconcile_report_bytes_max = 16 * 1024 * 1024
 reconcile_billing_delay_seconds = 600.0
+reconcile_billing_delay_seconds_min = 60.0
+reconcile_billing_delay_seconds_max = 86_400.0
 reconcile_tokens_tolerance_share = 0.01
 reconcile_drift_tolerance_share = 0.02
 reconcile_models_max = 64
 reconcile_range_days_max = 31
+assert (
+    reconcile_billing_delay_seconds_min
+    <= reconcile_billing_delay_seconds
+    <= reconcile_billing_delay_seconds_max
+)

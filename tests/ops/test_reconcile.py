@@ -137,18 +137,21 @@ async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
     call made outside Earmark is provider-only, the exit status is 3 and a second run
     changes nothing."""
     w = workload
+    # Each kind in a minute of its own with a quiet minute between: a call near a minute's
+    # edge may be billed in the next, so a minute proves its in-doubt calls only when the
+    # minutes around it balance.
     await w.metered.chat.completions.create(**ask("one", max_tokens=50))
     await w.metered.chat.completions.create(**ask("two", max_tokens=50))
-    clock.advance(MINUTE)
+    clock.advance(2 * MINUTE)
     with pytest.raises(openai.APITimeoutError):
         await w.metered.chat.completions.create(**ask("late", max_tokens=50))
-    clock.advance(MINUTE)
+    clock.advance(2 * MINUTE)
     with pytest.raises(openai.APITimeoutError):
         await w.metered.chat.completions.create(**ask("unstarted", max_tokens=50))
-    clock.advance(MINUTE)
+    clock.advance(2 * MINUTE)
     with pytest.raises(openai.APITimeoutError):
         await w.retried.chat.completions.create(**ask("late", max_tokens=60))
-    clock.advance(MINUTE)
+    clock.advance(2 * MINUTE)
     await w.outside.chat.completions.create(**ask("outside", max_tokens=50))
     await w.earmark.flush()
     await billed_count(fake, 7)
@@ -174,7 +177,7 @@ async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
         repeated["resolved"],
         [b["class"] for b in repeated["buckets"]],
     )
-    outside_at = (T0 + 4 * MINUTE).timestamp()
+    outside_at = (T0 + 8 * MINUTE).timestamp()
     metered_bills = [b for b in fake.state.billed if b.at < outside_at]
     state = await book.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))
     assert (6, sum(cost(b) for b in metered_bills), 0, 0) == (
@@ -187,6 +190,9 @@ async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
     evidence = [e.evidence for e in ledger.entries if e.kind == "resolve"]
     assert 5 == len(evidence)
     assert all(e.startswith("openai key_metered bucket 2026-12-01T10:0") for e in evidence)
+    assert {"2026-12-01T10:02Z", "2026-12-01T10:04Z", "2026-12-01T10:06Z"} == {
+        e.split()[3] for e in evidence
+    }
     await assert_invariants(book.dsn)
 
 

@@ -71,10 +71,11 @@ async def test_anthropic_in_doubt_messages_are_resolved_by_the_usage_report(
     ):
         llm = metered(sdk, client, "team", key_label=KEY_ID, retry=ONCE)
         await llm.messages.create(**ask("hello"))  # type: ignore[call-overload]
-        clock.advance(MINUTE)
+        # A quiet minute between each: see tests/ops/test_reconcile.py.
+        clock.advance(2 * MINUTE)
         with pytest.raises(anthropic.APITimeoutError):
             await llm.messages.create(**ask("late"))  # type: ignore[call-overload]
-        clock.advance(MINUTE)
+        clock.advance(2 * MINUTE)
         with pytest.raises(anthropic.APITimeoutError):
             await llm.messages.create(**ask("unstarted"))  # type: ignore[call-overload]
         await client.flush()

@@ -20,173 +20,46 @@ Pure: plain data in, a report and the resolutions to make out; `now` is an argum
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from enum import StrEnum
 
 from earmark import limits
 from earmark.core.model import HoldState
+from earmark.core.prices import USD_MICROS
+from earmark.core.reconcile_model import (
+    BUCKET,
+    DAY,
+    DEFAULT_TOLERANCE,
+    FAILING,
+    Billed,
+    Bucket,
+    Class,
+    Drift,
+    Reconciliation,
+    Reported,
+    Resolution,
+    Sent,
+    Tokens,
+    Tolerance,
+    model_family,
+)
 
-BUCKET = timedelta(minutes=1)
-DAY = timedelta(days=1)
-# A model's dated snapshot ("gpt-4o-2024-08-06", "claude-sonnet-4-20250514") is reported
-# under its date; a call names the alias it asked for. Both are compared without it.
-_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")
-
-
-def model_family(model: str) -> str:
-    return _SNAPSHOT.sub("", model)
-
-
-@dataclass(frozen=True, slots=True)
-class Tokens:
-    """Token counts and requests; requests None where the provider does not count them."""
-
-    input: int = 0
-    cached: int = 0
-    output: int = 0
-    requests: int | None = 0
-
-    def __add__(self, other: Tokens) -> Tokens:
-        requests = (
-            None
-            if self.requests is None or other.requests is None
-            else self.requests + other.requests
-        )
-        return Tokens(
-            self.input + other.input,
-            self.cached + other.cached,
-            self.output + other.output,
-            requests,
-        )
-
-    def __sub__(self, other: Tokens) -> Tokens:
-        negated = Tokens(
-            -other.input,
-            -other.cached,
-            -other.output,
-            None if other.requests is None else -other.requests,
-        )
-        return self + negated
-
-    def empty(self) -> bool:
-        return self.input == 0 and self.output == 0 and not self.requests
-
-
-@dataclass(frozen=True, slots=True)
-class Reported:
-    """One result of the provider's usage report: a minute, a model, its counts."""
-
-    start: datetime
-    model: str
-    tokens: Tokens
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """One call of the ledger (its record and its hold)."""
-
-    reservation_id: str
-    budget_id: str
-    model: str
-    service_tier: str
-    sent_at: datetime
-    state: HoldState
-    amount: int
-    charged: int
-    # The usage its Settle or resolve reported; None when none did.
-    usage: Tokens | None
-    settled_used: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Billed:
-    """One row of the provider's cost report: a day's dollars for a model."""
-
-    day: date
-    model: str
-    usd_micros: int
-
-
-class Class(StrEnum):
-    MATCHED = "matched"
-    # Billed, not in the ledger: an in-doubt call that ran, or spend outside Earmark.
-    PROVIDER_ONLY = "provider-only"
-    # In the ledger, not billed.
-    LOCAL_ONLY = "local-only"
-    # Both, beyond the tolerance: tokens miscounted.
-    MISMATCH = "mismatch"
-    # In-doubt calls the evidence cannot separate.
-    UNRESOLVED = "unresolved"
-    # Still filling (younger than the billing delay) or with calls still in flight.
-    PENDING = "pending"
-
-
-FAILING = frozenset({Class.PROVIDER_ONLY, Class.MISMATCH, Class.UNRESOLVED})
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """An in-doubt call resolved by a bucket's evidence: at its tokens (None: at 0)."""
-
-    reservation_id: str
-    model: str
-    service_tier: str
-    tokens: Tokens | None
-    evidence: str
-    apportioned: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    start: datetime
-    model: str
-    cls: Class
-    provider: Tokens
-    ledger: Tokens
-    unexplained: Tokens
-    in_doubt: tuple[Sent, ...] = ()
-    resolutions: tuple[Resolution, ...] = ()
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Drift:
-    """A day's cost report for a model against the ledger's priced calls."""
-
-    day: date
-    model: str
-    provider_usd_micros: int
-    ledger_usd_micros: int
-    beyond: bool
-
-    @property
-    def ratio(self) -> float | None:
-        if self.ledger_usd_micros == 0:
-            return None
-        return self.provider_usd_micros / self.ledger_usd_micros
-
-
-@dataclass(frozen=True, slots=True)
-class Tolerance:
-    # Tokens of a bucket agree within this share of the larger count.
-    tokens_share: float = limits.reconcile_tokens_tolerance_share
-    # A day's dollars agree within this share of the ledger's.
-    drift_share: float = limits.reconcile_drift_tolerance_share
-    billing_delay: timedelta = timedelta(seconds=limits.reconcile_billing_delay_seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciliation:
-    buckets: tuple[Bucket, ...]
-    drift: tuple[Drift, ...]
-    resolutions: tuple[Resolution, ...] = field(default=())
-
-    def failing(self) -> bool:
-        """Something is provider-only, mismatched, unresolved or drifted: exit status 3."""
-        return any(b.cls in FAILING for b in self.buckets) or any(d.beyond for d in self.drift)
+__all__ = [
+    "FAILING",
+    "Billed",
+    "Bucket",
+    "Class",
+    "Drift",
+    "Reconciliation",
+    "Reported",
+    "Resolution",
+    "Sent",
+    "Tokens",
+    "Tolerance",
+    "model_family",
+    "reconcile",
+]
 
 
 def _minute(at: datetime) -> datetime:
@@ -223,43 +96,68 @@ def _bounded(text: str) -> str:
     return text[: limits.evidence_length_max]
 
 
-def decide_bucket(
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """One bucket's two sides, before its in-doubt calls are judged."""
+
+    start: datetime
+    model: str
+    reported: Tokens
+    ledger: Tokens
+    unexplained: Tokens
+    in_doubt: tuple[Sent, ...]
+    # Calls still held (in flight), settled calls whose tokens are not known (settled by
+    # an amount, or released), and settled calls of more than one request.
+    held: int
+    unknown: int
+    multi: int
+    pending: bool
+
+    def quiet(self, tolerance: Tolerance) -> bool:
+        """Nothing here can stand for a neighbour's call: judged, nothing in flight, and
+        both sides agree (no unexplained request, or with no request counts, no tokens)."""
+        if self.pending or self.held or self.in_doubt:
+            return False
+        if self.unexplained.requests is not None:
+            return self.unexplained.requests == 0
+        return _tokens_agree(self.reported, self.ledger, tolerance)
+
+
+def tally(
     start: datetime,
     model: str,
     reported: Tokens,
     calls: list[Sent],
-    where: str,
-    tolerance: Tolerance,
-) -> Bucket:
-    """One bucket's class, and the resolutions its evidence proves."""
-    settled = [c for c in calls if c.state in (HoldState.SETTLED, HoldState.EXPIRED)]
-    in_doubt = tuple(c for c in calls if c.state is HoldState.IN_DOUBT)
+    pending: bool,
+) -> Tally:
     counted = reported.requests is not None
     ledger = Tokens(requests=0 if counted else None)
-    unknown = 0
-    for call in settled:
+    unknown = multi = 0
+    for call in calls:
+        if call.state not in (HoldState.SETTLED, HoldState.EXPIRED):
+            continue
         explained = _explained(call)
         if explained is None:
             unknown += 1
             explained = Tokens(requests=1)
-        if not counted:
-            explained = Tokens(explained.input, explained.cached, explained.output, None)
-        ledger += explained
-    unexplained = reported - ledger
-    label = f"{where} bucket {start:%Y-%m-%dT%H:%MZ} model {model}"
-    if any(c.state is HoldState.HELD for c in calls):
-        return Bucket(start, model, Class.PENDING, reported, ledger, unexplained, in_doubt,
-                      note="calls still in flight")  # fmt: skip
-    if in_doubt:
-        return _decide_in_doubt(start, model, reported, ledger, unexplained, in_doubt, label,
-                                unknown, tolerance)  # fmt: skip
-    return Bucket(start, model, _classify(reported, ledger, unexplained, unknown, tolerance),
-                  reported, ledger, unexplained)  # fmt: skip
+        if (explained.requests or 0) > 1:
+            multi += 1
+        ledger += explained if counted else explained.uncounted()
+    in_doubt = tuple(c for c in calls if c.state is HoldState.IN_DOUBT)
+    held = sum(1 for c in calls if c.state is HoldState.HELD)
+    return Tally(start, model, reported, ledger, reported - ledger, in_doubt, held, unknown,
+                 multi, pending)  # fmt: skip
 
 
-def _classify(
-    reported: Tokens, ledger: Tokens, unexplained: Tokens, unknown: int, tolerance: Tolerance
-) -> Class:
+def _tokens_agree(reported: Tokens, ledger: Tokens, tolerance: Tolerance) -> bool:
+    share = tolerance.tokens_share
+    return _agree(reported.input, ledger.input, share) and _agree(
+        reported.output, ledger.output, share
+    )
+
+
+def _classify(t: Tally, tolerance: Tolerance) -> Class:
+    reported, ledger, unexplained = t.reported, t.ledger, t.unexplained
     if reported.empty() and ledger.empty():
         return Class.MATCHED
     if ledger.empty():
@@ -268,72 +166,96 @@ def _classify(
         return Class.LOCAL_ONLY
     if unexplained.requests is not None and unexplained.requests != 0:
         return Class.PROVIDER_ONLY if unexplained.requests > 0 else Class.LOCAL_ONLY
-    if unknown:
-        return Class.MATCHED
-    share = tolerance.tokens_share
-    if _agree(reported.input, ledger.input, share) and _agree(
-        reported.output, ledger.output, share
-    ):
+    if t.unknown or _tokens_agree(reported, ledger, tolerance):
         return Class.MATCHED
     if unexplained.requests is None and unexplained.input > 0 and unexplained.output > 0:
         return Class.PROVIDER_ONLY
     return Class.MISMATCH
 
 
-def _decide_in_doubt(
-    start: datetime,
-    model: str,
-    reported: Tokens,
-    ledger: Tokens,
-    unexplained: Tokens,
-    in_doubt: tuple[Sent, ...],
-    label: str,
-    unknown: int,
-    tolerance: Tolerance,
-) -> Bucket:
-    n = len(in_doubt)
-    share = tolerance.tokens_share
-    if unexplained.requests is not None:
-        none_ran = unexplained.requests <= 0
-        all_ran = unexplained.requests == n
+def _doubt_blocker(t: Tally, neighbours_quiet: bool, scope: str) -> str:
+    """Why the bucket's evidence cannot judge its in-doubt calls; "" when it can."""
+    if t.unknown:
+        return "calls settled without their usage share the minute"
+    if t.multi:
+        return "calls of several requests share the minute"
+    if scope and any(c.key_label != scope for c in t.in_doubt):
+        return f"in-doubt calls not labelled with the key {scope}"
+    if not neighbours_quiet:
+        return "the minutes around it, or its other models, do not balance"
+    return ""
+
+
+def judge(t: Tally, where: str, scope: str, neighbours_quiet: bool, tolerance: Tolerance) -> Bucket:
+    """A bucket's class, and the in-doubt calls its evidence proves: none of them ran (no
+    unexplained request and the tokens agree), or all of them did (as many unexplained
+    requests as calls; without request counts, one call alone with the surplus). Either
+    needs the minute's other calls known, its key, and quiet neighbours: a call sent near a
+    minute's edge may be billed in the next."""
+    if t.pending:
+        note = "younger than the billing delay" if not t.held else "calls still in flight"
+        return Bucket(t.start, t.model, Class.PENDING, t.reported, t.ledger, t.unexplained,
+                      t.in_doubt, note=note)  # fmt: skip
+    if t.held:
+        return Bucket(t.start, t.model, Class.PENDING, t.reported, t.ledger, t.unexplained,
+                      t.in_doubt, note="calls still in flight")  # fmt: skip
+    if not t.in_doubt:
+        return Bucket(t.start, t.model, _classify(t, tolerance), t.reported, t.ledger,
+                      t.unexplained)  # fmt: skip
+    n, u = len(t.in_doubt), t.unexplained
+    label = f"{where} bucket {t.start:%Y-%m-%dT%H:%MZ} model {t.model}"
+    if u.requests is not None:
+        none_ran = u.requests == 0 and _tokens_agree(t.reported, t.ledger, tolerance)
+        all_ran = u.requests == n
     else:
-        none_ran = unexplained.input <= share * max(reported.input, 1) and unexplained.output <= 0
-        all_ran = n == 1 and unexplained.input > 0
-    if none_ran:
+        none_ran = _tokens_agree(t.reported, t.ledger, tolerance)
+        all_ran = n == 1
+    all_ran = all_ran and u.input > 0 and min(u.cached, u.output, u.written, u.written_long) >= 0
+    blocker = _doubt_blocker(t, neighbours_quiet, scope)
+    if not blocker and none_ran:
         evidence = _bounded(f"{label}: no unexplained requests for {n} in-doubt calls: not billed")
         resolutions = tuple(
             Resolution(c.reservation_id, c.model, c.service_tier, None, evidence, False)
-            for c in in_doubt
+            for c in t.in_doubt
         )
-        cls = _classify(reported, ledger, unexplained, unknown, tolerance)
-        return Bucket(start, model, cls, reported, ledger, unexplained, in_doubt, resolutions)
-    if all_ran and min(unexplained.input, unexplained.cached, unexplained.output) >= 0:
-        weights = [c.amount for c in in_doubt]
-        shares = zip(
-            _apportion(unexplained.input, weights),
-            _apportion(unexplained.cached, weights),
-            _apportion(unexplained.output, weights),
-            strict=True,
-        )
-        apportioned = n > 1 and len({c.budget_id for c in in_doubt}) > 1
-        how = "" if n == 1 else "; apportioned by held amount" if apportioned else "; shared"
-        evidence = _bounded(
-            f"{label}: {n} unexplained requests for {n} in-doubt calls: billed{how}"
-        )
-        resolutions = tuple(
-            Resolution(c.reservation_id, c.model, c.service_tier,
-                       Tokens(i, min(k, i), o, 1), evidence, apportioned)
-            for c, (i, k, o) in zip(in_doubt, shares, strict=True)
-        )  # fmt: skip
-        return Bucket(start, model, Class.MATCHED, reported, ledger, unexplained, in_doubt,
+        return Bucket(t.start, t.model, Class.MATCHED, t.reported, t.ledger, u, t.in_doubt,
                       resolutions)  # fmt: skip
-    note = (
-        f"{unexplained.requests} unexplained requests for {n} in-doubt calls"
-        if unexplained.requests is not None
-        else f"{unexplained.input} unexplained input tokens for {n} in-doubt calls"
-    )
-    return Bucket(start, model, Class.UNRESOLVED, reported, ledger, unexplained, in_doubt,
+    if not blocker and all_ran:
+        return Bucket(t.start, t.model, Class.MATCHED, t.reported, t.ledger, u, t.in_doubt,
+                      _apportioned(t.in_doubt, u, label))  # fmt: skip
+    counts = (
+        f"{u.requests} unexplained requests" if u.requests is not None
+        else f"{u.input} unexplained input tokens"
+    )  # fmt: skip
+    note = f"{counts} for {n} in-doubt calls" + (f": {blocker}" if blocker else "")
+    return Bucket(t.start, t.model, Class.UNRESOLVED, t.reported, t.ledger, u, t.in_doubt,
                   note=note)  # fmt: skip
+
+
+def _apportioned(in_doubt: tuple[Sent, ...], u: Tokens, label: str) -> tuple[Resolution, ...]:
+    """The surplus split by what each call held: each count exact in sum, then each share
+    kept consistent (cached and written within input, the hour's writes within written)."""
+    n = len(in_doubt)
+    weights = [c.amount for c in in_doubt]
+    parts = [
+        _apportion(total, weights)
+        for total in (u.input, u.cached, u.output, u.written, u.written_long)
+    ]
+    apportioned = n > 1 and len({c.budget_id for c in in_doubt}) > 1
+    how = "" if n == 1 else "; apportioned by held amount" if apportioned else "; shared"
+    evidence = _bounded(f"{label}: {n} unexplained requests for {n} in-doubt calls: billed{how}")
+    resolutions = []
+    for k, call in enumerate(in_doubt):
+        i, cached, output, written, long = (part[k] for part in parts)
+        cached = min(cached, i)
+        written = min(written, i - cached)
+        tokens = Tokens(i, cached, output, 1, written, min(long, written))
+        resolutions.append(
+            Resolution(
+                call.reservation_id, call.model, call.service_tier, tokens, evidence, apportioned
+            )
+        )
+    return tuple(resolutions)
 
 
 def reconcile(
@@ -345,33 +267,54 @@ def reconcile(
     until: datetime,
     now: datetime,
     where: str,
-    tolerance: Tolerance = Tolerance(),
+    counts_requests: bool = True,
+    scope: str = "",
+    tolerance: Tolerance = DEFAULT_TOLERANCE,
 ) -> Reconciliation:
     """Every bucket of [since, until) that either side has, oldest first; the days wholly
-    inside it that the cost report has, against the ledger's priced calls."""
+    inside it that the cost report has, against the ledger's priced calls.
+    counts_requests: the provider's report counts requests (OpenAI's does, Anthropic's
+    not). scope: the key or project reconciled; only in-doubt calls labelled with it are
+    resolved (an unlabelled call may have been sent with another key)."""
     filling_from = now - tolerance.billing_delay
+    zero = Tokens(requests=0 if counts_requests else None)
     by_bucket: dict[tuple[datetime, str], Tokens] = {}
-    counted = all(r.tokens.requests is not None for r in reported)
     for row in reported:
         key = (_minute(row.start), model_family(row.model))
-        zero = Tokens(requests=0 if counted else None)
-        by_bucket[key] = by_bucket.get(key, zero) + row.tokens
+        tokens = row.tokens if counts_requests else row.tokens.uncounted()
+        by_bucket[key] = by_bucket.get(key, zero) + tokens
     sent: dict[tuple[datetime, str], list[Sent]] = defaultdict(list)
     for call in calls:
         sent[(_minute(call.sent_at), model_family(call.model))].append(call)
-    buckets = []
-    for start, model in sorted(by_bucket.keys() | sent.keys()):
-        zero = Tokens(requests=0 if counted else None)
-        tokens = by_bucket.get((start, model), zero)
-        group = sent.get((start, model), [])
-        if start + BUCKET > filling_from:
-            buckets.append(Bucket(start, model, Class.PENDING, tokens, Tokens(), Tokens(),
-                                  note="younger than the billing delay"))  # fmt: skip
-            continue
-        buckets.append(decide_bucket(start, model, tokens, group, where, tolerance))
+    tallies = [
+        tally(
+            start,
+            model,
+            by_bucket.get((start, model), zero),
+            sent.get((start, model), []),
+            start + BUCKET > filling_from,
+        )
+        for start, model in sorted(by_bucket.keys() | sent.keys())
+    ]
+    by_minute: dict[datetime, list[Tally]] = defaultdict(list)
+    for t in tallies:
+        by_minute[t.start].append(t)
+    first, last = _minute(since), _minute(until - timedelta(microseconds=1))
+
+    def quiet_around(t: Tally) -> bool:
+        """The minute before and after are inside the range and quiet, and so are the
+        minute's other models (a call of another name may be this model's)."""
+        for minute in (t.start - BUCKET, t.start + BUCKET):
+            if minute < first or minute > last or minute + BUCKET > filling_from:
+                return False
+            if not all(other.quiet(tolerance) for other in by_minute.get(minute, [])):
+                return False
+        return all(o.quiet(tolerance) for o in by_minute[t.start] if o is not t)
+
+    buckets = tuple(judge(t, where, scope, quiet_around(t), tolerance) for t in tallies)
     drift = _drift(billed, calls, since, until, filling_from, tolerance)
     resolutions = tuple(r for b in buckets for r in b.resolutions)
-    return Reconciliation(tuple(buckets), drift, resolutions)
+    return Reconciliation(buckets, drift, resolutions)
 
 
 def _drift(
@@ -384,7 +327,7 @@ def _drift(
 ) -> tuple[Drift, ...]:
     """Each whole day of [since, until) that has ended a billing delay ago: the cost
     report's dollars per model against what the ledger priced its calls at (what each
-    settled at, or has charged while open)."""
+    settled at, or has charged while open), for calls on budgets in micro-dollars."""
     provider: dict[tuple[date, str], int] = defaultdict(int)
     for row in billed:
         # A cost tied to no model (Anthropic's web search line) cannot be set against a
@@ -393,6 +336,9 @@ def _drift(
             provider[(row.day, model_family(row.model))] += row.usd_micros
     ledger: dict[tuple[date, str], int] = defaultdict(int)
     for call in calls:
+        if call.unit != USD_MICROS:
+            # A budget in tokens or credits prices nothing in dollars.
+            continue
         spent = call.settled_used if call.settled_used is not None else call.charged
         ledger[(call.sent_at.date(), model_family(call.model))] += spent
     days = []

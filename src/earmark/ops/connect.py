@@ -45,10 +45,12 @@ class AdminAccess:
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+    # The flag that names key_file (`earmark reconcile` calls it --admin-tls-key-file).
+    key_flag: str = "--admin-key-file"
 
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("--admin-cert-file and --admin-key-file: give both or neither")
+            raise ValueError(f"--admin-cert-file and {self.key_flag}: give both or neither")
         if not 0 < self.timeout_seconds <= limits.admin_call_seconds_max:
             raise ValueError(
                 f"--timeout-seconds: {self.timeout_seconds:g} is not in "
@@ -108,6 +110,7 @@ def _tls_arguments(command: argparse.ArgumentParser, key_flag: str = "--admin-ke
     command.add_argument(
         key_flag, dest="admin_client_key_file", type=Path, help="PEM: this client's key"
     )
+    command.set_defaults(admin_client_key_flag=key_flag)
 
 
 def admin_target(
@@ -147,6 +150,7 @@ def access_from(args: argparse.Namespace, environ: Mapping[str, str] | None = No
         ca_file=getattr(args, "admin_ca_file", None),
         cert_file=getattr(args, "admin_cert_file", None),
         key_file=getattr(args, "admin_client_key_file", None),
+        key_flag=getattr(args, "admin_client_key_flag", "--admin-key-file"),
     )
 
 
@@ -229,7 +233,7 @@ def open_channel(access: AdminAccess) -> grpc.Channel:
         return grpc.insecure_channel(access.target)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=_pem(access.ca_file, "--admin-ca-file"),
-        private_key=_pem(access.key_file, "--admin-key-file"),
+        private_key=_pem(access.key_file, access.key_flag),
         certificate_chain=_pem(access.cert_file, "--admin-cert-file"),
     )
     return grpc.secure_channel(access.target, credentials)

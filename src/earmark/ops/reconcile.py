@@ -43,7 +43,7 @@ from earmark.ops.connect import (
     read_token,
 )
 from earmark.ops.reconcile_metrics import publish
-from earmark.ops.reports import DEFAULT_BASES, READERS, ReportReader, Scope
+from earmark.ops.reports import COUNTS_REQUESTS, DEFAULT_BASES, READERS, ReportReader, Scope
 from earmark.v1 import budget_pb2 as pb
 
 FAILING_STATUS = 3
@@ -78,7 +78,7 @@ def _range(args: argparse.Namespace, now: datetime) -> tuple[datetime, datetime]
 
 def _tokens(usage: pb.TokenUsage) -> Tokens:
     return Tokens(usage.input_tokens, usage.cached_input_tokens, usage.output_tokens,
-                  usage.requests or 1)  # fmt: skip
+                  usage.requests or 1, usage.cache_write_input_tokens)  # fmt: skip
 
 
 def ledger_calls(
@@ -99,6 +99,7 @@ def ledger_calls(
                 state=HoldState(c.state), amount=c.amount, charged=c.charged,
                 usage=_tokens(c.usage) if c.HasField("usage") else None,
                 settled_used=c.settled_used if c.HasField("settled_used") else None,
+                key_label=c.key_label, unit=c.unit,
             ))  # fmt: skip
         if not page.next_page_token:
             return calls
@@ -117,7 +118,8 @@ def apply(admin: Admin, provider: str, resolutions: tuple[Resolution, ...]) -> l
             request.usage.CopyFrom(pb.TokenUsage(
                 input_tokens=r.tokens.input, cached_input_tokens=r.tokens.cached,
                 output_tokens=r.tokens.output, requests=1, provider=provider, model=r.model,
-                service_tier=r.service_tier,
+                service_tier=r.service_tier, cache_write_input_tokens=r.tokens.written,
+                cache_write_long_input_tokens=r.tokens.written_long,
             ))  # fmt: skip
         try:
             admin.call("ResolveHold", request, pb.SettleResponse)
@@ -140,25 +142,46 @@ def run_reconcile(args: argparse.Namespace) -> Answer:
     read_usage, read_costs = READERS[provider]
     reported = read_usage(reader, scope, since, until)
     billed = read_costs(reader, scope, since, until)
-    tolerance = Tolerance(
-        tokens_share=args.tolerance,
-        drift_share=args.drift_tolerance,
-        billing_delay=timedelta(seconds=args.billing_delay_seconds),
-    )
+    tolerance = _tolerance(args)
     where = f"{provider} {scope.label or 'organization'}"
     with Admin(access_from(args)) as admin:
         calls = ledger_calls(admin, provider, scope, since, until)
         result = reconcile(reported, calls, billed, since=since, until=until, now=now,
-                           where=where, tolerance=tolerance)  # fmt: skip
+                           where=where, counts_requests=COUNTS_REQUESTS[provider],
+                           scope=scope.label, tolerance=tolerance)  # fmt: skip
         applied = apply(admin, provider, result.resolutions) if args.apply else []
     refused = [a for a in applied if a.refused]
     failing = result.failing() or bool(refused) or (bool(result.resolutions) and not args.apply)
-    publish(args, provider, scope.label, result, applied, failing, now)
     status = FAILING_STATUS if failing else 0
+    # What was found and resolved is said even when the metrics cannot be published.
+    unpublished = ""
+    try:
+        publish(args, provider, scope.label, result, applied, failing, now)
+    except OpsError as error:
+        unpublished, status = str(error), status or 1
     if args.output == "json":
-        return Answer(json.dumps(_as_json(result, applied, args.apply, since, until), indent=2),
-                      status)  # fmt: skip
-    return Answer(_as_text(result, applied, args.apply), status)
+        found = _as_json(result, applied, args.apply, since, until)
+        found |= {"failing": failing, "metrics_error": unpublished}
+        return Answer(json.dumps(found, indent=2), status)
+    text = _as_text(result, applied, args.apply)
+    return Answer(f"{text}\n{unpublished}" if unpublished else text, status)
+
+
+def _bounded(flag: str, value: float, low: float, high: float) -> float:
+    if not low <= value <= high:  # NaN fails both comparisons
+        raise OpsError(f"{flag} is {value}; it must lie between {low:g} and {high:g}")
+    return value
+
+
+def _tolerance(args: argparse.Namespace) -> Tolerance:
+    return Tolerance(
+        tokens_share=_bounded("--tolerance", args.tolerance, 0.0, 1.0),
+        drift_share=_bounded("--drift-tolerance", args.drift_tolerance, 0.0, 1.0),
+        billing_delay=timedelta(seconds=_bounded(
+            "--billing-delay-seconds", args.billing_delay_seconds,
+            limits.reconcile_billing_delay_seconds_min, limits.reconcile_billing_delay_seconds_max,
+        )),
+    )  # fmt: skip
 
 
 def _tokens_json(t: Tokens) -> dict[str, Any]:
@@ -198,7 +221,6 @@ def _as_json(
         "resolved": [a.resolution.reservation_id for a in applied if not a.refused],
         "refused": [{"reservation_id": a.resolution.reservation_id, "why": a.refused}
                     for a in applied if a.refused],
-        "failing": result.failing(),
     }  # fmt: skip
 
 

@@ -9,6 +9,9 @@ provider's own message, and never the key."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import ipaddress
 import json
 import urllib.error
 import urllib.parse
@@ -16,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from earmark import limits
@@ -43,12 +46,40 @@ class Scope:
         return self.api_key_id or self.project_id
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: following one would send the admin key to another host."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def checked_base(base: str) -> str:
+    """An https URL (plain http only to this machine, as a test's fake is): the admin key
+    never crosses a network in the clear."""
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname or "")):
+        return base.rstrip("/")
+    raise OpsError(f"--api-base {base!r} must be an https URL (http only to 127.0.0.1)")
+
+
 class ReportReader:
     """GETs of one provider's admin API, a page at a time."""
 
     def __init__(self, provider: str, base: str, admin_key: str) -> None:
         self.provider = provider
-        self.base = base.rstrip("/")
+        self.base = checked_base(base)
         if provider == "openai":
             self.headers = {"authorization": f"Bearer {admin_key}"}
         else:
@@ -60,13 +91,14 @@ class ReportReader:
             url, headers={**self.headers, "accept": "application/json"}
         )
         try:
-            with urllib.request.urlopen(
-                request, timeout=limits.reconcile_http_timeout_seconds
-            ) as r:
+            with _OPENER.open(request, timeout=limits.reconcile_http_timeout_seconds) as r:
                 body = r.read(limits.reconcile_report_bytes_max + 1)
         except urllib.error.HTTPError as error:
             raise OpsError(f"{self.provider} answered {error.code} to GET {path}: "
                            f"{_message(error.read(4096))}") from None  # fmt: skip
+        except http.client.HTTPException as error:
+            raise OpsError(f"{self.provider}'s answer to GET {path} was cut short: "
+                           f"{type(error).__name__}") from None  # fmt: skip
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise OpsError(f"cannot reach {self.provider} at {self.base}: {reason}") from None
@@ -103,6 +135,18 @@ def _message(body: bytes) -> str:
     return text[:300] or "no message"
 
 
+@contextlib.contextmanager
+def _published(provider: str, what: str) -> Iterator[None]:
+    """A report that is not in its published shape is one line naming it, not a trace."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, InvalidOperation) as error:
+        raise OpsError(
+            f"{provider}'s {what} is not in its published shape ({type(error).__name__}: "
+            f"{str(error)[:200]})"
+        ) from None
+
+
 def _unix(at: datetime) -> str:
     return str(int(at.timestamp()))
 
@@ -131,16 +175,18 @@ def openai_usage(
         params += [("group_by[]", "project_id"), ("project_ids[]", scope.project_id)]
     found = []
     for path in ("/organization/usage/completions", "/organization/usage/embeddings"):
-        for bucket in reader.buckets(path, params):
-            start = _when(bucket["start_time"])
-            for r in bucket.get("results") or []:
-                tokens = Tokens(
-                    input=int(r.get("input_tokens") or 0),
-                    cached=int(r.get("input_cached_tokens") or 0),
-                    output=int(r.get("output_tokens") or 0),
-                    requests=int(r.get("num_model_requests") or 0),
-                )
-                found.append(Reported(start, str(r.get("model") or ""), tokens))
+        with _published("openai", f"usage report {path}"):
+            for bucket in reader.buckets(path, params):
+                start = _when(bucket["start_time"])
+                for r in bucket.get("results") or []:
+                    tokens = Tokens(
+                        input=int(r.get("input_tokens") or 0),
+                        cached=int(r.get("input_cached_tokens") or 0),
+                        output=int(r.get("output_tokens") or 0),
+                        requests=int(r.get("num_model_requests") or 0),
+                        written=int(r.get("input_cache_write_tokens") or 0),
+                    )
+                    found.append(Reported(start, str(r.get("model") or ""), tokens))
     return found
 
 
@@ -158,13 +204,14 @@ def openai_costs(
     if scope.project_id:
         params.append(("project_ids[]", scope.project_id))
     found = []
-    for bucket in reader.buckets("/organization/costs", params):
-        day = _when(bucket["start_time"]).date()
-        for r in bucket.get("results") or []:
-            amount = (r.get("amount") or {}).get("value") or 0
-            model = str(r.get("line_item") or "").split(",")[0].strip()
-            micros = int((Decimal(str(amount)) * MICROS_PER_DOLLAR).to_integral_value())
-            found.append(Billed(day, model, micros))
+    with _published("openai", "cost report"):
+        for bucket in reader.buckets("/organization/costs", params):
+            day = _when(bucket["start_time"]).date()
+            for r in bucket.get("results") or []:
+                amount = (r.get("amount") or {}).get("value") or 0
+                model = str(r.get("line_item") or "").split(",")[0].strip()
+                micros = int((Decimal(str(amount)) * MICROS_PER_DOLLAR).to_integral_value())
+                found.append(Billed(day, model, micros))
     return found
 
 
@@ -183,21 +230,23 @@ def anthropic_usage(
     if scope.project_id:
         params += [("group_by[]", "workspace_id"), ("workspace_ids[]", scope.project_id)]
     found = []
-    for bucket in reader.buckets("/v1/organizations/usage_report/messages", params):
-        start = _when(bucket["starting_at"])
-        for r in bucket.get("results") or []:
-            creation = r.get("cache_creation") or {}
-            read = int(r.get("cache_read_input_tokens") or 0)
-            written = int(creation.get("ephemeral_5m_input_tokens") or 0) + int(
-                creation.get("ephemeral_1h_input_tokens") or 0
-            )
-            tokens = Tokens(
-                input=int(r.get("uncached_input_tokens") or 0) + read + written,
-                cached=read,
-                output=int(r.get("output_tokens") or 0),
-                requests=None,
-            )
-            found.append(Reported(start, str(r.get("model") or ""), tokens))
+    with _published("anthropic", "messages usage report"):
+        for bucket in reader.buckets("/v1/organizations/usage_report/messages", params):
+            start = _when(bucket["starting_at"])
+            for r in bucket.get("results") or []:
+                creation = r.get("cache_creation") or {}
+                read = int(r.get("cache_read_input_tokens") or 0)
+                long = int(creation.get("ephemeral_1h_input_tokens") or 0)
+                written = int(creation.get("ephemeral_5m_input_tokens") or 0) + long
+                tokens = Tokens(
+                    input=int(r.get("uncached_input_tokens") or 0) + read + written,
+                    cached=read,
+                    output=int(r.get("output_tokens") or 0),
+                    requests=None,
+                    written=written,
+                    written_long=long,
+                )
+                found.append(Reported(start, str(r.get("model") or ""), tokens))
     return found
 
 
@@ -215,14 +264,15 @@ def anthropic_costs(
     if scope.project_id:
         params += [("group_by[]", "workspace_id"), ("workspace_ids[]", scope.project_id)]
     found = []
-    for bucket in reader.buckets("/v1/organizations/cost_report", params):
-        day = _when(bucket["starting_at"]).date()
-        for r in bucket.get("results") or []:
-            model = str(r.get("model") or "")
-            micros = int(
-                (Decimal(str(r.get("amount") or "0")) * MICROS_PER_CENT).to_integral_value()
-            )
-            found.append(Billed(day, model, micros))
+    with _published("anthropic", "cost report"):
+        for bucket in reader.buckets("/v1/organizations/cost_report", params):
+            day = _when(bucket["starting_at"]).date()
+            for r in bucket.get("results") or []:
+                model = str(r.get("model") or "")
+                amount = Decimal(str(r.get("amount") or "0"))
+                found.append(
+                    Billed(day, model, int((amount * MICROS_PER_CENT).to_integral_value()))
+                )
     return found
 
 
@@ -230,3 +280,5 @@ READERS = {
     "openai": (openai_usage, openai_costs),
     "anthropic": (anthropic_usage, anthropic_costs),
 }
+# Whether the provider's usage report counts requests (Anthropic's counts tokens only).
+COUNTS_REQUESTS = {"openai": True, "anthropic": False}

@@ -182,6 +182,7 @@ def call_message(call: CallRow) -> pb.Call:
         amount=call.amount,
         charged=call.charged,
         evidence=call.evidence,
+        unit=call.unit,
     )
     if call.usage is not None:
         u = call.usage

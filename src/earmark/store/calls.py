@@ -46,6 +46,7 @@ class CallRow:
     usage: Usage | None
     settled_used: int | None
     evidence: str
+    unit: str
 
 
 # Oldest first, by (sent_at, reservation_id) after the cursor; a key label keeps the calls
@@ -54,8 +55,9 @@ LIST_CALLS = NamedQuery("""
 SELECT c.reservation_id, c.budget_id, r.also_budget_ids, c.provider, c.model, c.service_tier,
     c.key_label, c.sent_at, r.state, r.amount, r.charged, c.input_tokens,
     c.cached_input_tokens, c.cache_write_input_tokens, c.output_tokens, c.requests,
-    r.settled_used, c.evidence
+    r.settled_used, c.evidence, b.unit
 FROM calls c JOIN reservations r ON r.reservation_id = c.reservation_id
+    JOIN budgets b ON b.budget_id = c.budget_id
 WHERE c.provider = $provider AND c.sent_at >= $since AND c.sent_at < $until
     AND ($key_label = '' OR c.key_label IN ($key_label, ''))
     AND (c.sent_at, c.reservation_id) > ($after_at, $after_id::uuid)
@@ -115,6 +117,7 @@ def call_from_row(row: asyncpg.Record) -> CallRow:
         usage=usage,
         settled_used=row["settled_used"],
         evidence=row["evidence"],
+        unit=row["unit"],
     )
 
 

@@ -602,7 +602,7 @@ class DeleteBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "provider", "model", "service_tier", "key_label", "sent_at", "state", "amount", "charged", "usage", "settled_used", "evidence")
+    __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "provider", "model", "service_tier", "key_label", "sent_at", "state", "amount", "charged", "usage", "settled_used", "evidence", "unit")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     ALSO_BUDGET_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -617,6 +617,7 @@ class Call(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     SETTLED_USED_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     budget_id: str
     also_budget_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -631,7 +632,8 @@ class Call(_message.Message):
     usage: TokenUsage
     settled_used: int
     evidence: str
-    def __init__(self, reservation_id: _Optional[str] = ..., budget_id: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., service_tier: _Optional[str] = ..., key_label: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., amount: _Optional[int] = ..., charged: _Optional[int] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., settled_used: _Optional[int] = ..., evidence: _Optional[str] = ...) -> None: ...
+    unit: str
+    def __init__(self, reservation_id: _Optional[str] = ..., budget_id: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., service_tier: _Optional[str] = ..., key_label: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., amount: _Optional[int] = ..., charged: _Optional[int] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., settled_used: _Optional[int] = ..., evidence: _Optional[str] = ..., unit: _Optional[str] = ...) -> None: ...
 
 class ListCallsRequest(_message.Message):
     __slots__ = ("provider", "since", "until", "key_label", "page_size", "page_token")

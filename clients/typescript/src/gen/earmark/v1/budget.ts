@@ -866,6 +866,8 @@ export interface Call {
     | undefined;
   /** A resolve's evidence. */
   evidence: string;
+  /** Its budget's unit (usd_micros: amounts are micro-dollars). */
+  unit: string;
 }
 
 export interface ListCallsRequest {
@@ -6746,6 +6748,7 @@ function createBaseCall(): Call {
     usage: undefined,
     settledUsed: undefined,
     evidence: "",
+    unit: "",
   };
 }
 
@@ -6801,6 +6804,9 @@ export const Call: MessageFns<Call> = {
     }
     if (message.evidence !== "") {
       writer.uint32(114).string(message.evidence);
+    }
+    if (message.unit !== "") {
+      writer.uint32(122).string(message.unit);
     }
     return writer;
   },
@@ -6930,6 +6936,14 @@ export const Call: MessageFns<Call> = {
             message.evidence = reader.string();
             continue;
           }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.unit = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6986,6 +7000,7 @@ export const Call: MessageFns<Call> = {
         ? BigInt(object.settled_used)
         : undefined,
       evidence: isSet(object.evidence) ? globalThis.String(object.evidence) : "",
+      unit: isSet(object.unit) ? globalThis.String(object.unit) : "",
     };
   },
 
@@ -7033,6 +7048,9 @@ export const Call: MessageFns<Call> = {
     if (message.evidence !== "") {
       obj.evidence = message.evidence;
     }
+    if (message.unit !== "") {
+      obj.unit = message.unit;
+    }
     return obj;
   },
 
@@ -7059,6 +7077,7 @@ export const Call: MessageFns<Call> = {
       ? BigInt(object.settledUsed)
       : undefined;
     message.evidence = object.evidence ?? "";
+    message.unit = object.unit ?? "";
     return message;
   },
 };
