@@ -221,7 +221,8 @@ async def test_findings_are_metrics_and_a_refused_key_is_one_line(
     workload: Workload, book: Running, fake: FakeOpenAI, clock: FakeClock, tmp_path: Path
 ) -> None:
     """A run writes earmark_reconcile_* for a textfile collector (failing 1 for a call made
-    outside Earmark); a wrong admin key is the provider's 401 in one line, not the key."""
+    outside Earmark), and says what it found when the file cannot be written; a wrong admin
+    key is the provider's 401 in one line, not the key."""
     await workload.outside.chat.completions.create(**ask("outside", max_tokens=50))
     metrics = tmp_path / "reconcile.prom"
     code, _ = await reconcile(book, fake, tmp_path, "--metrics-file", str(metrics))
@@ -231,6 +232,13 @@ async def test_findings_are_metrics_and_a_refused_key_is_one_line(
         code,
         f"earmark_reconcile_failing{{{labels}}} 1.0" in text,
         f'earmark_reconcile_buckets{{class="provider-only",{labels}}} 1.0' in text,
+    )
+    unwritable = tmp_path / "no-such-dir" / "reconcile.prom"
+    code, found = await reconcile(book, fake, tmp_path, "--metrics-file", str(unwritable))
+    assert (3, True, ["provider-only"]) == (
+        code,
+        found["metrics_error"].startswith("cannot write --metrics-file"),
+        [b["class"] for b in found["buckets"]],
     )
     fake.state.admin_keys = {"sk-admin-" + "b2" * 24}
     key_file = tmp_path / "openai-admin-key"

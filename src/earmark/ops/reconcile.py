@@ -137,12 +137,12 @@ def run_reconcile(args: argparse.Namespace) -> Answer:
     scope = Scope(args.api_key_id or "", args.project_id or "")
     now = datetime.now(UTC)
     since, until = _range(args, now)
+    tolerance = _tolerance(args)
     key = read_token(args.admin_key_file, "--admin-key-file")
     reader = ReportReader(provider, args.api_base or DEFAULT_BASES[provider], key)
     read_usage, read_costs = READERS[provider]
     reported = read_usage(reader, scope, since, until)
     billed = read_costs(reader, scope, since, until)
-    tolerance = _tolerance(args)
     where = f"{provider} {scope.label or 'organization'}"
     with Admin(access_from(args)) as admin:
         calls = ledger_calls(admin, provider, scope, since, until)

@@ -101,7 +101,10 @@ def publish(
 
     registry = registry_of(provider, key or "organization", result, applied, failing, now)
     if args.metrics_file:
-        write_to_textfile(str(args.metrics_file), registry)
+        try:
+            write_to_textfile(str(args.metrics_file), registry)
+        except OSError as error:
+            raise OpsError(f"cannot write --metrics-file {args.metrics_file}: {error}") from None
     if args.pushgateway:
         grouping = {"provider": provider, "key": key or "organization"}
         try:
