@@ -192,13 +192,10 @@ def judge(t: Tally, where: str, scope: str, neighbours_quiet: bool, tolerance: T
     requests as calls; without request counts, one call alone with the surplus). Either
     needs the minute's other calls known, its key, and quiet neighbours: a call sent near a
     minute's edge may be billed in the next."""
-    if t.pending:
-        note = "younger than the billing delay" if not t.held else "calls still in flight"
+    if t.pending or t.held:
+        note = "calls still in flight" if t.held else "younger than the billing delay"
         return Bucket(t.start, t.model, Class.PENDING, t.reported, t.ledger, t.unexplained,
                       t.in_doubt, note=note)  # fmt: skip
-    if t.held:
-        return Bucket(t.start, t.model, Class.PENDING, t.reported, t.ledger, t.unexplained,
-                      t.in_doubt, note="calls still in flight")  # fmt: skip
     if not t.in_doubt:
         return Bucket(t.start, t.model, _classify(t, tolerance), t.reported, t.ledger,
                       t.unexplained)  # fmt: skip

@@ -36,15 +36,12 @@ def calls_query(request: pb.ListCallsRequest) -> CallsQuery:
 
 
 def evidence(value: str) -> str:
-    """A resolve's evidence: free text, bounded, that PostgreSQL takes."""
+    """A resolve's evidence: free text, bounded, that PostgreSQL takes (protobuf has
+    already refused a string that is not UTF-8)."""
     if len(value) > limits.evidence_length_max:
         raise InvalidArgument(
             "evidence", f"is {len(value)} characters long; at most {limits.evidence_length_max}"
         )
     if "\x00" in value:
         raise InvalidArgument("evidence", "holds a NUL character")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise InvalidArgument("evidence", "is not valid UTF-8") from None
     return value

@@ -22,7 +22,7 @@ from earmark.store.named import NamedQuery
 from earmark.store.rows import BUDGET_COLUMNS, HOLD_COLUMN_NAMES, budget_from_row
 from earmark.store.tx import Conn
 
-NIL_ID = str(uuid.UUID(int=0))
+_NIL = str(uuid.UUID(int=0))
 T = TypeVar("T")
 
 # A budget's holds in keyset order (owner, idempotency_key, reservation_id): its own, by
@@ -115,14 +115,14 @@ def encode_token(value: object) -> str:
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
 
-def decode_token(token: str) -> object:
+def _decode(token: str) -> object:
     try:
         return json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError):
         raise InvalidArgument("page_token", "is not a token this sidecar gave") from None
 
 
-def plain_text(text: str) -> bool:
+def _plain(text: str) -> bool:
     """Text PostgreSQL takes: no NUL, and UTF-8 (a lone surrogate is not)."""
     if "\x00" in text:
         return False
@@ -135,13 +135,13 @@ def plain_text(text: str) -> bool:
 
 def _hold_cursor(token: str) -> tuple[str, str, str]:
     if not token:
-        return "", "", NIL_ID
-    found = decode_token(token)
+        return "", "", _NIL
+    found = _decode(token)
     # A forged token could carry what PostgreSQL refuses in text (NUL): refused here.
     if (
         isinstance(found, list)
         and len(found) == 3
-        and all(isinstance(part, str) and plain_text(part) for part in found)
+        and all(isinstance(part, str) and _plain(part) for part in found)
     ):
         owner, key, after = found
         try:
@@ -155,12 +155,12 @@ def time_cursor(token: str, start: datetime = _EPOCH) -> tuple[datetime, str]:
     """The (time, reservation_id) a page in time order starts after: holds across budgets
     by created_at, calls by sent_at; without a token, start."""
     if not token:
-        return start, NIL_ID
-    found = decode_token(token)
+        return start, _NIL
+    found = _decode(token)
     if (
         isinstance(found, list)
         and len(found) == 2
-        and all(isinstance(part, str) and plain_text(part) for part in found)
+        and all(isinstance(part, str) and _plain(part) for part in found)
     ):
         at, after = found
         try:
@@ -175,7 +175,7 @@ def time_cursor(token: str, start: datetime = _EPOCH) -> tuple[datetime, str]:
 def _ledger_cursor(token: str) -> int:
     if not token:
         return 0
-    found = decode_token(token)
+    found = _decode(token)
     if isinstance(found, int) and not isinstance(found, bool) and 0 <= found <= limits.int64_max:
         return found
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
@@ -278,9 +278,9 @@ LIMIT $3
 def _budget_cursor(token: str) -> str:
     if not token:
         return ""
-    found = decode_token(token)
+    found = _decode(token)
     # A forged token could carry what PostgreSQL refuses in text: refused here.
-    if isinstance(found, str) and plain_text(found):
+    if isinstance(found, str) and _plain(found):
         return found
     raise InvalidArgument("page_token", "is not a token this sidecar gave")
 

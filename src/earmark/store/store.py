@@ -109,10 +109,6 @@ class Store:
             on_batch=self._observer.on_batch,
         )
 
-    def now(self) -> datetime:
-        """The store's clock: the time its transactions are decided at."""
-        return self._clock()
-
     @classmethod
     async def open(
         cls,

@@ -117,11 +117,7 @@ WRITES: dict[str, str] = {
     DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()""",
     # A call's sent fields are the first write's; its usage and evidence, once given.
     "calls": """
-    INSERT INTO calls AS c
-    SELECT u.reservation_id, u.budget_id, u.provider, u.model, u.service_tier, u.key_label,
-        u.sent_at, u.input_tokens, u.cached_input_tokens, u.cache_write_input_tokens,
-        u.output_tokens, u.requests, coalesce(u.evidence, '')
-    FROM unnest($calls::write_call[]) AS u
+    INSERT INTO calls AS c SELECT * FROM unnest($calls::write_call[])
     ON CONFLICT (reservation_id) DO UPDATE
     SET input_tokens = coalesce(EXCLUDED.input_tokens, c.input_tokens),
         cached_input_tokens = coalesce(EXCLUDED.cached_input_tokens, c.cached_input_tokens),
@@ -141,8 +137,8 @@ WRITES: dict[str, str] = {
 
 
 def call_row(call: CallRecord) -> tuple[object, ...]:
-    """A call's write_call row: usage None and evidence "" write nulls, which keep what
-    the stored row has."""
+    """A call's write_call row: usage None writes nulls, which keep the stored usage, as
+    evidence "" keeps the stored evidence."""
     usage = call.usage
     counts: tuple[int | None, ...] = (None,) * 5
     if usage is not None:
@@ -152,7 +148,7 @@ def call_row(call: CallRecord) -> tuple[object, ...]:
         )  # fmt: skip
     return (
         call.reservation_id, call.budget_id, call.provider, call.model, call.service_tier,
-        call.key_label, call.sent_at, *counts, call.evidence or None,
+        call.key_label, call.sent_at, *counts, call.evidence,
     )  # fmt: skip
 
 

@@ -33,8 +33,8 @@ CREATE TABLE calls (
 -- Reconciliation reads a provider's calls over a time range.
 CREATE INDEX calls_sent ON calls (provider, sent_at);
 
--- The row a batch writes (migration 0012's way): usage and evidence may be null there,
--- meaning "keep what the row has".
+-- The row a batch writes (migration 0012's way), in the table's column order: null usage,
+-- and evidence '', mean "keep what the row has".
 CREATE TYPE write_call AS (
     reservation_id            uuid,
     budget_id                 text,
