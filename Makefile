@@ -15,7 +15,8 @@ BUF_TOOLS := tools/buf
 BUF := $(BUF_TOOLS)/node_modules/.bin/buf
 BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
-.PHONY: venv node typescript ts-proto buf-tools buf run test check lint typecheck proto bench clean
+.PHONY: venv node typescript ts-proto buf-tools buf run test check lint typecheck proto bench clean \
+	version
 
 venv: $(STAMP)
 
@@ -84,6 +85,22 @@ proto: venv
 
 bench: venv
 	$(BIN)/python -m bench
+
+# The release's version, stated once: `make version VERSION=X.Y.Z` writes it into
+# pyproject.toml and the copies npm needs literally (tools/version.py). The next `make`
+# reinstalls .venv, pyproject.toml being newer, so `earmark --version` there says it too.
+version:
+	@test -n "$(VERSION)" || { echo "usage: make version VERSION=X.Y.Z" >&2; exit 2; }
+	$(PYTHON) tools/version.py $(VERSION)
+
+# The container image, from deploy/docker/Dockerfile with the repository as its context:
+# `make image TAG=registry.example.com/earmark:0.1.0`, then `docker push` that tag and name
+# it in your overlay's `images:` (deploy/README.md). DOCKER=podman builds with Podman.
+.PHONY: image
+DOCKER ?= docker
+image:
+	@test -n "$(TAG)" || { echo "usage: make image TAG=REGISTRY/earmark:VERSION" >&2; exit 2; }
+	$(DOCKER) build -f deploy/docker/Dockerfile -t $(TAG) .
 
 clean:
 	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules \

@@ -61,6 +61,8 @@ class Reason(StrEnum):
     TOKEN_UNKNOWN = "TOKEN_UNKNOWN"
     BUDGET_NOT_PERMITTED = "BUDGET_NOT_PERMITTED"
     HOLD_OF_ANOTHER_CALLER = "HOLD_OF_ANOTHER_CALLER"
+    # UNIMPLEMENTED: an Admin method called on the workers' listener (Admin has its own).
+    ADMIN_ON_ITS_OWN_LISTENER = "ADMIN_ON_ITS_OWN_LISTENER"
     # RESOURCE_EXHAUSTED: too many long-lived streams.
     STREAMS_FULL = "STREAMS_FULL"
     # UNAVAILABLE: each is safe to retry with the same idempotency key.

@@ -34,6 +34,12 @@ llm_prompt_chars_per_token = 3
 llm_message_overhead_tokens = 4
 llm_tool_calls_default = 10
 sse_event_bytes_max = 16 << 20
+# The LiteLLM gate (earmark.integrations.litellm): a request that was sent and whose outcome
+# LiteLLM has not logged litellm_outcome_grace_seconds after its task ended (its client went
+# away mid-stream) is left in doubt; EARMARK_LITELLM_OUTCOME_GRACE_SECONDS sets it, up to
+# litellm_outcome_grace_seconds_max.
+litellm_outcome_grace_seconds = 10.0
+litellm_outcome_grace_seconds_max = 600.0
 
 # The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
 # it is made at most client_attempts_max times, with backoff between attempts of at most
@@ -594,6 +600,7 @@ assert 4 * console_login_failures_max <= console_login_addresses_max <= 1_000_00
 
 assert write_statements_max < statement_cache_size_default
 assert 1 <= llm_prompt_chars_per_token <= 4
+assert 0 < litellm_outcome_grace_seconds <= litellm_outcome_grace_seconds_max
 assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
 assert 1 << 16 <= sse_event_bytes_max <= 64 << 20
 

@@ -34,6 +34,7 @@ from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
 from earmark.service.drain import Drain
 from earmark.service.edge import StreamSlots
+from earmark.service.elsewhere import AdminElsewhere
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, split_host_port
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
@@ -341,6 +342,7 @@ class Sidecar:
             plans=self.plans,
         )
         budget_pb2_grpc.add_BudgetServicer_to_server(service, server)
+        server.add_generic_rpc_handlers((AdminElsewhere(settings.admin_address),))
         port = listeners.add_tcp_port(server, settings, settings.listen, "listen")
         await server.start()
         return server, port

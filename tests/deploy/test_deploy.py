@@ -9,19 +9,42 @@ import shutil
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from earmark import cli
+from earmark import cli, limits
 from earmark.core.reconcile import Reconciliation
 from earmark.metrics import Metrics
 from earmark.ops.reconcile_metrics import registry_of
+from tests.deploy.rendered import (
+    BASE,
+    DEPLOY,
+    OVERLAY,
+    both,
+    needs_kubectl,
+    pod_specs,
+    rendered,
+    resource,
+)
 from tests.helpers import binary_missing
+from tests.test_docs_links import anchor
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMETHEUS = DEPLOY / "prometheus"
+ROOT = DEPLOY.parent
+# Where every alert's runbook_url points, followed by the alert's anchor (deploy/README.md).
+RUNBOOKS = "https://github.com/earmark/earmark/blob/main/docs/runbooks.md"
+# The image the README builds, pushes and names in the example overlay.
+IMAGE_TAG = "registry.example.com/earmark:0.1.0"
+# `kubectl create secret generic NAME --from-file=KEY=...` (or --from-literal) in the README.
+CREATE_SECRET = re.compile(
+    r"kubectl (?:-n \S+ )?create secret generic (\S+) --from-(?:file|literal)=([\w.-]+)="
+)
+# The Namespace each rendering admits Prometheus's pods from: the base's default, and the
+# example overlay's.
+PROMETHEUS_NAMESPACE = {BASE: "monitoring", OVERLAY: "observability"}
 PROMTOOL = shutil.which("promtool")
 MISSING = binary_missing("promtool", "prometheus")
 needs_promtool = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
@@ -96,16 +119,49 @@ def test_dashboard_is_grafana_json() -> None:
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
-def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret() -> None:
+def created_secrets() -> dict[str, str]:
+    """The Secrets deploy/kubernetes/README.md has the operator create: name to key."""
+    return dict(CREATE_SECRET.findall((BASE / "README.md").read_text()))
+
+
+def prometheus_peer(namespace: str) -> dict[str, Any]:
+    """A NetworkPolicy peer: Prometheus's pods in that namespace."""
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+
+
+@needs_kubectl
+@both
+def test_the_base_and_the_overlay_render_what_an_operator_applies(directory: Path) -> None:
+    """`kubectl kustomize` renders the base and the example overlay, without a warning, into
+    the worker with its sidecar, the webhooks receiver and its Service, their
+    NetworkPolicies, the reconcile CronJob and the PrometheusRule: no Secret, and in the
+    overlay every resource in its namespace."""
+    docs = rendered(directory)
+    assert {
+        ("Deployment", "ai-worker"),
+        ("NetworkPolicy", "ai-worker-earmark"),
+        ("Deployment", "earmark-kinde-webhooks"),
+        ("Service", "earmark-kinde-webhooks"),
+        ("NetworkPolicy", "earmark-kinde-webhooks"),
+        ("CronJob", "earmark-reconcile-openai"),
+        ("PrometheusRule", "earmark"),
+    } == {(d["kind"], d["metadata"]["name"]) for d in docs}
+    namespaces = {d["metadata"].get("namespace") for d in docs}
+    assert ({None} if directory == BASE else {"earmark"}) == namespaces
+
+
+@needs_kubectl
+@both
+def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret(directory: Path) -> None:
     """The manifest runs Earmark as the worker's native sidecar (started first, stopped
-    last), with gRPC probes, resources, non-root settings and the database URL from a
-    Secret; the worker finds it through EARMARK_TARGET."""
-    docs = list(
-        yaml.safe_load_all((DEPLOY / "kubernetes" / "worker-with-earmark.yaml").read_text())
-    )
-    kinds = {d["kind"]: d for d in docs}
-    assert {"Secret", "Deployment", "NetworkPolicy"} == set(kinds)
-    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    last), with gRPC probes (started and ready only once the Budget service, that is the
+    database, is SERVING), resources, non-root settings and the database URL from the Secret
+    the operator creates; the worker finds it through EARMARK_TARGET."""
+    docs = rendered(directory)
+    pod = resource(docs, "Deployment", "ai-worker")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
     sidecars = {c["name"]: c for c in pod["initContainers"]}
     # A native sidecar: started before the worker, stopped after it.
@@ -117,15 +173,137 @@ def test_kubernetes_pod_runs_the_sidecar_with_probes_and_secret() -> None:
     env = {e["name"]: e for e in earmark["env"]}
     # The probes reach the health-only listener; workers' gRPC stays on loopback.
     health_port = int(env["EARMARK_HEALTH_LISTEN"]["value"].rpartition(":")[2])
-    assert {"port": health_port, "service": "earmark.v1.Budget"} == (
-        earmark["readinessProbe"]["grpc"]
+    budget_service = {"port": health_port, "service": "earmark.v1.Budget"}
+    assert (budget_service, budget_service) == (
+        earmark["startupProbe"]["grpc"],
+        earmark["readinessProbe"]["grpc"],
     )
     assert {"port": health_port} == earmark["livenessProbe"]["grpc"]
     assert "127.0.0.1:50051" == env["EARMARK_LISTEN"]["value"]
     assert earmark["resources"]["limits"]
+    # The sidecar gives up on its database first, with its own line, then the kubelet.
+    startup = earmark["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] > database_wait(env)
+    # The Secret and key the README's `kubectl create secret` makes, not an applied file.
     secret = env["EARMARK_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
-    assert kinds["Secret"]["metadata"]["name"] == secret["name"]
+    assert created_secrets().get(secret["name"]) == secret["key"]
+    assert [] == [d for d in docs if d["kind"] == "Secret"]
     assert pod["securityContext"]["runAsNonRoot"]
+
+
+def database_wait(env: dict[str, dict[str, Any]]) -> float:
+    """How long the sidecar with this env waits for its database before it exits."""
+    if "EARMARK_DATABASE_WAIT_SECONDS" in env:
+        return float(env["EARMARK_DATABASE_WAIT_SECONDS"]["value"])
+    return limits.database_wait_seconds_default
+
+
+@needs_kubectl
+@both
+def test_every_secret_read_is_created_by_the_operator(directory: Path) -> None:
+    """Every Secret a pod reads (an env reference or a volume) is one deploy/kubernetes/
+    README.md has the operator create with `kubectl create secret generic`, with the key the
+    pod reads; no file under deploy/ applies a Secret, so no apply resets one."""
+    read: dict[str, set[str]] = {}
+    for spec in pod_specs(rendered(directory)).values():
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            for item in container.get("env", []):
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    read.setdefault(ref["name"], set()).add(ref["key"])
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                read.setdefault(volume["secret"]["secretName"], set())
+    created = created_secrets()
+    assert ({"earmark-database", "openai-admin-key"}, set()) == (
+        set(read),
+        set(read) - set(created),
+    )
+    # An env reference reads the one key the README's command creates.
+    assert {name: {created[name]} for name, keys in read.items() if keys} == {
+        name: keys for name, keys in read.items() if keys
+    }
+    manifests = [*DEPLOY.glob("kubernetes*/**/*.yaml"), *DEPLOY.glob("kubernetes*/**/*.yml")]
+    applied = [p for p in manifests if re.search(r"^kind: Secret$", p.read_text(), re.M)]
+    assert ([], True) == (applied, len(manifests) >= 5)
+
+
+@needs_kubectl
+@both
+def test_metrics_are_admitted_from_prometheus_alone(directory: Path) -> None:
+    """The sidecar's NetworkPolicy admits its metrics port (budget ids, limits and use) from
+    Prometheus's pods alone, and nothing else: not the health port, which only the kubelet
+    probes from the node; the webhooks receiver's admits Prometheus and the ingress
+    controller, and no rule anywhere admits every pod."""
+    docs = rendered(directory)
+    prometheus = prometheus_peer(PROMETHEUS_NAMESPACE[directory])
+    worker = resource(docs, "Deployment", "ai-worker")["spec"]["template"]
+    (earmark,) = worker["spec"]["initContainers"]
+    env = {e["name"]: e.get("value") for e in earmark["env"]}
+    metrics_port = int(env["EARMARK_METRICS_LISTEN"].rpartition(":")[2])
+    assert str(metrics_port) == worker["metadata"]["annotations"]["prometheus.io/port"]
+    policy = resource(docs, "NetworkPolicy", "ai-worker-earmark")["spec"]
+    assert worker["metadata"]["labels"] == policy["podSelector"]["matchLabels"]
+    assert [{"from": [prometheus], "ports": [{"port": metrics_port, "protocol": "TCP"}]}] == (
+        policy["ingress"]
+    )
+    webhooks = resource(docs, "NetworkPolicy", "earmark-kinde-webhooks")["spec"]
+    (rule,) = webhooks["ingress"]
+    assert (True, [{"port": 8788, "protocol": "TCP"}]) == (
+        prometheus in rule["from"],
+        rule["ports"],
+    )
+    policies = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"]
+    assert all(rule.get("from") for p in policies for rule in p["ingress"])
+
+
+@needs_kubectl
+@both
+def test_the_overlay_sets_the_image_the_makefile_builds(directory: Path) -> None:
+    """The base names its images by name alone, and the example overlay sets them (kustomize
+    `images:`) to the tag deploy/README.md builds with `make image` and pushes."""
+    images = {
+        container["image"]
+        for spec in pod_specs(rendered(directory)).values()
+        for container in [*spec.get("initContainers", []), *spec["containers"]]
+    }
+    expected = {
+        BASE: {"earmark", "ai-worker"},
+        OVERLAY: {IMAGE_TAG, "registry.example.com/ai-worker:1.0.0"},
+    }
+    assert expected[directory] == images
+    readme = (DEPLOY / "README.md").read_text()
+    assert (True, True) == (
+        f"make image TAG={IMAGE_TAG}" in readme,
+        f"docker push {IMAGE_TAG}" in readme,
+    )
+
+
+def test_make_image_builds_the_dockerfile_with_the_given_tag() -> None:
+    """`make image TAG=...` builds deploy/docker/Dockerfile from the repository's root with
+    that tag (docker stood in for by echo: no Docker engine here), and without a tag it
+    stops and says how to give one."""
+    make = ["make", "--no-print-directory", "-s", "image", "DOCKER=echo"]
+    tagged = subprocess.run(
+        [*make, f"TAG={IMAGE_TAG}"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    untagged = subprocess.run(make, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert (0, f"build -f deploy/docker/Dockerfile -t {IMAGE_TAG} .\n") == (
+        tagged.returncode,
+        tagged.stdout,
+    )
+    assert (2, True) == (untagged.returncode, "make image TAG=" in untagged.stderr)
+
+
+@needs_kubectl
+@both
+def test_the_prometheusrule_carries_the_shipped_rules(directory: Path) -> None:
+    """The PrometheusRule's groups are deploy/prometheus/earmark-rules.yml's, which promtool
+    checks and tests; the overlay adds the label its Prometheus Operator selects by."""
+    rule = resource(rendered(directory), "PrometheusRule", "earmark")
+    assert yaml.safe_load((PROMETHEUS / "earmark-rules.yml").read_text()) == rule["spec"]
+    labels = rule["metadata"]["labels"]
+    assert (directory == OVERLAY) == (labels.get("release") == "kube-prometheus-stack")
 
 
 def test_metrics_text_parses() -> None:
@@ -137,14 +315,16 @@ def test_metrics_text_parses() -> None:
 
 
 def test_every_alert_links_its_runbook() -> None:
-    """Every alert's runbook_url points at a section of docs/runbooks.md named after it."""
+    """Every alert's runbook_url is the one base URL deploy/README.md documents followed by
+    the anchor of a section of docs/runbooks.md named after the alert, one section each."""
     rules = yaml.safe_load((PROMETHEUS / "earmark-rules.yml").read_text())
     alerts = [r for group in rules["groups"] for r in group["rules"] if "alert" in r]
-    runbooks = (DEPLOY.parent / "docs" / "runbooks.md").read_text()
-    anchors = {line[3:].strip().lower() for line in runbooks.splitlines() if line.startswith("## ")}
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text()
+    anchors = {anchor(line[3:]) for line in runbooks.splitlines() if line.startswith("## ")}
     linked = {a["alert"]: a["annotations"]["runbook_url"] for a in alerts}
-    assert {name: f"docs/runbooks.md#{name.lower()}" for name in linked} == linked
+    assert {name: f"{RUNBOOKS}#{name.lower()}" for name in linked} == linked
     assert {name.lower() for name in linked} == anchors
+    assert RUNBOOKS in (DEPLOY / "README.md").read_text()
 
 
 def test_every_metric_is_in_the_readme() -> None:
@@ -164,11 +344,14 @@ def test_every_metric_is_in_the_readme() -> None:
     assert set() == registered - documented
 
 
-def test_the_reconcile_cronjob_runs_a_command_the_cli_takes() -> None:
+@needs_kubectl
+@both
+def test_the_reconcile_cronjob_runs_a_command_the_cli_takes(directory: Path) -> None:
     """The CronJob's reconcile container runs `earmark reconcile` with flags the command
     line takes, against the sidecar in its own pod through the shared data dir's socket,
-    with the provider's admin key mounted read-only rather than in its env."""
-    (job,) = yaml.safe_load_all((DEPLOY / "kubernetes" / "reconcile-cronjob.yaml").read_text())
+    started once that sidecar's database answers, with the provider's admin key mounted
+    read-only rather than in its env."""
+    (job,) = [d for d in rendered(directory) if d["kind"] == "CronJob"]
     spec = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     (sidecar,) = spec["initContainers"]
     (reconcile,) = spec["containers"]
@@ -183,3 +366,13 @@ def test_the_reconcile_cronjob_runs_a_command_the_cli_takes() -> None:
     )
     assert str(args.data_dir) == sidecar_env["EARMARK_DATA_DIR"]
     assert not any("KEY" in e["name"] for e in reconcile.get("env", []))
+    # The key file is the key the README's command creates, in the Secret's mount.
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "provider-admin-key"]
+    key = created_secrets()[volume["secret"]["secretName"]]
+    assert f"{mounts['provider-admin-key']['mountPath']}/{key}" == str(args.admin_key_file)
+    health_port = int(str(sidecar_env["EARMARK_HEALTH_LISTEN"]).rpartition(":")[2])
+    startup = sidecar["startupProbe"]
+    assert {"port": health_port, "service": "earmark.v1.Budget"} == startup["grpc"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] > (
+        limits.database_wait_seconds_default
+    )

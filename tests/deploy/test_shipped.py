@@ -1,7 +1,8 @@
 """What deploy/ ships, run as shipped: the Dockerfile's environment and entrypoint under
-the Kubernetes manifest's env and args, with only its paths mapped into a temp dir, its
-ports mapped to free ones and its Secret to the test database. The sidecar reaches
-SERVING on the manifest's probe, and a worker with the manifest's worker env reserves."""
+the Kubernetes manifests' env and args as `kubectl kustomize` renders the example overlay,
+with only its paths mapped into a temp dir, its ports mapped to free ones and its Secret to
+the test database. The sidecar reaches SERVING on the manifest's probes once its database
+answers, and not before, and a worker with the manifest's worker env reserves."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
+from tests.chaos.test_start import forwarder, refusing_port, unix_socket_of
+from tests.conftest import TEST_DATABASE
+from tests.deploy.rendered import DEPLOY, OVERLAY, both, needs_kubectl, rendered, resource
 from tests.helpers import child, eventually, free_port
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-MANIFEST = DEPLOY / "kubernetes" / "worker-with-earmark.yaml"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _ADDRESS = re.compile(r"^(?P<host>[\w.\-]+|\[[0-9a-f:]+\]):(?P<port>\d+)$")
 
 
@@ -46,10 +49,10 @@ def dockerfile() -> tuple[dict[str, str], list[str]]:
     return env, command
 
 
-def pod() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The manifest's Earmark container, its worker container and its pod spec."""
-    docs = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text())}
-    spec = docs["Deployment"]["spec"]["template"]["spec"]
+def pod(directory: Path = OVERLAY) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The rendered worker Deployment's Earmark container, its worker container and its pod
+    spec."""
+    spec = resource(rendered(directory), "Deployment", "ai-worker")["spec"]["template"]["spec"]
     (earmark,) = [c for c in spec["initContainers"] if c["name"] == "earmark"]
     (worker,) = [c for c in spec["containers"] if c["name"] == "worker"]
     return earmark, worker, spec
@@ -98,10 +101,28 @@ async def check(target: str, service: str) -> int:
     return int(reply.status)
 
 
-def test_the_data_dir_is_a_volume_under_a_read_only_root() -> None:
+def sidecar_env(earmark: dict[str, Any], mapping: Mapping) -> dict[str, str]:
+    """The sidecar's environment: the image's, then the container's, mapped; the image's
+    PATH leads to its venv, here this one's."""
+    image_env, _ = dockerfile()
+    env = {name: mapping.value(value) for name, value in image_env.items()}
+    env.update(mapping.env(earmark))
+    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    return env
+
+
+def sidecar_command(earmark: dict[str, Any]) -> list[str]:
+    """The image's entrypoint with the container's args (or the image's CMD)."""
+    _, entrypoint = dockerfile()
+    return [entrypoint[0], *earmark.get("args", entrypoint[1:])]
+
+
+@needs_kubectl
+@both
+def test_the_data_dir_is_a_volume_under_a_read_only_root(directory: Path) -> None:
     """The root is read-only, so EARMARK_DATA_DIR (the admin socket, the lock) is a
     mounted emptyDir."""
-    earmark, _, spec = pod()
+    earmark, _, spec = pod(directory)
     image_env, _ = dockerfile()
     data_dir = (
         Mapping(Path("/"), "").env(earmark).get("EARMARK_DATA_DIR", image_env["EARMARK_DATA_DIR"])
@@ -112,21 +133,18 @@ def test_the_data_dir_is_a_volume_under_a_read_only_root() -> None:
     assert {} == volume["emptyDir"]
 
 
+@needs_kubectl
 async def test_the_shipped_pod_serves_a_worker(database_url: str, tmp_path: Path) -> None:
     """`earmark serve` with exactly the image's and the manifest's command and environment
     reaches SERVING on the readiness probe's port, and a worker with the manifest's
     worker environment reserves through it; SIGTERM stops it cleanly."""
     earmark, worker, _ = pod()
-    image_env, entrypoint = dockerfile()
     mapping = Mapping(tmp_path, database_url)
-    env = {name: mapping.value(value) for name, value in image_env.items()}
-    env.update(mapping.env(earmark))
-    # The image's PATH leads to its venv: here, this one's.
-    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
-    args = earmark.get("args", entrypoint[1:])
+    env = sidecar_env(earmark, mapping)
     probe = earmark["readinessProbe"]["grpc"]
     probe_target = f"127.0.0.1:{mapping.port(probe['port'])}"
-    async with child(entrypoint[0], *args, env=env, stdout=asyncio.subprocess.DEVNULL) as served:
+    command = sidecar_command(earmark)
+    async with child(*command, env=env, stdout=asyncio.subprocess.DEVNULL) as served:
 
         async def ready() -> bool:
             return SERVING == await check(probe_target, probe["service"])
@@ -189,3 +207,47 @@ async def test_the_shipped_pod_serves_a_worker(database_url: str, tmp_path: Path
         assert (0, 36) == (reserving.returncode, len(out.decode().strip()))
         served.send_signal(signal.SIGTERM)
         assert 0 == await asyncio.wait_for(served.wait(), 60)
+
+
+@needs_kubectl
+async def test_the_shipped_probes_wait_for_the_database(database_url: str, tmp_path: Path) -> None:
+    """With its database not answering yet, the shipped sidecar's startup and readiness
+    probes fail (NOT_SERVING), so the kubelet starts no worker and sends it no traffic,
+    while its liveness probe passes, so nothing restarts it; once the database answers,
+    both probes pass."""
+    earmark, _, _ = pod()
+    with refusing_port() as bound:
+        port = bound.getsockname()[1]
+        # The Secret's URL names a database that is not there yet: the forwarder below
+        # starts it, on the port the URL names.
+        mapping = Mapping(tmp_path, f"postgresql://postgres@127.0.0.1:{port}/{TEST_DATABASE}")
+        env = sidecar_env(earmark, mapping)
+        probes = {
+            name: earmark[name]["grpc"]
+            for name in ("startupProbe", "readinessProbe", "livenessProbe")
+        }
+
+        async def answers() -> dict[str, int]:
+            return {
+                name: await check(f"127.0.0.1:{mapping.port(p['port'])}", p.get("service", ""))
+                for name, p in probes.items()
+            }
+
+        async with child(
+            *sidecar_command(earmark), env=env, stdout=asyncio.subprocess.DEVNULL
+        ) as served:
+
+            async def listening() -> bool:
+                return -1 not in (await answers()).values()
+
+            await eventually(listening, within_seconds=60, what="the probes' listener answers")
+            waiting = {"startupProbe": NOT_SERVING, "readinessProbe": NOT_SERVING}
+            assert waiting | {"livenessProbe": SERVING} == await answers()
+            async with forwarder(bound, unix_socket_of(database_url)):
+
+                async def started() -> bool:
+                    return {name: SERVING for name in probes} == await answers()
+
+                await eventually(started, within_seconds=60, what="the startup probe passes")
+                served.send_signal(signal.SIGTERM)
+                assert 0 == await asyncio.wait_for(served.wait(), 60)

@@ -387,6 +387,6 @@ tests:
             exp_annotations:
               summary: "Jobs ran past their holds on a"
               description: "{count} settles in 10 minutes used more than they held: {why}"
-              runbook_url: "docs/runbooks.md#earmarkovershoot"
+              runbook_url: "https://github.com/earmark/earmark/blob/main/docs/runbooks.md#earmarkovershoot"
 """
 TOO_LOW = "estimates are too low."

@@ -34,13 +34,23 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 
 async def test_admin_is_not_served_to_workers(sidecar: Running) -> None:
-    """On the workers' port Admin methods are UNIMPLEMENTED: a worker cannot raise a limit."""
+    """On the workers' port Admin methods are UNIMPLEMENTED, with a message and reason
+    that name Admin's own listener: a worker cannot raise a limit."""
     await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=100, unit="t"))
     workers_admin = budget_pb2_grpc.AdminStub(sidecar.channel)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await workers_admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=10**18))
+    reason, about = reason_of(caught.value)
+    listener = sidecar.sidecar.settings.admin_address
     assert grpc.StatusCode.UNIMPLEMENTED == caught.value.code()
+    assert ("ADMIN_ON_ITS_OWN_LISTENER", "earmark.v1.Admin/PutBudget", listener) == (
+        reason,
+        about["method"],
+        about["admin_listener"],
+    )
+    assert f"its own listener, {listener} (--admin-listen)" in (caught.value.details() or "")
     assert 100 == (await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="b"))).limit
+    await assert_invariants(sidecar.dsn)
 
 
 @pytest.fixture

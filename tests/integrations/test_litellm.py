@@ -1,0 +1,236 @@
+"""Earmark as the LiteLLM proxy's budget gate: the real `litellm[proxy]` package, run as
+`litellm --config` with the gate in litellm_settings.callbacks and without LiteLLM's
+database, in front of a fake OpenAI, with a live sidecar."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from earmark.client.meter import Meter
+from earmark.client.wire_openai import Chat
+from earmark.v1 import budget_pb2 as pb
+from tests.client.llm_helpers import CEILING, INPUT, OUTPUT, budget, cost, holds, micros
+from tests.conftest import Running
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import assert_invariants, eventually
+from tests.integrations.litellm_proxy import GATE, GUARD, MODEL, config, litellm_proxy
+
+pytestmark = pytest.mark.slow
+
+ASKED = 100
+
+
+def llm(url: str, key: str = "sk-plain", budget_id: str = "") -> openai.AsyncOpenAI:
+    """A caller of the proxy as a team's code would be: the openai SDK, without retries
+    so that each answer is the proxy's own."""
+    headers = {"x-earmark-budget": budget_id} if budget_id else {}
+    return openai.AsyncOpenAI(
+        base_url=f"{url}/v1", api_key=key, default_headers=headers, max_retries=0
+    )
+
+
+def message(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+def named(text: str) -> dict[str, Any]:
+    """A one-message request whose LiteLLM call id (which LiteLLM takes from the caller,
+    and the gate labels the hold with) is its text."""
+    return {"messages": message(text), "extra_headers": {"x-litellm-call-id": text}}
+
+
+def hold_for(text: str, asked: int) -> int:
+    """What the gate holds for a one-message request: its prompt as the metered clients
+    estimate it, and asked output tokens."""
+    body = {"model": MODEL, "messages": message(text), "max_tokens": asked}
+    prompt = Chat().call(body, Meter("any")).prompt_tokens
+    return micros(prompt, INPUT) + micros(asked, OUTPUT)
+
+
+def env_of(sidecar: Running, **more: str) -> dict[str, str]:
+    return {"EARMARK_TARGET": sidecar.target, "EARMARK_ADMIN_TARGET": sidecar.admin_target, **more}
+
+
+async def state_of(sidecar: Running, budget_id: str) -> pb.BudgetState:
+    return await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id=budget_id))
+
+
+async def settled(sidecar: Running, budget_id: str) -> list[pb.Hold]:
+    """The budget's holds once none is open (the gate settles off the caller's path)."""
+
+    async def closed() -> bool:
+        return all(h.state != pb.RESERVATION_STATE_HELD for h in await holds(sidecar, budget_id))
+
+    await eventually(closed, within_seconds=20.0, what=f"{budget_id}'s holds are closed")
+    return await holds(sidecar, budget_id)
+
+
+async def test_a_race_on_room_for_two_dispatches_exactly_two(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """5, 10, 32 and 50 concurrent requests through the proxy on a budget with room for
+    two calls: two reach the provider, the rest are answered 429 with Earmark's reason,
+    and the budget has used what the provider billed, with nothing held."""
+    room = 2 * hold_for("go", ASKED) + 100
+    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
+        for concurrency in (5, 10, 32, 50):
+            budget_id = f"race-{concurrency}"
+            await budget(priced, budget_id, room)
+            before = len(provider.state.billed)
+            async with llm(url, budget_id=budget_id) as client:
+                answers = await asyncio.gather(
+                    *(
+                        client.chat.completions.create(
+                            model=MODEL, messages=message("go"), max_tokens=ASKED
+                        )
+                        for _ in range(concurrency)
+                    ),
+                    return_exceptions=True,
+                )
+            refused = [a for a in answers if isinstance(a, openai.RateLimitError)]
+            billed = provider.state.billed[before:]
+            held = await settled(priced, budget_id)
+            state = await state_of(priced, budget_id)
+            assert (concurrency, 2, concurrency - 2) == (len(answers), len(billed), len(refused))
+            assert all("INSUFFICIENT_BUDGET" in str(r) for r in refused)
+            assert (sum(cost(b) for b in billed), 0) == (state.used, state.held)
+            assert 2 == len(held)
+    await assert_invariants(priced.dsn)
+
+
+async def test_the_budget_comes_from_key_team_and_organization_metadata(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A key of a team of an organization holds each call on all three budgets; the
+    team's budget, when full, refuses with 429 naming it and what it has left; a request
+    that names no budget anywhere is not sent."""
+    for budget_id in ("key-alice", "org-acme"):
+        await budget(priced, budget_id, 50_000_000)
+    one = hold_for("hi", ASKED)
+    await budget(priced, "team-research", one + one // 2)
+    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
+        async with llm(url, key="sk-nested") as client:
+            await client.chat.completions.create(
+                model=MODEL, messages=message("hi"), max_tokens=ASKED
+            )
+            # Settled off the caller's path: the second call is decided on the first's bill.
+            await settled(priced, "team-research")
+            with pytest.raises(openai.RateLimitError) as refused:
+                await client.chat.completions.create(
+                    model=MODEL, messages=message("hi"), max_tokens=ASKED
+                )
+        async with llm(url) as nameless:
+            with pytest.raises(openai.PermissionDeniedError) as unnamed:
+                await nameless.chat.completions.create(model=MODEL, messages=message("hi"))
+    (billed,) = provider.state.billed
+    used = [(await state_of(priced, b)).used for b in ("key-alice", "team-research", "org-acme")]
+    headers = refused.value.response.headers
+    assert [cost(billed)] * 3 == used
+    assert ("INSUFFICIENT_BUDGET", "team-research") == (
+        headers["x-earmark-refusal"],
+        headers["x-earmark-budget"],
+    )
+    assert f"remaining {one + one // 2 - cost(billed)}" in str(refused.value)
+    assert "earmark_budget_id" in str(unnamed.value)
+    await assert_invariants(priced.dsn)
+
+
+async def test_the_provider_is_told_the_cap_and_each_ending_is_kept(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A request with no maximum is sent with the model's ceiling; a stream settles at its
+    usage chunk; a 4xx settles at nothing; a 5xx and a timeout stay in doubt with their
+    prompt charge; a request a later hook rejects is released unsent; and the budget has
+    used what the provider billed for the calls that answered."""
+    await budget(priced, "team", 50_000_000)
+    provider.state.late_seconds = 3.0
+    settings = config(provider.url, callbacks=(GATE, GUARD), timeout_seconds=1.0)
+    statuses: dict[str, int] = {}
+    async with (
+        litellm_proxy(settings, tmp_path, env_of(priced)) as url,
+        llm(url, budget_id="team") as client,
+    ):
+        await client.chat.completions.create(model=MODEL, **named("free"))
+        stream = await client.chat.completions.create(
+            model=MODEL, max_tokens=20, stream=True, **named("flow")
+        )
+        chunks = [chunk async for chunk in stream]
+        for text in ("fail:400", "fail:500", "late", "reject"):
+            try:
+                await client.chat.completions.create(model=MODEL, max_tokens=21, **named(text))
+            except openai.APIStatusError as error:
+                statuses[text] = error.status_code
+        held = {h.labels["litellm.call_id"]: h for h in await settled(priced, "team")}
+    sent = {r["messages"][-1]["content"]: r for r in provider.state.requests if "messages" in r}
+    state = await state_of(priced, "team")
+    billed = {b.completion_tokens: cost(b) for b in provider.state.billed}
+    in_doubt = pb.RESERVATION_STATE_IN_DOUBT
+    assert (CEILING, {"include_usage": True}) == (
+        sent["free"]["max_completion_tokens"],
+        sent["flow"]["stream_options"],
+    )
+    assert {"fail:400": 400, "fail:500": 500, "late": 408, "reject": 400} == statuses
+    assert ("reject" not in sent, 21) == (True, len(chunks))
+    assert {
+        "free": (pb.RESERVATION_STATE_SETTLED, billed[300]),
+        "flow": (pb.RESERVATION_STATE_SETTLED, billed[20]),
+        "fail:400": (pb.RESERVATION_STATE_SETTLED, 0),
+        "fail:500": (in_doubt, held["fail:500"].charged),
+        "late": (in_doubt, held["late"].charged),
+        "reject": (pb.RESERVATION_STATE_SETTLED, 0),
+    } == {text: (h.state, h.charged) for text, h in held.items()}
+    doubt = sum(h.charged for h in held.values() if h.state == in_doubt)
+    assert (billed[300] + billed[20] + doubt, 0 < doubt) == (state.used, True)
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_hold_renews_while_its_call_runs_and_a_stream_left_midway_stays_in_doubt(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With a two-second lease, a call the provider holds up keeps its hold past the lease
+    and settles at its bill; a stream whose client leaves after three chunks ends in doubt,
+    not at LiteLLM's own count of the chunks it read."""
+    await budget(priced, "team", 50_000_000)
+    provider.state.chunk_seconds = 0.05
+    env = env_of(priced, EARMARK_LEASE_SECONDS="2", EARMARK_LITELLM_OUTCOME_GRACE_SECONDS="1")
+    async with (
+        litellm_proxy(config(provider.url), tmp_path, env) as url,
+        llm(url, budget_id="team") as client,
+    ):
+        slow = asyncio.ensure_future(
+            client.chat.completions.create(model=MODEL, max_tokens=20, **named("slow"))
+        )
+
+        async def renewed() -> bool:
+            found = [
+                h for h in await holds(priced, "team") if h.labels["litellm.call_id"] == "slow"
+            ]
+            lease = found[0].expires_at.seconds - found[0].created_at.seconds if found else 0
+            return lease > 3
+
+        try:
+            await eventually(renewed, within_seconds=20.0, what="the slow call's hold renewed")
+        finally:
+            provider.state.slow.set()
+        await slow
+        stream = await client.chat.completions.create(
+            model=MODEL, max_tokens=60, stream=True, **named("left")
+        )
+        read = 0
+        async for _ in stream:
+            read += 1
+            if read == 3:
+                break
+        await stream.close()
+        held = {h.labels["litellm.call_id"]: h for h in await settled(priced, "team")}
+    (slow_bill, *_) = provider.state.billed
+    assert {
+        "slow": (pb.RESERVATION_STATE_SETTLED, cost(slow_bill)),
+        "left": (pb.RESERVATION_STATE_IN_DOUBT, held["left"].charged),
+    } == {text: (h.state, h.charged) for text, h in held.items()}
+    await assert_invariants(priced.dsn)
