@@ -177,6 +177,13 @@ page_size_max = 1_000
 page_token_length_max = 1_024
 # What a resolve may say proved its outcome (earmark reconcile's bucket and counts).
 evidence_length_max = 1_024
+# GetSpend answers spend_rows_default groups of a budget's spend, spend_rows_max at most
+# (past those its answer says how many groups there are and what they used together).
+spend_rows_default = 100
+spend_rows_max = 1_000
+# An amount typed as people write it ("$1,234.50", "10.00", "200,000"): at most
+# amount_text_length_max characters, enough for the largest limit with its digit groups.
+amount_text_length_max = 40
 
 # Leases.
 lease_seconds_default = 120.0
@@ -515,6 +522,8 @@ assert 1 <= plans_file_bytes_max <= 64 << 20
 assert 1 <= also_budget_ids_max <= 64
 assert 0 <= escrow_bps_max < bps_per_unit
 assert 1 <= page_size_default <= page_size_max <= 10_000
+assert 1 <= spend_rows_default <= spend_rows_max <= 10_000
+assert len(f"${limit_units_max // 10**6:,}.000000") <= amount_text_length_max <= 100
 assert page_token_length_max >= 2 * (idempotency_key_length_max + token_name_length_max) + 64
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
 assert lease_seconds_max_default <= lease_seconds_max_ceiling

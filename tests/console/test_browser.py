@@ -136,7 +136,7 @@ async def test_every_page_loads_without_console_errors(
     await browser.open(page(console, "/budget", id="acme"))
     await browser.type("#new-limit", "900000")
     await browser.click("#change-limit")
-    what = await browser.text("#what")
+    what = await browser.wait_text("#what", lambda t: t.startswith("Change"), "the confirm")
     assert "from 1,000,000 to 900,000 tokens" in what
     await shoot(browser, tmp_path, "confirm")
     assert [] == await browser.errors()
@@ -191,7 +191,8 @@ async def test_a_hold_in_doubt_is_resolved_from_its_budget_page(
     await browser.open(page(console, "/budget", id="doubt"))
     await browser.type(f"#used-{rid}", "3500")
     await browser.click(f"tr[data-hold-id='{rid}'] button.resolve")
-    assert f"Resolve hold {rid} at 3,500 spent" in await browser.text("#what")
+    what = await browser.wait_text("#what", lambda t: t.startswith("Resolve"), "the confirm")
+    assert f"Resolve hold {rid} at 3,500 spent" in what
     await browser.click("#confirm")
     await browser.wait_text("#holds", lambda t: "No open holds." in t, "the hold is gone")
     after = await state_of(sidecar, "doubt")
@@ -219,6 +220,7 @@ async def test_a_limit_changed_on_the_page_is_what_get_budget_answers(
     await browser.open(page(console, "/budget", id="plan"))
     await browser.type("#new-limit", "250,000")
     await browser.click("#change-limit")
+    await browser.wait_text("#what", lambda t: t.startswith("Change"), "the confirm")
     await browser.click("#confirm")
     await browser.wait_text("#limit", lambda t: t == "250,000", "the page shows the new limit")
     state = await state_of(sidecar, "plan")

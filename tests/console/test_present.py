@@ -103,3 +103,22 @@ def test_a_shape_costs_what_a_reserve_would_hold_now() -> None:
     priced = present.cost_now([old, new], shape, NOW)
     assert (2, 7_500) == (priced[0].version, priced[1]) if priced else None
     assert None is present.cost_now([old], shape, NOW)
+
+
+def test_a_released_hold_reads_released_and_its_charge_is_typed_back() -> None:
+    """An operator's release reads "released" (its wire state is EXPIRED, as a lapsed
+    lease's is, which reads "expired"); the resolve form starts from the charge as a person
+    types it, in dollars for usd_micros."""
+    released = hold("r", "b", state=HoldState.EXPIRED, released=True, charged=2_500_000)
+    lapsed = hold("l", "b", state=HoldState.EXPIRED)
+    views = [present.hold_view(h, "usd_micros", NOW) for h in (released, lapsed)]
+    assert [("released", "2.50", "$2.50"), ("expired", "0.00", "$0.00")] == [
+        (v["state"], v["charged_typed"], v["charged"]) for v in views
+    ]
+
+
+def test_the_chart_is_told_to_draw_micro_dollars_as_dollars() -> None:
+    """A usd_micros budget's series carries its unit and the micro-dollars in a dollar;
+    any other unit draws its amounts as they are."""
+    drawn = [present.series([], 5, [], 10, unit).to_json() for unit in ("usd_micros", "tokens")]
+    assert [("usd_micros", 1_000_000), ("tokens", 1)] == [(d["unit"], d["scale"]) for d in drawn]

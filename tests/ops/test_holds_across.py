@@ -3,6 +3,7 @@ oldest first, each with its budget and in its budget's unit."""
 
 from __future__ import annotations
 
+from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.helpers import FakeClock, assert_invariants
 from tests.ops.test_commands import failure, rows, run, run_json
@@ -37,3 +38,16 @@ async def test_no_budget_needs_an_open_state(sidecar: Running) -> None:
         await failure(sidecar, "holds", "list"),
         await failure(sidecar, "holds", "list", "--state", "settled"),
     ]
+
+
+async def test_a_released_hold_lists_as_released(sidecar: Running) -> None:
+    """A hold an operator released lists as released, a hold whose lease ran out would as
+    expired: the table tells them apart by Hold.released."""
+    await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="r", limit=1_000, unit="t"))
+    hold = await sidecar.budget.Reserve(
+        pb.ReserveRequest(budget_id="r", amount=100, idempotency_key="release-me")
+    )
+    await sidecar.admin.ReleaseHold(pb.ReleaseHoldRequest(reservation_id=hold.reservation_id))
+    table = rows(await run(sidecar, "holds", "list", "r"))
+    assert [(hold.reservation_id, "released")] == [(r[0], r[2]) for r in table[1:]]
+    await assert_invariants(sidecar.dsn)

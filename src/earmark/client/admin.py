@@ -50,6 +50,8 @@ class HoldRecord:
     closed_at: datetime | None = None
     # What the Settle (or the operator's resolve) said was used.
     settled_used: int | None = None
+    # An operator's ReleaseHold closed it (its state is EXPIRED, as after a lapse).
+    released: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,34 @@ class LedgerEntry:
     # A resolve's: what proved the outcome (earmark reconcile's bucket).
     evidence: str = ""
 
+
+@dataclass(frozen=True, slots=True)
+class SpendRow:
+    """One group of a budget's spend: a model (provider/model), a job or a UTC day
+    (YYYY-MM-DD), what its ledger entries moved used by, and over how many holds."""
+
+    key: str
+    used: int
+    holds: int
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """A budget's spend summed by one grouping: its first groups, and what every group used
+    together and how many there are (more than rows when max_rows left some out)."""
+
+    unit: str
+    rows: list[SpendRow]
+    used: int
+    groups: int
+
+
+# How get_spend sums, by the wire enum's numbers.
+SPEND_GROUPS = {
+    "model": pb.SPEND_GROUP_MODEL,
+    "job": pb.SPEND_GROUP_JOB,
+    "day": pb.SPEND_GROUP_DAY,
+}
 
 T = TypeVar("T")
 
@@ -128,6 +158,7 @@ def hold_record_of(reply: pb.Hold) -> HoldRecord:
         labels=dict(reply.labels),
         closed_at=reply.closed_at.ToDatetime(tzinfo=UTC) if reply.HasField("closed_at") else None,
         settled_used=reply.settled_used if reply.HasField("settled_used") else None,
+        released=reply.released,
     )
 
 
@@ -357,3 +388,27 @@ class AdminCalls:
         and the rest returns."""
         request = pb.ReleaseHoldRequest(reservation_id=reservation_id)
         return settled_of(await self._admin_call("ReleaseHold", request))
+
+    async def get_spend(
+        self,
+        budget_id: str,
+        group_by: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_rows: int = 0,
+    ) -> Spend:
+        """What budget_id spent from its ledger over [since, until) (None: no bound),
+        summed by group_by: "model", "job" or "day" (UTC); at most max_rows groups (0: the
+        sidecar's default), the most used first (by day, the newest first)."""
+        group = SPEND_GROUPS.get(group_by)
+        if group is None:
+            raise ValueError(f"group_by: {group_by!r} is not one of {', '.join(SPEND_GROUPS)}")
+        request = pb.GetSpendRequest(budget_id=budget_id, group_by=group, max_rows=max_rows)
+        if since is not None:
+            request.since.CopyFrom(_stamp(since))
+        if until is not None:
+            request.until.CopyFrom(_stamp(until))
+        reply: pb.GetSpendResponse = await self._admin_call("GetSpend", request)
+        rows = [SpendRow(r.key, r.used, r.holds) for r in reply.rows]
+        return Spend(reply.unit, rows, reply.used, reply.groups)

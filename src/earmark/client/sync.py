@@ -239,6 +239,7 @@ class Client(_Twin[AsyncClient]):
     ledger_page = blocking(AsyncClient.ledger_page)
     resolve_hold = blocking(AsyncClient.resolve_hold)
     release_hold = blocking(AsyncClient.release_hold)
+    get_spend = blocking(AsyncClient.get_spend)
     flush = blocking(AsyncClient.flush)
     recover = blocking(AsyncClient.recover)
 

@@ -3,7 +3,8 @@ confirmation page, and made as one Admin call only once the operator confirms.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import urllib.parse
+from dataclasses import dataclass, replace
 
 from earmark import limits
 from earmark.client import AsyncClient
@@ -11,8 +12,14 @@ from earmark.client.types import BudgetState
 from earmark.console import fields, present
 from earmark.console.fields import BadInput
 from earmark.core.model import HoldState
+from earmark.core.prices import USD_MICROS
 
 VERBS = ("resolve", "release", "limit", "archive")
+# The amount each verb takes, by its form field, and the largest it may be.
+AMOUNTS = {"resolve": ("used", limits.amount_units_max), "limit": ("limit", limits.limit_units_max)}
+# Where an action returns once made: its budget's page, or the in-doubt holds of every
+# budget when it was asked for there.
+BACK = ("budget", "holds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,24 +27,43 @@ class Action:
     verb: str
     budget_id: str
     reservation_id: str = ""
-    # resolve: what the provider billed; limit: the new limit.
+    # resolve: what the provider billed; limit: the new limit: as typed, and once read in
+    # the budget's unit (in_unit).
+    typed: str = ""
     amount: int = 0
+    back: str = "budget"
+
+    def back_path(self) -> str:
+        if self.back == "holds":
+            return "/holds?state=in-doubt"
+        return "/budget?" + urllib.parse.urlencode({"id": self.budget_id})
+
+    def in_unit(self, unit: str) -> Action:
+        """The action with its amount read in the budget's unit as people write it
+        (dollars with cents for usd_micros, "10.00" too), within what the verb takes."""
+        if self.verb not in AMOUNTS:
+            return self
+        name, high = AMOUNTS[self.verb]
+        return replace(self, amount=fields.amount(self.typed, name, unit, 0, high))
 
 
 def action_of(verb: str, form: dict[str, str]) -> Action:
-    """The action a form asks for, every field checked."""
+    """The action a form asks for, every field checked but its amount, which is read once
+    the budget's unit is known (Action.in_unit)."""
     if verb not in VERBS:
         raise BadInput(f"action: {verb!r} is not one of {', '.join(VERBS)}")
     budget_id = fields.text(form.get("budget"), "budget", limits.budget_id_length_max)
-    if verb == "resolve":
-        used = fields.whole(form.get("used"), "used", 0, limits.amount_units_max)
-        return Action(verb, budget_id, fields.reservation_id(form.get("reservation_id")), used)
-    if verb == "release":
-        return Action(verb, budget_id, fields.reservation_id(form.get("reservation_id")))
-    if verb == "limit":
-        limit = fields.whole(form.get("limit"), "limit", 0, limits.limit_units_max)
-        return Action(verb, budget_id, amount=limit)
-    return Action(verb, budget_id)
+    back = form.get("back") or "budget"
+    if back not in BACK:
+        raise BadInput(f"back: {back[:64]!r} is not one of {', '.join(BACK)}")
+    typed = ""
+    if verb in AMOUNTS:
+        name = AMOUNTS[verb][0]
+        typed = fields.text(form.get(name), name, limits.amount_text_length_max)
+    rid = ""
+    if verb in ("resolve", "release"):
+        rid = fields.reservation_id(form.get("reservation_id"))
+    return Action(verb, budget_id, rid, typed, back=back)
 
 
 async def in_doubt_on(client: AsyncClient, action: Action) -> None:
@@ -72,7 +98,8 @@ def described(action: Action, state: BudgetState) -> str:
         case "limit":
             return (
                 f"Change {budget_id}'s limit from {present.amount(state.limit, unit)} to "
-                f"{present.amount(action.amount, unit)} {present.unit_name(unit)}."
+                f"{present.amount(action.amount, unit)}"
+                + ("." if unit == USD_MICROS else f" {present.unit_name(unit)}.")
             )
         case _:
             return f"Archive {budget_id}: it takes no Reserves any more; its ledger stays."

@@ -93,6 +93,7 @@ def build(
             Route("/budgets", pages.budgets),
             Route("/budget", pages.budget),
             Route("/holds", pages.holds),
+            Route("/spend", pages.spend),
             Route("/actions/{verb}", pages.action, methods=["POST"]),
             Route("/prices", pages.prices),
             Route("/lab", pages.lab_page),

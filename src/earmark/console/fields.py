@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import uuid
 
+from earmark.ops import money, render
+
 WHOLE = re.compile(r"-?[0-9]{1,19}", re.ASCII)
 
 
@@ -25,6 +27,19 @@ def whole(raw: str | None, name: str, low: int, high: int, default: int | None =
     value = int(text)
     if not low <= value <= high:
         raise BadInput(f"{name}: {value:,} is not between {low:,} and {high:,}")
+    return value
+
+
+def amount(raw: str | None, name: str, unit: str, low: int, high: int) -> int:
+    """An amount of the budget's unit as people write it (money.parse: dollars with cents
+    for usd_micros, "10.00" too; a whole number otherwise), within [low, high]."""
+    try:
+        value = money.parse(raw or "", unit)
+    except money.BadAmount as bad:
+        raise BadInput(f"{name}: {bad}") from None
+    if not low <= value <= high:
+        between = f"{render.amount(low, unit)} and {render.amount(high, unit)}"
+        raise BadInput(f"{name}: {render.amount(value, unit)} is not between {between}")
     return value
 
 

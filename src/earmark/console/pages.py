@@ -4,7 +4,6 @@ Admin call (actions.py)."""
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +15,7 @@ from starlette.templating import Jinja2Templates
 
 from earmark import limits
 from earmark.client import AsyncClient
-from earmark.console import actions, fields, present
+from earmark.console import actions, fields, present, spend
 from earmark.console.guard import Guard, Session
 from earmark.console.labrun import LabBusy, LabRuns
 from earmark.console.throttle import Throttled
@@ -26,6 +25,15 @@ from earmark.workloads.lab import LabParams
 
 # The states the holds page lists across every budget, by their name in its query.
 ACROSS_STATES = {"in-doubt": HoldState.IN_DOUBT, "held": HoldState.HELD}
+# The states it lists one budget's holds in ("all": every state; "expired" includes the
+# holds an operator released, which ListHolds lists as expired and marks released).
+BUDGET_STATES: dict[str, HoldState | None] = {
+    "all": None,
+    "held": HoldState.HELD,
+    "in-doubt": HoldState.IN_DOUBT,
+    "settled": HoldState.SETTLED,
+    "expired": HoldState.EXPIRED,
+}
 
 
 @dataclass
@@ -106,14 +114,14 @@ class Pages:
         parents, children = present.nesting(budget_id, holds)
         open_holds = [h for h in holds if h.state in OPEN_STATES]
         open_holds.sort(key=lambda h: (h.state != HoldState.IN_DOUBT, h.created_at))
+        drawn = present.series(entries, state.limit, holds, limits.console_chart_entries_max, unit)
         return self.render(
             request,
             "budget.html",
             budget=present.budget_view(state),
             holds=[present.hold_view(h, unit, now) for h in open_holds],
-            series=present.series(
-                entries, state.limit, holds, limits.console_chart_entries_max
-            ).to_json(),
+            series=drawn.to_json(),
+            overshoot=present.amount(drawn.overshoot, unit),
             parents=parents,
             children=children,
             ledger=[present.ledger_view(e, unit) for e in ledger.items],
@@ -135,8 +143,11 @@ class Pages:
     async def holds(self, request: Request) -> Response:
         """A page of every budget's holds in one open state (in doubt unless ?state=held),
         oldest first: one ListHolds, and one GetBudget for each budget on the page (for its
-        unit)."""
+        unit). With ?budget=, a page of that budget's holds instead (budget_holds)."""
         query = request.query_params
+        budget_id = fields.text(query.get("budget"), "budget", limits.budget_id_length_max, False)
+        if budget_id:
+            return await self.budget_holds(request, budget_id)
         longest = max(len(name) for name in ACROSS_STATES)
         name = fields.text(query.get("state"), "state", longest, False) or "in-doubt"
         if name not in ACROSS_STATES:
@@ -159,15 +170,59 @@ class Pages:
             next=page.next_page_token,
         )
 
+    async def budget_holds(self, request: Request, budget_id: str) -> Response:
+        """A page of one budget's holds (its own and those nested under it) in every state
+        or one, in ListHolds' order: one GetBudget (for its unit) and one ListHolds."""
+        query = request.query_params
+        longest = max(len(name) for name in BUDGET_STATES)
+        name = fields.text(query.get("state"), "state", longest, False) or "all"
+        if name not in BUDGET_STATES:
+            raise fields.BadInput(f"state: {name!r} is not one of {', '.join(BUDGET_STATES)}")
+        token = fields.text(query.get("page"), "page", limits.page_token_length_max, False)
+        state = await self.client.get_budget(budget_id)
+        page = await self.client.holds_page(
+            budget_id,
+            state=BUDGET_STATES[name],
+            page_size=limits.console_page_rows_max,
+            page_token=token,
+        )
+        now = self.clock()
+        return self.render(
+            request,
+            "budget_holds.html",
+            budget=present.budget_view(state),
+            state=name,
+            states=list(BUDGET_STATES),
+            holds=[present.hold_view(h, state.unit, now) for h in page.items],
+            page=token,
+            next=page.next_page_token,
+        )
+
+    # Spend.
+
+    async def spend(self, request: Request) -> Response:
+        """A budget's spend from its ledger by model, job or UTC day: one GetSpend."""
+        ask = spend.ask_of(request.query_params)
+        since, until = ask.window()
+        found = await self.client.get_spend(
+            ask.budget_id,
+            ask.group,
+            since=since,
+            until=until,
+            max_rows=limits.console_page_rows_max,
+        )
+        return self.render(request, "spend.html", spend=spend.spend_view(ask, found))
+
     # Actions: each a confirmation page first, then one Admin call.
 
     async def action(self, request: Request) -> Response:
         form: dict[str, str] = request.state.form
         action = actions.action_of(request.path_params["verb"], form)
+        state = await self.client.get_budget(action.budget_id)
+        action = action.in_unit(state.unit)
         if action.reservation_id:
             await actions.in_doubt_on(self.client, action)
-        state = await self.client.get_budget(action.budget_id)
-        back = "/budget?" + urllib.parse.urlencode({"id": action.budget_id})
+        back = action.back_path()
         if form.get("confirm") != "yes":
             what = actions.described(action, state)
             return self.render(

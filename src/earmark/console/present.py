@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
 from earmark.core.model import OPEN_STATES, HoldState, OveragePolicy
-from earmark.core.prices import Price, PriceBook, Shape, shape_cost
-from earmark.ops import render
+from earmark.core.prices import USD_MICROS, Price, PriceBook, Shape, shape_cost
+from earmark.ops import money, render
 from earmark.ops.prices import window as daily_window
 
 T = TypeVar("T")
@@ -38,7 +38,15 @@ def amount(value: int | None, unit: str) -> str:
 
 
 def unit_name(unit: str) -> str:
-    return "dollars" if unit == "usd_micros" else unit
+    return money.unit_words(unit)
+
+
+def hold_state(hold: HoldRecord) -> str:
+    """The hold's state in words: "released" for one an operator released (the wire's
+    state is EXPIRED for it, as for a lapsed lease; Hold.released tells them apart)."""
+    if hold.released:
+        return "released"
+    return hold.state.name.lower().replace("_", " ")
 
 
 def percent(part: int, whole: int | None) -> float:
@@ -114,7 +122,7 @@ def hold_view(hold: HoldRecord, unit: str, now: datetime) -> dict[str, Any]:
     return {
         "id": hold.reservation_id,
         "budget_id": hold.budget_id,
-        "state": hold.state.name.lower().replace("_", " "),
+        "state": hold_state(hold),
         "open": hold.state in OPEN_STATES,
         "in_doubt": hold.state == HoldState.IN_DOUBT,
         "owner": hold.owner or "-",
@@ -122,7 +130,10 @@ def hold_view(hold: HoldRecord, unit: str, now: datetime) -> dict[str, Any]:
         "job": hold.job,
         "amount": amount(hold.amount, unit),
         "charged": amount(hold.charged, unit),
-        "charged_raw": hold.charged,
+        # What the resolve form starts from: the charge, as a person would type it.
+        "charged_typed": money.typed(hold.charged, unit),
+        "unit_name": unit_name(unit),
+        "decimal": unit == USD_MICROS,
         "lease": stamp(hold.expires_at),
         "age": age(hold.created_at, now),
         "also": list(hold.also_budget_ids),
@@ -154,6 +165,8 @@ class Series:
     # Settles that charged past their hold (overage), and by how much in all.
     overshoots: int
     overshoot: int
+    # The budget's unit: the chart draws usd_micros in dollars, as the cards show them.
+    unit: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,11 +177,18 @@ class Series:
             "truncated": self.truncated,
             "overshoots": self.overshoots,
             "overshoot": self.overshoot,
+            "unit": self.unit,
+            # What one of the unit's amounts is divided by to draw it in the cards' unit.
+            "scale": render.MICROS_PER_DOLLAR if self.unit == USD_MICROS else 1,
         }
 
 
 def series(
-    entries: Sequence[LedgerEntry], limit: int | None, holds: Iterable[HoldRecord], cap: int
+    entries: Sequence[LedgerEntry],
+    limit: int | None,
+    holds: Iterable[HoldRecord],
+    cap: int,
+    unit: str = "",
 ) -> Series:
     """The running totals of the ledger's first entries (at most cap are passed in; one
     more says there were more), and the overshoot its settled holds show."""
@@ -192,7 +212,8 @@ def series(
         for hold in holds
         if hold.settled_used is not None and hold.settled_used > hold.amount
     ]
-    return Series(times, used_line, held_line, limit, len(entries) > cap, len(over), sum(over))
+    truncated = len(entries) > cap
+    return Series(times, used_line, held_line, limit, truncated, len(over), sum(over), unit)
 
 
 def nesting(budget_id: str, holds: Iterable[HoldRecord]) -> tuple[list[str], list[str]]:

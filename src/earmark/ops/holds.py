@@ -124,7 +124,12 @@ def list_holds(args: argparse.Namespace) -> str:
         [
             hold.reservation_id,
             hold.budget_id + (f" +{len(hold.also_budget_ids)}" if hold.also_budget_ids else ""),
-            render.enum_name(pb.ReservationState.Name(hold.state), "RESERVATION_STATE_")
+            # An operator's release closes a hold as EXPIRED; Hold.released tells them apart.
+            (
+                "released"
+                if hold.released
+                else render.enum_name(pb.ReservationState.Name(hold.state), "RESERVATION_STATE_")
+            )
             + (" (dispatched)" if hold.dispatched else ""),
             render.amount(hold.amount, unit_of[hold.reservation_id]),
             render.amount(hold.charged, unit_of[hold.reservation_id]),

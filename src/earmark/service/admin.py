@@ -17,6 +17,7 @@ from earmark.service import (
     validate_calls,
     validate_prices,
     validate_scopes,
+    validate_spend,
 )
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
@@ -146,6 +147,12 @@ class AdminService(pb_grpc.AdminServicer):
             across = validate_scopes.state_across_budgets(state)
             page = await self.store.scans.list_holds_across(across, size, token)
         holds = await self.store.scans.pacer.map(convert.hold_message, page.items)
+        # A release closes a hold as its lease's lapse does (EXPIRED): only the ledger's
+        # release entry tells them apart, so the page's expired holds are looked up there.
+        expired = [h.reservation_id for h in holds if h.state == pb.RESERVATION_STATE_EXPIRED]
+        released = await self.store.scans.released_among(expired)
+        for hold in holds:
+            hold.released = hold.reservation_id in released
         return pb.ListHoldsResponse(holds=holds, next_page_token=page.next_page_token)
 
     @rpc("ListLedger")
@@ -183,6 +190,12 @@ class AdminService(pb_grpc.AdminServicer):
         page = await self.store.scans.list_calls(query)
         calls = await self.store.scans.pacer.map(convert.call_message, page.items)
         return pb.ListCallsResponse(calls=calls, next_page_token=page.next_page_token)
+
+    @rpc("GetSpend")
+    async def GetSpend(self, request: pb.GetSpendRequest, context: Context) -> pb.GetSpendResponse:
+        spent = await self.store.scans.spend(validate_spend.spend_query(request))
+        rows = [pb.SpendRow(key=r.key, used=r.used, holds=r.holds) for r in spent.rows]
+        return pb.GetSpendResponse(rows=rows, used=spent.used, groups=spent.groups, unit=spent.unit)
 
     @rpc("ResolveHold")
     async def ResolveHold(

@@ -16,7 +16,7 @@ from earmark.core.model import Budget, Hold, HoldState
 from earmark.core.prices import Price
 from earmark.errors import Reason, Unavailable
 from earmark.pacing import Pacer
-from earmark.store import calls, operator, pricebook
+from earmark.store import calls, operator, pricebook, spend
 from earmark.store.rows import budget_from_row, hold_from_row, price_from_row
 from earmark.store.tx import Conn, mapped_db_errors
 
@@ -74,6 +74,20 @@ class Scans:
                 )
             )
             return calls.call_page(await self.pacer.map(calls.call_from_row, rows), q.size)
+
+    async def spend(self, query: spend.SpendQuery) -> spend.Spend:
+        """A budget's spend from its ledger, summed by model, job or day (GetSpend)."""
+        async with self._turn():
+            unit, rows = await self._read(lambda c: spend.spend_rows(c, query))
+            return spend.spend_of(unit, rows)
+
+    async def released_among(self, reservation_ids: list[str]) -> set[str]:
+        """Which of the (expired) holds an operator released: one probe each of the
+        ledger's release entries (migration 0017), behind the gate as every read here."""
+        if not reservation_ids:
+            return set()
+        async with self._turn():
+            return await self._read(lambda c: spend.released_among(c, reservation_ids))
 
     async def list_budgets(self, prefix: str, size: int, token: str) -> operator.Page[Budget]:
         async with self._turn():

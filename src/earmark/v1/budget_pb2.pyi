@@ -61,6 +61,13 @@ class EstimatePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ESTIMATE_POLICY_UNSPECIFIED: _ClassVar[EstimatePolicy]
     ESTIMATE_POLICY_MEDIAN: _ClassVar[EstimatePolicy]
     ESTIMATE_POLICY_P75: _ClassVar[EstimatePolicy]
+
+class SpendGroup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPEND_GROUP_UNSPECIFIED: _ClassVar[SpendGroup]
+    SPEND_GROUP_MODEL: _ClassVar[SpendGroup]
+    SPEND_GROUP_JOB: _ClassVar[SpendGroup]
+    SPEND_GROUP_DAY: _ClassVar[SpendGroup]
 PHASE_UNSPECIFIED: Phase
 PHASE_WORK: Phase
 PHASE_FINAL: Phase
@@ -91,6 +98,10 @@ ESTIMATE_SOURCE_JOB_MAX: EstimateSource
 ESTIMATE_POLICY_UNSPECIFIED: EstimatePolicy
 ESTIMATE_POLICY_MEDIAN: EstimatePolicy
 ESTIMATE_POLICY_P75: EstimatePolicy
+SPEND_GROUP_UNSPECIFIED: SpendGroup
+SPEND_GROUP_MODEL: SpendGroup
+SPEND_GROUP_JOB: SpendGroup
+SPEND_GROUP_DAY: SpendGroup
 
 class ReserveRequest(_message.Message):
     __slots__ = ("budget_id", "amount", "idempotency_key", "lease", "labels", "shape", "job", "account", "feature", "also_budget_ids", "phase", "charge", "degrade")
@@ -459,7 +470,7 @@ class TokenUsage(_message.Message):
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., requests: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., cache_write_input_tokens: _Optional[int] = ..., cache_write_long_input_tokens: _Optional[int] = ..., service_tier: _Optional[str] = ..., tool_calls: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class Hold(_message.Message):
-    __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "state", "amount", "charged", "dispatched", "phase", "idempotency_key", "owner", "job", "labels", "created_at", "expires_at", "closed_at", "settled_used")
+    __slots__ = ("reservation_id", "budget_id", "also_budget_ids", "state", "amount", "charged", "dispatched", "phase", "idempotency_key", "owner", "job", "labels", "created_at", "expires_at", "closed_at", "settled_used", "released")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -483,6 +494,7 @@ class Hold(_message.Message):
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     CLOSED_AT_FIELD_NUMBER: _ClassVar[int]
     SETTLED_USED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     budget_id: str
     also_budget_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -499,7 +511,8 @@ class Hold(_message.Message):
     expires_at: _timestamp_pb2.Timestamp
     closed_at: _timestamp_pb2.Timestamp
     settled_used: int
-    def __init__(self, reservation_id: _Optional[str] = ..., budget_id: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., amount: _Optional[int] = ..., charged: _Optional[int] = ..., dispatched: _Optional[bool] = ..., phase: _Optional[_Union[Phase, str]] = ..., idempotency_key: _Optional[str] = ..., owner: _Optional[str] = ..., job: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., closed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settled_used: _Optional[int] = ...) -> None: ...
+    released: bool
+    def __init__(self, reservation_id: _Optional[str] = ..., budget_id: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., amount: _Optional[int] = ..., charged: _Optional[int] = ..., dispatched: _Optional[bool] = ..., phase: _Optional[_Union[Phase, str]] = ..., idempotency_key: _Optional[str] = ..., owner: _Optional[str] = ..., job: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., closed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settled_used: _Optional[int] = ..., released: _Optional[bool] = ...) -> None: ...
 
 class ListHoldsRequest(_message.Message):
     __slots__ = ("budget_id", "state", "page_size", "page_token")
@@ -658,3 +671,39 @@ class ListCallsResponse(_message.Message):
     calls: _containers.RepeatedCompositeFieldContainer[Call]
     next_page_token: str
     def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetSpendRequest(_message.Message):
+    __slots__ = ("budget_id", "group_by", "since", "until", "max_rows")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    group_by: SpendGroup
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    max_rows: int
+    def __init__(self, budget_id: _Optional[str] = ..., group_by: _Optional[_Union[SpendGroup, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_rows: _Optional[int] = ...) -> None: ...
+
+class SpendRow(_message.Message):
+    __slots__ = ("key", "used", "holds")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    used: int
+    holds: int
+    def __init__(self, key: _Optional[str] = ..., used: _Optional[int] = ..., holds: _Optional[int] = ...) -> None: ...
+
+class GetSpendResponse(_message.Message):
+    __slots__ = ("rows", "used", "groups", "unit")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[SpendRow]
+    used: int
+    groups: int
+    unit: str
+    def __init__(self, rows: _Optional[_Iterable[_Union[SpendRow, _Mapping]]] = ..., used: _Optional[int] = ..., groups: _Optional[int] = ..., unit: _Optional[str] = ...) -> None: ...

@@ -309,6 +309,11 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.ListCallsRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.ListCallsResponse.FromString,
                 _registered_method=True)
+        self.GetSpend = channel.unary_unary(
+                '/earmark.v1.Admin/GetSpend',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.GetSpendRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.GetSpendResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -412,6 +417,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSpend(self, request, context):
+        """What a budget spent, from its ledger: the used its entries moved over a time range,
+        summed by the model its holds' calls went to, by the holds' job, or by UTC day.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -479,6 +492,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListCalls,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.ListCallsRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.ListCallsResponse.SerializeToString,
+            ),
+            'GetSpend': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSpend,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.GetSpendRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.GetSpendResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -833,6 +851,33 @@ class Admin:
             '/earmark.v1.Admin/ListCalls',
             earmark_dot_v1_dot_budget__pb2.ListCallsRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.ListCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSpend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/GetSpend',
+            earmark_dot_v1_dot_budget__pb2.GetSpendRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.GetSpendResponse.FromString,
             options,
             channel_credentials,
             insecure,

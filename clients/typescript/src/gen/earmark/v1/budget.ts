@@ -370,6 +370,58 @@ export function estimatePolicyToJSON(object: EstimatePolicy): string {
   }
 }
 
+/** How GetSpend sums a budget's spend. */
+export enum SpendGroup {
+  SPEND_GROUP_UNSPECIFIED = 0,
+  /**
+   * SPEND_GROUP_MODEL - By the provider and model the hold's call was sent to, as provider/model (the hold's
+   * shape's when no call was recorded); "" for a hold that named no model.
+   */
+  SPEND_GROUP_MODEL = 1,
+  /** SPEND_GROUP_JOB - By the hold's job; "" for a hold without one. */
+  SPEND_GROUP_JOB = 2,
+  /** SPEND_GROUP_DAY - By the UTC day of each ledger entry, as YYYY-MM-DD. */
+  SPEND_GROUP_DAY = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function spendGroupFromJSON(object: any): SpendGroup {
+  switch (object) {
+    case 0:
+    case "SPEND_GROUP_UNSPECIFIED":
+      return SpendGroup.SPEND_GROUP_UNSPECIFIED;
+    case 1:
+    case "SPEND_GROUP_MODEL":
+      return SpendGroup.SPEND_GROUP_MODEL;
+    case 2:
+    case "SPEND_GROUP_JOB":
+      return SpendGroup.SPEND_GROUP_JOB;
+    case 3:
+    case "SPEND_GROUP_DAY":
+      return SpendGroup.SPEND_GROUP_DAY;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return SpendGroup.UNRECOGNIZED;
+  }
+}
+
+export function spendGroupToJSON(object: SpendGroup): string {
+  switch (object) {
+    case SpendGroup.SPEND_GROUP_UNSPECIFIED:
+      return "SPEND_GROUP_UNSPECIFIED";
+    case SpendGroup.SPEND_GROUP_MODEL:
+      return "SPEND_GROUP_MODEL";
+    case SpendGroup.SPEND_GROUP_JOB:
+      return "SPEND_GROUP_JOB";
+    case SpendGroup.SPEND_GROUP_DAY:
+      return "SPEND_GROUP_DAY";
+    case SpendGroup.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface ReserveRequest {
   budgetId: string;
   amount: bigint;
@@ -751,7 +803,14 @@ export interface Hold {
     | Date
     | undefined;
   /** What the Settle (or the operator's resolve) said was used. */
-  settledUsed?: bigint | undefined;
+  settledUsed?:
+    | bigint
+    | undefined;
+  /**
+   * An operator's ReleaseHold closed it. Its state stays EXPIRED, as when its lease lapses
+   * (either way it kept what it charged and the rest returned); this tells the two apart.
+   */
+  released: boolean;
 }
 
 export interface Hold_LabelsEntry {
@@ -888,6 +947,46 @@ export interface ListCallsRequest {
 export interface ListCallsResponse {
   calls: Call[];
   nextPageToken: string;
+}
+
+export interface GetSpendRequest {
+  /** Required. */
+  budgetId: string;
+  /** Required. */
+  groupBy: SpendGroup;
+  /**
+   * Entries at or after since and before until; since absent: from the first entry,
+   * until absent: to the last.
+   */
+  since: Date | undefined;
+  until:
+    | Date
+    | undefined;
+  /**
+   * How many groups to answer: 0: 100; at most 1,000. By model or job, the most used
+   * first; by day, the newest first.
+   */
+  maxRows: number;
+}
+
+/** One group of a budget's spend. */
+export interface SpendRow {
+  /** The model (provider/model), the job, or the day (YYYY-MM-DD). */
+  key: string;
+  /** What the group's ledger entries moved used by, in the budget's unit. */
+  used: bigint;
+  /** How many holds' ledger entries moved used in the group. */
+  holds: bigint;
+}
+
+export interface GetSpendResponse {
+  rows: SpendRow[];
+  /** What every group used together, those past max_rows too. */
+  used: bigint;
+  /** How many groups there are: more than rows when max_rows left some out. */
+  groups: bigint;
+  /** The budget's unit (usd_micros: amounts are micro-dollars). */
+  unit: string;
 }
 
 function createBaseReserveRequest(): ReserveRequest {
@@ -5161,6 +5260,7 @@ function createBaseHold(): Hold {
     expiresAt: undefined,
     closedAt: undefined,
     settledUsed: undefined,
+    released: false,
   };
 }
 
@@ -5222,6 +5322,9 @@ export const Hold: MessageFns<Hold> = {
         throw new globalThis.Error("value provided for field message.settledUsed of type int64 too large");
       }
       writer.uint32(128).int64(message.settledUsed);
+    }
+    if (message.released !== false) {
+      writer.uint32(136).bool(message.released);
     }
     return writer;
   },
@@ -5370,6 +5473,14 @@ export const Hold: MessageFns<Hold> = {
             message.settledUsed = reader.int64() as bigint;
             continue;
           }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.released = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5445,6 +5556,7 @@ export const Hold: MessageFns<Hold> = {
         : isSet(object.settled_used)
         ? BigInt(object.settled_used)
         : undefined,
+      released: isSet(object.released) ? globalThis.Boolean(object.released) : false,
     };
   },
 
@@ -5504,6 +5616,9 @@ export const Hold: MessageFns<Hold> = {
     if (message.settledUsed !== undefined) {
       obj.settledUsed = message.settledUsed.toString();
     }
+    if (message.released !== false) {
+      obj.released = message.released;
+    }
     return obj;
   },
 
@@ -5538,6 +5653,7 @@ export const Hold: MessageFns<Hold> = {
     message.settledUsed = (object.settledUsed !== undefined && object.settledUsed !== null)
       ? BigInt(object.settledUsed)
       : undefined;
+    message.released = object.released ?? false;
     return message;
   },
 };
@@ -7332,6 +7448,381 @@ export const ListCallsResponse: MessageFns<ListCallsResponse> = {
   },
 };
 
+function createBaseGetSpendRequest(): GetSpendRequest {
+  return { budgetId: "", groupBy: 0, since: undefined, until: undefined, maxRows: 0 };
+}
+
+export const GetSpendRequest: MessageFns<GetSpendRequest> = {
+  encode(message: GetSpendRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budgetId !== "") {
+      writer.uint32(10).string(message.budgetId);
+    }
+    if (message.groupBy !== 0) {
+      writer.uint32(16).int32(message.groupBy);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(26).fork()).join();
+    }
+    if (message.until !== undefined) {
+      Timestamp.encode(toTimestamp(message.until), writer.uint32(34).fork()).join();
+    }
+    if (message.maxRows !== 0) {
+      writer.uint32(40).int32(message.maxRows);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetSpendRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetSpendRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.budgetId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.groupBy = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.until = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.maxRows = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetSpendRequest {
+    return {
+      budgetId: isSet(object.budgetId)
+        ? globalThis.String(object.budgetId)
+        : isSet(object.budget_id)
+        ? globalThis.String(object.budget_id)
+        : "",
+      groupBy: isSet(object.groupBy)
+        ? spendGroupFromJSON(object.groupBy)
+        : isSet(object.group_by)
+        ? spendGroupFromJSON(object.group_by)
+        : 0,
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+      until: isSet(object.until) ? fromJsonTimestamp(object.until) : undefined,
+      maxRows: isSet(object.maxRows)
+        ? globalThis.Number(object.maxRows)
+        : isSet(object.max_rows)
+        ? globalThis.Number(object.max_rows)
+        : 0,
+    };
+  },
+
+  toJSON(message: GetSpendRequest): unknown {
+    const obj: any = {};
+    if (message.budgetId !== "") {
+      obj.budgetId = message.budgetId;
+    }
+    if (message.groupBy !== 0) {
+      obj.groupBy = spendGroupToJSON(message.groupBy);
+    }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    if (message.until !== undefined) {
+      obj.until = message.until.toISOString();
+    }
+    if (message.maxRows !== 0) {
+      obj.maxRows = Math.round(message.maxRows);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetSpendRequest>, I>>(base?: I): GetSpendRequest {
+    return GetSpendRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetSpendRequest>, I>>(object: I): GetSpendRequest {
+    const message = createBaseGetSpendRequest();
+    message.budgetId = object.budgetId ?? "";
+    message.groupBy = object.groupBy ?? 0;
+    message.since = object.since ?? undefined;
+    message.until = object.until ?? undefined;
+    message.maxRows = object.maxRows ?? 0;
+    return message;
+  },
+};
+
+function createBaseSpendRow(): SpendRow {
+  return { key: "", used: 0n, holds: 0n };
+}
+
+export const SpendRow: MessageFns<SpendRow> = {
+  encode(message: SpendRow, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.used !== 0n) {
+      if (BigInt.asIntN(64, message.used) !== message.used) {
+        throw new globalThis.Error("value provided for field message.used of type int64 too large");
+      }
+      writer.uint32(16).int64(message.used);
+    }
+    if (message.holds !== 0n) {
+      if (BigInt.asIntN(64, message.holds) !== message.holds) {
+        throw new globalThis.Error("value provided for field message.holds of type int64 too large");
+      }
+      writer.uint32(24).int64(message.holds);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SpendRow {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSpendRow();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.used = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.holds = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SpendRow {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      used: isSet(object.used) ? BigInt(object.used) : 0n,
+      holds: isSet(object.holds) ? BigInt(object.holds) : 0n,
+    };
+  },
+
+  toJSON(message: SpendRow): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.used !== 0n) {
+      obj.used = message.used.toString();
+    }
+    if (message.holds !== 0n) {
+      obj.holds = message.holds.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SpendRow>, I>>(base?: I): SpendRow {
+    return SpendRow.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SpendRow>, I>>(object: I): SpendRow {
+    const message = createBaseSpendRow();
+    message.key = object.key ?? "";
+    message.used = (object.used !== undefined && object.used !== null) ? BigInt(object.used) : 0n;
+    message.holds = (object.holds !== undefined && object.holds !== null) ? BigInt(object.holds) : 0n;
+    return message;
+  },
+};
+
+function createBaseGetSpendResponse(): GetSpendResponse {
+  return { rows: [], used: 0n, groups: 0n, unit: "" };
+}
+
+export const GetSpendResponse: MessageFns<GetSpendResponse> = {
+  encode(message: GetSpendResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.rows) {
+      SpendRow.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.used !== 0n) {
+      if (BigInt.asIntN(64, message.used) !== message.used) {
+        throw new globalThis.Error("value provided for field message.used of type int64 too large");
+      }
+      writer.uint32(16).int64(message.used);
+    }
+    if (message.groups !== 0n) {
+      if (BigInt.asIntN(64, message.groups) !== message.groups) {
+        throw new globalThis.Error("value provided for field message.groups of type int64 too large");
+      }
+      writer.uint32(24).int64(message.groups);
+    }
+    if (message.unit !== "") {
+      writer.uint32(34).string(message.unit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetSpendResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetSpendResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.rows.push(SpendRow.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.used = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.groups = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.unit = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetSpendResponse {
+    return {
+      rows: globalThis.Array.isArray(object?.rows) ? object.rows.map((e: any) => SpendRow.fromJSON(e)) : [],
+      used: isSet(object.used) ? BigInt(object.used) : 0n,
+      groups: isSet(object.groups) ? BigInt(object.groups) : 0n,
+      unit: isSet(object.unit) ? globalThis.String(object.unit) : "",
+    };
+  },
+
+  toJSON(message: GetSpendResponse): unknown {
+    const obj: any = {};
+    if (message.rows?.length) {
+      obj.rows = message.rows.map((e) => SpendRow.toJSON(e));
+    }
+    if (message.used !== 0n) {
+      obj.used = message.used.toString();
+    }
+    if (message.groups !== 0n) {
+      obj.groups = message.groups.toString();
+    }
+    if (message.unit !== "") {
+      obj.unit = message.unit;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetSpendResponse>, I>>(base?: I): GetSpendResponse {
+    return GetSpendResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetSpendResponse>, I>>(object: I): GetSpendResponse {
+    const message = createBaseGetSpendResponse();
+    message.rows = object.rows?.map((e) => SpendRow.fromPartial(e)) || [];
+    message.used = (object.used !== undefined && object.used !== null) ? BigInt(object.used) : 0n;
+    message.groups = (object.groups !== undefined && object.groups !== null) ? BigInt(object.groups) : 0n;
+    message.unit = object.unit ?? "";
+    return message;
+  },
+};
+
 /** What workers call, on localhost, before they spend. */
 export type BudgetService = typeof BudgetService;
 export const BudgetService = {
@@ -7623,6 +8114,19 @@ export const AdminService = {
     responseSerialize: (value: ListCallsResponse): Buffer => Buffer.from(ListCallsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListCallsResponse => ListCallsResponse.decode(value),
   },
+  /**
+   * What a budget spent, from its ledger: the used its entries moved over a time range,
+   * summed by the model its holds' calls went to, by the holds' job, or by UTC day.
+   */
+  getSpend: {
+    path: "/earmark.v1.Admin/GetSpend" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetSpendRequest): Buffer => Buffer.from(GetSpendRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetSpendRequest => GetSpendRequest.decode(value),
+    responseSerialize: (value: GetSpendResponse): Buffer => Buffer.from(GetSpendResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetSpendResponse => GetSpendResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServer extends UntypedServiceImplementation {
@@ -7672,6 +8176,11 @@ export interface AdminServer extends UntypedServiceImplementation {
    * with which key or project, and the usage it was settled with (earmark reconcile).
    */
   listCalls: handleUnaryCall<ListCallsRequest, ListCallsResponse>;
+  /**
+   * What a budget spent, from its ledger: the used its entries moved over a time range,
+   * summed by the model its holds' calls went to, by the holds' job, or by UTC day.
+   */
+  getSpend: handleUnaryCall<GetSpendRequest, GetSpendResponse>;
 }
 
 export interface AdminClient extends Client {
@@ -7899,6 +8408,25 @@ export interface AdminClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListCallsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * What a budget spent, from its ledger: the used its entries moved over a time range,
+   * summed by the model its holds' calls went to, by the holds' job, or by UTC day.
+   */
+  getSpend(
+    request: GetSpendRequest,
+    callback: (error: ServiceError | null, response: GetSpendResponse) => void,
+  ): ClientUnaryCall;
+  getSpend(
+    request: GetSpendRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetSpendResponse) => void,
+  ): ClientUnaryCall;
+  getSpend(
+    request: GetSpendRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetSpendResponse) => void,
   ): ClientUnaryCall;
 }
 
