@@ -40,6 +40,9 @@ sse_event_bytes_max = 16 << 20
 # litellm_outcome_grace_seconds_max.
 litellm_outcome_grace_seconds = 10.0
 litellm_outcome_grace_seconds_max = 600.0
+# Holds the gate left in doubt that a late outcome may still settle: the most recent
+# litellm_doubted_max, the oldest forgotten first (reconcile resolves those).
+litellm_doubted_max = 10_000
 
 # The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
 # it is made at most client_attempts_max times, with backoff between attempts of at most
@@ -610,6 +613,7 @@ assert 4 * console_login_failures_max <= console_login_addresses_max <= 1_000_00
 assert write_statements_max < statement_cache_size_default
 assert 1 <= llm_prompt_chars_per_token <= 4
 assert 0 < litellm_outcome_grace_seconds <= litellm_outcome_grace_seconds_max
+assert 1 <= litellm_doubted_max <= 1_000_000
 assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
 assert 1 << 16 <= sse_event_bytes_max <= 64 << 20
 

@@ -332,7 +332,13 @@ class Sidecar:
             tokens = auth.load_worker_tokens(settings.worker_token_file)
         # Reflection describes every method and message: with worker tokens, only a worker
         # may ask it, as on Admin's listener. Health stays open for the probes.
-        protected = (f"/{BUDGET_SERVICE}/", f"/{reflection.SERVICE_NAME}/")
+        # Admin's methods answer where Admin is (AdminElsewhere): with worker tokens, to
+        # a worker only, so that the admin listener's address is not told to anyone.
+        protected = (
+            f"/{BUDGET_SERVICE}/",
+            f"/{reflection.SERVICE_NAME}/",
+            f"/{ADMIN_SERVICE}/",
+        )
         server = self._grpc_server(BUDGET_SERVICE, tokens, protected)
         service = BudgetService(
             store,

@@ -376,3 +376,27 @@ def test_the_reconcile_cronjob_runs_a_command_the_cli_takes(directory: Path) -> 
     assert startup["periodSeconds"] * startup["failureThreshold"] > (
         limits.database_wait_seconds_default
     )
+
+
+@needs_kubectl
+@both
+def test_every_grpc_probe_reaches_a_listener_off_loopback(directory: Path) -> None:
+    """The kubelet's gRPC probes connect to the pod's IP: every container probed on a port
+    serves its health listener there on every address, not on loopback."""
+    probed = []
+    for name, spec in pod_specs(rendered(directory)).items():
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            ports = {
+                probe["grpc"]["port"]
+                for kind in ("startupProbe", "readinessProbe", "livenessProbe")
+                if "grpc" in (probe := container.get(kind) or {})
+            }
+            if not ports:
+                continue
+            env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+            listen = env.get("EARMARK_HEALTH_LISTEN", "")
+            probed.append(
+                (name, listen.rsplit(":", 1)[0], {int(listen.rsplit(":", 1)[1])} == ports)
+            )
+    assert [(name, "0.0.0.0", True) for name, _, _ in probed] == probed
+    assert len(probed) >= 2

@@ -77,6 +77,8 @@ async def litellm_proxy(
         "LITELLM_TELEMETRY": "False",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LITELLM_LOG": "ERROR",
+        # As docs/litellm.md says: LiteLLM's OpenAI embeddings retry on their own otherwise.
+        "DEFAULT_MAX_RETRIES": "0",
     }
     log = (tmp_path / "litellm.log").open("w")
     argv = (binary, "--config", str(path), "--host", "127.0.0.1", "--port", str(port))

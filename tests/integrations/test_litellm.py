@@ -234,3 +234,72 @@ async def test_a_hold_renews_while_its_call_runs_and_a_stream_left_midway_stays_
         "left": (pb.RESERVATION_STATE_IN_DOUBT, held["left"].charged),
     } == {text: (h.state, h.charged) for text, h in held.items()}
     await assert_invariants(priced.dsn)
+
+
+async def test_responses_embeddings_and_what_the_gate_will_not_send(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A Responses call, streamed and not, and an embedding settle at what the provider
+    billed; a failed embedding is sent once and left in doubt; a no-log request and an
+    image generation are answered unsent; a request reusing the call id of one in flight
+    is answered 409 and leaves that one's hold to settle at its bill."""
+    await budget(priced, "team", 50_000_000)
+    async with (
+        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
+        llm(url, budget_id="team") as client,
+    ):
+        await client.responses.create(
+            model=MODEL, input="answer", max_output_tokens=30,
+            extra_headers={"x-litellm-call-id": "answer"},
+        )  # fmt: skip
+        streamed = await client.responses.create(
+            model=MODEL, input="flowing", max_output_tokens=30, stream=True,
+            extra_headers={"x-litellm-call-id": "flowing"},
+        )  # fmt: skip
+        events = [event async for event in streamed]
+        await client.embeddings.create(
+            model=MODEL, input="vector", extra_headers={"x-litellm-call-id": "vector"}
+        )
+        with pytest.raises(openai.InternalServerError):
+            await client.embeddings.create(
+                model=MODEL, input="fail:500", extra_headers={"x-litellm-call-id": "broken"}
+            )
+        with pytest.raises(openai.BadRequestError) as unlogged:
+            await client.chat.completions.create(
+                model=MODEL, max_tokens=5, extra_body={"no-log": True}, **named("quiet")
+            )
+        with pytest.raises(openai.PermissionDeniedError) as image:
+            await client.images.generate(model=MODEL, prompt="a cat")
+        slow = asyncio.ensure_future(
+            client.chat.completions.create(model=MODEL, max_tokens=20, **named("slow"))
+        )
+
+        async def in_flight() -> bool:
+            return any(h.labels["litellm.call_id"] == "slow" for h in await holds(priced, "team"))
+
+        try:
+            await eventually(in_flight, within_seconds=20.0, what="the slow call is held")
+            with pytest.raises(openai.ConflictError):
+                await client.chat.completions.create(model=MODEL, max_tokens=20, **named("slow"))
+        finally:
+            provider.state.slow.set()
+        await slow
+        held = {h.labels["litellm.call_id"]: h for h in await settled(priced, "team")}
+    sent = [r.get("input") or r.get("messages") for r in provider.state.requests if r]
+    bills = [cost(b) for b in provider.state.billed]
+    in_doubt = pb.RESERVATION_STATE_IN_DOUBT
+    assert (True, True, True) == (
+        bool(events),
+        "no-log" in str(unlogged.value),
+        "image_generation" in str(image.value),
+    )
+    assert 1 == sum(1 for r in sent if r == "fail:500")
+    assert {
+        "answer": (pb.RESERVATION_STATE_SETTLED, bills[0]),
+        "flowing": (pb.RESERVATION_STATE_SETTLED, bills[1]),
+        "vector": (pb.RESERVATION_STATE_SETTLED, bills[2]),
+        "broken": (in_doubt, held["broken"].charged),
+        "slow": (pb.RESERVATION_STATE_SETTLED, bills[3]),
+    } == {text: (h.state, h.charged) for text, h in held.items()}
+    assert (4, True) == (len(bills), all(b > 0 for b in bills))
+    await assert_invariants(priced.dsn)

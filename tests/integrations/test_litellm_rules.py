@@ -22,6 +22,7 @@ from earmark.integrations.litellm_rules import (
     GRACE_ENV,
     IN_DOUBT,
     LEASE_ENV,
+    RELEASED,
     Budgets,
     Ending,
     GateError,
@@ -35,11 +36,13 @@ from earmark.integrations.litellm_rules import (
 
 
 class Status(Exception):
-    """An error with an HTTP status, as LiteLLM's exceptions carry one."""
+    """An error with an HTTP status and the provider that answered it, as LiteLLM's
+    exceptions for a provider's answer carry them."""
 
-    def __init__(self, status_code: int) -> None:
+    def __init__(self, status_code: int, llm_provider: str | None = "openai") -> None:
         super().__init__(f"status {status_code}")
         self.status_code = status_code
+        self.llm_provider = llm_provider
 
 
 def test_the_most_specific_budget_holds_and_the_others_nest_it() -> None:
@@ -94,22 +97,30 @@ def test_call_types_that_bill_are_read_and_others_are_refused() -> None:
         (Status(408), IN_DOUBT),
         (Status(500), IN_DOUBT),
         (Status(503), IN_DOUBT),
-        (RuntimeError("no status"), IN_DOUBT),
+        (Status(500, llm_provider=""), IN_DOUBT),
         (None, IN_DOUBT),
     ],
 )
 def test_a_failed_call_ends_at_nothing_only_when_the_provider_billed_nothing(
     error: BaseException | None, expected: Ending
 ) -> None:
-    """A 4xx bills nothing; a timeout, a 5xx or an unknown error may have run."""
-    assert expected == failed(error)
+    """A provider's 4xx bills nothing; a timeout, a 5xx or an unknown error may have run."""
+    assert expected == failed(error, dispatched=True)
+
+
+@pytest.mark.parametrize("status", [400, 499, 503])
+def test_the_proxys_own_error_releases_unsent_and_doubts_sent(status: int) -> None:
+    """A hook's or a disconnect's error (no provider named) says nothing of the provider:
+    a hold never sent is released, one sent stays in doubt, whatever the status."""
+    proxy = Status(status, llm_provider=None)
+    assert (RELEASED, IN_DOUBT) == (failed(proxy, False), failed(proxy, True))
 
 
 def test_a_request_that_never_left_ends_at_nothing() -> None:
     """A refused connection, even wrapped in a 500 by LiteLLM, was never sent."""
     wrapped = Status(500)
     wrapped.__cause__ = httpx.ConnectError("refused")
-    assert Ending(Outcome.FAILED, 0) == failed(wrapped)
+    assert Ending(Outcome.FAILED, 0) == failed(wrapped, dispatched=True)
 
 
 def test_a_refusal_is_a_429_with_the_reason_the_budget_and_what_is_left() -> None:
@@ -135,7 +146,7 @@ def test_a_refusal_is_a_429_with_the_reason_the_budget_and_what_is_left() -> Non
     [
         (BudgetNotFoundError(grpc.StatusCode.NOT_FOUND, "no budget b"), 404),
         (PriceNotFoundError(grpc.StatusCode.FAILED_PRECONDITION, "no price", "P"), 400),
-        (UnavailableError(grpc.StatusCode.UNAVAILABLE, "down"), 503),
+        (UnavailableError(grpc.StatusCode.UNAVAILABLE, "no sidecar at 10.0.0.1:50051"), 503),
     ],
 )
 def test_a_reserve_error_is_answered_and_the_request_not_sent(
@@ -144,6 +155,7 @@ def test_a_reserve_error_is_answered_and_the_request_not_sent(
     """The caller's own mistakes are 4xx, the sidecar out of reach a 503; each says so."""
     answered = reserve_error(error)
     assert (status, True) == (answered.status, answered.message.endswith("; not sent"))
+    assert "10.0.0.1" not in answered.message
 
 
 def test_durations_are_bounded_and_named() -> None:

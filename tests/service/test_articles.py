@@ -294,9 +294,11 @@ async def test_spend_caps_sonnet_stale_price_over_reserves(priced: Running) -> N
     assert (1, 2) == (stale.version, live.version)
     assert {(True, 54_000, 1)} == {(h.admitted, h.amount, h.price_version) for h in holds}
     assert (54_000_000, 36_000_000, 0) == (held, row["used"], row["held"])
-    assert {(36_000, 18_000, 0, 2)} == {
-        (r.charged, r.released, r.overshoot, r.price_version) for r in settles
-    }
+    assert {(36_000, 0, 2)} == {(r.charged, r.overshoot, r.price_version) for r in settles}
+    # The live price is in effect at once, so the repricer (every second) may move a hold
+    # down to $0.036 before its Settle comes: that Settle then returns nothing, the repricer
+    # having returned the $0.018 (a slow machine settles the 1,000 over more than a second).
+    assert {r.released for r in settles} <= {0, 18_000}
     await assert_invariants(s.dsn)
 
 

@@ -31,6 +31,8 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections import OrderedDict
+from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,14 @@ from earmark.client.errors import EarmarkClientError
 from earmark.client.hold import Hold
 from earmark.client.meter import Meter
 from earmark.client.wire import Call, Route, cap_to_send, shape_of
+from earmark.core.model import Outcome
+from earmark.core.prices import Usage
 from earmark.integrations.litellm_rules import (
     GRACE_ENV,
     IN_DOUBT,
     LEASE_ENV,
     RELEASED,
+    ROUTES,
     Budgets,
     Ending,
     GateError,
@@ -78,6 +83,9 @@ class Flight:
     call: Call
     route: Route
     provider: str
+    # The request's LiteLLM Logging object: what tells this request from another that
+    # reuses its call id (a caller may choose the id, with x-litellm-call-id).
+    request: Any = field(default=None, repr=False)
     dispatched: bool = False
     ended: bool = False
     watch: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -102,6 +110,10 @@ class EarmarkGate(CustomLogger):
         if lease:
             self.lease_seconds = seconds_of(LEASE_ENV, lease, limits.lease_seconds_default)
         self._flights: dict[str, Flight] = {}
+        # Holds left in doubt because their outcome had not come within the grace (a busy
+        # logging queue, or a stream LiteLLM serves from another task): an outcome that
+        # comes later still settles them, since a later Settle resolves a doubt.
+        self._doubted: OrderedDict[str, Flight] = OrderedDict()
         self._endings: set[asyncio.Task[None]] = set()
 
     def client(self) -> AsyncClient:
@@ -129,21 +141,35 @@ class EarmarkGate(CustomLogger):
         try:
             return await self._hold(user_api_key_dict, data, call_type)
         except GateError as error:
-            raise HTTPException(
+            answer = HTTPException(
                 status_code=error.status,
                 detail={"error": error.message},
                 headers=error.headers or None,
-            ) from None
+            )
+            # The request this answers has no hold: its failure events, which carry its
+            # call id, must not end the hold of another request with the same id.
+            answer.earmark_gate = True  # type: ignore[attr-defined]
+            raise answer from None
 
     async def _hold(self, key: Any, data: dict[str, Any], call_type: str) -> dict[str, Any]:
+        call_id = str(data.get("litellm_call_id") or "")
+        request = data.get("litellm_logging_obj")
+        earlier = self._flights.get(call_id)
+        if earlier is not None:
+            if request is None or earlier.request is not request or earlier.dispatched:
+                raise GateError(409, f"LiteLLM call id {call_id!r} is already in flight")
+            # The proxy runs the hooks again for the same request (a fallback to another
+            # model group): its first hold, never sent, makes way for the new one.
+            self._end(earlier, RELEASED)
         route = route_of(call_type)
         if route is None:
             return data
-        call_id = str(data.get("litellm_call_id") or "")
         if not call_id or len(call_id) > limits.label_value_length_max:
             raise GateError(400, "the request has no usable LiteLLM call id")
-        if call_id in self._flights:
-            raise GateError(409, f"LiteLLM call id {call_id!r} is already in flight")
+        if data.get("no-log"):
+            # LiteLLM runs no logging callback for a no-log request, so the gate would
+            # never learn its usage.
+            raise GateError(400, "no-log: a request through Earmark's gate is logged")
         budgets = budgets_of(
             getattr(key, "metadata", None),
             getattr(key, "team_metadata", None),
@@ -162,23 +188,31 @@ class EarmarkGate(CustomLogger):
         try:
             await hold.__aenter__()
         except EarmarkClientError as error:
-            raise reserve_error(error) from error
+            answer = reserve_error(error)
+            if answer.status >= 500:
+                log.warning("earmark: the hold for call %s failed: %s", call_id, error)
+            raise answer from None
         if hold.refusal is not None:
             raise refusal_error(hold.refusal)
-        flight = Flight(call_id, hold, call, route, provider)
+        flight = Flight(call_id, hold, call, route, provider, request)
         self._flights[call_id] = flight
         try:
             reservation = hold.reservation
             assert reservation is not None
             cap = cap_to_send(call, reservation.max_output_tokens, reservation.degraded)
-            sent, _ = route.sent({**data, "model": model}, call, cap)
+            sent, hidden = route.sent({**data, "model": model}, call, cap)
             for name, value in sent.items():
                 if name != "model":
                     data[name] = value
-            # A retry inside LiteLLM would be a second bill on this one hold: the caller's
-            # SDK retries instead, each attempt on a hold of its own.
+            if hidden:
+                # The usage chunk the gate asked for, which the caller did not, is not
+                # passed on (LiteLLM drops it when this is set).
+                data["_litellm_strip_stream_usage"] = True
+            # A retry or a fallback inside LiteLLM would be a second bill on this one
+            # hold: the caller's SDK retries instead, each attempt on a hold of its own.
             data["num_retries"] = 0
             data["max_retries"] = 0
+            data["disable_fallbacks"] = True
             task = asyncio.current_task()
             if task is not None:
                 task.add_done_callback(lambda _: self._request_done(flight))
@@ -198,36 +232,60 @@ class EarmarkGate(CustomLogger):
     # While it is sent and after.
 
     def log_pre_api_call(self, model: Any, messages: Any, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("litellm_no_upstream_llm_call"):
+            # The proxy logs its own failures through the same path: nothing was sent.
+            return
         flight = self._flights.get(str(kwargs.get("litellm_call_id") or ""))
         if flight is not None:
             flight.dispatched = True
 
+    def _flight_of(self, kwargs: dict[str, Any]) -> Flight | None:
+        """The open hold an outcome event is about: same call id, same kind of call."""
+        flight = self._flights.get(str(kwargs.get("litellm_call_id") or ""))
+        if flight is None or not same_kind(kwargs.get("call_type"), flight.route):
+            return None
+        return flight
+
     async def async_log_success_event(
         self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
     ) -> None:
-        flight = self._flights.get(str(kwargs.get("litellm_call_id") or ""))
-        if flight is None:
+        call_id = str(kwargs.get("litellm_call_id") or "")
+        flight = self._flight_of(kwargs)
+        late = self._doubted.pop(call_id, None) if flight is None else None
+        if flight is None and late is None:
             return
-        answer = _dumped(response_obj)
-        usage = flight.route.usage(answer, flight.call) if answer is not None else None
+        which = flight or late
+        assert which is not None
+        if kwargs.get("cache_hit"):
+            # Answered from LiteLLM's cache: the provider was not called.
+            if flight is not None:
+                self._end(flight, Ending(Outcome.SUCCEEDED, 0))
+            return
+        usage = usage_of(response_obj, which.route, which.call)
         # A stream whose client went away ends without the provider's usage chunk; the
         # usage LiteLLM logs for it is its own count of the chunks it read, not the bill.
         if usage is None or client_disconnected(kwargs):
-            self._end(flight, IN_DOUBT)
+            if flight is not None:
+                self._end(flight, IN_DOUBT)
             return
-        provider = str(kwargs.get("custom_llm_provider") or flight.provider)
-        model = str(kwargs.get("model") or flight.call.model)
-        flight.hold.usage = replace(usage, provider=provider, model=model)
-        self._end(flight, None)
+        provider, model = settled_as(kwargs, which)
+        usage = replace(usage, provider=provider, model=model)
+        if flight is not None:
+            flight.hold.usage = usage
+            self._end(flight, None)
+        else:
+            self._spawn(self._settle_late(which, usage))
 
     async def async_log_failure_event(
         self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
     ) -> None:
-        flight = self._flights.get(str(kwargs.get("litellm_call_id") or ""))
-        if flight is None:
-            return
         error = kwargs.get("exception")
-        self._end(flight, failed(error if isinstance(error, BaseException) else None))
+        if getattr(error, "earmark_gate", False):
+            return
+        flight = self._flight_of(kwargs)
+        if flight is not None:
+            problem = error if isinstance(error, BaseException) else None
+            self._end(flight, failed(problem, flight.dispatched))
 
     async def async_post_call_failure_hook(
         self,
@@ -238,8 +296,12 @@ class EarmarkGate(CustomLogger):
     ) -> None:
         """Another hook rejected the request, or sending it failed: a hold that was never
         sent is released now; one that was waits for its failure event."""
+        if getattr(original_exception, "earmark_gate", False):
+            return
         flight = self._flights.get(str(request_data.get("litellm_call_id") or ""))
-        if flight is not None and not flight.dispatched:
+        if flight is None or flight.dispatched:
+            return
+        if flight.request is None or flight.request is request_data.get("litellm_logging_obj"):
             self._end(flight, RELEASED)
 
     def _request_done(self, flight: Flight) -> None:
@@ -256,11 +318,15 @@ class EarmarkGate(CustomLogger):
         await asyncio.sleep(self.outcome_grace_seconds)
         if not flight.ended:
             log.warning(
-                "earmark: LiteLLM logged no outcome for call %s, which was sent; its hold "
-                "stays in doubt",
+                "earmark: LiteLLM logged no outcome for call %s, which was sent, within "
+                "%gs; its hold is in doubt until its outcome comes or is resolved",
                 flight.call_id,
+                self.outcome_grace_seconds,
             )
             self._end(flight, IN_DOUBT)
+            self._doubted[flight.call_id] = flight
+            while len(self._doubted) > limits.litellm_doubted_max:
+                self._doubted.popitem(last=False)
 
     def _end(self, flight: Flight, ending: Ending | None) -> None:
         """Ends the hold once, off the caller's path: at its usage (ending None), or as
@@ -274,9 +340,19 @@ class EarmarkGate(CustomLogger):
         hold = flight.hold
         if ending is not None:
             hold.outcome, hold.used = ending.outcome, ending.used
-        task = asyncio.ensure_future(self._settle(flight))
+        self._spawn(self._settle(flight))
+
+    def _spawn(self, settling: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(settling)
         self._endings.add(task)
         task.add_done_callback(self._endings.discard)
+
+    async def _settle_late(self, flight: Flight, usage: Usage) -> None:
+        """Settles a hold left in doubt at the usage that came after all."""
+        try:
+            await self.client().settle(flight.hold.reservation_id, 0, usage=usage)
+        except Exception as error:
+            log.warning("earmark: late settle of call %s failed: %s", flight.call_id, error)
 
     async def _settle(self, flight: Flight) -> None:
         try:
@@ -300,6 +376,67 @@ def _headers(data: dict[str, Any]) -> dict[str, str]:
     request = data.get("proxy_server_request") or {}
     headers = request.get("headers") if isinstance(request, dict) else None
     return dict(headers) if isinstance(headers, dict) else {}
+
+
+def same_kind(call_type: Any, route: Route) -> bool:
+    """An outcome of call_type is about a hold read by route (no call type: assumed)."""
+    if not isinstance(call_type, str) or not call_type:
+        return True
+    found = ROUTES.get(call_type)
+    return found is not None and type(found) is type(route)
+
+
+def settled_as(kwargs: dict[str, Any], flight: Flight) -> tuple[str, str]:
+    """The provider and model the call was sent to, by the names the price book knows:
+    the called deployment's earmark_provider and earmark_model when set, else LiteLLM's."""
+    params = kwargs.get("litellm_params") or {}
+    info = (params.get("model_info") if isinstance(params, dict) else None) or {}
+    provider = info.get("earmark_provider") or kwargs.get("custom_llm_provider") or flight.provider
+    model = info.get("earmark_model") or kwargs.get("model") or flight.call.model
+    return str(provider), str(model)
+
+
+def usage_of(response: Any, route: Route, call: Call) -> Usage | None:
+    """The usage a LiteLLM response reports, read by the route it was held by. LiteLLM
+    logs a Responses answer with a chat-style usage object (prompt_tokens,
+    completion_tokens), so both namings are offered; a usage that counts no tokens of
+    either kind while it counts some in all is no usage to settle at."""
+    answer = _dumped(response)
+    if answer is None:
+        return None
+    usage = (
+        response.get("usage") if isinstance(response, dict) else getattr(response, "usage", None)
+    )
+    counted = _dumped(usage) if usage is not None else None
+    if counted is None:
+        return route.usage(answer, call)
+    both = both_namings(counted)
+    parts = [both.get(n) for n in ("input_tokens", "output_tokens")]
+    total = both.get("total_tokens")
+    if (
+        not any(isinstance(p, int) and p > 0 for p in parts)
+        and isinstance(total, int)
+        and total > 0
+    ):
+        return None
+    return route.usage({**answer, "usage": both}, call)
+
+
+def both_namings(usage: dict[str, Any]) -> dict[str, Any]:
+    """A usage object under chat's names and the Responses API's both."""
+    pairs = (
+        ("prompt_tokens", "input_tokens"),
+        ("completion_tokens", "output_tokens"),
+        ("prompt_tokens_details", "input_tokens_details"),
+        ("completion_tokens_details", "output_tokens_details"),
+    )
+    both = dict(usage)
+    for chat, responses in pairs:
+        if both.get(chat) is None and both.get(responses) is not None:
+            both[chat] = both[responses]
+        elif both.get(responses) is None and both.get(chat) is not None:
+            both[responses] = both[chat]
+    return both
 
 
 def _dumped(response: Any) -> dict[str, Any] | None:

@@ -47,8 +47,27 @@ ROUTES: dict[str, Route] = {
     "aembedding": Embeddings(),
     "embedding": Embeddings(),
 }
-# Call types that reach no model and bill nothing: passed through without a hold.
-FREE = frozenset({"pass_through_endpoint", "amoderation", "moderation"})
+# Call types that reach no model and bill nothing: passed through without a hold. Reading,
+# listing, deleting and cancelling what was made before, files and vector store files,
+# moderations (free at OpenAI) and LiteLLM's pass-through routes.
+FREE = frozenset(
+    {
+        "pass_through_endpoint", "llm_passthrough_route", "allm_passthrough_route",
+        "moderation", "amoderation",
+        "get_responses", "aget_responses", "delete_responses", "adelete_responses",
+        "cancel_responses", "acancel_responses", "alist_input_items",
+        "file_retrieve", "afile_retrieve", "file_delete", "afile_delete", "file_list",
+        "afile_list", "create_file", "acreate_file", "file_content", "afile_content",
+        "retrieve_batch", "aretrieve_batch", "cancel_batch", "acancel_batch",
+        "retrieve_fine_tuning_job", "aretrieve_fine_tuning_job", "list_fine_tuning_jobs",
+        "alist_fine_tuning_jobs", "cancel_fine_tuning_job", "acancel_fine_tuning_job",
+        "vector_store_file_list", "avector_store_file_list", "vector_store_file_retrieve",
+        "avector_store_file_retrieve", "vector_store_file_content",
+        "avector_store_file_content", "vector_store_file_delete", "avector_store_file_delete",
+        "video_retrieve", "avideo_retrieve", "video_content", "avideo_content", "video_list",
+        "avideo_list", "video_delete", "avideo_delete",
+    }
+)  # fmt: skip
 
 
 class GateError(Exception):
@@ -151,12 +170,22 @@ RELEASED = Ending(Outcome.CANCELLED, 0)
 IN_DOUBT = Ending(Outcome.UNKNOWN, None)
 
 
-def failed(error: BaseException | None) -> Ending:
-    """A call that raised: a 4xx, or a request that never left, billed nothing; a timeout,
-    a 5xx or an error without a status may have run at the provider, so the hold stays in
-    doubt with its prompt charge until `earmark reconcile` or an operator resolves it."""
-    if error is None:
-        return IN_DOUBT
+def from_provider(error: BaseException) -> bool:
+    """LiteLLM's exceptions for a provider's answer name the provider (llm_provider); the
+    proxy's own (a hook's HTTPException, a disconnect's 499) do not."""
+    return getattr(error, "llm_provider", None) is not None
+
+
+def failed(error: BaseException | None, dispatched: bool) -> Ending:
+    """A call that raised: a provider's 4xx, or a request that never left, billed nothing;
+    a timeout, a 5xx or an error without a status may have run at the provider, so the
+    hold stays in doubt with its prompt charge until `earmark reconcile` or an operator
+    resolves it. The proxy's own error says nothing of the provider: released if the
+    request was never sent, in doubt if it was."""
+    if error is None or not from_provider(error):
+        if error is not None and never_sent(error):
+            return Ending(Outcome.FAILED, 0)
+        return IN_DOUBT if dispatched else RELEASED
     if never_sent(error):
         return Ending(Outcome.FAILED, 0)
     status = getattr(error, "status_code", None)
@@ -201,6 +230,10 @@ _STATUS_OF: tuple[tuple[type[EarmarkClientError], int], ...] = (
 def reserve_error(error: EarmarkClientError) -> GateError:
     """An error the Reserve raised, as LiteLLM answers it: the request is not sent."""
     status = next((code for kind, code in _STATUS_OF if isinstance(error, kind)), 503)
+    if status >= 500:
+        # The gate's own trouble: the caller is not told where the sidecar is (the proxy's
+        # log says).
+        return GateError(status, "Earmark's sidecar could not hold the request; not sent")
     detail = error.details if isinstance(error, ClientError) else str(error)
     reason = f" ({error.reason})" if error.reason else ""
     return GateError(status, f"Earmark could not hold the request{reason}: {detail}; not sent")
