@@ -29,9 +29,11 @@ def test_dollars_are_read_to_the_micro_dollar() -> None:
     for any other unit."""
     read = [
         money.parse(text, "usd_micros")
-        for text in ("10.00", "10", "$1,234.5", "0.000001", ".5", " 7. ", "1_000")
+        for text in ("10.00", "10", "$1,234.5", "0.000001", ".5", " 7. ", "1_000", "1,000,000")
     ]
-    assert [10_000_000, 10_000_000, 1_234_500_000, 1, 500_000, 7_000_000, 10**9] == read
+    assert [
+        10_000_000, 10_000_000, 1_234_500_000, 1, 500_000, 7_000_000, 10**9, 10**12
+    ] == read  # fmt: skip
     assert [200_000, 0] == [money.parse(text, "tokens") for text in ("200,000", "0")]
 
 
@@ -50,11 +52,18 @@ def test_dollars_are_read_to_the_micro_dollar() -> None:
         ("$5", "tokens", "'$5' is not a whole number"),
         ("²", "tokens", "'²' is not a whole number"),
         ("9" * 41, "tokens", "is longer than 40 characters"),
+        # A comma where a point was meant is no thousands separator: "0,50" is not $50.
+        ("0,50", "usd_micros", "'0,50' is not an amount of dollars (digit groups"),
+        ("10.000,00", "usd_micros", "'10.000,00' is not an amount of dollars"),
+        ("1,5", "tokens", "'1,5' is not a whole number (digit groups are of three"),
+        ("1,,,,0", "usd_micros", "'1,,,,0' is not an amount of dollars"),
+        ("1,000_000", "usd_micros", "'1,000_000' is not an amount of dollars"),
     ],
 )
 def test_what_is_no_amount_is_refused_with_its_reason(text: str, unit: str, why: str) -> None:
-    """Too many decimals, a sign, words, an exponent, fractions of a whole unit and
-    overlong text are refused, and the message says which."""
+    """Too many decimals, a sign, words, an exponent, fractions of a whole unit, digit
+    groups that are not of three before the point, and overlong text are refused, and the
+    message says which."""
     with pytest.raises(money.BadAmount) as refused:
         money.parse(text, unit)
     assert str(refused.value).startswith(why)

@@ -1,6 +1,7 @@
 """The console's spend page: what a budget spent, from its ledger, by model, by job or by
-UTC day, over a range of days. One GetSpend: the sidecar sums in SQL, so the page costs
-the same whatever the size of the ledger it reads."""
+UTC day, over a range of days. One GetSpend: the sidecar sums in SQL the budget's entries
+in the range (by an index on budget and time) and sends only the groups, so the page reads
+what the range holds, not the budget's whole ledger."""
 
 from __future__ import annotations
 

@@ -16,9 +16,14 @@ from earmark.ops.render import MICROS_PER_DOLLAR
 
 # Digits of a micro-dollar after the point: 6, as MICROS_PER_DOLLAR says.
 DOLLAR_DECIMALS = len(str(MICROS_PER_DOLLAR)) - 1
-# Digits, groups marked with , or _ (which are dropped first), and a fraction. ASCII only:
-# \d would also take other scripts' digits and superscripts, which int() reads differently.
-_NUMBER = re.compile(r"(?P<whole>[0-9]*)(?:\.(?P<fraction>[0-9]*))?", re.ASCII)
+# Digits, with the whole part's groups of three marked by , or _ (never the fraction's:
+# "0,50" is no fifty dollars), and a fraction after a point. ASCII only: \d would also
+# take other scripts' digits and superscripts, which int() reads differently.
+_NUMBER = re.compile(
+    r"(?P<whole>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{1,3}(?:_[0-9]{3})+|[0-9]*)"
+    r"(?:\.(?P<fraction>[0-9]*))?",
+    re.ASCII,
+)
 
 
 class BadAmount(ValueError):
@@ -41,7 +46,7 @@ def parse(text: str, unit: str) -> int:
     if len(raw) > limits.amount_text_length_max:
         raise BadAmount(f"is longer than {limits.amount_text_length_max} characters")
     dollars = unit == USD_MICROS
-    plain = raw.replace(",", "").replace("_", "")
+    plain = raw
     if plain.startswith("-"):
         raise BadAmount(f"{raw!r} is negative")
     if dollars:
@@ -49,8 +54,10 @@ def parse(text: str, unit: str) -> int:
     found = _NUMBER.fullmatch(plain)
     if found is None or not (found["whole"] or found["fraction"]):
         kind = "an amount of dollars" if dollars else "a whole number"
-        raise BadAmount(f"{raw!r} is not {kind}")
-    whole, fraction = found["whole"] or "0", found["fraction"]
+        hint = " (digit groups are of three, before the point; use . for cents)"
+        raise BadAmount(f"{raw!r} is not {kind}{hint if ',' in raw or '_' in raw else ''}")
+    whole = (found["whole"] or "0").replace(",", "").replace("_", "")
+    fraction = found["fraction"]
     if not dollars:
         if fraction is not None:
             raise BadAmount(f"{raw!r} is not a whole number: {unit} has no fractions")

@@ -78,16 +78,17 @@ _ORDER = {
     SpendGroup.DAY: "key DESC",
 }
 
-# The budget's entries that moved used, read by the ledger's (budget_id, entry_id) index
-# and filtered by time (no index on time: a budget's ledger in the range is read once per
-# call, on Admin's pool and behind its gate, like a page of the ledger's listing). The
-# window functions run before LIMIT: every group counts in groups and total.
+# The budget's entries that moved used in the range, read from migration 0018's index on
+# (budget_id, at) (the bounds written so that it can use them: an absent bound is an
+# infinite one), on Admin's pool and behind its gate, like a page of the ledger's listing.
+# What a call reads grows with the entries in its range. The window functions run before
+# LIMIT: every group counts in groups and total.
 _SPEND = """
 WITH spent AS (
     SELECT l.reservation_id, l.used_delta, l.at FROM ledger l
     WHERE l.budget_id = $budget_id AND l.used_delta <> 0
-        AND ($since::timestamptz IS NULL OR l.at >= $since::timestamptz)
-        AND ($until::timestamptz IS NULL OR l.at < $until::timestamptz)
+        AND l.at >= coalesce($since::timestamptz, '-infinity'::timestamptz)
+        AND l.at < coalesce($until::timestamptz, 'infinity'::timestamptz)
 ),
 grouped AS (
     SELECT {key} AS key, sum(s.used_delta)::bigint AS used,
