@@ -303,3 +303,37 @@ async def test_responses_embeddings_and_what_the_gate_will_not_send(
     } == {text: (h.state, h.charged) for text, h in held.items()}
     assert (4, True) == (len(bills), all(b > 0 for b in bills))
     await assert_invariants(priced.dsn)
+
+
+async def test_an_outcome_that_comes_after_the_grace_still_settles_the_hold(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With SSE keepalive on, LiteLLM serves a stream from a task of its own, so the
+    request's handler ends before the stream does: a three-second stream outlives the
+    one-second grace and its hold goes in doubt, then settles at the provider's bill when
+    the stream's outcome comes."""
+    await budget(priced, "team", 50_000_000)
+    provider.state.chunk_seconds = 0.05
+    settings = config(provider.url)
+    settings["litellm_settings"]["sse_keepalive_ping_interval_seconds"] = 30
+    env = env_of(priced, EARMARK_LITELLM_OUTCOME_GRACE_SECONDS="1")
+    async with (
+        litellm_proxy(settings, tmp_path, env) as url,
+        llm(url, budget_id="team") as client,
+    ):
+        stream = await client.chat.completions.create(
+            model=MODEL, max_tokens=60, stream=True, **named("kept")
+        )
+        chunks = [chunk async for chunk in stream]
+
+        async def billed_in_full() -> bool:
+            held = await holds(priced, "team")
+            return [pb.RESERVATION_STATE_SETTLED] == [h.state for h in held]
+
+        await eventually(billed_in_full, within_seconds=20.0, what="the stream's hold settled")
+    (bill,) = provider.state.billed
+    state = await state_of(priced, "team")
+    ledger = await priced.admin.ListLedger(pb.ListLedgerRequest(budget_id="team"))
+    assert (True, cost(bill), 0) == (len(chunks) > 60, state.used, state.held)
+    assert ["hold", "charge", "in_doubt", "settle"] == [e.kind for e in ledger.entries]
+    await assert_invariants(priced.dsn)

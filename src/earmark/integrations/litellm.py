@@ -251,7 +251,13 @@ class EarmarkGate(CustomLogger):
     ) -> None:
         call_id = str(kwargs.get("litellm_call_id") or "")
         flight = self._flight_of(kwargs)
-        late = self._doubted.pop(call_id, None) if flight is None else None
+        late = None
+        if flight is None and call_id not in self._flights:
+            # Only the outcome of the same kind of call, while no other request holds the
+            # id, settles a hold left in doubt: a caller reusing the id cannot.
+            doubted = self._doubted.get(call_id)
+            if doubted is not None and same_kind(kwargs.get("call_type"), doubted.route):
+                late = self._doubted.pop(call_id)
         if flight is None and late is None:
             return
         which = flight or late
