@@ -188,6 +188,10 @@ spend_rows_max = 1_000
 # amount_text_length_max characters, enough for the largest limit with its digit groups.
 amount_text_length_max = 40
 
+# A budget's calendar (core/periods.py): an IANA timezone name is at most
+# timezone_length_max characters (the longest in the database is about 32).
+timezone_length_max = 64
+
 # Leases.
 lease_seconds_default = 120.0
 lease_seconds_min = 1.0
@@ -526,6 +530,7 @@ assert 1 <= also_budget_ids_max <= 64
 assert 0 <= escrow_bps_max < bps_per_unit
 assert 1 <= page_size_default <= page_size_max <= 10_000
 assert 1 <= spend_rows_default <= spend_rows_max <= 10_000
+assert len("America/Argentina/ComodRivadavia") <= timezone_length_max <= 255
 assert len(f"${limit_units_max // 10**6:,}.000000") <= amount_text_length_max <= 100
 assert page_token_length_max >= 2 * (idempotency_key_length_max + token_name_length_max) + 64
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
