@@ -192,6 +192,13 @@ amount_text_length_max = 40
 # timezone_length_max characters (the longest in the database is about 32).
 timezone_length_max = 64
 
+# Budget notices (earmark.notices): a webhook secret is at least notify_secret_bytes_min
+# bytes (Standard Webhooks' examples use 24 to 32), and a receiver accepts an attempt
+# whose webhook-timestamp is within notify_tolerance_seconds of its clock (the spec's
+# five minutes).
+notify_secret_bytes_min = 24
+notify_tolerance_seconds = 300
+
 # Leases.
 lease_seconds_default = 120.0
 lease_seconds_min = 1.0
@@ -531,6 +538,8 @@ assert 0 <= escrow_bps_max < bps_per_unit
 assert 1 <= page_size_default <= page_size_max <= 10_000
 assert 1 <= spend_rows_default <= spend_rows_max <= 10_000
 assert len("America/Argentina/ComodRivadavia") <= timezone_length_max <= 255
+assert 16 <= notify_secret_bytes_min <= 64
+assert 60 <= notify_tolerance_seconds <= 3600
 assert len(f"${limit_units_max // 10**6:,}.000000") <= amount_text_length_max <= 100
 assert page_token_length_max >= 2 * (idempotency_key_length_max + token_name_length_max) + 64
 assert 0 < lease_seconds_min <= lease_seconds_default <= lease_seconds_max_default
