@@ -199,6 +199,11 @@ timezone_length_max = 64
 notify_secret_bytes_min = 24
 notify_tolerance_seconds = 300
 
+# A budget's threshold notices: at most thresholds_max thresholds, each a share of the
+# limit up to threshold_bps_max basis points (past 100%: a SOFT budget's overage).
+thresholds_max = 8
+threshold_bps_max = 100_000
+
 # Leases.
 lease_seconds_default = 120.0
 lease_seconds_min = 1.0
@@ -539,6 +544,8 @@ assert 1 <= page_size_default <= page_size_max <= 10_000
 assert 1 <= spend_rows_default <= spend_rows_max <= 10_000
 assert len("America/Argentina/ComodRivadavia") <= timezone_length_max <= 255
 assert 16 <= notify_secret_bytes_min <= 64
+assert 1 <= thresholds_max <= 64
+assert bps_per_unit <= threshold_bps_max <= 1_000 * bps_per_unit
 assert 60 <= notify_tolerance_seconds <= 3600
 assert len(f"${limit_units_max // 10**6:,}.000000") <= amount_text_length_max <= 100
 assert page_token_length_max >= 2 * (idempotency_key_length_max + token_name_length_max) + 64
