@@ -148,8 +148,8 @@ async def test_the_provider_is_told_the_cap_and_each_ending_is_kept(
     prompt charge; a request a later hook rejects is released unsent; and the budget has
     used what the provider billed for the calls that answered."""
     await budget(priced, "team", 50_000_000)
-    provider.state.late_seconds = 3.0
-    settings = config(provider.url, callbacks=(GATE, GUARD), timeout_seconds=1.0)
+    provider.state.late_seconds = 4.0
+    settings = config(provider.url, callbacks=(GATE, GUARD), timeout_seconds=2.0)
     statuses: dict[str, int] = {}
     async with (
         litellm_proxy(settings, tmp_path, env_of(priced)) as url,
@@ -192,12 +192,12 @@ async def test_the_provider_is_told_the_cap_and_each_ending_is_kept(
 async def test_a_hold_renews_while_its_call_runs_and_a_stream_left_midway_stays_in_doubt(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """With a two-second lease, a call the provider holds up keeps its hold past the lease
+    """With a four-second lease, a call the provider holds up keeps its hold past the lease
     and settles at its bill; a stream whose client leaves after three chunks ends in doubt,
     not at LiteLLM's own count of the chunks it read."""
     await budget(priced, "team", 50_000_000)
     provider.state.chunk_seconds = 0.05
-    env = env_of(priced, EARMARK_LEASE_SECONDS="2", EARMARK_LITELLM_OUTCOME_GRACE_SECONDS="1")
+    env = env_of(priced, EARMARK_LEASE_SECONDS="4", EARMARK_LITELLM_OUTCOME_GRACE_SECONDS="1")
     async with (
         litellm_proxy(config(provider.url), tmp_path, env) as url,
         llm(url, budget_id="team") as client,
@@ -211,7 +211,7 @@ async def test_a_hold_renews_while_its_call_runs_and_a_stream_left_midway_stays_
                 h for h in await holds(priced, "team") if h.labels["litellm.call_id"] == "slow"
             ]
             lease = found[0].expires_at.seconds - found[0].created_at.seconds if found else 0
-            return lease > 3
+            return lease > 5
 
         try:
             await eventually(renewed, within_seconds=20.0, what="the slow call's hold renewed")
