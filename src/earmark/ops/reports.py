@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import ipaddress
 import json
 import urllib.error
 import urllib.parse
@@ -25,6 +24,7 @@ from typing import Any
 from earmark import limits
 from earmark.core.reconcile import Billed, Reported, Tokens
 from earmark.ops.connect import OpsError
+from earmark.settings import is_loopback
 
 DEFAULT_BASES = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 ANTHROPIC_VERSION = "2023-06-01"
@@ -56,20 +56,11 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirects)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def checked_base(base: str) -> str:
     """An https URL (plain http only to this machine, as a test's fake is): the admin key
     never crosses a network in the clear."""
     parts = urllib.parse.urlsplit(base)
-    if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname or "")):
+    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.hostname or "")):
         return base.rstrip("/")
     raise OpsError(f"--api-base {base!r} must be an https URL (http only to 127.0.0.1)")
 

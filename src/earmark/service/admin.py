@@ -147,12 +147,8 @@ class AdminService(pb_grpc.AdminServicer):
             across = validate_scopes.state_across_budgets(state)
             page = await self.store.scans.list_holds_across(across, size, token)
         holds = await self.store.scans.pacer.map(convert.hold_message, page.items)
-        # A release closes a hold as its lease's lapse does (EXPIRED): only the ledger's
-        # release entry tells them apart, so the page's expired holds are looked up there.
-        expired = [h.reservation_id for h in holds if h.state == pb.RESERVATION_STATE_EXPIRED]
-        released = await self.store.scans.released_among(expired)
         for hold in holds:
-            hold.released = hold.reservation_id in released
+            hold.released = hold.reservation_id in page.released
         return pb.ListHoldsResponse(holds=holds, next_page_token=page.next_page_token)
 
     @rpc("ListLedger")

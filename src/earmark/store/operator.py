@@ -91,6 +91,9 @@ class Page(Generic[T]):
 
     items: list[T]
     next_page_token: str
+    # A page of holds: which of its expired holds an operator released (Hold.released),
+    # read in the same turn as the page.
+    released: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

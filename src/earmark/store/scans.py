@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -45,9 +46,17 @@ class Scans:
     async def list_holds(
         self, budget_id: str, state: HoldState | None, size: int, token: str
     ) -> operator.Page[Hold]:
+        async def read(conn: Conn) -> tuple[list[asyncpg.Record], set[str]]:
+            rows = await operator.hold_rows(conn, budget_id, state, size, token)
+            # A release closes a hold as its lease's lapse does (EXPIRED): only the
+            # ledger's release entry tells them apart, looked up on the same connection.
+            expired = [str(r["reservation_id"]) for r in rows if r["state"] == HoldState.EXPIRED]
+            return rows, await spend.released_among(conn, expired)
+
         async with self._turn():
-            rows = await self._read(lambda c: operator.hold_rows(c, budget_id, state, size, token))
-            return operator.hold_page(await self.pacer.map(hold_from_row, rows), size)
+            rows, released = await self._read(read)
+            page = operator.hold_page(await self.pacer.map(hold_from_row, rows), size)
+            return dataclasses.replace(page, released=frozenset(released))
 
     async def list_holds_across(
         self, state: HoldState, size: int, token: str
