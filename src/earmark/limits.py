@@ -203,6 +203,9 @@ notify_tolerance_seconds = 300
 # limit up to threshold_bps_max basis points (past 100%: a SOFT budget's overage).
 thresholds_max = 8
 threshold_bps_max = 100_000
+# A budget's rate window (issue 34) admits at most admissions_per_minute_max admissions a
+# minute: past it, a window is no bound (its units window is bounded by limit_units_max).
+admissions_per_minute_max = 1_000_000_000
 
 # Leases.
 lease_seconds_default = 120.0
@@ -365,6 +368,50 @@ background_watchdog_seconds = 1.0
 # A meter report batch may wait for the provider on every report it claimed (the loop
 # beats after each batch, and after each sweeper transaction).
 report_pass_seconds_max = report_batch_size_max * provider_timeout_seconds
+
+# Budget notices' delivery (earmark.notices.deliver). One deliverer at a time across the
+# sidecars on a database holds the notify_lease row, for notify_lease_seconds_default
+# (--notify-lease-seconds, within [notify_lease_seconds_min, notify_lease_seconds_max]),
+# renewed before each attempt and at each pass, every notify_interval_seconds (shorter than
+# any lease, so that an idle holder keeps it). A pass posts at most notify_batch_max due
+# events, one at a time in seq order; an attempt lasts at most notify_timeout_seconds, and
+# at most half the lease, so that it ends while the lease it was made under still runs.
+# An attempt that fails is tried again after a full-jitter backoff whose ceiling doubles
+# from notify_backoff_seconds_base up to notify_backoff_seconds_max; the event is given up
+# (failed) at its notify_attempts_max-th failed attempt: the ceilings between its attempts
+# add up to about four hours (two on average, with the jitter) for a receiver to come back.
+# An attempt's error is kept cut to notify_error_length_max characters. --notify-url is at
+# most notify_url_length_max characters; --notify-secret-file holds at most
+# notify_secrets_max secrets (two during a rotation). `earmark events list` shows
+# events_listed_default events, at most events_listed_max. The notices loop beats after
+# each event, which may wait out its attempt and a few database commands.
+notify_lease_seconds_default = 60.0
+notify_lease_seconds_min = 2.0
+notify_lease_seconds_max = 600.0
+notify_interval_seconds = 1.0
+notify_batch_max = 100
+notify_timeout_seconds = 10.0
+notify_backoff_seconds_base = 2.0
+notify_backoff_seconds_max = 3600.0
+notify_attempts_max = 15
+notify_error_length_max = 200
+notify_url_length_max = 2048
+notify_secrets_max = 4
+events_listed_default = 50
+events_listed_max = 1_000
+notify_event_seconds_max = notify_timeout_seconds + 3 * (
+    pool_acquire_timeout_seconds + db_command_timeout_seconds
+)
+assert 0 < notify_interval_seconds < notify_lease_seconds_min
+assert notify_lease_seconds_min <= notify_lease_seconds_default <= notify_lease_seconds_max
+assert 2 * notify_timeout_seconds <= notify_lease_seconds_default
+assert 1 <= notify_batch_max <= 10_000
+assert 0 < notify_backoff_seconds_base <= notify_backoff_seconds_max <= 86_400
+assert 2 <= notify_attempts_max <= 100
+assert 1 <= notify_error_length_max <= error_about_chars_max
+assert len("https://") < notify_url_length_max <= 8_192
+assert 2 <= notify_secrets_max <= 16
+assert 1 <= events_listed_default <= events_listed_max <= 10_000
 
 # The write probe (store/probe.py) fills this many rows of about 130 bytes, 16 blocks of
 # 8 KiB, in a file of its own: the headroom a database must have again to be called

@@ -36,6 +36,9 @@ _LATENCY_BUCKETS_SECONDS = (
 _BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # used / held at settle: below 1 the estimate was generous, above 1 the job overshot.
 _USED_RATIO_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 5.0)
+# What came of a notice's attempt (earmark.notices.deliver); each series is exported from
+# the start, at 0, so that a rate over it is defined before the first notice.
+NOTICE_OUTCOMES = ("delivered", "retried", "failed")
 
 
 class LogDrops(Collector):
@@ -76,6 +79,15 @@ class Metrics:
             ["outcome", "reason"],
             registry=r,
         )
+        self.would_refuse = Counter(
+            "earmark_would_refuse",
+            "Reserves admitted by a budget in OBSERVE mode that ENFORCE would have refused, "
+            "by the reason it would have given.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("insufficient_budget", "rate_limited"):
+            self.would_refuse.labels(reason)
         # Counters of units carry the budget's unit (at most limits.units_max values), so
         # that tokens and micro-dollars are never added together.
         self.reserved_units = Counter(
@@ -182,6 +194,20 @@ class Metrics:
             "or rejected (the last good plans kept).",
             ["result"], registry=r,
         )  # fmt: skip
+        self.notices = Counter(
+            "earmark_notices",
+            "Budget notices posted to --notify-url, by outcome: delivered (answered 2xx), "
+            "retried (an attempt failed; tried again later) or failed (given up).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in NOTICE_OUTCOMES:
+            self.notices.labels(outcome)
+        self.notices_undelivered = Gauge(
+            "earmark_notices_undelivered",
+            "Budget notices neither delivered nor given up (database; set while --notify-url is).",
+            registry=r,
+        )
         self.meter_outbox_depth = Gauge(
             "earmark_meter_outbox_depth",
             "Cycle totals waiting to be reported to the provider's meter (database).",

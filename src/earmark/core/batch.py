@@ -7,19 +7,21 @@ same transaction. Each operation gets its own answer or its own error.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import assert_never
 
-from earmark.core import amounts, calls, ratelimit, records, rules
+from earmark.core import amounts, calls, notices, ratelimit, records, resets, rules, windows
 from earmark.core.amounts import Priced
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
 from earmark.core.model import (
     ESTIMATED,
     Budget,
+    BudgetMode,
     EstimateSource,
     Hold,
+    HoldState,
     LedgerKind,
     Outcome,
     OveragePolicy,
@@ -93,40 +95,92 @@ def sample_keys(state: BatchState, ops: list[Op]) -> set[SampleKey]:
 def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecision:
     """Decides ops in order against state, mutating state as each one commits in memory."""
     decision = BatchDecision()
-    before = {b.budget_id: (b.used, b.held) for b in state.budgets.values()}
+    roll_due(state, decision, now)
+    before = _counters(state)
+    spent = {b.budget_id: b.used + b.held for b in state.budgets.values()}
     for op in ops:
         try:
-            decision.results.append(_in_unit(state, _decide_one(state, decision, op, now)))
+            result = _decide_one(state, decision, op, now)
+            decision.results.append(_in_unit(state, result))
         except EarmarkError as error:
             decision.results.append(error)
+    _notice(state, decision, spent, now)
     _assert_pairs(state, decision, before)
     return decision
 
 
-def _assert_pairs(
-    state: BatchState, decision: BatchDecision, before: dict[str, tuple[int, int]]
-) -> None:
-    """What moved on every budget equals what the ledger rows the batch writes say moved
-    (TigerBeetle's pair assertions): a move that skipped the ledger, or a ledger row that
-    moved nothing, fails here before anything is written."""
-    moved: dict[str, tuple[int, int]] = {}
-    for entry in decision.ledger:
-        used, held = moved.get(entry.budget_id, (0, 0))
-        moved[entry.budget_id] = (used + entry.used_delta, held + entry.held_delta)
-    assert set(moved) <= set(decision.touched), "a ledger row names a budget not touched"
+def roll_due(state: BatchState, decision: BatchDecision, now: datetime) -> None:
+    """Closes the period of every locked budget whose period has ended (core.resets): the
+    closed period's counters are kept for the holds reserved in it, and the budget starts
+    again at zero. The budgets are shared by the states of a transaction: the first
+    decision closes each."""
     for budget in state.budgets.values():
-        used, held = before.get(budget.budget_id, (0, 0))
-        assert (budget.used - used, budget.held - held) == moved.get(budget.budget_id, (0, 0)), (
-            f"budget {budget.budget_id!r} moved otherwise than its ledger rows say"
+        closed = resets.roll(budget, now)
+        if closed is None:
+            continue
+        key = (closed.budget_id, closed.period_no)
+        state.closed[key] = closed
+        decision.closed_new[key] = closed
+        decision.touched[budget.budget_id] = budget
+
+
+def _counters(state: BatchState) -> dict[tuple[str, int], tuple[int, int]]:
+    """(used, held) of every period the batch may move: each budget's current and the
+    closed ones loaded."""
+    counters = {(b.budget_id, b.period_no): (b.used, b.held) for b in state.budgets.values()}
+    counters.update({key: (c.used, c.held) for key, c in state.closed.items()})
+    return counters
+
+
+def _notice(
+    state: BatchState, decision: BatchDecision, spent: dict[str, int], now: datetime
+) -> None:
+    """The notices the batch caused: thresholds its budgets' spend crossed in their current
+    periods, SOFT limits passed, holds gone into doubt."""
+    for budget_id in sorted(decision.touched):
+        budget = decision.touched[budget_id]
+        if budget.threshold_bps or budget.overage_policy is OveragePolicy.SOFT:
+            events = notices.budget_events(budget, spent.get(budget_id, 0), now)
+            decision.events.extend(events)
+    for hold in decision.doubted:
+        if hold.state is HoldState.IN_DOUBT:
+            decision.events.append(notices.in_doubt_event(hold, now))
+
+
+def _assert_pairs(
+    state: BatchState, decision: BatchDecision, before: dict[tuple[str, int], tuple[int, int]]
+) -> None:
+    """What moved on every budget's period equals what the ledger rows the batch writes say
+    moved (TigerBeetle's pair assertions): a move that skipped the ledger, or a ledger row
+    that moved nothing, fails here before anything is written."""
+    moved: dict[tuple[str, int], tuple[int, int]] = {}
+    for entry in decision.ledger:
+        key = (entry.budget_id, entry.period_no)
+        used, held = moved.get(key, (0, 0))
+        moved[key] = (used + entry.used_delta, held + entry.held_delta)
+    named = {key[0] for key in moved}
+    assert named <= set(decision.touched) | {key[0] for key in decision.closed_moved} | {
+        key[0] for key in decision.closed_new
+    }, "a ledger row names a budget not touched"
+    after = _counters(state)
+    for key, (used, held) in after.items():
+        was_used, was_held = before.get(key, (0, 0))
+        assert (used - was_used, held - was_held) == moved.get(key, (0, 0)), (
+            f"budget {key[0]!r} moved otherwise than its ledger rows say in period {key[1]}"
         )
-        assert budget.held >= 0, "held went negative"
+        assert held >= 0, "held went negative"
+    assert set(moved) <= set(after), "a ledger row names a period not loaded"
+    for budget in state.budgets.values():
         assert budget.open_reservations >= 0, "open_reservations went negative"
 
 
 def _in_unit(state: BatchState, result: Result) -> Result:
-    """The result labelled with its budget's unit, for the counters of units."""
+    """The result labelled with its budget's unit, for the counters of units; a Reserve's
+    with when its budget's period ends."""
     if state.budget is None or isinstance(result, RenewResult):
         return result
+    if isinstance(result, ReserveResult):
+        return replace(result, unit=state.budget.unit, resets_at=state.budget.period_end)
     return replace(result, unit=state.budget.unit)
 
 
@@ -171,6 +225,9 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
                 Reason.COUNTER_OVERFLOW,
                 budget_id=each.budget_id,
             )
+    would = _budget_rates(scope, amount, now)
+    if isinstance(would, ReserveResult):
+        return replace(would, source=priced.source, price_version=priced.price_version)
     window = state.windows.get(op.account) if op.admissions_per_minute else None
     if window is not None:
         rate = ratelimit.admit_rate(window, now, op.admissions_per_minute)
@@ -187,19 +244,35 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     admissions = []
     for each in scope:
         admission = rules.admit(each, amount, op.phase)
+        nested = len(scope) > 1
+        message = f"budget {each.budget_id!r}: {admission.message}"
+        if not admission.admitted and each.mode is BudgetMode.OBSERVE:
+            # Shadow mode: admitted, and told what an enforcing budget would have said.
+            if would is None:
+                would = _Would(RefusalReason.INSUFFICIENT_BUDGET, each.budget_id)
+            admission = rules.Admission(
+                admitted=True,
+                remaining=admission.remaining,
+                message=f"admitted in OBSERVE mode; ENFORCE would refuse: {admission.message}",
+                policy=admission.policy,
+            )
         if not admission.admitted:
             # All or nothing: the first budget without room refuses, and nothing is held.
             if window is not None:
                 ratelimit.give_back(window)
-            nested = len(scope) > 1
-            message = f"budget {each.budget_id!r}: {admission.message}"
             return _refused(
                 amount, priced, RefusalReason.INSUFFICIENT_BUDGET, admission.remaining,
                 message if nested else admission.message,
                 refused_budget_id=each.budget_id, policy=admission.policy,
             )  # fmt: skip
         admissions.append(admission)
+    for each in scope:
+        if windows.limited(each):
+            windows.count(each, amount)
+            decision.touched[each.budget_id] = each
     hold = _new_hold(op, budget, amount, priced, now)
+    if any(each.period_no for each in scope):
+        hold.periods = tuple(each.period_no for each in scope)
     state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
     state.holds_by_id[hold.reservation_id] = hold
     decision.new_holds.append(hold)
@@ -220,7 +293,51 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         charged=charged,
         max_output_tokens=priced.max_output_tokens,
         degraded=degrade is not None,
+        would_refuse=None if would is None else would.reason,
+        would_refuse_budget_id="" if would is None else would.budget_id,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Would:
+    """What an OBSERVE budget would have refused a Reserve for, and which budget."""
+
+    reason: RefusalReason
+    budget_id: str
+
+
+def _budget_rates(scope: list[Budget], amount: int, now: datetime) -> ReserveResult | _Would | None:
+    """The rate windows of the Reserve's budgets: the refusal of the first enforcing
+    budget without room in a window, else what the first observing one would have
+    refused, else None. Nothing is counted here: an admission counts in every window."""
+    would = None
+    for each in scope:
+        if not windows.limited(each):
+            continue
+        windows.advance(each.rate, now)
+        refusal = windows.check(each, amount, now)
+        if refusal is None:
+            continue
+        if each.mode is BudgetMode.OBSERVE:
+            would = would or _Would(RefusalReason.RATE_LIMITED, each.budget_id)
+            continue
+        if refusal.retry_after is None:
+            message = f"a hold of {amount} is more than its {refusal.per_minute} units a minute"
+        else:
+            message = f"it has admitted its {refusal.per_minute} {refusal.window} this minute"
+        return ReserveResult(
+            admitted=False,
+            reservation_id="",
+            amount=amount,
+            remaining=each.remaining(),
+            reason=RefusalReason.RATE_LIMITED,
+            message=f"budget {each.budget_id!r}: {message}",
+            expires_at=None,
+            retry_after=refusal.retry_after,
+            refused_budget_id=each.budget_id,
+            policy=each.overage_policy,
+        )
+    return would
 
 
 def _require_account_gate(state: BatchState, budget: Budget, op: ReserveOp) -> None:
@@ -413,9 +530,12 @@ def expire_due(state: BatchState, now: datetime) -> BatchDecision:
     undispatched one is closed (the job keeps what it charged, the rest returns to its
     budgets); a dispatched one goes into doubt, still held."""
     decision = BatchDecision()
-    before = {b.budget_id: (b.used, b.held) for b in state.budgets.values()}
+    roll_due(state, decision, now)
+    before = _counters(state)
+    spent = {b.budget_id: b.used + b.held for b in state.budgets.values()}
     for hold in state.holds_by_id.values():
         if rules.lease_passed(hold, now):
             lapse(state, decision, hold, now)
+    _notice(state, decision, spent, now)
     _assert_pairs(state, decision, before)
     return decision

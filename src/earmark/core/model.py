@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from earmark import limits
+from earmark.core.periods import Calendar, Period
 from earmark.core.prices import Shape
 
 
@@ -61,6 +62,14 @@ class RefusalReason(enum.IntEnum):
     RATE_LIMITED = 3
 
 
+class BudgetMode(enum.IntEnum):
+    """Whether a budget refuses what it has no room for; the numbers are the wire enum's
+    (unspecified is ENFORCE). OBSERVE admits it and says it would have refused."""
+
+    ENFORCE = 1
+    OBSERVE = 2
+
+
 class EstimateSource(enum.IntEnum):
     """Where a hold's amount came from; the numbers are the wire enum's."""
 
@@ -109,6 +118,33 @@ class LedgerKind(enum.StrEnum):
 
 
 @dataclass(slots=True)
+class RateCounts:
+    """A budget's sliding rate window, kept on its row: what the minute that began at start
+    admitted (admissions, and held amount as units), and what the minute before it did."""
+
+    start: datetime | None = None
+    admissions: int = 0
+    units: int = 0
+    prev_admissions: int = 0
+    prev_units: int = 0
+
+
+@dataclass(slots=True)
+class PeriodTotals:
+    """A closed period of a budget: the counters the holds reserved in it still move (one
+    open across the boundary settles here), and its limit."""
+
+    budget_id: str
+    period_no: int
+    period_start: datetime | None
+    period_end: datetime
+    limit: int | None
+    used: int = 0
+    held: int = 0
+    open_reservations: int = 0
+
+
+@dataclass(slots=True)
 class Budget:
     """One budget row: the limit (None is unlimited), final usage and open holds."""
 
@@ -135,6 +171,28 @@ class Budget:
     # When a SOFT admission first went past the limit (cleared by PutBudget).
     overage_since: datetime | None = None
     archived_at: datetime | None = None
+    # The calendar its periods follow (issue 34), and the period its counters are of:
+    # number period_no, [period_start, period_end) (both None: it never resets; only
+    # period_end: a period was given and starts at that boundary).
+    period: Period = Period.NEVER
+    timezone: str = ""
+    period_anchor: int = 0
+    period_no: int = 0
+    period_start: datetime | None = None
+    period_end: datetime | None = None
+    # Notices at these shares of the limit (basis points), and those already noticed in
+    # the current period; exceeded_noticed: a SOFT budget's pass of its limit was.
+    threshold_bps: tuple[int, ...] = ()
+    noticed_bps: tuple[int, ...] = ()
+    exceeded_noticed: bool = False
+    mode: BudgetMode = BudgetMode.ENFORCE
+    # Rate windows: at most so many admissions, and so much held amount, a minute.
+    admissions_per_minute: int | None = None
+    units_per_minute: int | None = None
+    rate: RateCounts = field(default_factory=lambda: RateCounts())
+
+    def calendar(self) -> Calendar:
+        return Calendar(self.period, self.timezone, self.period_anchor)
 
     def exceeded(self) -> bool:
         """Spend past the limit is recorded in full; this says it happened."""
@@ -217,6 +275,12 @@ class Hold:
     # A Charge was made: from then on the provider may have accepted the call.
     dispatched: bool = False
     phase: Phase = Phase.WORK
+    # The period of each of budget_ids() it was reserved in (empty: period 0 of each).
+    periods: tuple[int, ...] = ()
+
+    def period_on(self, index: int) -> int:
+        """The period of budget_ids()[index] this hold belongs to."""
+        return self.periods[index] if self.periods else 0
 
     def held(self) -> int:
         """What this hold still keeps from each of its budgets."""
@@ -252,3 +316,30 @@ class LedgerEntry:
     held_delta: int
     used_delta: int
     at: datetime
+    # The budget's period the change counts in.
+    period_no: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """What PutBudget sets of a budget's policies (issue 34): the calendar its periods
+    follow, its threshold notices, its mode and its rate windows."""
+
+    calendar: Calendar = field(default_factory=lambda: Calendar(Period.NEVER))
+    threshold_bps: tuple[int, ...] = ()
+    mode: BudgetMode = BudgetMode.ENFORCE
+    admissions_per_minute: int | None = None
+    units_per_minute: int | None = None
+
+    def applied(self, spec: Budget) -> Budget:
+        """spec with these policies."""
+        return replace(
+            spec,
+            period=self.calendar.period,
+            timezone=self.calendar.timezone,
+            period_anchor=self.calendar.anchor,
+            threshold_bps=self.threshold_bps,
+            mode=self.mode,
+            admissions_per_minute=self.admissions_per_minute,
+            units_per_minute=self.units_per_minute,
+        )

@@ -126,6 +126,11 @@ class ReserveResult:
     # degrade lowered it.
     max_output_tokens: int = 0
     degraded: bool = False
+    # When the budget's period ends (None: it never resets).
+    resets_at: datetime | None = None
+    # Admitted by an OBSERVE budget that would have refused it in ENFORCE: why, and which.
+    would_refuse: RefusalReason | None = None
+    would_refuse_budget_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from earmark import limits
-from earmark.core.model import OPEN_STATES, Budget, Hold, HoldState, OveragePolicy, Phase
+from earmark.core.model import (
+    OPEN_STATES,
+    Budget,
+    Hold,
+    HoldState,
+    OveragePolicy,
+    PeriodTotals,
+    Phase,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +86,7 @@ def admit(budget: Budget, amount: int, phase: Phase = Phase.WORK) -> Admission:
     return Admission(admitted=False, remaining=room, message=message, policy=policy)
 
 
-def counters_fit(budget: Budget, used_delta: int, held_delta: int) -> bool:
+def counters_fit(budget: Budget | PeriodTotals, used_delta: int, held_delta: int) -> bool:
     """True if the budget's used + held stays within a 64-bit counter after the change.
     Only an unlimited budget, or one whose settles overshoot again and again, gets near."""
     return budget.used + used_delta + budget.held + held_delta <= limits.int64_max

@@ -35,6 +35,7 @@ from earmark.core.state import (
     budget_of,
     budgets_of,
     close,
+    counters_of,
     hold_of,
     lapse,
     move,
@@ -153,6 +154,9 @@ def _reprice(
     amount = max(1, priced.amount)
     delta = amount - hold.amount
     budgets = budgets_of(state, hold)
+    if any(hold.period_on(i) != b.period_no for i, b in enumerate(budgets)):
+        # A hold of a closed period keeps its price: its budgets' room is another period's.
+        return False
     if delta > 0:
         if not all(rules.counters_fit(budget, 0, delta) for budget in budgets):
             return False
@@ -344,8 +348,8 @@ def _close_with(
         if hold.state in OPEN_STATES
         else rules.settle_expired(hold, used)
     )
-    for budget in budgets_of(state, hold):
-        if not rules.counters_fit(budget, step.used_delta, step.held_delta):
+    for budget, counters in zip(budgets_of(state, hold), counters_of(state, hold), strict=True):
+        if not rules.counters_fit(counters, step.used_delta, step.held_delta):
             raise FailedPrecondition(
                 f"budget {budget.budget_id!r}: a settle with used={used} would carry its "
                 "counters past 2^63-1",

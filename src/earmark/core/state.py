@@ -16,7 +16,9 @@ from earmark.core.model import (
     HoldState,
     LedgerEntry,
     LedgerKind,
+    PeriodTotals,
 )
+from earmark.core.notices import Event
 from earmark.core.ops import Result
 from earmark.core.prices import PriceBook
 from earmark.core.ratelimit import AdmissionWindow
@@ -50,6 +52,9 @@ class BatchState:
     samples: dict[SampleKey, list[int]] = field(default_factory=dict)
     # Admission counters of the accounts the batch's Reserves name, shared like samples.
     windows: dict[str, AdmissionWindow] = field(default_factory=dict)
+    # The closed periods the batch's holds belong to, by (budget_id, period_no), shared
+    # like budgets: a hold reserved before its budget's boundary moves these.
+    closed: dict[tuple[str, int], PeriodTotals] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.budget is not None:
@@ -76,6 +81,11 @@ class BatchDecision:
     undoubted: list[str] = field(default_factory=list)
     # What reconciliation needs of each provider call sent or settled, by reservation id.
     calls: dict[str, CallRecord] = field(default_factory=dict)
+    # Periods this batch closed (new rows), and closed periods whose counters it moved.
+    closed_new: dict[tuple[str, int], PeriodTotals] = field(default_factory=dict)
+    closed_moved: dict[tuple[str, int], PeriodTotals] = field(default_factory=dict)
+    # Notices caused by this batch, written with it.
+    events: list[Event] = field(default_factory=list)
 
     def writes_anything(self) -> bool:
         return bool(self.new_holds or self.changed_holds or self.new_charges or self.ledger)
@@ -164,17 +174,44 @@ def move(
     *,
     opened: int = 0,
 ) -> None:
-    """Moves every budget of the hold by the same deltas, with a ledger entry on each. Every
-    budget is found before any moves, so that a missing one changes nothing."""
-    for budget in budgets_of(state, hold):
+    """Moves every budget of the hold by the same deltas, with a ledger entry on each, in
+    the period of each that the hold belongs to (its current one, or a closed one). Every
+    budget and period is found before any moves, so that a missing one changes nothing."""
+    counters = counters_of(state, hold)
+    for index, budget in enumerate(budgets_of(state, hold)):
         budget_id = budget.budget_id
-        budget.held += held_delta
-        budget.used += used_delta
-        budget.open_reservations += opened
-        decision.touched[budget_id] = budget
+        period_no = hold.period_on(index)
+        target = counters[index]
+        target.held += held_delta
+        target.used += used_delta
+        target.open_reservations += opened
+        if target is budget:
+            decision.touched[budget_id] = budget
+        else:
+            assert isinstance(target, PeriodTotals)
+            key = (budget_id, period_no)
+            if key not in decision.closed_new:
+                decision.closed_moved[key] = target
         decision.ledger.append(
-            LedgerEntry(budget_id, hold.reservation_id, kind, held_delta, used_delta, now)
+            LedgerEntry(
+                budget_id, hold.reservation_id, kind, held_delta, used_delta, now, period_no
+            )
         )
+
+
+def counters_of(state: BatchState, hold: Hold) -> list[Budget | PeriodTotals]:
+    """The counters a hold moves on each of its budgets: the budget's own when the hold is
+    of its current period, else the closed period's the store loaded."""
+    found: list[Budget | PeriodTotals] = []
+    for index, budget in enumerate(budgets_of(state, hold)):
+        period_no = hold.period_on(index)
+        if period_no == budget.period_no:
+            found.append(budget)
+            continue
+        closed = state.closed.get((budget.budget_id, period_no))
+        assert closed is not None, f"period {period_no} of {budget.budget_id!r} not loaded"
+        found.append(closed)
+    return found
 
 
 def budget_of(state: BatchState) -> Budget:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import structlog
 
 from earmark import limits
+from earmark.core import resets
 from earmark.core.ops import ReleaseOp, ResolveOp, SettleResult
 from earmark.errors import FailedPrecondition, Reason, Unavailable
 from earmark.metrics import Metrics
@@ -15,6 +16,7 @@ from earmark.service import (
     convert,
     validate,
     validate_calls,
+    validate_policies,
     validate_prices,
     validate_scopes,
     validate_spend,
@@ -52,6 +54,16 @@ class AdminService(pb_grpc.AdminServicer):
         overage_limit = validate_scopes.overage_limit(
             request.HasField("overage_limit"), request.overage_limit, overage_policy
         )
+        policies = validate_policies.policies(
+            period=request.period,
+            timezone=request.timezone,
+            anchor=request.period_anchor,
+            threshold_bps=request.threshold_bps,
+            has_limit=limit is not None,
+            mode_value=request.mode,
+            admissions=(request.HasField("admissions_per_minute"), request.admissions_per_minute),
+            units=(request.HasField("units_per_minute"), request.units_per_minute),
+        )
         budget = await self.store.put_budget(
             budget_id,
             limit,
@@ -61,6 +73,7 @@ class AdminService(pb_grpc.AdminServicer):
             escrow_bps=escrow_bps,
             overage_policy=overage_policy,
             overage_limit=overage_limit,
+            policies=policies,
         )
         log.info(
             "put_budget",
@@ -72,6 +85,13 @@ class AdminService(pb_grpc.AdminServicer):
             escrow_bps=escrow_bps or None,
             overage_policy=overage_policy.name,
             overage_limit=overage_limit,
+            period=policies.calendar.period.name,
+            timezone=policies.calendar.timezone or None,
+            period_anchor=policies.calendar.anchor or None,
+            threshold_bps=list(policies.threshold_bps) or None,
+            mode=policies.mode.name,
+            admissions_per_minute=policies.admissions_per_minute,
+            units_per_minute=policies.units_per_minute,
         )
         return convert.budget_state(budget)
 
@@ -175,7 +195,9 @@ class AdminService(pb_grpc.AdminServicer):
             validate_scopes.page_size(request.page_size),
             validate_scopes.page_token(request.page_token),
         )
-        budgets = await self.store.scans.pacer.map(convert.budget_state, page.items)
+        now = self.store.now()
+        current = [resets.current(budget, now) for budget in page.items]
+        budgets = await self.store.scans.pacer.map(convert.budget_state, current)
         return pb.ListBudgetsResponse(budgets=budgets, next_page_token=page.next_page_token)
 
     @rpc("ListCalls")

@@ -278,6 +278,8 @@ class BudgetService(pb_grpc.BudgetServicer):
                 self.metrics.charged_units.labels(result.unit).inc(result.charged)
             if result.over_limit:
                 self.metrics.overage_admissions.inc()
+            if result.would_refuse is not None:
+                self.metrics.would_refuse.labels(result.would_refuse.name.lower()).inc()
         else:
             self.metrics.reservations.labels("refused", result.reason.name.lower()).inc()
 

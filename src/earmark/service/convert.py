@@ -43,6 +43,11 @@ def reserve_response(result: ReserveResult, budget_id: str) -> pb.ReserveRespons
         reply.expires_at.CopyFrom(timestamp(result.expires_at))
     if result.retry_after is not None:
         reply.retry_after.FromTimedelta(result.retry_after)
+    if result.resets_at is not None:
+        reply.resets_at.CopyFrom(timestamp(result.resets_at))
+    if result.would_refuse is not None:
+        reply.would_refuse = True
+        reply.would_refuse_reason = int(result.would_refuse)  # type: ignore[assignment]
     return reply
 
 
@@ -84,7 +89,20 @@ def budget_state(budget: Budget) -> pb.BudgetState:
         exceeded=budget.exceeded(),
         escrow_bps=budget.escrow_bps,
         overage_policy=int(budget.overage_policy),  # type: ignore[arg-type]
+        period=int(budget.period),  # type: ignore[arg-type]
+        timezone=budget.timezone,
+        period_anchor=budget.period_anchor,
+        mode=int(budget.mode),  # type: ignore[arg-type]
+        threshold_bps=list(budget.threshold_bps),
     )
+    if budget.admissions_per_minute is not None:
+        reply.admissions_per_minute = budget.admissions_per_minute
+    if budget.units_per_minute is not None:
+        reply.units_per_minute = budget.units_per_minute
+    if budget.period_start is not None:
+        reply.period_start.CopyFrom(timestamp(budget.period_start))
+    if budget.period_end is not None:
+        reply.resets_at.CopyFrom(timestamp(budget.period_end))
     if budget.overage_limit is not None:
         reply.overage_limit = budget.overage_limit
     if budget.default_estimate is not None:

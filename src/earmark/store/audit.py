@@ -11,26 +11,34 @@ _OPEN = ", ".join(str(int(state)) for state in sorted(OPEN_STATES))
 _HELD, _SETTLED, _IN_DOUBT = int(HoldState.HELD), int(HoldState.SETTLED), int(HoldState.IN_DOUBT)
 
 # A budget's holds are those it is the budget_id of and those naming it in also_budget_ids
-# (migration 0007): every sum below is over both. Open holds are OPEN_STATES (held and in
-# doubt). ceiling_max is the highest ceiling the budget ever had (its limit, and under
-# SOFT the overage limit past it; NULL once unbounded), kept by a trigger: a limit lowered
-# below what was admitted under the old one is no violation.
+# (migration 0007), each in the period of that budget it was reserved in (migration 0019:
+# reservations.periods, aligned with budget_id then also_budget_ids; NULL: period 0): every
+# sum below is per budget and period, the budget's current period on its row and each
+# closed one in budget_periods. Open holds are OPEN_STATES (held and in doubt). ceiling_max
+# is the highest ceiling the period ever had (its limit, and under SOFT the overage limit
+# past it; NULL once unbounded, or observed), kept by a trigger: a limit lowered below what
+# was admitted under the old one is no violation.
 AUDIT = f"""
 WITH members AS (
-    SELECT budget_id, reservation_id FROM reservations
-    UNION ALL
-    SELECT unnest(also_budget_ids), reservation_id FROM reservations
-    WHERE cardinality(also_budget_ids) > 0
+    SELECT m.budget_id, coalesce(r.periods[m.ord::integer], 0) AS period_no, r.state, r.amount,
+           r.charged, r.settled_used
+    FROM reservations r,
+         unnest(ARRAY[r.budget_id] || r.also_budget_ids) WITH ORDINALITY AS m(budget_id, ord)
 ), holds AS (
-    SELECT m.budget_id,
-           sum(r.amount - r.charged) FILTER (WHERE r.state IN ({_OPEN})) AS open_held,
-           count(*) FILTER (WHERE r.state IN ({_OPEN})) AS open_count,
-           sum(greatest(0, r.settled_used - r.amount))
-               FILTER (WHERE r.state = {_SETTLED}) AS overshoot
-    FROM members m JOIN reservations r USING (reservation_id)
-    GROUP BY m.budget_id
+    SELECT budget_id, period_no,
+           sum(amount - charged) FILTER (WHERE state IN ({_OPEN})) AS open_held,
+           count(*) FILTER (WHERE state IN ({_OPEN})) AS open_count,
+           sum(greatest(0, settled_used - amount)) FILTER (WHERE state = {_SETTLED}) AS overshoot
+    FROM members
+    GROUP BY budget_id, period_no
+), counters AS (
+    SELECT budget_id, period_no, limit_units, used, held, open_reservations, ceiling_max
+    FROM budgets
+    UNION ALL
+    SELECT budget_id, period_no, limit_units, used, held, open_reservations, ceiling_max
+    FROM budget_periods
 )
-SELECT b.budget_id, b.limit_units, b.used, b.held, b.open_reservations,
+SELECT b.budget_id, b.period_no, b.limit_units, b.used, b.held, b.open_reservations,
        b.ceiling_max AS ceiling,
        coalesce(h.open_held, 0) AS open_held,
        coalesce(h.open_count, 0) AS open_count,
@@ -38,14 +46,30 @@ SELECT b.budget_id, b.limit_units, b.used, b.held, b.open_reservations,
        coalesce(l.used, 0) AS ledger_used,
        coalesce(l.held, 0) AS ledger_held,
        coalesce(l.late, 0) AS late
-FROM budgets b
-LEFT JOIN holds h USING (budget_id)
+FROM counters b
+LEFT JOIN holds h USING (budget_id, period_no)
 LEFT JOIN (
-    SELECT budget_id, sum(used_delta) AS used, sum(held_delta) AS held,
+    SELECT budget_id, period_no, sum(used_delta) AS used, sum(held_delta) AS held,
            sum(used_delta) FILTER (WHERE kind = 'late_settle') AS late
-    FROM ledger GROUP BY budget_id
-) l USING (budget_id)
-ORDER BY b.budget_id
+    FROM ledger GROUP BY budget_id, period_no
+) l USING (budget_id, period_no)
+ORDER BY b.budget_id, b.period_no
+"""
+
+# Every period a ledger row or a hold counts in has counters: its budget's current period,
+# or a closed one.
+ORPHAN_PERIODS = """
+SELECT count(*) FROM (
+    SELECT DISTINCT budget_id, period_no FROM ledger
+    UNION
+    SELECT DISTINCT m.budget_id, coalesce(r.periods[m.ord::integer], 0)
+    FROM reservations r,
+         unnest(ARRAY[r.budget_id] || r.also_budget_ids) WITH ORDINALITY AS m(budget_id, ord)
+) k
+WHERE NOT EXISTS (SELECT 1 FROM budgets b
+                  WHERE b.budget_id = k.budget_id AND b.period_no = k.period_no)
+  AND NOT EXISTS (SELECT 1 FROM budget_periods p
+                  WHERE p.budget_id = k.budget_id AND p.period_no = k.period_no)
 """
 
 
@@ -86,6 +110,8 @@ async def audit(conn: Conn) -> list[str]:
     problems = []
     for row in await conn.fetch(AUDIT):
         name = row["budget_id"]
+        if row["period_no"]:
+            name = f"{name} (period {row['period_no']})"
         if row["open_held"] != row["held"]:
             problems.append(f"{name}: held {row['held']} != open holds {row['open_held']}")
         if row["ledger_held"] != row["held"]:
@@ -104,6 +130,9 @@ async def audit(conn: Conn) -> list[str]:
         spent = row["used"] + row["held"] - row["overshoot"] - row["late"]
         if ceiling is not None and spent > ceiling:
             problems.append(f"{name}: {spent} admitted on a ceiling of {ceiling}")
+    orphans = await conn.fetchval(ORPHAN_PERIODS)
+    if orphans:
+        problems.append(f"{orphans} periods have ledger rows or holds but no counters")
     for query, table, what in (
         (OPEN_HOLDS_DRIFT, "open_holds", "held reservations"),
         (IN_DOUBT_DRIFT, "in_doubt_holds", "reservations in doubt"),

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
+from earmark.core import resets
 from earmark.core.model import Budget
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason
 from earmark.store import queries
 from earmark.store.tx import Conn
 
 
-async def put(conn: Conn, spec: Budget) -> Budget:
+async def put(conn: Conn, spec: Budget, now: datetime) -> Budget:
     """Creates spec's budget, or updates its row (locked FOR UPDATE) with what an operator
-    sets; an archived budget is not put again, and a budget in use keeps its unit."""
+    sets; an archived budget is not put again, and a budget in use keeps its unit. A new
+    budget with a period starts in the period containing now; an existing one keeps its
+    current period, and a changed calendar takes effect at its end (core.resets)."""
     budget_id = spec.budget_id
     budget = await queries.lock_budget_for_update(conn, budget_id)
     if budget is None:
         if not spec.unit:
             raise InvalidArgument("unit", f"is required: budget {budget_id!r} is new")
         await queries.admit_unit(conn, spec.unit)
+        window = resets.window_on_put(None, spec.calendar(), now)
+        spec = replace(spec, period_start=window.start, period_end=window.end)
         created = await queries.insert_budget(conn, spec)
         if created is not None:
             return created
@@ -42,4 +48,6 @@ async def put(conn: Conn, spec: Budget) -> Budget:
                 unit=budget.unit,
             )
         await queries.admit_unit(conn, new_unit)
-    return await queries.update_budget(conn, replace(spec, unit=new_unit))
+    window = resets.window_on_put(budget, spec.calendar(), now)
+    spec = replace(spec, unit=new_unit, period_start=window.start, period_end=window.end)
+    return await queries.update_budget(conn, spec)

@@ -10,7 +10,7 @@ from earmark import limits
 from earmark.core.batch import BatchState, sample_keys
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
-from earmark.core.model import Budget, Hold
+from earmark.core.model import Budget, Hold, PeriodTotals
 from earmark.core.ops import ChargeOp, Op, ReserveOp
 from earmark.core.prices import PriceBook
 from earmark.errors import FailedPrecondition, Reason
@@ -28,6 +28,7 @@ from earmark.store.rows import (
     budget_from_row,
     charge_from_row,
     hold_from_row,
+    period_from_row,
     price_from_row,
 )
 from earmark.store.tx import Conn
@@ -126,18 +127,26 @@ async def lock_budget_for_update(conn: Conn, budget_id: str) -> Budget | None:
 
 INSERT_BUDGET = NamedQuery(f"""
 INSERT INTO budgets (budget_id, limit_units, unit, default_estimate, estimate_policy,
-                     escrow_bps, overage_policy, overage_limit)
+                     escrow_bps, overage_policy, overage_limit, period, timezone,
+                     period_anchor, period_start, period_end, threshold_bps, mode,
+                     admissions_per_minute, units_per_minute)
 VALUES ($budget_id, $limit, $unit, $default_estimate, $estimate_policy, $escrow_bps,
-        $overage_policy, $overage_limit)
+        $overage_policy, $overage_limit, $period, $timezone, $period_anchor, $period_start,
+        $period_end, $threshold_bps, $mode, $admissions_per_minute, $units_per_minute)
 ON CONFLICT (budget_id) DO NOTHING
 RETURNING {BUDGET_COLUMNS}
 """)
 
+# The current period's window is PutBudget's to set only where the budget had no boundary
+# (budgets.put): a changed calendar takes effect at the next one.
 UPDATE_BUDGET = NamedQuery(f"""
 UPDATE budgets SET limit_units = $limit, unit = $unit, default_estimate = $default_estimate,
     estimate_policy = $estimate_policy, escrow_bps = $escrow_bps,
     overage_policy = $overage_policy, overage_limit = $overage_limit, overage_since = NULL,
-    updated_at = now()
+    period = $period, timezone = $timezone, period_anchor = $period_anchor,
+    period_start = $period_start, period_end = $period_end, threshold_bps = $threshold_bps,
+    mode = $mode, admissions_per_minute = $admissions_per_minute,
+    units_per_minute = $units_per_minute, updated_at = now()
 WHERE budget_id = $budget_id
 RETURNING {BUDGET_COLUMNS}
 """)
@@ -153,6 +162,15 @@ def _budget_args(query: NamedQuery, spec: Budget) -> list[object]:
         escrow_bps=spec.escrow_bps,
         overage_policy=int(spec.overage_policy),
         overage_limit=spec.overage_limit,
+        period=int(spec.period),
+        timezone=spec.timezone,
+        period_anchor=spec.period_anchor,
+        period_start=spec.period_start,
+        period_end=spec.period_end,
+        threshold_bps=list(spec.threshold_bps),
+        mode=int(spec.mode),
+        admissions_per_minute=spec.admissions_per_minute,
+        units_per_minute=spec.units_per_minute,
     )
 
 
@@ -268,10 +286,12 @@ async def load_batches(
         prices = await load_price_book(conn, prices, price_seq)
     samples = await _load_samples(conn, states, entries)
     windows = await cycles.lock_windows(conn, entries)
+    closed = await load_periods(conn, budgets, holds)
     for state in states.values():
         state.prices = prices
         state.samples = samples
         state.windows = windows
+        state.closed = closed
     return states, prices
 
 
@@ -298,6 +318,36 @@ async def _load_samples(
         key = (row["unit"], row["root"], row["job"], row["model"])
         samples[key] = list(json.loads(row["samples"]))
     return samples
+
+
+LOAD_PERIODS = """
+SELECT budget_id, period_no, period_start, period_end, limit_units, used, held,
+    open_reservations
+FROM budget_periods
+WHERE (budget_id, period_no) IN (SELECT * FROM unnest($1::text[], $2::integer[]))
+ORDER BY budget_id, period_no
+FOR UPDATE
+"""
+
+
+async def load_periods(
+    conn: Conn, budgets: dict[str, Budget], holds: Sequence[Hold]
+) -> dict[tuple[str, int], PeriodTotals]:
+    """The closed periods the holds belong to on any of their budgets (a hold reserved
+    before a boundary its budget has passed): no round trip when there are none, which is
+    every batch but those of holds open across a boundary."""
+    keys = sorted(
+        {
+            (budget_id, hold.period_on(index))
+            for hold in holds
+            for index, budget_id in enumerate(hold.budget_ids())
+            if budget_id in budgets and hold.period_on(index) != budgets[budget_id].period_no
+        }
+    )
+    if not keys:
+        return {}
+    rows = await conn.fetch(LOAD_PERIODS, [k[0] for k in keys], [k[1] for k in keys])
+    return {(row["budget_id"], row["period_no"]): period_from_row(row) for row in rows}
 
 
 async def claim_due(conn: Conn, now: object, limit: int) -> list[Hold]:

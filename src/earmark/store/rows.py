@@ -10,6 +10,7 @@ import asyncpg
 
 from earmark.core.model import (
     Budget,
+    BudgetMode,
     ChargeRecord,
     EstimatePolicy,
     EstimateSource,
@@ -17,15 +18,21 @@ from earmark.core.model import (
     HoldState,
     Outcome,
     OveragePolicy,
+    PeriodTotals,
     Phase,
+    RateCounts,
     Settlement,
 )
+from earmark.core.periods import Period
 from earmark.core.prices import Price, Shape, counts
 
 BUDGET_COLUMNS = (
     "budget_id, limit_units, unit, used, held, open_reservations, default_estimate, "
     "estimate_policy, account, feature, cycle_start, cycle_end, limit_read_at, escrow_bps, "
-    "overage_policy, overage_limit, overage_since, archived_at"
+    "overage_policy, overage_limit, overage_since, archived_at, period, timezone, "
+    "period_anchor, period_no, period_start, period_end, threshold_bps, noticed_bps, "
+    "exceeded_noticed, mode, admissions_per_minute, units_per_minute, rate_window_start, "
+    "rate_admissions, rate_units, rate_prev_admissions, rate_prev_units"
 )
 BUDGET_COLUMN_TYPES = {
     "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
@@ -33,7 +40,13 @@ BUDGET_COLUMN_TYPES = {
     "estimate_policy": "smallint", "account": "text", "feature": "text",
     "cycle_start": "timestamptz", "cycle_end": "timestamptz", "limit_read_at": "timestamptz",
     "escrow_bps": "integer", "overage_policy": "smallint", "overage_limit": "bigint",
-    "overage_since": "timestamptz", "archived_at": "timestamptz",
+    "overage_since": "timestamptz", "archived_at": "timestamptz", "period": "smallint",
+    "timezone": "text", "period_anchor": "smallint", "period_no": "integer",
+    "period_start": "timestamptz", "period_end": "timestamptz", "threshold_bps": "integer[]",
+    "noticed_bps": "integer[]", "exceeded_noticed": "boolean", "mode": "smallint",
+    "admissions_per_minute": "bigint", "units_per_minute": "bigint",
+    "rate_window_start": "timestamptz", "rate_admissions": "bigint", "rate_units": "bigint",
+    "rate_prev_admissions": "bigint", "rate_prev_units": "bigint",
 }  # fmt: skip
 assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
@@ -48,7 +61,7 @@ HOLD_COLUMN_NAMES = (
     "expires_at", "created_at", "closed_at", "labels", "settled_used", "settled_outcome",
     "settled_charged", "settled_released", "settled_overshoot", "owner", "source",
     "price_version", "shape", "job", "settled_price_version", "also_budget_ids", "dispatched",
-    "phase",
+    "phase", "periods",
 )  # fmt: skip
 HOLD_COLUMNS = ", ".join(HOLD_COLUMN_NAMES)
 HOLD_COLUMN_TYPES = {
@@ -59,7 +72,7 @@ HOLD_COLUMN_TYPES = {
     "settled_charged": "bigint", "settled_released": "bigint", "settled_overshoot": "bigint",
     "owner": "text", "source": "smallint", "price_version": "bigint", "shape": "text",
     "job": "text", "settled_price_version": "bigint", "also_budget_ids": "text[]",
-    "dispatched": "boolean", "phase": "smallint",
+    "dispatched": "boolean", "phase": "smallint", "periods": "integer[]",
 }  # fmt: skip
 # What a decision may change in a reservation that exists.
 UPDATABLE_HOLD_COLUMNS = (
@@ -96,6 +109,38 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         overage_limit=row["overage_limit"],
         overage_since=row["overage_since"],
         archived_at=row["archived_at"],
+        period=Period(row["period"]),
+        timezone=row["timezone"],
+        period_anchor=row["period_anchor"],
+        period_no=row["period_no"],
+        period_start=row["period_start"],
+        period_end=row["period_end"],
+        threshold_bps=tuple(row["threshold_bps"]),
+        noticed_bps=tuple(row["noticed_bps"]),
+        exceeded_noticed=row["exceeded_noticed"],
+        mode=BudgetMode(row["mode"]),
+        admissions_per_minute=row["admissions_per_minute"],
+        units_per_minute=row["units_per_minute"],
+        rate=RateCounts(
+            start=row["rate_window_start"],
+            admissions=row["rate_admissions"],
+            units=row["rate_units"],
+            prev_admissions=row["rate_prev_admissions"],
+            prev_units=row["rate_prev_units"],
+        ),
+    )
+
+
+def period_from_row(row: asyncpg.Record) -> PeriodTotals:
+    return PeriodTotals(
+        budget_id=row["budget_id"],
+        period_no=row["period_no"],
+        period_start=row["period_start"],
+        period_end=row["period_end"],
+        limit=row["limit_units"],
+        used=row["used"],
+        held=row["held"],
+        open_reservations=row["open_reservations"],
     )
 
 
@@ -181,6 +226,7 @@ def hold_from_row(row: asyncpg.Record) -> Hold:
         also_budget_ids=tuple(row["also_budget_ids"]),
         dispatched=row["dispatched"],
         phase=Phase(row["phase"]),
+        periods=tuple(row["periods"] or ()),
     )
 
 
@@ -226,6 +272,7 @@ def hold_row(h: Hold) -> tuple[Any, ...]:
         list(h.also_budget_ids),
         h.dispatched,
         int(h.phase),
+        list(h.periods) if h.periods else None,
     )
 
 

@@ -12,7 +12,8 @@ from typing import TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, UnitTotals
+from earmark.core import resets
+from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
 from earmark.core.ops import Op, RepriceOp, RepriceResult, Result
 from earmark.core.prices import Price, PriceBook
 from earmark.errors import (
@@ -193,10 +194,12 @@ class Store:
         escrow_bps: int = 0,
         overage_policy: OveragePolicy = OveragePolicy.HARD,
         overage_limit: int | None = None,
+        policies: Policies | None = None,
     ) -> Budget:
         """Creates the budget or sets what an operator sets (limit, estimates, escrow,
-        policy) and clears its overage flag; unit ("" keeps it) may change only while the
-        budget is unused. An archived budget is not put again.
+        policy, and its period, notices, mode and rate windows) and clears its overage
+        flag; unit ("" keeps it) may change only while the budget is unused. An archived
+        budget is not put again.
 
         READ COMMITTED with row locks, not SERIALIZABLE: creates of distinct budgets
         insert into the same index pages, and under SSI they aborted one another (15% of
@@ -215,17 +218,24 @@ class Store:
             overage_policy=overage_policy,
             overage_limit=overage_limit,
         )
+        if policies is not None:
+            spec = policies.applied(spec)
 
         async def work(conn: Conn) -> Budget:
-            return await budgets.put(conn, spec)
+            return await budgets.put(conn, spec, self._clock())
 
-        return await self._transaction(work, "read_committed")
+        return resets.current(await self._transaction(work, "read_committed"), self._clock())
 
     async def get_budget(self, budget_id: str) -> Budget:
+        """The budget as of now: one whose period has ended reads as the next, at zero."""
         found = await self._read(lambda conn: queries.get_budget(conn, budget_id))
         if found is None:
             raise budget_not_found(budget_id)
-        return found
+        return resets.current(found, self._clock())
+
+    def now(self) -> datetime:
+        """The store's clock (the injected one in tests)."""
+        return self._clock()
 
     # Prices.
 

@@ -18,9 +18,11 @@ async def sweep(conn: Conn, now: datetime, batch_size: int) -> int:
         return 0
     named = sorted({b for h in due for b in h.budget_ids()})
     budgets, _ = await queries.lock_budgets(conn, named)
+    closed = await queries.load_periods(conn, budgets, due)
     decided = []
     for budget_id in sorted({h.budget_id for h in due}):
         state = BatchState(budget_id=budget_id, budget=budgets.get(budget_id), budgets=budgets)
+        state.closed = closed
         state.holds_by_id = {h.reservation_id: h for h in due if h.budget_id == budget_id}
         decided.append((state, expire_due(state, now)))
     await writes.write_decisions(conn, decided)

@@ -10,7 +10,7 @@ from typing import Any
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.estimates import SampleKey
-from earmark.core.model import HoldState
+from earmark.core.model import Budget, HoldState, PeriodTotals
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.core.records import CallRecord
 from earmark.store import cycles
@@ -33,10 +33,21 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
         "reservation_id", "idempotency_key", "amount", "charged", "capped", "total_charged",
         "hold_remaining", "price_version",
     ),
-    "write_ledger": ("budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at"),
+    "write_ledger": (
+        "budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at", "period_no",
+    ),
     "write_meter_move": ("account", "feature", "cycle_start", "cycle_end", "used_delta", "at"),
     "write_tenant_samples": ("unit", "root", "job", "model", "samples"),
-    "write_budget_totals": ("budget_id", "used", "held", "open_reservations", "overage_since"),
+    "write_budget_totals": (
+        "budget_id", "used", "held", "open_reservations", "overage_since", "period_no",
+        "period_start", "period_end", "noticed_bps", "exceeded_noticed", "rate_window_start",
+        "rate_admissions", "rate_units", "rate_prev_admissions", "rate_prev_units", "rolled",
+    ),
+    "budget_periods": (
+        "budget_id", "period_no", "period_start", "period_end", "limit_units", "used", "held",
+        "open_reservations", "ceiling_max",
+    ),
+    "write_event": ("event_id", "kind", "budget_id", "dedupe_key", "payload", "created_at"),
     "write_call": (
         "reservation_id", "budget_id", "provider", "model", "service_tier", "key_label",
         "sent_at", "input_tokens", "cached_input_tokens", "cache_write_input_tokens",
@@ -73,7 +84,7 @@ WRITES: dict[str, str] = {
                          total_charged, hold_remaining, price_version)
     SELECT * FROM unnest($charges::write_charge[])""",
     "ledger": """
-    INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at)
+    INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at, period_no)
     SELECT * FROM unnest($ledger::write_ledger[])""",
     "opened": "INSERT INTO open_holds SELECT * FROM unnest($opened::open_holds[])",
     "extended": f"""
@@ -126,14 +137,59 @@ WRITES: dict[str, str] = {
         output_tokens = coalesce(EXCLUDED.output_tokens, c.output_tokens),
         requests = coalesce(EXCLUDED.requests, c.requests),
         evidence = CASE WHEN EXCLUDED.evidence = '' THEN c.evidence ELSE EXCLUDED.evidence END""",
+    # A period closed by this batch: its row keeps the budget's ceiling of that period
+    # (the statement's snapshot, before the budgets' update below).
+    "periods_new": """
+    INSERT INTO budget_periods
+    SELECT u.budget_id, u.period_no, u.period_start, u.period_end, u.limit_units, u.used,
+        u.held, u.open_reservations, b.ceiling_max
+    FROM unnest($periods_new::budget_periods[]) AS u JOIN budgets b USING (budget_id)""",
+    "periods_moved": """
+    UPDATE budget_periods AS p SET used = u.used, held = u.held,
+        open_reservations = u.open_reservations
+    FROM unnest($periods_moved::budget_periods[]) AS u
+    WHERE p.budget_id = u.budget_id AND p.period_no = u.period_no""",
+    # The dedupe key and the id are unique: an event already written is not written again.
+    "events": """
+    INSERT INTO events (event_id, kind, budget_id, dedupe_key, payload, created_at)
+    SELECT * FROM unnest($events::write_event[])
+    ON CONFLICT DO NOTHING""",
+    # A budget whose period this batch closed starts the new period's ceiling (the
+    # audit's) from its limit, as migration 0007's trigger computes it.
     "budgets": f"""
     UPDATE budgets AS b SET used = u.used, held = u.held,
         open_reservations = u.open_reservations, overage_since = u.overage_since,
+        period_no = u.period_no, period_start = u.period_start, period_end = u.period_end,
+        noticed_bps = u.noticed_bps, exceeded_noticed = u.exceeded_noticed,
+        rate_window_start = u.rate_window_start, rate_admissions = u.rate_admissions,
+        rate_units = u.rate_units, rate_prev_admissions = u.rate_prev_admissions,
+        rate_prev_units = u.rate_prev_units,
+        ceiling_max = CASE WHEN NOT u.rolled THEN b.ceiling_max
+            WHEN b.limit_units IS NULL OR b.mode = 2 THEN NULL
+            WHEN b.overage_policy = 2 THEN b.limit_units + b.overage_limit
+            ELSE b.limit_units END,
         updated_at = now()
     FROM unnest($budgets::write_budget_totals[]) AS u
     WHERE b.budget_id = u.budget_id
         AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals[]", "budget_id")})""",
 }
+
+
+def _period_row(p: PeriodTotals) -> tuple[object, ...]:
+    # The ceiling is the statement's to fill in (from the budget's row).
+    return (
+        p.budget_id, p.period_no, p.period_start, p.period_end, p.limit, p.used, p.held,
+        p.open_reservations, None,
+    )  # fmt: skip
+
+
+def _budget_row(b: Budget, rolled: bool) -> tuple[object, ...]:
+    rate = b.rate
+    return (
+        b.budget_id, b.used, b.held, b.open_reservations, b.overage_since, b.period_no,
+        b.period_start, b.period_end, list(b.noticed_bps), b.exceeded_noticed, rate.start,
+        rate.admissions, rate.units, rate.prev_admissions, rate.prev_units, rolled,
+    )  # fmt: skip
 
 
 def call_row(call: CallRecord) -> tuple[object, ...]:
@@ -192,6 +248,14 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
             windows[account] = state.windows[account]
     meters = cycles.meter_moves(decided)
     calls = [c for _, d in decided for c in d.calls.values()]
+    # A period closed by one decision and moved by another of the batch is one new row,
+    # with the counters of both.
+    periods_new = {key: p for _, d in decided for key, p in d.closed_new.items()}
+    periods_moved = {
+        key: p for _, d in decided for key, p in d.closed_moved.items() if key not in periods_new
+    }
+    rolled = {key[0] for key in periods_new}
+    events = [e for _, d in decided for e in d.events]
     if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
         return
     opened = [h for h in new_holds if h.state is HoldState.HELD]
@@ -209,7 +273,8 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
             for c in charges
         ],
         "ledger": [
-            (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at)
+            (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at,
+             e.period_no)
             for e in ledger
         ],
         "opened": [(h.reservation_id, h.expires_at) for h in opened],
@@ -221,9 +286,13 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         ],
         "samples": [(*key, json.dumps(values)) for key, values in sampled.items()],
         "calls": [call_row(c) for c in calls],
-        "budgets": [
-            (b.budget_id, b.used, b.held, b.open_reservations, b.overage_since) for b in budgets
+        "periods_new": [_period_row(p) for _, p in sorted(periods_new.items())],
+        "periods_moved": [_period_row(p) for _, p in sorted(periods_moved.items())],
+        "events": [
+            (e.event_id, e.kind, e.budget_id, e.dedupe_key, json.dumps(e.payload), e.created_at)
+            for e in events
         ],
+        "budgets": [_budget_row(b, b.budget_id in rolled) for b in budgets],
     }  # fmt: skip
     assert rows.keys() == WRITES.keys()
     statement = write_statement(tuple(kind for kind, written in rows.items() if written))

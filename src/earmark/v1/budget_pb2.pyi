@@ -23,6 +23,21 @@ class OveragePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OVERAGE_POLICY_HARD: _ClassVar[OveragePolicy]
     OVERAGE_POLICY_SOFT: _ClassVar[OveragePolicy]
 
+class Period(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PERIOD_UNSPECIFIED: _ClassVar[Period]
+    PERIOD_DAY: _ClassVar[Period]
+    PERIOD_WEEK: _ClassVar[Period]
+    PERIOD_MONTH: _ClassVar[Period]
+    PERIOD_QUARTER: _ClassVar[Period]
+    PERIOD_YEAR: _ClassVar[Period]
+
+class BudgetMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BUDGET_MODE_UNSPECIFIED: _ClassVar[BudgetMode]
+    BUDGET_MODE_ENFORCE: _ClassVar[BudgetMode]
+    BUDGET_MODE_OBSERVE: _ClassVar[BudgetMode]
+
 class RefusalReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     REFUSAL_REASON_UNSPECIFIED: _ClassVar[RefusalReason]
@@ -74,6 +89,15 @@ PHASE_FINAL: Phase
 OVERAGE_POLICY_UNSPECIFIED: OveragePolicy
 OVERAGE_POLICY_HARD: OveragePolicy
 OVERAGE_POLICY_SOFT: OveragePolicy
+PERIOD_UNSPECIFIED: Period
+PERIOD_DAY: Period
+PERIOD_WEEK: Period
+PERIOD_MONTH: Period
+PERIOD_QUARTER: Period
+PERIOD_YEAR: Period
+BUDGET_MODE_UNSPECIFIED: BudgetMode
+BUDGET_MODE_ENFORCE: BudgetMode
+BUDGET_MODE_OBSERVE: BudgetMode
 REFUSAL_REASON_UNSPECIFIED: RefusalReason
 REFUSAL_REASON_INSUFFICIENT_BUDGET: RefusalReason
 REFUSAL_REASON_LIMIT_UNAVAILABLE: RefusalReason
@@ -141,7 +165,7 @@ class ReserveRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ..., amount: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., shape: _Optional[_Union[UsageShape, _Mapping]] = ..., job: _Optional[str] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., also_budget_ids: _Optional[_Iterable[str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., charge: _Optional[_Union[TokenUsage, _Mapping]] = ..., degrade: _Optional[bool] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id", "refused_budget_id", "overage_policy", "over_limit", "charged", "max_output_tokens", "degraded")
+    __slots__ = ("admitted", "reservation_id", "amount", "remaining", "reason", "message", "expires_at", "estimate_source", "price_version", "retry_after", "budget_id", "refused_budget_id", "overage_policy", "over_limit", "charged", "max_output_tokens", "degraded", "resets_at", "would_refuse", "would_refuse_reason")
     ADMITTED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     AMOUNT_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +183,9 @@ class ReserveResponse(_message.Message):
     CHARGED_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    RESETS_AT_FIELD_NUMBER: _ClassVar[int]
+    WOULD_REFUSE_FIELD_NUMBER: _ClassVar[int]
+    WOULD_REFUSE_REASON_FIELD_NUMBER: _ClassVar[int]
     admitted: bool
     reservation_id: str
     amount: int
@@ -176,7 +203,10 @@ class ReserveResponse(_message.Message):
     charged: int
     max_output_tokens: int
     degraded: bool
-    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ..., refused_budget_id: _Optional[str] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., over_limit: _Optional[bool] = ..., charged: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., degraded: _Optional[bool] = ...) -> None: ...
+    resets_at: _timestamp_pb2.Timestamp
+    would_refuse: bool
+    would_refuse_reason: RefusalReason
+    def __init__(self, admitted: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., amount: _Optional[int] = ..., remaining: _Optional[int] = ..., reason: _Optional[_Union[RefusalReason, str]] = ..., message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimate_source: _Optional[_Union[EstimateSource, str]] = ..., price_version: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., budget_id: _Optional[str] = ..., refused_budget_id: _Optional[str] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., over_limit: _Optional[bool] = ..., charged: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., degraded: _Optional[bool] = ..., resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., would_refuse: _Optional[bool] = ..., would_refuse_reason: _Optional[_Union[RefusalReason, str]] = ...) -> None: ...
 
 class ChargeRequest(_message.Message):
     __slots__ = ("reservation_id", "amount", "idempotency_key", "usage")
@@ -251,7 +281,7 @@ class SettleResponse(_message.Message):
     def __init__(self, charged: _Optional[int] = ..., released: _Optional[int] = ..., overshoot: _Optional[int] = ..., state: _Optional[_Union[ReservationState, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
 
 class PutBudgetRequest(_message.Message):
-    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit")
+    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode", "admissions_per_minute", "units_per_minute")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +290,13 @@ class PutBudgetRequest(_message.Message):
     ESCROW_BPS_FIELD_NUMBER: _ClassVar[int]
     OVERAGE_POLICY_FIELD_NUMBER: _ClassVar[int]
     OVERAGE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_ANCHOR_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_BPS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ADMISSIONS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    UNITS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     unit: str
@@ -268,7 +305,14 @@ class PutBudgetRequest(_message.Message):
     escrow_bps: int
     overage_policy: OveragePolicy
     overage_limit: int
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ...) -> None: ...
+    period: Period
+    timezone: str
+    period_anchor: int
+    threshold_bps: _containers.RepeatedScalarFieldContainer[int]
+    mode: BudgetMode
+    admissions_per_minute: int
+    units_per_minute: int
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_anchor: _Optional[int] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
     __slots__ = ("budget_id",)
@@ -277,7 +321,7 @@ class GetBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class BudgetState(_message.Message):
-    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at")
+    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at", "period", "timezone", "period_start", "resets_at", "mode", "threshold_bps", "admissions_per_minute", "units_per_minute", "period_anchor")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +342,15 @@ class BudgetState(_message.Message):
     OVERAGE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     OVERAGE_SINCE_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_START_FIELD_NUMBER: _ClassVar[int]
+    RESETS_AT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_BPS_FIELD_NUMBER: _ClassVar[int]
+    ADMISSIONS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    UNITS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_ANCHOR_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     used: int
@@ -318,7 +371,16 @@ class BudgetState(_message.Message):
     overage_limit: int
     overage_since: _timestamp_pb2.Timestamp
     archived_at: _timestamp_pb2.Timestamp
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    period: Period
+    timezone: str
+    period_start: _timestamp_pb2.Timestamp
+    resets_at: _timestamp_pb2.Timestamp
+    mode: BudgetMode
+    threshold_bps: _containers.RepeatedScalarFieldContainer[int]
+    admissions_per_minute: int
+    units_per_minute: int
+    period_anchor: int
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., period_anchor: _Optional[int] = ...) -> None: ...
 
 class ListCyclesRequest(_message.Message):
     __slots__ = ("account",)

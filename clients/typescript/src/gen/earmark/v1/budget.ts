@@ -111,6 +111,108 @@ export function overagePolicyToJSON(object: OveragePolicy): string {
   }
 }
 
+/**
+ * How often a budget starts again at zero used and zero held, at the local midnight of
+ * the period's first day in the budget's timezone. Unspecified never resets.
+ */
+export enum Period {
+  PERIOD_UNSPECIFIED = 0,
+  PERIOD_DAY = 1,
+  PERIOD_WEEK = 2,
+  PERIOD_MONTH = 3,
+  PERIOD_QUARTER = 4,
+  PERIOD_YEAR = 5,
+  UNRECOGNIZED = -1,
+}
+
+export function periodFromJSON(object: any): Period {
+  switch (object) {
+    case 0:
+    case "PERIOD_UNSPECIFIED":
+      return Period.PERIOD_UNSPECIFIED;
+    case 1:
+    case "PERIOD_DAY":
+      return Period.PERIOD_DAY;
+    case 2:
+    case "PERIOD_WEEK":
+      return Period.PERIOD_WEEK;
+    case 3:
+    case "PERIOD_MONTH":
+      return Period.PERIOD_MONTH;
+    case 4:
+    case "PERIOD_QUARTER":
+      return Period.PERIOD_QUARTER;
+    case 5:
+    case "PERIOD_YEAR":
+      return Period.PERIOD_YEAR;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return Period.UNRECOGNIZED;
+  }
+}
+
+export function periodToJSON(object: Period): string {
+  switch (object) {
+    case Period.PERIOD_UNSPECIFIED:
+      return "PERIOD_UNSPECIFIED";
+    case Period.PERIOD_DAY:
+      return "PERIOD_DAY";
+    case Period.PERIOD_WEEK:
+      return "PERIOD_WEEK";
+    case Period.PERIOD_MONTH:
+      return "PERIOD_MONTH";
+    case Period.PERIOD_QUARTER:
+      return "PERIOD_QUARTER";
+    case Period.PERIOD_YEAR:
+      return "PERIOD_YEAR";
+    case Period.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/** Whether a budget refuses what it has no room for. Unspecified is ENFORCE. */
+export enum BudgetMode {
+  BUDGET_MODE_UNSPECIFIED = 0,
+  BUDGET_MODE_ENFORCE = 1,
+  /** BUDGET_MODE_OBSERVE - Shadow mode: admit what ENFORCE would refuse, and say so (ReserveResponse.would_refuse). */
+  BUDGET_MODE_OBSERVE = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function budgetModeFromJSON(object: any): BudgetMode {
+  switch (object) {
+    case 0:
+    case "BUDGET_MODE_UNSPECIFIED":
+      return BudgetMode.BUDGET_MODE_UNSPECIFIED;
+    case 1:
+    case "BUDGET_MODE_ENFORCE":
+      return BudgetMode.BUDGET_MODE_ENFORCE;
+    case 2:
+    case "BUDGET_MODE_OBSERVE":
+      return BudgetMode.BUDGET_MODE_OBSERVE;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return BudgetMode.UNRECOGNIZED;
+  }
+}
+
+export function budgetModeToJSON(object: BudgetMode): string {
+  switch (object) {
+    case BudgetMode.BUDGET_MODE_UNSPECIFIED:
+      return "BUDGET_MODE_UNSPECIFIED";
+    case BudgetMode.BUDGET_MODE_ENFORCE:
+      return "BUDGET_MODE_ENFORCE";
+    case BudgetMode.BUDGET_MODE_OBSERVE:
+      return "BUDGET_MODE_OBSERVE";
+    case BudgetMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export enum RefusalReason {
   REFUSAL_REASON_UNSPECIFIED = 0,
   REFUSAL_REASON_INSUFFICIENT_BUDGET = 1,
@@ -516,6 +618,19 @@ export interface ReserveResponse {
   maxOutputTokens: bigint;
   /** max_output_tokens was lowered below what the shape asked (degrade). */
   degraded: boolean;
+  /**
+   * When the budget's period ends and it starts again at zero; absent for a budget that
+   * never resets.
+   */
+  resetsAt:
+    | Date
+    | undefined;
+  /**
+   * Admitted by a budget in BUDGET_MODE_OBSERVE that would have refused it in ENFORCE,
+   * and why.
+   */
+  wouldRefuse: boolean;
+  wouldRefuseReason: RefusalReason;
 }
 
 export interface ChargeRequest {
@@ -591,7 +706,34 @@ export interface PutBudgetRequest {
   escrowBps: number;
   overagePolicy: OveragePolicy;
   /** With SOFT: how far past the limit holds may go; absent, without bound. */
-  overageLimit?: bigint | undefined;
+  overageLimit?:
+    | bigint
+    | undefined;
+  /** How often the budget starts again at zero; a change takes effect at the next boundary. */
+  period: Period;
+  /** The IANA timezone the period's boundaries are midnights of (empty: UTC). */
+  timezone: string;
+  /**
+   * MONTH, QUARTER, YEAR: the day of the month the period starts, 1 to 31 (a shorter
+   * month starts it on its last day); WEEK: the ISO weekday, 1 (Monday) to 7; 0: the
+   * first.
+   */
+  periodAnchor: number;
+  /**
+   * Notices at these shares of the limit, in basis points (8000 = 80%), once per period:
+   * at most 8, from 1 to 100000, distinct. Needs a limit.
+   */
+  thresholdBps: number[];
+  mode: BudgetMode;
+  /** At most this many admissions a minute, over a sliding window; absent: no limit. */
+  admissionsPerMinute?:
+    | bigint
+    | undefined;
+  /**
+   * At most this much held amount admitted a minute, over a sliding window; absent: no
+   * limit.
+   */
+  unitsPerMinute?: bigint | undefined;
 }
 
 export interface GetBudgetRequest {
@@ -630,6 +772,22 @@ export interface BudgetState {
     | undefined;
   /** Set once DeleteBudget archived the budget. */
   archivedAt: Date | undefined;
+  period: Period;
+  timezone: string;
+  /**
+   * The current period: used and held count from period_start, and start again at zero at
+   * resets_at. Both absent for a budget that never resets.
+   */
+  periodStart: Date | undefined;
+  resetsAt: Date | undefined;
+  mode: BudgetMode;
+  thresholdBps: number[];
+  admissionsPerMinute?: bigint | undefined;
+  unitsPerMinute?:
+    | bigint
+    | undefined;
+  /** As PutBudgetRequest.period_anchor. */
+  periodAnchor: number;
 }
 
 export interface ListCyclesRequest {
@@ -1419,6 +1577,9 @@ function createBaseReserveResponse(): ReserveResponse {
     charged: 0n,
     maxOutputTokens: 0n,
     degraded: false,
+    resetsAt: undefined,
+    wouldRefuse: false,
+    wouldRefuseReason: 0,
   };
 }
 
@@ -1489,6 +1650,15 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
     }
     if (message.degraded !== false) {
       writer.uint32(160).bool(message.degraded);
+    }
+    if (message.resetsAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.resetsAt), writer.uint32(130).fork()).join();
+    }
+    if (message.wouldRefuse !== false) {
+      writer.uint32(136).bool(message.wouldRefuse);
+    }
+    if (message.wouldRefuseReason !== 0) {
+      writer.uint32(144).int32(message.wouldRefuseReason);
     }
     return writer;
   },
@@ -1642,6 +1812,30 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
             message.degraded = reader.bool();
             continue;
           }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.resetsAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.wouldRefuse = reader.bool();
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.wouldRefuseReason = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1713,6 +1907,21 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
         ? BigInt(object.max_output_tokens)
         : 0n,
       degraded: isSet(object.degraded) ? globalThis.Boolean(object.degraded) : false,
+      resetsAt: isSet(object.resetsAt)
+        ? fromJsonTimestamp(object.resetsAt)
+        : isSet(object.resets_at)
+        ? fromJsonTimestamp(object.resets_at)
+        : undefined,
+      wouldRefuse: isSet(object.wouldRefuse)
+        ? globalThis.Boolean(object.wouldRefuse)
+        : isSet(object.would_refuse)
+        ? globalThis.Boolean(object.would_refuse)
+        : false,
+      wouldRefuseReason: isSet(object.wouldRefuseReason)
+        ? refusalReasonFromJSON(object.wouldRefuseReason)
+        : isSet(object.would_refuse_reason)
+        ? refusalReasonFromJSON(object.would_refuse_reason)
+        : 0,
     };
   },
 
@@ -1769,6 +1978,15 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
     if (message.degraded !== false) {
       obj.degraded = message.degraded;
     }
+    if (message.resetsAt !== undefined) {
+      obj.resetsAt = message.resetsAt.toISOString();
+    }
+    if (message.wouldRefuse !== false) {
+      obj.wouldRefuse = message.wouldRefuse;
+    }
+    if (message.wouldRefuseReason !== 0) {
+      obj.wouldRefuseReason = refusalReasonToJSON(message.wouldRefuseReason);
+    }
     return obj;
   },
 
@@ -1802,6 +2020,9 @@ export const ReserveResponse: MessageFns<ReserveResponse> = {
       ? BigInt(object.maxOutputTokens)
       : 0n;
     message.degraded = object.degraded ?? false;
+    message.resetsAt = object.resetsAt ?? undefined;
+    message.wouldRefuse = object.wouldRefuse ?? false;
+    message.wouldRefuseReason = object.wouldRefuseReason ?? 0;
     return message;
   },
 };
@@ -2624,6 +2845,13 @@ function createBasePutBudgetRequest(): PutBudgetRequest {
     escrowBps: 0,
     overagePolicy: 0,
     overageLimit: undefined,
+    period: 0,
+    timezone: "",
+    periodAnchor: 0,
+    thresholdBps: [],
+    mode: 0,
+    admissionsPerMinute: undefined,
+    unitsPerMinute: undefined,
   };
 }
 
@@ -2661,6 +2889,37 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
         throw new globalThis.Error("value provided for field message.overageLimit of type int64 too large");
       }
       writer.uint32(64).int64(message.overageLimit);
+    }
+    if (message.period !== 0) {
+      writer.uint32(72).int32(message.period);
+    }
+    if (message.timezone !== "") {
+      writer.uint32(82).string(message.timezone);
+    }
+    if (message.periodAnchor !== 0) {
+      writer.uint32(88).int32(message.periodAnchor);
+    }
+    if (message.thresholdBps.length !== 0) {
+      writer.uint32(98).fork();
+      for (const v of message.thresholdBps) {
+        writer.int32(v);
+      }
+      writer.join();
+    }
+    if (message.mode !== 0) {
+      writer.uint32(104).int32(message.mode);
+    }
+    if (message.admissionsPerMinute !== undefined) {
+      if (BigInt.asIntN(64, message.admissionsPerMinute) !== message.admissionsPerMinute) {
+        throw new globalThis.Error("value provided for field message.admissionsPerMinute of type int64 too large");
+      }
+      writer.uint32(112).int64(message.admissionsPerMinute);
+    }
+    if (message.unitsPerMinute !== undefined) {
+      if (BigInt.asIntN(64, message.unitsPerMinute) !== message.unitsPerMinute) {
+        throw new globalThis.Error("value provided for field message.unitsPerMinute of type int64 too large");
+      }
+      writer.uint32(120).int64(message.unitsPerMinute);
     }
     return writer;
   },
@@ -2742,6 +3001,72 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
             message.overageLimit = reader.int64() as bigint;
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.period = reader.int32() as any;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.timezone = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.periodAnchor = reader.int32();
+            continue;
+          }
+          case 12: {
+            if (tag === 96) {
+              message.thresholdBps.push(reader.int32());
+
+              continue;
+            }
+
+            if (tag === 98) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.thresholdBps.push(reader.int32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.admissionsPerMinute = reader.int64() as bigint;
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.unitsPerMinute = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2788,6 +3113,29 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
         : isSet(object.overage_limit)
         ? BigInt(object.overage_limit)
         : undefined,
+      period: isSet(object.period) ? periodFromJSON(object.period) : 0,
+      timezone: isSet(object.timezone) ? globalThis.String(object.timezone) : "",
+      periodAnchor: isSet(object.periodAnchor)
+        ? globalThis.Number(object.periodAnchor)
+        : isSet(object.period_anchor)
+        ? globalThis.Number(object.period_anchor)
+        : 0,
+      thresholdBps: globalThis.Array.isArray(object?.thresholdBps)
+        ? object.thresholdBps.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.threshold_bps)
+        ? object.threshold_bps.map((e: any) => globalThis.Number(e))
+        : [],
+      mode: isSet(object.mode) ? budgetModeFromJSON(object.mode) : 0,
+      admissionsPerMinute: isSet(object.admissionsPerMinute)
+        ? BigInt(object.admissionsPerMinute)
+        : isSet(object.admissions_per_minute)
+        ? BigInt(object.admissions_per_minute)
+        : undefined,
+      unitsPerMinute: isSet(object.unitsPerMinute)
+        ? BigInt(object.unitsPerMinute)
+        : isSet(object.units_per_minute)
+        ? BigInt(object.units_per_minute)
+        : undefined,
     };
   },
 
@@ -2817,6 +3165,27 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
     if (message.overageLimit !== undefined) {
       obj.overageLimit = message.overageLimit.toString();
     }
+    if (message.period !== 0) {
+      obj.period = periodToJSON(message.period);
+    }
+    if (message.timezone !== "") {
+      obj.timezone = message.timezone;
+    }
+    if (message.periodAnchor !== 0) {
+      obj.periodAnchor = Math.round(message.periodAnchor);
+    }
+    if (message.thresholdBps?.length) {
+      obj.thresholdBps = message.thresholdBps.map((e) => Math.round(e));
+    }
+    if (message.mode !== 0) {
+      obj.mode = budgetModeToJSON(message.mode);
+    }
+    if (message.admissionsPerMinute !== undefined) {
+      obj.admissionsPerMinute = message.admissionsPerMinute.toString();
+    }
+    if (message.unitsPerMinute !== undefined) {
+      obj.unitsPerMinute = message.unitsPerMinute.toString();
+    }
     return obj;
   },
 
@@ -2836,6 +3205,17 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
     message.overagePolicy = object.overagePolicy ?? 0;
     message.overageLimit = (object.overageLimit !== undefined && object.overageLimit !== null)
       ? BigInt(object.overageLimit)
+      : undefined;
+    message.period = object.period ?? 0;
+    message.timezone = object.timezone ?? "";
+    message.periodAnchor = object.periodAnchor ?? 0;
+    message.thresholdBps = object.thresholdBps?.map((e) => e) || [];
+    message.mode = object.mode ?? 0;
+    message.admissionsPerMinute = (object.admissionsPerMinute !== undefined && object.admissionsPerMinute !== null)
+      ? BigInt(object.admissionsPerMinute)
+      : undefined;
+    message.unitsPerMinute = (object.unitsPerMinute !== undefined && object.unitsPerMinute !== null)
+      ? BigInt(object.unitsPerMinute)
       : undefined;
     return message;
   },
@@ -2936,6 +3316,15 @@ function createBaseBudgetState(): BudgetState {
     overageLimit: undefined,
     overageSince: undefined,
     archivedAt: undefined,
+    period: 0,
+    timezone: "",
+    periodStart: undefined,
+    resetsAt: undefined,
+    mode: 0,
+    thresholdBps: [],
+    admissionsPerMinute: undefined,
+    unitsPerMinute: undefined,
+    periodAnchor: 0,
   };
 }
 
@@ -3021,6 +3410,43 @@ export const BudgetState: MessageFns<BudgetState> = {
     }
     if (message.archivedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.archivedAt), writer.uint32(162).fork()).join();
+    }
+    if (message.period !== 0) {
+      writer.uint32(168).int32(message.period);
+    }
+    if (message.timezone !== "") {
+      writer.uint32(178).string(message.timezone);
+    }
+    if (message.periodStart !== undefined) {
+      Timestamp.encode(toTimestamp(message.periodStart), writer.uint32(186).fork()).join();
+    }
+    if (message.resetsAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.resetsAt), writer.uint32(194).fork()).join();
+    }
+    if (message.mode !== 0) {
+      writer.uint32(200).int32(message.mode);
+    }
+    if (message.thresholdBps.length !== 0) {
+      writer.uint32(210).fork();
+      for (const v of message.thresholdBps) {
+        writer.int32(v);
+      }
+      writer.join();
+    }
+    if (message.admissionsPerMinute !== undefined) {
+      if (BigInt.asIntN(64, message.admissionsPerMinute) !== message.admissionsPerMinute) {
+        throw new globalThis.Error("value provided for field message.admissionsPerMinute of type int64 too large");
+      }
+      writer.uint32(216).int64(message.admissionsPerMinute);
+    }
+    if (message.unitsPerMinute !== undefined) {
+      if (BigInt.asIntN(64, message.unitsPerMinute) !== message.unitsPerMinute) {
+        throw new globalThis.Error("value provided for field message.unitsPerMinute of type int64 too large");
+      }
+      writer.uint32(224).int64(message.unitsPerMinute);
+    }
+    if (message.periodAnchor !== 0) {
+      writer.uint32(232).int32(message.periodAnchor);
     }
     return writer;
   },
@@ -3198,6 +3624,88 @@ export const BudgetState: MessageFns<BudgetState> = {
             message.archivedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.period = reader.int32() as any;
+            continue;
+          }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.timezone = reader.string();
+            continue;
+          }
+          case 23: {
+            if (tag !== 186) {
+              break;
+            }
+
+            message.periodStart = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 24: {
+            if (tag !== 194) {
+              break;
+            }
+
+            message.resetsAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 25: {
+            if (tag !== 200) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 26: {
+            if (tag === 208) {
+              message.thresholdBps.push(reader.int32());
+
+              continue;
+            }
+
+            if (tag === 210) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.thresholdBps.push(reader.int32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 27: {
+            if (tag !== 216) {
+              break;
+            }
+
+            message.admissionsPerMinute = reader.int64() as bigint;
+            continue;
+          }
+          case 28: {
+            if (tag !== 224) {
+              break;
+            }
+
+            message.unitsPerMinute = reader.int64() as bigint;
+            continue;
+          }
+          case 29: {
+            if (tag !== 232) {
+              break;
+            }
+
+            message.periodAnchor = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3280,6 +3788,39 @@ export const BudgetState: MessageFns<BudgetState> = {
         : isSet(object.archived_at)
         ? fromJsonTimestamp(object.archived_at)
         : undefined,
+      period: isSet(object.period) ? periodFromJSON(object.period) : 0,
+      timezone: isSet(object.timezone) ? globalThis.String(object.timezone) : "",
+      periodStart: isSet(object.periodStart)
+        ? fromJsonTimestamp(object.periodStart)
+        : isSet(object.period_start)
+        ? fromJsonTimestamp(object.period_start)
+        : undefined,
+      resetsAt: isSet(object.resetsAt)
+        ? fromJsonTimestamp(object.resetsAt)
+        : isSet(object.resets_at)
+        ? fromJsonTimestamp(object.resets_at)
+        : undefined,
+      mode: isSet(object.mode) ? budgetModeFromJSON(object.mode) : 0,
+      thresholdBps: globalThis.Array.isArray(object?.thresholdBps)
+        ? object.thresholdBps.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.threshold_bps)
+        ? object.threshold_bps.map((e: any) => globalThis.Number(e))
+        : [],
+      admissionsPerMinute: isSet(object.admissionsPerMinute)
+        ? BigInt(object.admissionsPerMinute)
+        : isSet(object.admissions_per_minute)
+        ? BigInt(object.admissions_per_minute)
+        : undefined,
+      unitsPerMinute: isSet(object.unitsPerMinute)
+        ? BigInt(object.unitsPerMinute)
+        : isSet(object.units_per_minute)
+        ? BigInt(object.units_per_minute)
+        : undefined,
+      periodAnchor: isSet(object.periodAnchor)
+        ? globalThis.Number(object.periodAnchor)
+        : isSet(object.period_anchor)
+        ? globalThis.Number(object.period_anchor)
+        : 0,
     };
   },
 
@@ -3345,6 +3886,33 @@ export const BudgetState: MessageFns<BudgetState> = {
     if (message.archivedAt !== undefined) {
       obj.archivedAt = message.archivedAt.toISOString();
     }
+    if (message.period !== 0) {
+      obj.period = periodToJSON(message.period);
+    }
+    if (message.timezone !== "") {
+      obj.timezone = message.timezone;
+    }
+    if (message.periodStart !== undefined) {
+      obj.periodStart = message.periodStart.toISOString();
+    }
+    if (message.resetsAt !== undefined) {
+      obj.resetsAt = message.resetsAt.toISOString();
+    }
+    if (message.mode !== 0) {
+      obj.mode = budgetModeToJSON(message.mode);
+    }
+    if (message.thresholdBps?.length) {
+      obj.thresholdBps = message.thresholdBps.map((e) => Math.round(e));
+    }
+    if (message.admissionsPerMinute !== undefined) {
+      obj.admissionsPerMinute = message.admissionsPerMinute.toString();
+    }
+    if (message.unitsPerMinute !== undefined) {
+      obj.unitsPerMinute = message.unitsPerMinute.toString();
+    }
+    if (message.periodAnchor !== 0) {
+      obj.periodAnchor = Math.round(message.periodAnchor);
+    }
     return obj;
   },
 
@@ -3381,6 +3949,19 @@ export const BudgetState: MessageFns<BudgetState> = {
       : undefined;
     message.overageSince = object.overageSince ?? undefined;
     message.archivedAt = object.archivedAt ?? undefined;
+    message.period = object.period ?? 0;
+    message.timezone = object.timezone ?? "";
+    message.periodStart = object.periodStart ?? undefined;
+    message.resetsAt = object.resetsAt ?? undefined;
+    message.mode = object.mode ?? 0;
+    message.thresholdBps = object.thresholdBps?.map((e) => e) || [];
+    message.admissionsPerMinute = (object.admissionsPerMinute !== undefined && object.admissionsPerMinute !== null)
+      ? BigInt(object.admissionsPerMinute)
+      : undefined;
+    message.unitsPerMinute = (object.unitsPerMinute !== undefined && object.unitsPerMinute !== null)
+      ? BigInt(object.unitsPerMinute)
+      : undefined;
+    message.periodAnchor = object.periodAnchor ?? 0;
     return message;
   },
 };

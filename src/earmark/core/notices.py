@@ -1,0 +1,93 @@
+"""The notices a batch writes with its changes (issue 34): a threshold crossed, a SOFT
+budget gone past its limit, a hold gone into doubt. Each is an event of the Standard
+Webhooks shape ({"type", "timestamp", "data"}) with an id the deliverer sends on every
+attempt; the batch that caused it writes it in its own transaction, at most once per
+budget, period and threshold (the row's noticed_bps, and the events table's unique key).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from earmark.core import thresholds
+from earmark.core.model import Budget, BudgetMode, Hold, OveragePolicy
+
+THRESHOLD_CROSSED = "budget.threshold_crossed"
+EXCEEDED = "budget.exceeded"
+IN_DOUBT = "hold.in_doubt"
+
+# Event ids are derived from what makes an event one (its dedupe key), so that a batch
+# retried after a conflict writes the same id, and the unique key drops it if it was.
+_NAMESPACE = uuid.UUID("5d1b0f52-6a59-4c0e-9e44-3f2f8f0d6a34")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    event_id: str
+    kind: str
+    budget_id: str
+    dedupe_key: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+def _iso(at: datetime | None) -> str | None:
+    if at is None:
+        return None
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _event(kind: str, budget_id: str, key: str, data: dict[str, Any], now: datetime) -> Event:
+    payload = {"type": kind, "timestamp": _iso(now), "data": data}
+    event_id = "msg_" + uuid.uuid5(_NAMESPACE, key).hex
+    return Event(event_id, kind, budget_id, key, payload, now)
+
+
+def _budget_data(budget: Budget) -> dict[str, Any]:
+    return {
+        "budget_id": budget.budget_id,
+        "unit": budget.unit,
+        "limit": budget.limit,
+        "used": budget.used,
+        "held": budget.held,
+        "period_start": _iso(budget.period_start),
+        "resets_at": _iso(budget.period_end),
+        "mode": "observe" if budget.mode is BudgetMode.OBSERVE else "enforce",
+    }
+
+
+def budget_events(budget: Budget, before: int, now: datetime) -> list[Event]:
+    """The notices a change of the budget's spend (used + held) from before to now's
+    crossed, marking them noticed on the budget; none already noticed this period."""
+    after = budget.used + budget.held
+    events = []
+    key = f"{budget.budget_id}/{budget.period_no}"
+    for bps in thresholds.crossed(budget.limit, before, after, budget.threshold_bps):
+        if bps in budget.noticed_bps:
+            continue
+        budget.noticed_bps = tuple(sorted((*budget.noticed_bps, bps)))
+        data = {**_budget_data(budget), "threshold_bps": bps}
+        events.append(_event(THRESHOLD_CROSSED, budget.budget_id, f"{key}/{bps}", data, now))
+    soft = budget.overage_policy is OveragePolicy.SOFT
+    if soft and not budget.exceeded_noticed and thresholds.exceeded(budget.limit, before, after):
+        budget.exceeded_noticed = True
+        data = {**_budget_data(budget), "overage_limit": budget.overage_limit}
+        events.append(_event(EXCEEDED, budget.budget_id, f"{key}/exceeded", data, now))
+    return events
+
+
+def in_doubt_event(hold: Hold, now: datetime) -> Event:
+    data = {
+        "reservation_id": hold.reservation_id,
+        "budget_id": hold.budget_id,
+        "also_budget_ids": list(hold.also_budget_ids),
+        "amount": hold.amount,
+        "charged": hold.charged,
+        "created_at": _iso(hold.created_at),
+        "in_doubt_at": _iso(now),
+    }
+    key = f"hold/{hold.reservation_id}/in_doubt"
+    return _event(IN_DOUBT, hold.budget_id, key, data, now)
