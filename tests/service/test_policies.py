@@ -20,7 +20,7 @@ from google.protobuf.duration_pb2 import Duration
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import FakeClock, assert_invariants, scrape
+from tests.helpers import FakeClock, assert_invariants, eventually, scrape
 
 DAY = timedelta(days=1)
 # The longest lease: a hold is open across a boundary only when reserved within its hour.
@@ -397,3 +397,33 @@ async def test_bad_policies_are_refused_naming_the_field(
         (refused.value.details() or "").split(":")[0],
         missing.value.code(),
     )
+
+
+async def test_a_hold_gone_into_doubt_and_a_soft_budget_past_its_limit_write_events(
+    side: Running, dsn: str, clock: FakeClock
+) -> None:
+    """A dispatched hold whose lease passes writes hold.in_doubt once; a SOFT budget
+    admitting past its limit writes budget.exceeded once in the period."""
+    await put(side, "soft", limit=100, overage_policy=pb.OVERAGE_POLICY_SOFT)
+    first = await hold(side, "soft", 80)
+    await side.budget.Charge(
+        pb.ChargeRequest(reservation_id=first.reservation_id, amount=10, idempotency_key="c")
+    )
+    over = [await hold(side, "soft", 30) for _ in range(2)]
+    clock.advance(timedelta(hours=2))
+
+    async def doubted() -> bool:
+        return "hold.in_doubt" in [kind for kind, _, _ in await events_of(dsn)]
+
+    await eventually(doubted, within_seconds=10, what="the sweeper's in-doubt event")
+    events = await events_of(dsn)
+    assert (
+        [True, True],
+        ["budget.exceeded", "hold.in_doubt"],
+        first.reservation_id,
+    ) == (
+        [r.over_limit for r in over],
+        [kind for kind, _, _ in events],
+        json.loads(events[1][2])["data"]["reservation_id"],
+    )
+    await assert_invariants(dsn)

@@ -341,11 +341,17 @@ async def watch_totals(conn: Conn, now: datetime) -> WatchTotals:
 
 
 async def open_holds_by_unit(conn: Conn) -> list[UnitTotals]:
-    """Open holds, held and used units, summed over the budgets of each unit."""
+    """Open holds, held and used units, summed over the budgets of each unit and every
+    period of theirs: a hold open across its budget's boundary is still held, and a reset
+    does not take back what was spent."""
     rows = await conn.fetch(
-        "SELECT unit, sum(open_reservations)::float8 AS holds, "
-        "sum(held)::float8 AS held, sum(used)::float8 AS used "
-        "FROM budgets GROUP BY unit ORDER BY unit"
+        "SELECT b.unit, sum(c.open_reservations)::float8 AS holds, "
+        "sum(c.held)::float8 AS held, sum(c.used)::float8 AS used "
+        "FROM budgets b JOIN ("
+        "  SELECT budget_id, open_reservations, held, used FROM budgets"
+        "  UNION ALL"
+        "  SELECT budget_id, open_reservations, held, used FROM budget_periods"
+        ") c USING (budget_id) GROUP BY b.unit ORDER BY b.unit"
     )
     return [UnitTotals(r["unit"], r["holds"], r["held"], r["used"]) for r in rows]
 
