@@ -1,6 +1,6 @@
 """The sidecar's periodic work: the sweeper, the database watch, the database gauges, the
-meter reporter, the plan marks' watch, the plans file's watch, and a watchdog over them
-all.
+meter reporter, the notices' deliverer, the plan marks' watch, the plans file's watch, and
+a watchdog over them all.
 
 Every loop survives any exception: a pass that fails is logged with the loop's name,
 counted in earmark_background_errors_total{loop}, and followed by a full-jitter backoff.
@@ -23,6 +23,7 @@ import structlog
 from earmark import limits
 from earmark.errors import Unavailable
 from earmark.metrics import Metrics
+from earmark.notices.deliver import Deliverer
 from earmark.plans.file import FileProvider
 from earmark.plans.marks import MarkWatcher
 from earmark.plans.reporter import Reporter
@@ -75,12 +76,14 @@ class Background:
         on_liveness: OnLiveness | None = None,
         supervisor: Supervisor | None = None,
         reporter: Reporter | None = None,
+        notices: Deliverer | None = None,
         marks: MarkWatcher | None = None,
         plans_file: FileProvider | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._reporter = reporter
+        self._notices = notices
         self._marks = marks
         self._store = store
         self._probe = probe
@@ -121,6 +124,14 @@ class Background:
                 self._report,
                 settings.report_interval_seconds,
                 stall_seconds(settings.report_interval_seconds, limits.report_pass_seconds_max),
+            )
+        if notices is not None:
+            # The loop beats after each event, which may wait out its attempt.
+            self.loops["notices"] = Loop(
+                "notices",
+                self._deliver,
+                limits.notify_interval_seconds,
+                stall_seconds(limits.notify_interval_seconds, limits.notify_event_seconds_max),
             )
         if marks is not None:
             # A pass reads at most plan_marks_pages_max pages, each within a command's
@@ -168,6 +179,8 @@ class Background:
         await self._stop("watchdog")
         for name in list(self._tasks):
             await self._stop(name)
+        if self._notices is not None:
+            await self._notices.close()
         await self._probe.close()
 
     async def _stop(self, name: str) -> None:
@@ -284,6 +297,11 @@ class Background:
             self._beat("reporter")
             if sent < limits.report_batch_size_max:
                 return
+
+    async def _deliver(self) -> None:
+        assert self._notices is not None
+        stopping = self._stopping["notices"]
+        await self._notices.deliver_once(lambda: self._beat("notices"), stopping.is_set)
 
     async def _watch_marks(self) -> None:
         assert self._marks is not None

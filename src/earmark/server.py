@@ -22,6 +22,8 @@ from earmark.background import Background
 from earmark.datadir import DataDirLock
 from earmark.errors import EarmarkError, Unavailable
 from earmark.metrics import Metrics
+from earmark.notices.deliver import Deliverer
+from earmark.notices.target import Target, load_target
 from earmark.plans.cache import LimitCache
 from earmark.plans.file import FileProvider
 from earmark.plans.gate import PlanGate
@@ -38,6 +40,7 @@ from earmark.service.elsewhere import AdminElsewhere
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, split_host_port
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
+from earmark.store.events import EventLog
 from earmark.store.probe import DatabaseProbe
 from earmark.store.store import Clock, utc_now
 from earmark.supervise import Supervisor
@@ -94,6 +97,8 @@ class Sidecar:
         self.provider: LimitsProvider | None = None
         self.plans: PlanGate | None = None
         self._limit_cache: LimitCache | None = None
+        # Where budget notices are posted (--notify-url), if anywhere.
+        self.notify_target: Target | None = None
 
     async def start(self) -> None:
         try:
@@ -111,6 +116,8 @@ class Sidecar:
         # Then the provider, before the database starts: a plans file that cannot be used,
         # or Kinde credentials missing, stops the start in one line, at once.
         self.provider = self._provider()
+        # And the notices' secret: one that will not do is one line, at once, too.
+        self.notify_target = load_target(self.settings.notify_url, self.settings.notify_secret_file)
         dsn = self.settings.database_url
         if dsn is None:
             self.embedded = EmbeddedPostgres(self.settings.data_dir)
@@ -197,10 +204,26 @@ class Sidecar:
             if self.provider is None
             else Reporter(store, self.provider, m, self.clock),
             # Plan changes pushed by `earmark kinde-webhooks` reach the gate through marks.
+            notices=self._deliverer(dsn),
             marks=None if self.plans is None else MarkWatcher(store, self.plans.forget),
             plans_file=self.provider if isinstance(self.provider, FileProvider) else None,
         )
         self.background.start()
+
+    def _deliverer(self, dsn: str) -> Deliverer | None:
+        """The notices' deliverer, with --notify-url; without it, events are only recorded
+        (`earmark events list` shows them)."""
+        if self.notify_target is None:
+            return None
+        log.info("notices_posted", url=self.notify_target.shown)
+        events = EventLog(dsn, prepared_statements=self.settings.database_pooler != "pgbouncer")
+        return Deliverer(
+            events,
+            self.notify_target,
+            self.metrics,
+            self.clock,
+            lease_seconds=self.settings.notify_lease_seconds,
+        )
 
     def abandon_start(self) -> None:
         """Ends the wait for the database (a signal came while start() waits): start()

@@ -228,6 +228,23 @@ class Settings:
     report_interval_seconds: float = setting(
         limits.report_interval_seconds_default, "how often usage goes to the meter", convert=float
     )
+    # Budget notices (docs/notices.md): every event the batches record is posted here,
+    # signed with the secret of notify_secret_file; empty: recorded, not posted.
+    notify_url: str = setting(
+        "",
+        "post budget notices to this https:// URL (plain http only on loopback), signed as "
+        "Standard Webhooks specifies; empty: recorded, not posted (docs/notices.md)",
+    )
+    notify_secret_file: Path | None = setting(
+        None, "with --notify-url: the whsec_ secret notices are signed with", convert=Path
+    )
+    # How long the deliverer's lease lasts: a sidecar that dies mid-delivery is taken over
+    # by another at most this long after.
+    notify_lease_seconds: float = setting(
+        limits.notify_lease_seconds_default,
+        "one sidecar at a time posts notices, under a lease this long",
+        convert=float,
+    )
     # How long `earmark serve` waits at start for a database it cannot reach (0: not at all).
     database_wait_seconds: float = setting(
         limits.database_wait_seconds_default,
@@ -319,6 +336,7 @@ class Settings:
         if self.log_format not in {"auto", "json", "console"}:
             raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
         self._check_plans()
+        self._check_notify()
 
     def _check_plans(self) -> None:
         if self.limits_provider not in {"static", "kinde", "file"}:
@@ -365,6 +383,39 @@ class Settings:
         if not 0 < self.report_interval_seconds <= 3600:
             raise ValueError(
                 f"report_interval_seconds: {self.report_interval_seconds} is not in (0, 3600]"
+            )
+
+    def _check_notify(self) -> None:
+        """The notices' settings; a message never repeats the URL, which may carry the
+        receiver's credentials."""
+        low, high = limits.notify_lease_seconds_min, limits.notify_lease_seconds_max
+        if not low <= self.notify_lease_seconds <= high:
+            raise ValueError(
+                f"notify_lease_seconds: {self.notify_lease_seconds:g} is not in [{low:g}, {high:g}]"
+            )
+        if not self.notify_url:
+            if self.notify_secret_file is not None:
+                raise ValueError("notify_secret_file: is read only with --notify-url")
+            return
+        try:
+            url = urllib.parse.urlsplit(self.notify_url)
+            url.port  # noqa: B018 - a port that is not a number raises ValueError here
+        except ValueError:
+            raise ValueError("notify_url: not a URL") from None
+        plain_ok = url.scheme == "http" and is_loopback(url.hostname or "")
+        if (
+            len(self.notify_url) > limits.notify_url_length_max
+            or not url.hostname
+            or not (url.scheme == "https" or plain_ok)
+        ):
+            raise ValueError(
+                f"notify_url: needs an https:// URL of at most {limits.notify_url_length_max} "
+                "characters (plain http only on a loopback address)"
+            )
+        if self.notify_secret_file is None:
+            raise ValueError(
+                "notify_secret_file: --notify-url needs --notify-secret-file PATH, a file "
+                "holding the whsec_ secret notices are signed with (docs/notices.md)"
             )
 
     def _check_exposure(self, name: str, host: str) -> None:
