@@ -17,10 +17,13 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from earmark.notices.signing import secret_bytes
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
 from tests.helpers import FakeClock, assert_invariants, eventually, scrape
+from tests.notices.receiver import receiving
+from tests.notices.recorded import SECRET
 
 DAY = timedelta(days=1)
 # The longest lease: a hold is open across a boundary only when reserved within its hour.
@@ -226,36 +229,51 @@ async def events_of(dsn: str) -> list[tuple[str, str, Any]]:
     return [(r["kind"], r["budget_id"], r["payload"]) for r in rows]
 
 
-async def test_thresholds_raced_through_two_sidecars_write_one_event_each(
-    dsn: str, socket_dir: Path, clock: FakeClock
+async def test_thresholds_raced_through_two_sidecars_are_delivered_once_each(
+    dsn: str, socket_dir: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
     """Thresholds 8000 and 10000 on a budget raced by 50 workers through 2 sidecars, each
-    holding a fiftieth of the limit: exactly one event per threshold."""
+    holding a fiftieth of the limit: exactly one event per threshold, each delivered to a
+    real receiver on 127.0.0.1 that checks every signature."""
+    secret_file = tmp_path / "notify.secret"
+    secret_file.write_text(SECRET + "\n")
     second_dir = socket_dir / "second"
     second_dir.mkdir()
-    async with (
-        running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as a,
-        running(Sidecar(sidecar_settings(dsn, second_dir), clock=clock), dsn) as b,
-    ):
-        await put(a, "raced", threshold_bps=[8000, 10000], period=pb.PERIOD_MONTH)
+    with receiving(secret_bytes(SECRET), clock) as (url, inbox):
+        notify = {"notify_url": url, "notify_secret_file": secret_file}
+        async with (
+            running(Sidecar(sidecar_settings(dsn, socket_dir, **notify), clock=clock), dsn) as a,
+            running(Sidecar(sidecar_settings(dsn, second_dir, **notify), clock=clock), dsn) as b,
+        ):
+            await put(a, "raced", threshold_bps=[8000, 10000], period=pb.PERIOD_MONTH)
 
-        async def worker(index: int) -> None:
-            side = a if index % 2 else b
-            reply = await hold(side, "raced", 20)
-            assert reply.admitted
-            await settle(side, reply.reservation_id, 20)
+            async def worker(index: int) -> None:
+                side = a if index % 2 else b
+                reply = await hold(side, "raced", 20)
+                assert reply.admitted
+                await settle(side, reply.reservation_id, 20)
 
-        await asyncio.gather(*(worker(i) for i in range(50)))
-        state = await a.admin.GetBudget(pb.GetBudgetRequest(budget_id="raced"))
+            await asyncio.gather(*(worker(i) for i in range(50)))
+            state = await a.admin.GetBudget(pb.GetBudgetRequest(budget_id="raced"))
+
+            async def both_taken() -> bool:
+                return 2 == len(inbox.snapshot()[1])
+
+            await eventually(both_taken, within_seconds=20, what="both notices delivered")
+            requests, taken, duplicates = inbox.snapshot()
     events = await events_of(dsn)
     assert (
         1_000,
         [("budget.threshold_crossed", "raced")] * 2,
         [8000, 10000],
+        [None, None],
+        0,
     ) == (
         state.used,
         [(kind, budget_id) for kind, budget_id, _ in events],
-        sorted(json.loads(p)["data"]["threshold_bps"] for _, _, p in events),
+        sorted(json.loads(body)["data"]["threshold_bps"] for body in taken.values()),
+        [r.refused for r in requests],
+        duplicates,
     )
     await assert_invariants(dsn)
 
