@@ -123,8 +123,9 @@ async def test_readme_scopes_run(sidecar: Running, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(GRPCURL is None, reason="grpcurl is installed by `make venv`")
 async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) -> None:
-    """The command-line block: budgets put, prices put and list, holds list and release,
-    ledger, budgets get -o json and delete answer as the README shows them."""
+    """The command-line block: budgets put (a budget's policies too), prices put and list,
+    holds list and release, ledger, budgets get -o json and delete answer as the README
+    shows them."""
     out = await run_block(sidecar, tmp_path, "operator")
     for expected in (
         "acme/ops   usd_micros   $5.00   $0.00   $0.00       $5.00       0   hard     15%      ok",
@@ -137,6 +138,8 @@ async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) ->
         "-$0.40",
         '"escrow_bps": 1500',
         "15%      archived",
+        "observe   week in America/New_York",
+        "80%,95.5%    120 admissions/min",
     ):
         assert expected in out, expected
     await assert_invariants(sidecar.dsn)

@@ -1,6 +1,6 @@
 """Admin through the SDK: prices, an account's cycles, holds and the ledger, page by page,
 and an operator's resolve and release, from the synchronous Client (whose calls are the
-AsyncClient's)."""
+AsyncClient's); a budget's policies, put and read back, and what a Reserve says of them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ import pytest
 
 from earmark.client import (
     AsyncClient,
+    BudgetMode,
     Client,
     FailedPreconditionError,
     HoldState,
+    Period,
+    Refusal,
+    RefusalReason,
     Reservation,
     Shape,
 )
@@ -113,3 +117,64 @@ async def test_holds_and_the_ledger_page_by_page(clocked: Running, clock: FakeCl
             (LedgerKind.RELEASE, -3_000, 0),
         ],
     ) == observed
+
+
+async def test_a_budgets_policies_through_the_client(clocked: Running) -> None:
+    """put_budget sets a budget's period, timezone, anchor, thresholds, mode and rate
+    windows, and every BudgetState answers them with the current period; an OBSERVE
+    budget's Reservation says it would have refused and when the period resets, a rate
+    window's Refusal when the day does; a put without them takes their defaults."""
+    async with AsyncClient(clocked.target, admin_target=clocked.admin_target) as client:
+        put = await client.put_budget(
+            "team", 1_000, "tokens", period=Period.MONTH, timezone="Europe/Berlin",
+            period_anchor=15, threshold_bps=[9_500, 8_000], mode=BudgetMode.OBSERVE,
+            admissions_per_minute=100, units_per_minute=5_000,
+        )  # fmt: skip
+        fits = await client.reserve("team", 600)
+        over = await client.reserve("team", 600)
+        got = await client.get_budget("team")
+        listed = [b async for b in client.list_budgets("team")]
+        plain = await client.put_budget("plain", 1_000, "tokens")
+        day = await client.put_budget(
+            "rated", 1_000, "tokens", period=Period.DAY, admissions_per_minute=1
+        )
+        first = await client.reserve("rated", 10)
+        second = await client.reserve("rated", 10)
+    assert isinstance(fits, Reservation)
+    assert isinstance(over, Reservation)
+    assert isinstance(first, Reservation)
+    assert isinstance(second, Refusal)
+    # The clock reads 2026-12-01 12:00 UTC: Berlin's month from the 15th began on November
+    # 15th at its midnight (23:00 UTC the day before) and ends on December 15th's.
+    start, end = datetime(2026, 11, 14, 23, tzinfo=UTC), datetime(2026, 12, 14, 23, tzinfo=UTC)
+    assert (
+        Period.MONTH, "Europe/Berlin", 15, start, end, BudgetMode.OBSERVE, (8_000, 9_500),
+        100, 5_000,
+    ) == (
+        put.period, put.timezone, put.period_anchor, put.period_start, put.resets_at, put.mode,
+        put.threshold_bps, put.admissions_per_minute, put.units_per_minute,
+    )  # fmt: skip
+    assert (
+        (False, RefusalReason.UNSPECIFIED, end),
+        (True, RefusalReason.INSUFFICIENT_BUDGET, end),
+    ) == (
+        (fits.would_refuse, fits.would_refuse_reason, fits.resets_at),
+        (over.would_refuse, over.would_refuse_reason, over.resets_at),
+    )
+    policies = (
+        "period", "timezone", "period_anchor", "period_start", "resets_at", "mode",
+        "threshold_bps", "admissions_per_minute", "units_per_minute",
+    )  # fmt: skip
+    assert [[getattr(put, name) for name in policies]] * 2 == [
+        [getattr(state, name) for name in policies] for state in (got, *listed)
+    ]
+    assert (Period.NEVER, "", 0, None, None, BudgetMode.ENFORCE, (), None, None) == tuple(
+        getattr(plain, name) for name in policies
+    )
+    tomorrow = datetime(2026, 12, 2, tzinfo=UTC)
+    assert (tomorrow, tomorrow, False) == (day.resets_at, first.resets_at, first.would_refuse)
+    assert (RefusalReason.RATE_LIMITED, tomorrow, True) == (
+        second.reason,
+        second.resets_at,
+        second.retry_after is not None and second.retry_after > timedelta(0),
+    )

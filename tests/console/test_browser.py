@@ -1,8 +1,9 @@
 """The console in a real browser (Debian's chromium, headless) against a live sidecar with
 an embedded database: every page loads without a console error, the Lab shows the
-article's numbers, a hold in doubt is resolved and a limit changed from the page, each
-moving the budget by exactly what Admin says it moved. Screenshots of each view are saved
-under the test's tmp_path, and into docs/console/ with EARMARK_SCREENSHOTS=docs."""
+article's numbers, a hold in doubt is resolved and a limit and a budget's policies changed
+from the page, each moving the budget by exactly what Admin says it moved. Screenshots of
+each view are saved under the test's tmp_path, and into docs/console/ with
+EARMARK_SCREENSHOTS=docs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import shutil
 import urllib.parse
 from pathlib import Path
 from typing import Any
+
+from selenium.webdriver.support.select import Select
 
 from earmark.console.app import serving
 from earmark.v1 import budget_pb2 as pb
@@ -64,7 +67,10 @@ async def test_every_page_loads_without_console_errors(
     load with no error in the browser's console."""
     await budget(sidecar, "acme", 1_000_000)
     await budget(sidecar, "acme/task-1", 200_000)
-    await budget(sidecar, "spend", 5_000_000, "usd_micros")
+    await budget(
+        sidecar, "spend", 5_000_000, "usd_micros", mode=pb.BUDGET_MODE_OBSERVE,
+        period=pb.PERIOD_MONTH, timezone="Europe/Berlin", threshold_bps=[8_000, 10_000],
+    )  # fmt: skip
     await put_price(
         sidecar, "openai", "gpt-4o", input_usd_micros_per_mtok=2_500_000,
         output_usd_micros_per_mtok=10_000_000,
@@ -93,6 +99,13 @@ async def test_every_page_loads_without_console_errors(
     )
     assert ["acme", "acme/task-1", "spend"] == [row.split()[0] for row in rows]
     assert "$5.00" in rows[2]
+    # The mode, OBSERVE marked, the period with its timezone, and the thresholds.
+    assert ["enforce", "enforce", "observe"] == await browser.run(
+        lambda d: [c.text for c in d.find_elements("css selector", "td[data-field=mode]")]
+    )
+    assert 1 == len(await browser.run(lambda d: d.find_elements("css selector", ".badge.observe")))
+    assert "month in Europe/Berlin" in rows[2]
+    assert "80%, 100%" in rows[2]
     await shoot(browser, tmp_path, "budgets")
     assert [] == await browser.errors()
 
@@ -212,10 +225,12 @@ async def test_a_limit_changed_on_the_page_is_what_get_budget_answers(
     sidecar: Running, console: Console, browser: Browser
 ) -> None:
     """A new limit typed, confirmed, and answered by GetBudget; the budget's other settings
-    (escrow, overage, estimate) are kept."""
+    (escrow, overage, estimate, its policies) are kept. Then its policies changed in their
+    form: observe mode, shown marked on the page, and a week in New York from Sunday."""
     await budget(
         sidecar, "plan", 100_000, escrow_bps=500, overage_policy=pb.OVERAGE_POLICY_SOFT,
-        overage_limit=5_000, default_estimate=1_000,
+        overage_limit=5_000, default_estimate=1_000, period=pb.PERIOD_DAY,
+        timezone="America/New_York", threshold_bps=[8_000], units_per_minute=50_000,
     )  # fmt: skip
     await browser.open(page(console, "/budget", id="plan"))
     await browser.type("#new-limit", "250,000")
@@ -230,6 +245,44 @@ async def test_a_limit_changed_on_the_page_is_what_get_budget_answers(
         state.overage_policy,
         state.overage_limit,
         state.default_estimate,
+    )
+    assert (pb.PERIOD_DAY, "America/New_York", [8_000], pb.BUDGET_MODE_ENFORCE, 50_000) == (
+        state.period,
+        state.timezone,
+        list(state.threshold_bps),
+        state.mode,
+        state.units_per_minute,
+    )
+    assert "day in America/New_York" == await browser.text("#period")
+    assert "America/New_York" in await browser.text("#resets-at")
+    await browser.run(
+        lambda d: Select(d.find_element("id", "mode-choice")).select_by_value("observe")
+    )
+    await browser.run(
+        lambda d: Select(d.find_element("id", "period-choice")).select_by_value("week")
+    )
+    await browser.type("#period-anchor", "7")
+    await browser.type("#thresholds-typed", "80, 95.5")
+    await browser.type("#admissions", "120")
+    await browser.click("#change-policies")
+    what = await browser.wait_text("#what", lambda t: t.startswith("Set"), "the confirm")
+    assert "observe mode" in what
+    assert "resets every week from Sunday in America/New_York" in what
+    await browser.click("#confirm")
+    await browser.wait_text("#mode", lambda t: t == "observe", "the page shows the mode")
+    changed = await state_of(sidecar, "plan")
+    assert (
+        250_000, pb.PERIOD_WEEK, "America/New_York", 7, [8_000, 9_550], pb.BUDGET_MODE_OBSERVE,
+        120, 50_000,
+    ) == (
+        changed.limit, changed.period, changed.timezone, changed.period_anchor,
+        list(changed.threshold_bps), changed.mode, changed.admissions_per_minute,
+        changed.units_per_minute,
+    )  # fmt: skip
+    assert "observe mode" in await browser.text("#observing")
+    assert ("80%, 95.5%", "120 admissions/min, 50,000 tokens/min") == (
+        await browser.text("#thresholds"),
+        await browser.text("#rate"),
     )
     assert [] == await browser.errors()
     await assert_invariants(sidecar.dsn)

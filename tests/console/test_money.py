@@ -1,7 +1,8 @@
 """Amounts as people write them: money.parse reads what render.amount prints (dollars with
 cents for usd_micros, whole numbers otherwise) and refuses the rest with its reason; the
-console's forms take "10.00" for a dollar budget over real HTTP, and refuse what the
-parser refuses with a 400 naming the field, changing nothing."""
+console's forms take "10.00" for a dollar budget over real HTTP (a limit, and a budget's
+policies with their rate of held dollars), and refuse what the parser refuses with a 400
+naming the field, changing nothing."""
 
 from __future__ import annotations
 
@@ -133,6 +134,79 @@ async def test_a_dollar_limit_is_typed_in_dollars(sidecar: Running, console: Con
     assert (303, 10_000_000) == (done.status_code, await limit_of(sidecar, "usd"))
     assert '<dd data-field="limit" id="limit">$10.00</dd>' in page.text
     assert "New limit (dollars)" in page.text
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_a_budgets_policies_are_set_from_its_form(sidecar: Running, console: Console) -> None:
+    """The policies form on a dollar budget: confirmed in words, its rate of held amount
+    typed in dollars, then set with the limit and every other setting kept; a threshold
+    that is no percent, a mode or period that is none, or a timezone the sidecar does not
+    know is a 400 naming the field, changing nothing; a changed limit keeps the policies."""
+    await sidecar.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="usd", limit=5_000_000, unit="usd_micros", escrow_bps=500)
+    )
+    policies = {
+        "budget": "usd", "mode": "observe", "period": "week", "timezone": "America/New_York",
+        "period_anchor": "7", "thresholds": "80, 95.5", "admissions_per_minute": "120",
+        "units_per_minute": "1.50",
+    }  # fmt: skip
+    async with httpx.AsyncClient(base_url=console.url) as http:
+        token = await csrf_of(http, "/budget?id=usd")
+        asked = await http.post("/actions/policies", data={**policies, "csrf": token})
+        refused = [
+            await http.post(
+                "/actions/policies", data={**policies, **bad, "confirm": "yes", "csrf": token}
+            )
+            for bad in (
+                {"thresholds": "80, 95.125"},
+                {"mode": "shadow"},
+                {"period": "fortnight"},
+                {"timezone": "Mars/Base"},
+                {"units_per_minute": "1.0000001"},
+            )
+        ]
+        unchanged = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="usd"))
+        done = await http.post(
+            "/actions/policies", data={**policies, "confirm": "yes", "csrf": token}
+        )
+        await http.post(
+            "/actions/limit",
+            data={"budget": "usd", "limit": "7.00", "confirm": "yes", "csrf": token},
+        )
+        page = await http.get("/budget?id=usd")
+    state = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="usd"))
+    assert (
+        "Set usd&#39;s policies: observe mode (admits what it would refuse, and says so); "
+        "resets every week from Sunday in America/New_York (from the next boundary); "
+        "notices at 80%, 95.5% of the limit; at most 120 admissions/min and $1.50/min."
+    ) in asked.text
+    assert [400] * 5 == [answer.status_code for answer in refused]
+    said = [found[1] if (found := PROBLEM.search(a.text)) else a.text for a in refused]
+    assert [
+        "thresholds: &#39;95.125&#39; is not a percent with at most 2 decimals",
+        "mode: &#39;shadow&#39; is not one of enforce, observe",
+        "period: &#39;fortnight&#39; is not one of never, day, week, month, quarter, year",
+        "INVALID_ARGUMENT INVALID_FIELD: timezone: &#39;Mars/Base&#39; is no IANA timezone",
+        "units_per_minute: &#39;1.0000001&#39; has 7 decimals; at most 6 (a micro-dollar is "
+        "the smallest amount)",
+    ] == said
+    assert (pb.PERIOD_UNSPECIFIED, pb.BUDGET_MODE_ENFORCE, []) == (
+        unchanged.period,
+        unchanged.mode,
+        list(unchanged.threshold_bps),
+    )
+    assert 303 == done.status_code
+    assert (
+        7_000_000, 500, pb.PERIOD_WEEK, "America/New_York", 7, [8_000, 9_550],
+        pb.BUDGET_MODE_OBSERVE, 120, 1_500_000,
+    ) == (
+        state.limit, state.escrow_bps, state.period, state.timezone, state.period_anchor,
+        list(state.threshold_bps), state.mode, state.admissions_per_minute,
+        state.units_per_minute,
+    )  # fmt: skip
+    assert '<span class="badge observe">observe</span>' in page.text
+    assert '<dd id="rate">120 admissions/min, $1.50/min</dd>' in page.text
+    assert 'name="units_per_minute" inputmode="decimal" value="1.50"' in page.text
     await assert_invariants(sidecar.dsn)
 
 

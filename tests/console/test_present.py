@@ -1,5 +1,6 @@
 """What the console's pages show, from plain data: amounts as a person reads them, the
-chart's running totals from the ledger, nesting from holds, and a shape's cost now."""
+chart's running totals from the ledger, nesting from holds, a shape's cost now, and a
+budget's policies."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from earmark.client.admin import HoldRecord, LedgerEntry
+from earmark.client.types import BudgetState
 from earmark.console import present
-from earmark.core.model import HoldState, LedgerKind
+from earmark.core.model import BudgetMode, HoldState, LedgerKind
+from earmark.core.periods import Period
 from earmark.core.prices import Price, Shape
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -122,3 +125,39 @@ def test_the_chart_is_told_to_draw_micro_dollars_as_dollars() -> None:
     any other unit draws its amounts as they are."""
     drawn = [present.series([], 5, [], 10, unit).to_json() for unit in ("usd_micros", "tokens")]
     assert [("usd_micros", 1_000_000), ("tokens", 1)] == [(d["unit"], d["scale"]) for d in drawn]
+
+
+def test_a_budgets_policies_read_as_words_and_fill_its_form() -> None:
+    """An OBSERVE dollar budget's month in Berlin reads with its period in local time and
+    UTC, its thresholds in percent and its rate windows; its form starts from them as a
+    person types them; a budget with none reads enforce, never, none and no bound."""
+    start, end = datetime(2026, 11, 14, 23, tzinfo=UTC), datetime(2026, 12, 14, 23, tzinfo=UTC)
+    policed = BudgetState(
+        "team", 10_000_000, 0, 0, 10_000_000, "usd_micros", 0, period=Period.MONTH,
+        timezone="Europe/Berlin", period_anchor=15, period_start=start, resets_at=end,
+        mode=BudgetMode.OBSERVE, threshold_bps=(8_000, 9_550), admissions_per_minute=120,
+        units_per_minute=1_500_000,
+    )  # fmt: skip
+    plain = BudgetState("plain", None, 0, 0, None, "tokens", 0)
+    keys = ("mode", "observing", "period", "resets", "period_start", "resets_at", "thresholds",
+            "rate", "typed")  # fmt: skip
+    assert [
+        (
+            "observe", True, "month from the 15th in Europe/Berlin", True,
+            "2026-11-15 00:00 Europe/Berlin (2026-11-14 23:00:00 UTC)",
+            "2026-12-15 00:00 Europe/Berlin (2026-12-14 23:00:00 UTC)",
+            "80%, 95.5%", "120 admissions/min, $1.50/min",
+            {
+                "period": "month", "timezone": "Europe/Berlin", "period_anchor": "15",
+                "thresholds": "80, 95.5", "mode": "observe", "admissions_per_minute": "120",
+                "units_per_minute": "1.50",
+            },
+        ),
+        (
+            "enforce", False, "never", False, "", "", "none", "no bound",
+            {
+                "period": "never", "timezone": "", "period_anchor": "0", "thresholds": "",
+                "mode": "enforce", "admissions_per_minute": "", "units_per_minute": "",
+            },
+        ),
+    ] == [tuple(present.budget_view(s)[k] for k in keys) for s in (policed, plain)]  # fmt: skip

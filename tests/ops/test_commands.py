@@ -34,6 +34,12 @@ def rows(table: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.split("   ") if cell] for line in table.splitlines()]
 
 
+def columns(table: str) -> dict[str, str]:
+    """A one-budget table's cells by their header."""
+    header, row = rows(table)
+    return dict(zip(header, row, strict=True))
+
+
 async def failure(s: Running, *argv: str) -> str:
     with pytest.raises(OpsError) as caught:
         await run(s, *argv)
@@ -50,9 +56,9 @@ async def test_a_budget_is_put_read_and_deleted(sidecar: Running) -> None:
     )  # fmt: skip
     assert [
         ["BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW",
-         "STATUS"],
+         "STATUS", "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "RATE"],
         ["session", "usd_micros", "$10.00", "$0.00", "$0.00", "$10.00", "0", "soft +$0.50",
-         "15%", "ok"],
+         "15%", "ok", "enforce", "never", "-", "-", "-", "-"],
     ] == rows(put)  # fmt: skip
     state = await run_json(sidecar, "budgets", "get", "session")
     assert ("10000000", 1500, "OVERAGE_POLICY_SOFT", "500000", "20000", "ESTIMATE_POLICY_P75") == (
@@ -61,9 +67,62 @@ async def test_a_budget_is_put_read_and_deleted(sidecar: Running) -> None:
     )  # fmt: skip
     deleted = await run_json(sidecar, "budgets", "delete", "session")
     assert "archived_at" in deleted
-    assert "archived" == rows(await run(sidecar, "budgets", "get", "session"))[1][-1]
+    assert "archived" == columns(await run(sidecar, "budgets", "get", "session"))["STATUS"]
     refused = await failure(sidecar, "budgets", "put", "session", "--unit", "usd_micros")
     assert refused.startswith("FAILED_PRECONDITION BUDGET_ARCHIVED: ")
+
+
+async def test_a_budgets_policies_are_put_and_shown(
+    clocked: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """put's policy flags set the period, its timezone and anchor, thresholds in percent,
+    the mode and the rate windows; get and list show them as columns and as JSON; a put
+    without them sets their defaults, the current period keeping its end; a threshold that
+    is no percent is refused before any call, a timezone that is none by the sidecar."""
+    put = await run(
+        clocked, "budgets", "put", "team", "--unit", "usd_micros", "--limit", "10000000",
+        "--period", "month", "--timezone", "Europe/Berlin", "--period-anchor", "15",
+        "--threshold", "80", "--threshold", "95.5", "--threshold", "100%", "--mode", "observe",
+        "--admissions-per-minute", "120", "--units-per-minute", "1000000",
+    )  # fmt: skip
+    state = await run_json(clocked, "budgets", "get", "team")
+    listed = await run(clocked, "budgets", "list", "--prefix", "team")
+    again = await run(clocked, "budgets", "put", "team", "--unit", "usd_micros")
+    # The clock reads 2026-12-01 12:00 UTC: Berlin's month from the 15th runs from November
+    # 15th to December 15th, at its midnights (23:00 UTC the day before).
+    shown = {
+        "MODE": "observe",
+        "PERIOD": "month from the 15th in Europe/Berlin",
+        "PERIOD START": "2026-11-14T23:00:00Z",
+        "RESETS AT": "2026-12-14T23:00:00Z",
+        "THRESHOLDS": "80%,95.5%,100%",
+        "RATE": "120 admissions/min, $1.00/min",
+    }
+    assert (shown, shown) == (
+        {k: columns(put)[k] for k in shown},
+        {k: columns(listed)[k] for k in shown},
+    )
+    assert (
+        "PERIOD_MONTH", "Europe/Berlin", 15, [8_000, 9_550, 10_000], "BUDGET_MODE_OBSERVE", "120",
+        "1000000", "2026-11-14T23:00:00Z", "2026-12-14T23:00:00Z",
+    ) == (
+        state["period"], state["timezone"], state["period_anchor"], state["threshold_bps"],
+        state["mode"], state["admissions_per_minute"], state["units_per_minute"],
+        state["period_start"], state["resets_at"],
+    )  # fmt: skip
+    assert {
+        **shown, "MODE": "enforce", "PERIOD": "never", "THRESHOLDS": "-", "RATE": "-"
+    } == {k: columns(again)[k] for k in shown}  # fmt: skip
+    with pytest.raises(SystemExit):
+        await run(clocked, "budgets", "put", "x", "--unit", "t", "--threshold", "80.125")
+    refused = await failure(
+        clocked, "budgets", "put", "x", "--unit", "t", "--period", "day", "--timezone", "Mars/Base"
+    )
+    assert "argument --threshold: '80.125' is not a percent with at most 2 decimals" in (
+        capsys.readouterr().err
+    )
+    assert refused.startswith("INVALID_ARGUMENT"), refused
+    assert "timezone: 'Mars/Base' is no IANA timezone" in refused
 
 
 async def test_budgets_are_listed(sidecar: Running) -> None:
@@ -81,7 +140,10 @@ async def test_budgets_are_listed(sidecar: Running) -> None:
 async def test_an_unlimited_budget_and_a_missing_one(sidecar: Running) -> None:
     """No --limit is unlimited; a budget that is not there is NOT_FOUND BUDGET_NOT_FOUND."""
     put = rows(await run(sidecar, "budgets", "put", "meter", "--unit", "tokens"))
-    assert ["meter", "tokens", "unlimited", "0", "0", "-", "0", "hard", "-", "ok"] == put[1]
+    assert [
+        "meter", "tokens", "unlimited", "0", "0", "-", "0", "hard", "-", "ok", "enforce", "never",
+        "-", "-", "-", "-",
+    ] == put[1]  # fmt: skip
     missing = await failure(sidecar, "budgets", "get", "nope")
     assert "NOT_FOUND BUDGET_NOT_FOUND: budget 'nope' not found" == missing
 

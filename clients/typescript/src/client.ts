@@ -21,18 +21,22 @@ import * as pb from './gen/earmark/v1/budget.js';
 import { ClientError, fromServiceError, unreachable } from './errors.js';
 import { FINAL_CODES, Journal } from './journal.js';
 import {
+  BUDGET_MODE,
   budgetStateOf,
   chargedOf,
   durationOf,
   int64,
   OUTCOME,
+  PERIOD,
   reservationOf,
   settledOf,
   shapeToWire,
   usageToWire,
+  type BudgetMode,
   type BudgetState,
   type Charged,
   type Outcome,
+  type Period,
   type Refusal,
   type Reservation,
   type Settled,
@@ -140,8 +144,27 @@ export interface SettleOptions {
   usage?: Usage;
 }
 
+/** A budget's settings beside its limit and unit; each one not given takes its default
+ * (PutBudget sets every field). */
 export interface PutBudgetOptions {
   defaultEstimate?: number;
+  /** How often it starts again at zero used and held [NEVER]; a change takes effect at
+   * the next boundary. */
+  period?: Period;
+  /** The IANA timezone whose local midnights the periods start at ['': UTC]. */
+  timezone?: string;
+  /** WEEK: the ISO weekday a period starts on (1 Monday to 7 Sunday); MONTH, QUARTER,
+   * YEAR: the day of the month (1 to 31) [0: the first]. */
+  periodAnchor?: number;
+  /** Notices at these shares of the limit, in basis points (8000 = 80%), once a period;
+   * needs a limit. */
+  thresholdBps?: number[];
+  /** OBSERVE admits what ENFORCE would refuse, and says so (wouldRefuse) [ENFORCE]. */
+  mode?: BudgetMode;
+  /** At most this many admissions a minute, over a sliding window [no bound]. */
+  admissionsPerMinute?: number;
+  /** At most this much held a minute, over a sliding window [no bound]. */
+  unitsPerMinute?: number;
 }
 
 export interface Price {
@@ -437,6 +460,17 @@ export class EarmarkClient {
       escrowBps: 0,
       overagePolicy: pb.OveragePolicy.OVERAGE_POLICY_UNSPECIFIED,
       overageLimit: undefined,
+      period: PERIOD[options.period ?? 'NEVER'],
+      timezone: options.timezone ?? '',
+      periodAnchor: options.periodAnchor ?? 0,
+      thresholdBps: [...(options.thresholdBps ?? [])],
+      mode: BUDGET_MODE[options.mode ?? 'ENFORCE'],
+      admissionsPerMinute:
+        options.admissionsPerMinute === undefined
+          ? undefined
+          : int64(options.admissionsPerMinute, 'admissionsPerMinute'),
+      unitsPerMinute:
+        options.unitsPerMinute === undefined ? undefined : int64(options.unitsPerMinute, 'unitsPerMinute'),
     };
     return budgetStateOf(await this.adminCall((s) => s.putBudget, request));
   }

@@ -31,10 +31,12 @@ export { metered, type FetchLike, type MeterableClient, type MeterOptions } from
 export * as limits from './limits.js';
 export {
   RefusedError,
+  type BudgetMode,
   type BudgetState,
   type Charged,
   type EstimateSource,
   type Outcome,
+  type Period,
   type Refusal,
   type RefusalReason,
   type Reservation,

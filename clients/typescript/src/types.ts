@@ -55,6 +55,25 @@ export interface Usage {
 export type EstimateSource = 'CALLER' | 'SHAPE' | 'DEFAULT' | 'JOB_MEDIAN' | 'JOB_P75' | 'JOB_MAX' | 'UNSPECIFIED';
 export type RefusalReason = 'INSUFFICIENT_BUDGET' | 'LIMIT_UNAVAILABLE' | 'RATE_LIMITED' | 'UNSPECIFIED';
 export type ReservationState = 'HELD' | 'SETTLED' | 'EXPIRED' | 'IN_DOUBT' | 'UNSPECIFIED';
+/** How often a budget starts again at zero used and held (NEVER: it does not). */
+export type Period = 'NEVER' | 'DAY' | 'WEEK' | 'MONTH' | 'QUARTER' | 'YEAR';
+/** Whether a budget refuses what it has no room for (ENFORCE) or admits it and says it
+ * would have refused it (OBSERVE). */
+export type BudgetMode = 'ENFORCE' | 'OBSERVE';
+
+export const PERIOD: Record<Period, pb.Period> = {
+  NEVER: pb.Period.PERIOD_UNSPECIFIED,
+  DAY: pb.Period.PERIOD_DAY,
+  WEEK: pb.Period.PERIOD_WEEK,
+  MONTH: pb.Period.PERIOD_MONTH,
+  QUARTER: pb.Period.PERIOD_QUARTER,
+  YEAR: pb.Period.PERIOD_YEAR,
+};
+
+export const BUDGET_MODE: Record<BudgetMode, pb.BudgetMode> = {
+  ENFORCE: pb.BudgetMode.BUDGET_MODE_ENFORCE,
+  OBSERVE: pb.BudgetMode.BUDGET_MODE_OBSERVE,
+};
 
 /** Reserve said yes. */
 export interface Reservation {
@@ -74,6 +93,12 @@ export interface Reservation {
   maxOutputTokens: number;
   /** maxOutputTokens was lowered below what the shape asked (degrade). */
   degraded: boolean;
+  /** When the budget's period ends and it starts again at zero; null if it never resets. */
+  resetsAt: Date | null;
+  /** Admitted by a budget in OBSERVE mode that would have refused it in ENFORCE. */
+  wouldRefuse: boolean;
+  /** Why it would have (UNSPECIFIED when it would not have). */
+  wouldRefuseReason: RefusalReason;
 }
 
 /** Reserve said no: a normal answer, returned rather than thrown. It held nothing. */
@@ -85,8 +110,11 @@ export interface Refusal {
   remaining: number | null;
   /** Which budget refused (budgetId or one of alsoBudgetIds). */
   refusedBudgetId: string;
-  /** With RATE_LIMITED: when the account's window has room again, in ms; else null. */
+  /** With RATE_LIMITED: when the account's or the budget's window has room again, in ms;
+   * else null. */
   retryAfterMs: number | null;
+  /** When the budget's period ends and it starts again at zero; null if it never resets. */
+  resetsAt: Date | null;
 }
 
 export interface Charged {
@@ -121,6 +149,23 @@ export interface BudgetState {
   openReservations: number;
   defaultEstimate: number | null;
   exceeded: boolean;
+  /** How often it starts again at zero, at the local midnight of the period's first day
+   * in timezone ('' is UTC); periodAnchor the ISO weekday (WEEK) or day of the month
+   * (MONTH, QUARTER, YEAR) a period starts on, 0 the first. */
+  period: Period;
+  timezone: string;
+  periodAnchor: number;
+  /** The current period, [periodStart, resetsAt); null for a budget that never resets
+   * (periodStart too until a budget given a period first resets). */
+  periodStart: Date | null;
+  resetsAt: Date | null;
+  mode: BudgetMode;
+  /** Notices at these shares of the limit, in basis points (8000 = 80%), lowest first. */
+  thresholdBps: number[];
+  /** Rate windows: at most this many admissions, and this much held, a minute; null: no
+   * bound. */
+  admissionsPerMinute: number | null;
+  unitsPerMinute: number | null;
 }
 
 /** hold() (and metered calls) throw a refusal as this, unless asked for it back. reason is
@@ -168,6 +213,7 @@ export function reservationOf(reply: pb.ReserveResponse): Reservation | Refusal 
       remaining,
       refusedBudgetId: reply.refusedBudgetId,
       retryAfterMs: retry ? Number(retry.seconds) * 1000 + Math.floor(retry.nanos / 1e6) : null,
+      resetsAt: reply.resetsAt ?? null,
     };
   }
   return {
@@ -183,6 +229,9 @@ export function reservationOf(reply: pb.ReserveResponse): Reservation | Refusal 
     charged: num(reply.charged, 'charged'),
     maxOutputTokens: num(reply.maxOutputTokens, 'max_output_tokens'),
     degraded: reply.degraded,
+    resetsAt: reply.resetsAt ?? null,
+    wouldRefuse: reply.wouldRefuse,
+    wouldRefuseReason: suffix(pb.refusalReasonToJSON(reply.wouldRefuseReason), 'REFUSAL_REASON_'),
   };
 }
 
@@ -221,6 +270,15 @@ export function budgetStateOf(reply: pb.BudgetState): BudgetState {
     openReservations: num(reply.openReservations, 'open_reservations'),
     defaultEstimate: maybe(reply.defaultEstimate, 'default_estimate'),
     exceeded: reply.exceeded,
+    period: reply.period === pb.Period.PERIOD_UNSPECIFIED ? 'NEVER' : suffix(pb.periodToJSON(reply.period), 'PERIOD_'),
+    timezone: reply.timezone,
+    periodAnchor: reply.periodAnchor,
+    periodStart: reply.periodStart ?? null,
+    resetsAt: reply.resetsAt ?? null,
+    mode: reply.mode === pb.BudgetMode.BUDGET_MODE_OBSERVE ? 'OBSERVE' : 'ENFORCE',
+    thresholdBps: [...reply.thresholdBps],
+    admissionsPerMinute: maybe(reply.admissionsPerMinute, 'admissions_per_minute'),
+    unitsPerMinute: maybe(reply.unitsPerMinute, 'units_per_minute'),
   };
 }
 

@@ -67,6 +67,53 @@ test('a refusal is a value, not an error', async () => {
   assert.deepEqual([state.used, state.held], [0, 0]);
 });
 
+test("a budget's policies are put, read back and answered with each Reserve", async () => {
+  const id = budgetId('policies');
+  const put = await earmark.putBudget(id, 1_000, 'tokens', {
+    period: 'MONTH',
+    timezone: 'Europe/Berlin',
+    periodAnchor: 15,
+    thresholdBps: [9_500, 8_000],
+    mode: 'OBSERVE',
+    admissionsPerMinute: 100,
+    unitsPerMinute: 5_000,
+  });
+  assert.deepEqual(
+    [put.period, put.timezone, put.periodAnchor, put.thresholdBps, put.mode, put.admissionsPerMinute, put.unitsPerMinute],
+    ['MONTH', 'Europe/Berlin', 15, [8_000, 9_500], 'OBSERVE', 100, 5_000],
+  );
+  const now = new Date();
+  assert.ok(put.periodStart <= now && now < put.resetsAt, `${put.periodStart} ${put.resetsAt}`);
+  // OBSERVE: the second hold does not fit and is admitted anyway, saying so.
+  const fits = await earmark.reserve(id, 600);
+  const over = await earmark.reserve(id, 600);
+  assert.deepEqual([fits.admitted, fits.wouldRefuse, fits.wouldRefuseReason], [true, false, 'UNSPECIFIED']);
+  assert.deepEqual([over.admitted, over.wouldRefuse, over.wouldRefuseReason], [true, true, 'INSUFFICIENT_BUDGET']);
+  assert.deepEqual([fits.resetsAt, over.resetsAt], [put.resetsAt, put.resetsAt]);
+  await earmark.settle(fits.reservationId, 0);
+  await earmark.settle(over.reservationId, 0);
+  assert.deepEqual(await earmark.getBudget(id), { ...put, used: 0, held: 0, remaining: 1_000, openReservations: 0 });
+
+  // Nothing given: never resets, enforces, no notices and no rate bound.
+  const plain = await earmark.putBudget(budgetId('plain'), 1_000, 'tokens');
+  assert.deepEqual(
+    [plain.period, plain.timezone, plain.periodAnchor, plain.periodStart, plain.resetsAt, plain.mode,
+      plain.thresholdBps, plain.admissionsPerMinute, plain.unitsPerMinute],
+    ['NEVER', '', 0, null, null, 'ENFORCE', [], null, null],
+  );
+
+  // A rate window refuses past its minute; the refusal says when the window and the
+  // budget's day have room again.
+  const rated = budgetId('rated');
+  const day = await earmark.putBudget(rated, 1_000, 'tokens', { period: 'DAY', admissionsPerMinute: 1 });
+  const first = await earmark.reserve(rated, 10);
+  const second = await earmark.reserve(rated, 10);
+  assert.deepEqual([first.admitted, first.resetsAt, first.wouldRefuse], [true, day.resetsAt, false]);
+  assert.deepEqual([second.admitted, second.reason, second.resetsAt], [false, 'RATE_LIMITED', day.resetsAt]);
+  assert.ok(second.retryAfterMs > 0, String(second.retryAfterMs));
+  await earmark.settle(first.reservationId, 0);
+});
+
 test('errors are classes by their ErrorInfo reason', async () => {
   const unknown = '00000000-0000-4000-8000-000000000000';
   const error = await earmark.settle(unknown, 10).catch((e) => e);

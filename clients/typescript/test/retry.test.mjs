@@ -27,7 +27,7 @@ const reply = {
   admitted: true, reservationId: 'r-1', amount: 10n, remaining: 90n, reason: 0, message: '',
   expiresAt: new Date(Date.now() + 60_000), estimateSource: 1, priceVersion: 0n, retryAfter: undefined,
   budgetId: 'b', refusedBudgetId: '', overagePolicy: 0, overLimit: false, charged: 0n,
-  maxOutputTokens: 0n, degraded: false,
+  maxOutputTokens: 0n, degraded: false, resetsAt: undefined, wouldRefuse: false, wouldRefuseReason: 0,
 };
 
 before(async () => {

@@ -33,6 +33,7 @@ from earmark.client.hold import Hold
 from earmark.client.sync import Client, SyncHold
 from earmark.client.types import BudgetState, Charged, Reservation, RetryPolicy, Settled
 from earmark.core.model import (
+    BudgetMode,
     EstimatePolicy,
     EstimateSource,
     HoldState,
@@ -41,6 +42,7 @@ from earmark.core.model import (
     OveragePolicy,
     RefusalReason,
 )
+from earmark.core.periods import Period
 from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import Reason
 
@@ -48,6 +50,7 @@ __all__ = [
     "AlreadyExistsError",
     "AsyncClient",
     "BudgetArchivedError",
+    "BudgetMode",
     "BudgetNotFoundError",
     "BudgetState",
     "Charged",
@@ -73,6 +76,7 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "OveragePolicy",
+    "Period",
     "PermissionDeniedError",
     "Price",
     "PriceNotFoundError",

@@ -8,7 +8,7 @@ the last one is read; Client turns them into plain iterators.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -22,7 +22,15 @@ from earmark.client.types import (
     settled_of,
     usage_message,
 )
-from earmark.core.model import EstimatePolicy, HoldState, LedgerKind, OveragePolicy, Phase
+from earmark.core.model import (
+    BudgetMode,
+    EstimatePolicy,
+    HoldState,
+    LedgerKind,
+    OveragePolicy,
+    Phase,
+)
+from earmark.core.periods import Period
 from earmark.core.prices import Price, Usage, counts
 from earmark.v1 import budget_pb2 as pb
 
@@ -204,16 +212,36 @@ class AdminCalls:
         escrow_bps: int = 0,
         overage_policy: OveragePolicy = OveragePolicy.HARD,
         overage_limit: int | None = None,
+        period: Period = Period.NEVER,
+        timezone: str = "",
+        period_anchor: int = 0,
+        threshold_bps: Sequence[int] = (),
+        mode: BudgetMode = BudgetMode.ENFORCE,
+        admissions_per_minute: int | None = None,
+        units_per_minute: int | None = None,
     ) -> BudgetState:
-        """Creates or updates a budget (None: no limit). escrow_bps keeps that share of the
-        limit, in basis points, for final-phase holds; a SOFT overage_policy admits past
-        the limit up to overage_limit (None: without bound) and flags the budget."""
+        """Creates or updates a budget (None: no limit); every setting not given takes its
+        default. escrow_bps keeps that share of the limit, in basis points, for final-phase
+        holds; a SOFT overage_policy admits past the limit up to overage_limit (None:
+        without bound) and flags the budget. period makes it start again at zero at the
+        local midnight of each period's first day in timezone (an IANA name, "" for UTC),
+        period_anchor the ISO weekday (WEEK) or day of the month (MONTH, QUARTER, YEAR) it
+        starts on (0: the first); a changed period takes effect at the next boundary.
+        threshold_bps writes a notice when spend reaches each share of the limit (8000 =
+        80%), once a period. OBSERVE mode admits what ENFORCE would refuse and says so
+        (Reservation.would_refuse). admissions_per_minute and units_per_minute bound what
+        it admits a minute, over a sliding window (None: no bound)."""
         request = pb.PutBudgetRequest(
             budget_id=budget_id,
             unit=unit,
             estimate_policy=int(estimate_policy),  # type: ignore[arg-type]
             escrow_bps=escrow_bps,
             overage_policy=int(overage_policy),  # type: ignore[arg-type]
+            period=int(period),  # type: ignore[arg-type]
+            timezone=timezone,
+            period_anchor=period_anchor,
+            threshold_bps=list(threshold_bps),
+            mode=int(mode),  # type: ignore[arg-type]
         )
         if limit is not None:
             request.limit = limit
@@ -221,6 +249,10 @@ class AdminCalls:
             request.default_estimate = default_estimate
         if overage_limit is not None:
             request.overage_limit = overage_limit
+        if admissions_per_minute is not None:
+            request.admissions_per_minute = admissions_per_minute
+        if units_per_minute is not None:
+            request.units_per_minute = units_per_minute
         return budget_state_of(await self._admin_call("PutBudget", request))
 
     async def get_budget(self, budget_id: str) -> BudgetState:

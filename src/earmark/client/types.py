@@ -16,12 +16,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
 from earmark.core.model import (
+    BudgetMode,
     EstimatePolicy,
     EstimateSource,
     HoldState,
     OveragePolicy,
     RefusalReason,
 )
+from earmark.core.periods import Period
 from earmark.core.prices import Shape, Usage
 from earmark.v1 import budget_pb2 as pb
 
@@ -95,6 +97,12 @@ class Reservation:
     # lowered it below what the shape asked.
     max_output_tokens: int = 0
     degraded: bool = False
+    # When the budget's period ends and it starts again at zero (None: it never resets).
+    resets_at: datetime | None = None
+    # Admitted by a budget in OBSERVE mode that would have refused it in ENFORCE, and why
+    # (UNSPECIFIED when it would not have).
+    would_refuse: bool = False
+    would_refuse_reason: RefusalReason = RefusalReason.UNSPECIFIED
 
     admitted = True
 
@@ -114,6 +122,8 @@ class Refusal:
     retry_after: timedelta | None = None
     # The policy of the budget that refused.
     overage_policy: OveragePolicy = OveragePolicy.HARD
+    # When the budget's period ends and it starts again at zero (None: it never resets).
+    resets_at: datetime | None = None
 
     admitted = False
 
@@ -148,7 +158,8 @@ class Settled:
 
 @dataclass(frozen=True, slots=True)
 class BudgetState:
-    """A budget as Admin answers it; the cycle fields are set on an account's budget."""
+    """A budget as Admin answers it; the cycle fields are set on an account's budget, and
+    period_start and resets_at (the current period) on a budget that resets."""
 
     budget_id: str
     limit: int | None
@@ -170,6 +181,20 @@ class BudgetState:
     overage_limit: int | None = None
     overage_since: datetime | None = None
     archived_at: datetime | None = None
+    # Its policies (issue 34): how often it starts again at zero, at the local midnight of
+    # the period's first day in timezone ("" is UTC), anchor the weekday (WEEK, 1 Monday to
+    # 7 Sunday) or day of the month (MONTH, QUARTER, YEAR) the period starts on (0: the
+    # first); the current period, [period_start, resets_at); notices at these shares of
+    # the limit in basis points; its mode; and its rate windows (None: no bound).
+    period: Period = Period.NEVER
+    timezone: str = ""
+    period_anchor: int = 0
+    period_start: datetime | None = None
+    resets_at: datetime | None = None
+    mode: BudgetMode = BudgetMode.ENFORCE
+    threshold_bps: tuple[int, ...] = ()
+    admissions_per_minute: int | None = None
+    units_per_minute: int | None = None
 
 
 # To the wire.
@@ -214,7 +239,7 @@ def duration_message(seconds: float) -> Duration:
 # From the wire.
 
 
-def _time(message: pb.BudgetState, name: str) -> datetime | None:
+def _time(message: pb.BudgetState | pb.ReserveResponse, name: str) -> datetime | None:
     """A Timestamp field as an aware datetime, or None when it is not set."""
     if not message.HasField(name):
         return None
@@ -225,6 +250,11 @@ def _time(message: pb.BudgetState, name: str) -> datetime | None:
 def _policy(value: int) -> OveragePolicy:
     """The wire's OveragePolicy; unspecified is HARD."""
     return OveragePolicy(value or OveragePolicy.HARD)
+
+
+def _mode(value: int) -> BudgetMode:
+    """The wire's BudgetMode; unspecified is ENFORCE."""
+    return BudgetMode(value or BudgetMode.ENFORCE)
 
 
 def reserve_answer(reply: pb.ReserveResponse, budget_id: str) -> Reservation | Refusal:
@@ -241,6 +271,7 @@ def reserve_answer(reply: pb.ReserveResponse, budget_id: str) -> Reservation | R
             reply.refused_budget_id,
             retry_after,
             _policy(reply.overage_policy),
+            _time(reply, "resets_at"),
         )
     return Reservation(
         reservation_id=reply.reservation_id,
@@ -256,6 +287,9 @@ def reserve_answer(reply: pb.ReserveResponse, budget_id: str) -> Reservation | R
         charged=reply.charged,
         max_output_tokens=reply.max_output_tokens,
         degraded=reply.degraded,
+        resets_at=_time(reply, "resets_at"),
+        would_refuse=reply.would_refuse,
+        would_refuse_reason=RefusalReason(reply.would_refuse_reason),
     )
 
 
@@ -307,4 +341,13 @@ def budget_state_of(reply: pb.BudgetState) -> BudgetState:
         overage_limit=optional("overage_limit"),
         overage_since=_time(reply, "overage_since"),
         archived_at=_time(reply, "archived_at"),
+        period=Period(reply.period),
+        timezone=reply.timezone,
+        period_anchor=reply.period_anchor,
+        period_start=_time(reply, "period_start"),
+        resets_at=_time(reply, "resets_at"),
+        mode=_mode(reply.mode),
+        threshold_bps=tuple(reply.threshold_bps),
+        admissions_per_minute=optional("admissions_per_minute"),
+        units_per_minute=optional("units_per_minute"),
     )

@@ -4,22 +4,42 @@ confirmation page, and made as one Admin call only once the operator confirms.""
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass, replace
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 
 from earmark import limits
 from earmark.client import AsyncClient
 from earmark.client.types import BudgetState
 from earmark.console import fields, present
 from earmark.console.fields import BadInput
-from earmark.core.model import HoldState
+from earmark.core.model import BudgetMode, HoldState
+from earmark.core.periods import Period
 from earmark.core.prices import USD_MICROS
+from earmark.ops import policies as named
 
-VERBS = ("resolve", "release", "limit", "archive")
+VERBS = ("resolve", "release", "limit", "policies", "archive")
 # The amount each verb takes, by its form field, and the largest it may be.
 AMOUNTS = {"resolve": ("used", limits.amount_units_max), "limit": ("limit", limits.limit_units_max)}
+# The thresholds field: every threshold a budget may have, in percent, with separators.
+THRESHOLDS_TEXT_MAX = limits.thresholds_max * len("1000.00, ")
 # Where an action returns once made: its budget's page, or the in-doubt holds of every
 # budget when it was asked for there.
 BACK = ("budget", "holds")
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """What the policies form sets of a budget (issue 34); units_per_minute is read from
+    units_typed once the budget's unit is known (Action.in_unit)."""
+
+    period: Period = Period.NEVER
+    timezone: str = ""
+    period_anchor: int = 0
+    threshold_bps: tuple[int, ...] = ()
+    mode: BudgetMode = BudgetMode.ENFORCE
+    admissions_per_minute: int | None = None
+    units_typed: str = ""
+    units_per_minute: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +52,7 @@ class Action:
     typed: str = ""
     amount: int = 0
     back: str = "budget"
+    policies: Policies = field(default_factory=Policies)
 
     def back_path(self) -> str:
         if self.back == "holds":
@@ -41,6 +62,11 @@ class Action:
     def in_unit(self, unit: str) -> Action:
         """The action with its amount read in the budget's unit as people write it
         (dollars with cents for usd_micros, "10.00" too), within what the verb takes."""
+        if self.verb == "policies" and self.policies.units_typed:
+            units = fields.amount(
+                self.policies.units_typed, "units_per_minute", unit, 1, limits.limit_units_max
+            )
+            return replace(self, policies=replace(self.policies, units_per_minute=units))
         if self.verb not in AMOUNTS:
             return self
         name, high = AMOUNTS[self.verb]
@@ -63,7 +89,44 @@ def action_of(verb: str, form: dict[str, str]) -> Action:
     rid = ""
     if verb in ("resolve", "release"):
         rid = fields.reservation_id(form.get("reservation_id"))
-    return Action(verb, budget_id, rid, typed, back=back)
+    chosen = policies_of(form) if verb == "policies" else Policies()
+    return Action(verb, budget_id, rid, typed, back=back, policies=chosen)
+
+
+def _choice(raw: str | None, name: str, choices: Collection[str], default: str) -> str:
+    """One of a select's choices (the default when none is sent)."""
+    value = (raw or "").strip() or default
+    if value not in choices:
+        raise BadInput(f"{name}: {value[:32]!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def policies_of(form: dict[str, str]) -> Policies:
+    """The policies form's fields, each checked (the sidecar checks the timezone names a
+    zone and the anchor fits the period, and answers naming the field)."""
+    period = named.PERIODS[_choice(form.get("period"), "period", named.PERIODS, "never")]
+    mode = named.MODES[_choice(form.get("mode"), "mode", named.MODES, "enforce")]
+    text = fields.text(form.get("thresholds"), "thresholds", THRESHOLDS_TEXT_MAX, False)
+    try:
+        thresholds = named.thresholds_of_text(text)
+    except named.BadPercent as bad:
+        raise BadInput(f"thresholds: {bad}") from None
+    admissions = fields.text(form.get("admissions_per_minute"), "admissions_per_minute", 32, False)
+    return Policies(
+        period=period,
+        timezone=fields.text(form.get("timezone"), "timezone", limits.timezone_length_max, False),
+        period_anchor=fields.whole(form.get("period_anchor"), "period_anchor", 0, 31, 0),
+        threshold_bps=thresholds,
+        mode=mode,
+        admissions_per_minute=(
+            fields.whole(admissions, "admissions_per_minute", 1, limits.admissions_per_minute_max)
+            if admissions
+            else None
+        ),
+        units_typed=fields.text(
+            form.get("units_per_minute"), "units_per_minute", limits.amount_text_length_max, False
+        ),
+    )
 
 
 async def in_doubt_on(client: AsyncClient, action: Action) -> None:
@@ -101,6 +164,8 @@ def described(action: Action, state: BudgetState) -> str:
                 f"{present.amount(action.amount, unit)}"
                 + ("." if unit == USD_MICROS else f" {present.unit_name(unit)}.")
             )
+        case "policies":
+            return policies_described(action, state)
         case _:
             return f"Archive {budget_id}: it takes no Reserves any more; its ledger stays."
 
@@ -113,16 +178,65 @@ async def act(client: AsyncClient, action: Action, state: BudgetState) -> None:
         case "release":
             await client.release_hold(action.reservation_id)
         case "limit":
-            # PutBudget sets every field: the others are sent as they are.
-            await client.put_budget(
-                action.budget_id,
-                action.amount,
-                state.unit,
-                default_estimate=state.default_estimate,
-                estimate_policy=state.estimate_policy,
-                escrow_bps=state.escrow_bps,
-                overage_policy=state.overage_policy,
-                overage_limit=state.overage_limit,
-            )
+            await put_as_is(client, state, limit=action.amount)
+        case "policies":
+            await put_as_is(client, state, chosen=action.policies)
         case _:
             await client.delete_budget(action.budget_id)
+
+
+def policies_described(action: Action, state: BudgetState) -> str:
+    """What the policies form will set, in words."""
+    chosen, unit = action.policies, state.unit
+    period = named.period_text(chosen.period, chosen.timezone, chosen.period_anchor)
+    resets = "never resets" if chosen.period == Period.NEVER else f"resets every {period}"
+    calendar = (chosen.period, chosen.timezone, chosen.period_anchor)
+    if calendar != (state.period, state.timezone, state.period_anchor):
+        resets += " (from the next boundary)"
+    thresholds = named.percents(chosen.threshold_bps)
+    notices = f"notices at {', '.join(thresholds)} of the limit" if thresholds else "no notices"
+    rate = named.rate_parts(chosen.admissions_per_minute, chosen.units_per_minute, unit)
+    mode = (
+        "observe mode (admits what it would refuse, and says so)"
+        if chosen.mode == BudgetMode.OBSERVE
+        else "enforce mode"
+    )
+    bound = f"at most {' and '.join(rate)}" if rate else "no rate bound"
+    return f"Set {action.budget_id}'s policies: {mode}; {resets}; {notices}; {bound}."
+
+
+async def put_as_is(
+    client: AsyncClient,
+    state: BudgetState,
+    *,
+    limit: int | None = None,
+    chosen: Policies | None = None,
+) -> None:
+    """PutBudget with a new limit or new policies; PutBudget sets every field, so every
+    other setting (its policies too) is sent as it is."""
+    keep = chosen or Policies(
+        period=state.period,
+        timezone=state.timezone,
+        period_anchor=state.period_anchor,
+        threshold_bps=state.threshold_bps,
+        mode=state.mode,
+        admissions_per_minute=state.admissions_per_minute,
+        units_per_minute=state.units_per_minute,
+    )
+    await client.put_budget(
+        state.budget_id,
+        state.limit if limit is None else limit,
+        state.unit,
+        default_estimate=state.default_estimate,
+        estimate_policy=state.estimate_policy,
+        escrow_bps=state.escrow_bps,
+        overage_policy=state.overage_policy,
+        overage_limit=state.overage_limit,
+        period=keep.period,
+        timezone=keep.timezone,
+        period_anchor=keep.period_anchor,
+        threshold_bps=keep.threshold_bps,
+        mode=keep.mode,
+        admissions_per_minute=keep.admissions_per_minute,
+        units_per_minute=keep.units_per_minute,
+    )

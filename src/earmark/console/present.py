@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
-from earmark.core.model import OPEN_STATES, HoldState, OveragePolicy
+from earmark.core.model import OPEN_STATES, BudgetMode, HoldState, OveragePolicy
+from earmark.core.periods import Period
 from earmark.core.prices import USD_MICROS, Price, PriceBook, Shape, shape_cost
-from earmark.ops import money, render
+from earmark.ops import money, policies, render
 from earmark.ops.prices import window as daily_window
 
 T = TypeVar("T")
@@ -78,6 +80,65 @@ def overage(state: BudgetState) -> str:
     return f"soft, up to {allowance} over"
 
 
+def local_stamp(at: datetime | None, timezone: str) -> str:
+    """A moment in UTC, and first as the budget's timezone reads it when that is not UTC:
+    "2026-04-01 00:00 Europe/Berlin (2026-03-31 22:00:00 UTC)"."""
+    if at is None:
+        return ""
+    if not timezone or timezone == "UTC":
+        return stamp(at)
+    try:
+        local = at.astimezone(ZoneInfo(timezone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return stamp(at)
+    return f"{local:%Y-%m-%d %H:%M} {timezone} ({stamp(at)})"
+
+
+def local_short(at: datetime | None, timezone: str) -> str:
+    """A moment as the budget's timezone reads it, to the minute ("" for none)."""
+    if at is None:
+        return ""
+    try:
+        zone = ZoneInfo(timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = ZoneInfo("UTC")
+    return f"{at.astimezone(zone):%Y-%m-%d %H:%M}"
+
+
+def policies_view(state: BudgetState) -> dict[str, Any]:
+    """A budget's policies (issue 34) as a page shows them, and as its form starts from."""
+    unit, zone = state.unit, state.timezone
+    thresholds = policies.percents(state.threshold_bps)
+    rate = policies.rate_parts(state.admissions_per_minute, state.units_per_minute, unit)
+    return {
+        "mode": policies.mode_name(state.mode),
+        "observing": state.mode == BudgetMode.OBSERVE,
+        "period": policies.period_text(state.period, zone, state.period_anchor),
+        "resets": state.period != Period.NEVER or state.resets_at is not None,
+        "period_start": local_stamp(state.period_start, zone),
+        "resets_at": local_stamp(state.resets_at, zone),
+        # The same, short, for a row of the list (whose period names the timezone).
+        "starts_local": local_short(state.period_start, zone),
+        "resets_local": local_short(state.resets_at, zone),
+        "thresholds": ", ".join(thresholds) or "none",
+        "rate": ", ".join(rate) or "no bound",
+        # What the policies form starts from: the settings as a person would type them.
+        "typed": {
+            "period": state.period.name.lower(),
+            "timezone": zone,
+            "period_anchor": str(state.period_anchor),
+            "thresholds": ", ".join(t.removesuffix("%") for t in thresholds),
+            "mode": policies.mode_name(state.mode),
+            "admissions_per_minute": (
+                "" if state.admissions_per_minute is None else str(state.admissions_per_minute)
+            ),
+            "units_per_minute": (
+                "" if state.units_per_minute is None else money.typed(state.units_per_minute, unit)
+            ),
+        },
+    }
+
+
 def budget_view(state: BudgetState) -> dict[str, Any]:
     """One budget as a page row and as the JSON a page polls: strings to show, and the
     bar's widths in percent (amounts themselves go out as strings: past 2^53 a browser's
@@ -102,6 +163,7 @@ def budget_view(state: BudgetState) -> dict[str, Any]:
         "cycle_start": stamp(state.cycle_start),
         "cycle_end": stamp(state.cycle_end),
         "archived": state.archived_at is not None,
+        **policies_view(state),
     }
 
 

@@ -1,7 +1,9 @@
 """`earmark budgets put|get|list|delete`: a budget's settings and state, through Admin.
 
 `budgets list` lists every budget, or those whose id starts with `--prefix` (ListBudgets);
-`budgets list --account A` lists an account's billing-cycle budgets (ListCycles)."""
+`budgets list --account A` lists an account's billing-cycle budgets (ListCycles). `put`
+sets every field, its policies too (issue 34: period, thresholds, mode, rate windows): a
+flag not given takes its default, as PutBudget does with a field not sent."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from google.protobuf.message import Message
 
 from earmark import limits
-from earmark.ops import render
+from earmark.ops import policies, render
 from earmark.ops.connect import Admin, access_from, add_admin_arguments
 from earmark.ops.holds import follow_pages
 from earmark.v1 import budget_pb2 as pb
@@ -20,6 +22,7 @@ OVERAGE_POLICIES = {"hard": pb.OVERAGE_POLICY_HARD, "soft": pb.OVERAGE_POLICY_SO
 ESTIMATE_POLICIES = {"median": pb.ESTIMATE_POLICY_MEDIAN, "p75": pb.ESTIMATE_POLICY_P75}
 HEADERS = (
     "BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW", "STATUS",
+    "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "RATE",
 )  # fmt: skip
 AMOUNTS = ("LIMIT", "USED", "HELD", "REMAINING", "HOLDS")
 
@@ -31,7 +34,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     put = verbs.add_parser(
         "put",
         help="create a budget or replace its settings; a setting not given takes its "
-        "default (no --limit: unlimited)",
+        "default (no --limit: unlimited; no --period: never resets; no --mode: enforce)",
     )
     put.add_argument("budget_id")
     _put_arguments(put)
@@ -80,6 +83,63 @@ def _put_arguments(put: argparse.ArgumentParser) -> None:
     put.add_argument(
         "--overage-limit", type=int, help="with soft: how far past the limit; not given: no bound"
     )
+    put.add_argument(
+        "--period",
+        choices=list(policies.PERIODS),
+        help="start again at zero used and held at the local midnight of each period's "
+        "first day; a change takes effect at the next boundary [never]",
+    )
+    put.add_argument(
+        "--timezone",
+        default="",
+        metavar="IANA",
+        help="the IANA timezone whose midnights the periods start at (Europe/Berlin) [UTC]",
+    )
+    put.add_argument(
+        "--period-anchor",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the day a period starts: week, the ISO weekday (1 Monday to 7 Sunday); month, "
+        "quarter and year, the day of the month (1 to 31; a shorter month starts on its "
+        "last day) [0: the first]",
+    )
+    put.add_argument(
+        "--threshold",
+        action="append",
+        type=_threshold,
+        default=[],
+        metavar="PERCENT",
+        help="a notice once a period when used and held reach this percent of the limit, "
+        "to 2 decimals (80, 95.5, 100%%); repeat for more, at most "
+        f"{limits.thresholds_max}; needs --limit",
+    )
+    put.add_argument(
+        "--mode",
+        choices=list(policies.MODES),
+        help="enforce refuses what does not fit; observe admits it and answers would_refuse "
+        "[enforce]",
+    )
+    put.add_argument(
+        "--admissions-per-minute",
+        type=int,
+        metavar="N",
+        help="at most this many Reserves admitted a minute (sliding); not given: no bound",
+    )
+    put.add_argument(
+        "--units-per-minute",
+        type=int,
+        metavar="N",
+        help="at most this much held a minute, in the unit (sliding); not given: no bound",
+    )
+
+
+def _threshold(text: str) -> int:
+    """--threshold's percent, in basis points (argparse names the flag on an error)."""
+    try:
+        return policies.bps_of_percent(text)
+    except policies.BadPercent as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
 
 
 def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
@@ -96,6 +156,17 @@ def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
         request.overage_policy = OVERAGE_POLICIES[args.overage_policy]
     if args.overage_limit is not None:
         request.overage_limit = args.overage_limit
+    if args.period:
+        request.period = policies.PERIODS[args.period]  # type: ignore[assignment]
+    request.timezone = args.timezone
+    request.period_anchor = args.period_anchor
+    request.threshold_bps.extend(args.threshold)
+    if args.mode:
+        request.mode = policies.MODES[args.mode]  # type: ignore[assignment]
+    if args.admissions_per_minute is not None:
+        request.admissions_per_minute = args.admissions_per_minute
+    if args.units_per_minute is not None:
+        request.units_per_minute = args.units_per_minute
     return request
 
 
@@ -165,7 +236,20 @@ def row(state: pb.BudgetState) -> list[str]:
         policy(state),
         f"{state.escrow_bps / 100:g}%" if state.escrow_bps else render.NONE,
         status(state),
+        policies.mode_name(state.mode),
+        policies.period_text(state.period, state.timezone, state.period_anchor),
+        render.timestamp(state.period_start),
+        render.timestamp(state.resets_at),
+        ",".join(policies.percents(state.threshold_bps)) or render.NONE,
+        rate(state),
     ]
+
+
+def rate(state: pb.BudgetState) -> str:
+    """The budget's rate windows: what it admits at most a minute, or a dash."""
+    admissions = state.admissions_per_minute if state.HasField("admissions_per_minute") else None
+    units = state.units_per_minute if state.HasField("units_per_minute") else None
+    return ", ".join(policies.rate_parts(admissions, units, state.unit)) or render.NONE
 
 
 def policy(state: pb.BudgetState) -> str:

@@ -13,7 +13,10 @@ function drawBars(root) {
 }
 
 function applyBudget(root, b) {
-  for (const field of ['limit', 'used', 'held', 'remaining', 'open']) {
+  const fields = ['limit', 'used', 'held', 'remaining', 'open', 'period_start', 'resets_at', 'starts_local', 'resets_local'];
+  for (const field of fields) {
+    // A period's start is unknown ('') until a budget given a period first resets.
+    if (b[field] === '') continue;
     for (const cell of root.querySelectorAll(`[data-field="${field}"]`)) cell.textContent = b[field];
   }
   for (const cell of root.querySelectorAll('[data-field="states"]')) {
