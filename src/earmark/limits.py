@@ -191,6 +191,9 @@ amount_text_length_max = 40
 # A budget's calendar (core/periods.py): an IANA timezone name is at most
 # timezone_length_max characters (the longest in the database is about 32).
 timezone_length_max = 64
+# Timezones read from the database and kept (core.periods.zone_named): the database has
+# about 600 names, so a sidecar's budgets rarely ask for more.
+timezones_cached_max = 1_024
 
 # Budget notices (earmark.notices): a webhook secret is at least notify_secret_bytes_min
 # bytes (Standard Webhooks' examples use 24 to 32), and a receiver accepts an attempt

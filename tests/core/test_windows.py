@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from earmark.core import windows
+from earmark.core.batch import BatchState, decide_batch
 from earmark.core.model import Budget
+from earmark.core.ops import ReserveOp, ReserveResult
 
 T0 = datetime(2026, 12, 2, 12, tzinfo=UTC)
 
@@ -67,3 +69,25 @@ def test_two_quiet_minutes_empty_the_window() -> None:
     b = budget(admissions_per_minute=5)
     admit_all(b, 5, 1, T0)
     assert 5 == admit_all(b, 9, 1, T0 + timedelta(minutes=2, seconds=1))
+
+
+def test_a_nested_refusal_waits_for_every_budgets_window() -> None:
+    """Two full windows of a nested Reserve: retry_after is the longer wait, so that the
+    retry fits both."""
+    outer = budget(admissions_per_minute=100)
+    inner = Budget("inner", None, "tokens", admissions_per_minute=10)
+    state = BatchState("inner", inner, budgets={"inner": inner, "b": outer})
+
+    def nested(key: str, at: datetime) -> ReserveResult:
+        op = ReserveOp("inner", key, 1, timedelta(seconds=60), f"r-{key}", also_budget_ids=("b",))
+        result = decide_batch(state, [op], at).results[0]
+        assert isinstance(result, ReserveResult)
+        return result
+
+    for i in range(10):
+        nested(f"k{i}", T0)
+    outer.rate.admissions = 100
+    later = T0 + timedelta(seconds=30)
+    refused = nested("x", later)
+    again = nested("y", later + (refused.retry_after or timedelta(0)))
+    assert (False, True) == (refused.admitted, again.admitted)

@@ -24,6 +24,7 @@ from tests.conftest import Running, running, sidecar_settings
 from tests.helpers import FakeClock, assert_invariants, eventually, scrape
 from tests.notices.receiver import receiving
 from tests.notices.recorded import SECRET
+from tests.service.test_calls import cost, price, stamp
 
 DAY = timedelta(days=1)
 # The longest lease: a hold is open across a boundary only when reserved within its hour.
@@ -393,6 +394,8 @@ async def test_a_units_window_refuses_past_its_amount_a_minute(side: Running, ds
     [
         ({"period": 9}, "period"),
         ({"period": pb.PERIOD_DAY, "timezone": "Mars/Olympus"}, "timezone"),
+        ({"period": pb.PERIOD_DAY, "timezone": "America"}, "timezone"),
+        ({"period": pb.PERIOD_DAY, "timezone": "localtime"}, "timezone"),
         ({"period": pb.PERIOD_WEEK, "period_anchor": 8}, "period_anchor"),
         ({"threshold_bps": [8000, 8000]}, "threshold_bps"),
         ({"threshold_bps": [0]}, "threshold_bps"),
@@ -444,4 +447,85 @@ async def test_a_hold_gone_into_doubt_and_a_soft_budget_past_its_limit_write_eve
         [kind for kind, _, _ in events],
         json.loads(events[1][2])["data"]["reservation_id"],
     )
+    await assert_invariants(dsn)
+
+
+async def test_a_hold_open_across_a_boundary_keeps_its_price_and_its_budget(
+    side: Running, dsn: str, clock: FakeClock
+) -> None:
+    """A hold reserved by shape at 23:50 and charged after midnight, past a cheaper price,
+    is charged in full at its own price; while it is open its budget can be neither
+    archived nor given another unit."""
+    clock.set(utc(2026, 12, 1, 23, 50))
+    await side.admin.PutPrice(price(effective_from=stamp(utc(2026, 11, 1))))
+    await side.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="night", limit=10**9, unit="usd_micros", period=pb.PERIOD_DAY)
+    )
+    shape = pb.UsageShape(
+        provider="openai", model="gpt-5", input_tokens=1_000, max_output_tokens=1_000
+    )
+    reply = await side.budget.Reserve(
+        pb.ReserveRequest(budget_id="night", idempotency_key="n", lease=LONG, shape=shape)
+    )
+    await side.admin.PutPrice(
+        price(effective_from=stamp(utc(2026, 12, 1, 23, 55)), input_usd_micros_per_mtok=1)
+    )
+    clock.set(utc(2026, 12, 2, 0, 5))
+    charged = await side.budget.Charge(
+        pb.ChargeRequest(reservation_id=reply.reservation_id, amount=100, idempotency_key="c")
+    )
+    refusals = []
+    for call in (
+        side.admin.DeleteBudget(pb.DeleteBudgetRequest(budget_id="night")),
+        side.admin.PutBudget(pb.PutBudgetRequest(budget_id="night", unit="tokens")),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        refusals.append(refused.value.code())
+    assert ((100, False), [grpc.StatusCode.FAILED_PRECONDITION] * 2) == (
+        (charged.charged, charged.capped),
+        refusals,
+    )
+    await assert_invariants(dsn)
+
+
+async def test_an_observing_budget_never_lowers_a_calls_output(side: Running, dsn: str) -> None:
+    """A Reserve with degrade on an OBSERVE budget too small for its output keeps the
+    output it asked for and says the budget would refuse it."""
+    await side.admin.PutPrice(price(effective_from=stamp(utc(2026, 1, 1))))
+    await side.admin.PutBudget(
+        pb.PutBudgetRequest(
+            budget_id="watch", limit=cost(1_000, 500), unit="usd_micros",
+            mode=pb.BUDGET_MODE_OBSERVE,
+        )
+    )  # fmt: skip
+    shape = pb.UsageShape(
+        provider="openai", model="gpt-5", input_tokens=1_000, max_output_tokens=4_000
+    )
+    reply = await side.budget.Reserve(
+        pb.ReserveRequest(
+            budget_id="watch", idempotency_key="w", lease=LONG, shape=shape, degrade=True
+        )
+    )
+    assert (True, 4_000, False, True) == (
+        reply.admitted,
+        reply.max_output_tokens,
+        reply.degraded,
+        reply.would_refuse,
+    )
+    await assert_invariants(dsn)
+
+
+async def test_a_closed_period_settled_past_a_threshold_notices_it_there(
+    side: Running, dsn: str, clock: FakeClock
+) -> None:
+    """A hold of yesterday settled today past its amount takes yesterday's spend past 100%:
+    the notice names yesterday's period, and today's is untouched."""
+    clock.set(utc(2026, 12, 1, 23, 30))
+    await put(side, "late", threshold_bps=[10000], period=pb.PERIOD_DAY)
+    old = await hold(side, "late", 900)
+    clock.set(utc(2026, 12, 2, 0, 10))
+    await hold(side, "late", 1)
+    await settle(side, old.reservation_id, 1_500)
+    assert ["late/0/10000"] == await _dedupe_keys(dsn)
     await assert_invariants(dsn)

@@ -97,14 +97,17 @@ def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecisi
     decision = BatchDecision()
     roll_due(state, decision, now)
     before = _counters(state)
-    spent = {b.budget_id: b.used + b.held for b in state.budgets.values()}
+    spent = _spent(state)
     for op in ops:
         try:
             result = _decide_one(state, decision, op, now)
             decision.results.append(_in_unit(state, result))
         except EarmarkError as error:
             decision.results.append(error)
-    _notice(state, decision, spent, now)
+        # Each operation's own change of spend decides what it noticed, however the
+        # operations were batched.
+        _notice(state, decision, spent, now)
+    _notice_doubted(decision, now)
     _assert_pairs(state, decision, before)
     return decision
 
@@ -132,16 +135,37 @@ def _counters(state: BatchState) -> dict[tuple[str, int], tuple[int, int]]:
     return counters
 
 
+def _spent(state: BatchState) -> dict[tuple[str, int], int]:
+    """used + held of every period the batch may move, as _counters keys them."""
+    return {key: used + held for key, (used, held) in _counters(state).items()}
+
+
 def _notice(
-    state: BatchState, decision: BatchDecision, spent: dict[str, int], now: datetime
+    state: BatchState,
+    decision: BatchDecision,
+    spent: dict[tuple[str, int], int],
+    now: datetime,
 ) -> None:
-    """The notices the batch caused: thresholds its budgets' spend crossed in their current
-    periods, SOFT limits passed, holds gone into doubt."""
+    """The notices of the spend that moved since spent was taken (which it updates): the
+    thresholds reached and SOFT limits passed, in each budget's current period, and in a
+    closed period a hold of it settled past its hold (the events' unique key drops one
+    that period already had)."""
     for budget_id in sorted(decision.touched):
         budget = decision.touched[budget_id]
+        key = (budget_id, budget.period_no)
+        was, spent[key] = spent.get(key, 0), budget.used + budget.held
         if budget.threshold_bps or budget.overage_policy is OveragePolicy.SOFT:
-            events = notices.budget_events(budget, spent.get(budget_id, 0), now)
-            decision.events.extend(events)
+            decision.events.extend(notices.budget_events(budget, was, now))
+    for key in sorted({*decision.closed_moved, *decision.closed_new}):
+        closed = state.closed[key]
+        was, spent[key] = spent.get(key, 0), closed.used + closed.held
+        owner = state.budgets.get(key[0])
+        if owner is not None and closed.used + closed.held > was:
+            decision.events.extend(notices.closed_events(owner, closed, was, now))
+
+
+def _notice_doubted(decision: BatchDecision, now: datetime) -> None:
+    """A hold.in_doubt notice for each hold the batch left in doubt."""
     for hold in decision.doubted:
         if hold.state is HoldState.IN_DOUBT:
             decision.events.append(notices.in_doubt_event(hold, now))
@@ -238,7 +262,10 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
                 amount, priced, RefusalReason.RATE_LIMITED, budget.remaining(),
                 f"{message} this minute", retry_after=rate.retry_after,
             )  # fmt: skip
-    degrade = calls.degrade(budget, scope, op, priced, state.prices, now)
+    # An observing budget never lowers a call's output: degrade is decided on the enforcing
+    # budgets alone, and an observing one that has no room says so in would_refuse.
+    enforcing = [each for each in scope if each.mode is BudgetMode.ENFORCE]
+    degrade = calls.degrade(budget, enforcing, op, priced, state.prices, now)
     if degrade is not None:
         priced, amount = degrade, max(1, degrade.amount)
     admissions = []
@@ -250,10 +277,12 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
             # Shadow mode: admitted, and told what an enforcing budget would have said.
             if would is None:
                 would = _Would(RefusalReason.INSUFFICIENT_BUDGET, each.budget_id)
+            cap = each.cap(op.phase)
             admission = rules.Admission(
                 admitted=True,
                 remaining=admission.remaining,
                 message=f"admitted in OBSERVE mode; ENFORCE would refuse: {admission.message}",
+                over_limit=cap is not None and each.used + each.held + amount > cap,
                 policy=admission.policy,
             )
         if not admission.admitted:
@@ -307,10 +336,12 @@ class _Would:
 
 
 def _budget_rates(scope: list[Budget], amount: int, now: datetime) -> ReserveResult | _Would | None:
-    """The rate windows of the Reserve's budgets: the refusal of the first enforcing
-    budget without room in a window, else what the first observing one would have
-    refused, else None. Nothing is counted here: an admission counts in every window."""
+    """The rate windows of the Reserve's budgets: a refusal when an enforcing budget has no
+    room in a window (naming the first, with the longest wait of them all, so that a retry
+    then fits every one), else what the first observing one would have refused, else None.
+    Nothing is counted here: an admission counts in every window."""
     would = None
+    refusals = []
     for each in scope:
         if not windows.limited(each):
             continue
@@ -320,24 +351,29 @@ def _budget_rates(scope: list[Budget], amount: int, now: datetime) -> ReserveRes
             continue
         if each.mode is BudgetMode.OBSERVE:
             would = would or _Would(RefusalReason.RATE_LIMITED, each.budget_id)
-            continue
-        if refusal.retry_after is None:
-            message = f"a hold of {amount} is more than its {refusal.per_minute} units a minute"
         else:
-            message = f"it has admitted its {refusal.per_minute} {refusal.window} this minute"
-        return ReserveResult(
-            admitted=False,
-            reservation_id="",
-            amount=amount,
-            remaining=each.remaining(),
-            reason=RefusalReason.RATE_LIMITED,
-            message=f"budget {each.budget_id!r}: {message}",
-            expires_at=None,
-            retry_after=refusal.retry_after,
-            refused_budget_id=each.budget_id,
-            policy=each.overage_policy,
-        )
-    return would
+            refusals.append((each, refusal))
+    if not refusals:
+        return would
+    each, refusal = refusals[0]
+    waits = [r.retry_after for _, r in refusals]
+    retry_after = None if None in waits else max(w for w in waits if w is not None)
+    if refusal.retry_after is None:
+        message = f"a hold of {amount} is more than its {refusal.per_minute} units a minute"
+    else:
+        message = f"it has admitted its {refusal.per_minute} {refusal.window} this minute"
+    return ReserveResult(
+        admitted=False,
+        reservation_id="",
+        amount=amount,
+        remaining=each.remaining(),
+        reason=RefusalReason.RATE_LIMITED,
+        message=f"budget {each.budget_id!r}: {message}",
+        expires_at=None,
+        retry_after=retry_after,
+        refused_budget_id=each.budget_id,
+        policy=each.overage_policy,
+    )
 
 
 def _require_account_gate(state: BatchState, budget: Budget, op: ReserveOp) -> None:
@@ -532,10 +568,11 @@ def expire_due(state: BatchState, now: datetime) -> BatchDecision:
     decision = BatchDecision()
     roll_due(state, decision, now)
     before = _counters(state)
-    spent = {b.budget_id: b.used + b.held for b in state.budgets.values()}
+    spent = _spent(state)
     for hold in state.holds_by_id.values():
         if rules.lease_passed(hold, now):
             lapse(state, decision, hold, now)
     _notice(state, decision, spent, now)
+    _notice_doubted(decision, now)
     _assert_pairs(state, decision, before)
     return decision

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from earmark.core import thresholds
-from earmark.core.model import Budget, BudgetMode, Hold, OveragePolicy
+from earmark.core.model import Budget, BudgetMode, Hold, OveragePolicy, PeriodTotals
 
 THRESHOLD_CROSSED = "budget.threshold_crossed"
 EXCEEDED = "budget.exceeded"
@@ -60,22 +60,58 @@ def _budget_data(budget: Budget) -> dict[str, Any]:
 
 
 def budget_events(budget: Budget, before: int, now: datetime) -> list[Event]:
-    """The notices a change of the budget's spend (used + held) from before to now's
-    crossed, marking them noticed on the budget; none already noticed this period."""
+    """The notices of a rise of the budget's spend (used + held) from before to now's:
+    each threshold the spend has reached and the period has not noticed yet (reached, not
+    only crossed: a limit lowered past a threshold is noticed at the next rise), and a SOFT
+    budget's first pass of its limit; marked noticed on the budget."""
     after = budget.used + budget.held
+    if budget.limit is None or after <= before:
+        return []
     events = []
     key = f"{budget.budget_id}/{budget.period_no}"
-    for bps in thresholds.crossed(budget.limit, before, after, budget.threshold_bps):
+    for bps in thresholds.reached(budget.limit, after, budget.threshold_bps):
         if bps in budget.noticed_bps:
             continue
         budget.noticed_bps = tuple(sorted((*budget.noticed_bps, bps)))
         data = {**_budget_data(budget), "threshold_bps": bps}
         events.append(_event(THRESHOLD_CROSSED, budget.budget_id, f"{key}/{bps}", data, now))
     soft = budget.overage_policy is OveragePolicy.SOFT
-    if soft and not budget.exceeded_noticed and thresholds.exceeded(budget.limit, before, after):
+    if soft and not budget.exceeded_noticed and after > budget.limit:
         budget.exceeded_noticed = True
         data = {**_budget_data(budget), "overage_limit": budget.overage_limit}
         events.append(_event(EXCEEDED, budget.budget_id, f"{key}/exceeded", data, now))
+    return events
+
+
+def closed_events(budget: Budget, closed: PeriodTotals, before: int, now: datetime) -> list[Event]:
+    """The notices of a rise of a closed period's spend (a hold of it settled past its
+    hold): what it reached, against the period's own limit. The period's row does not keep
+    what it noticed; the events' unique key drops one it already had."""
+    after = closed.used + closed.held
+    if closed.limit is None or after <= before:
+        return []
+    data = {
+        **_budget_data(budget),
+        "limit": closed.limit,
+        "used": closed.used,
+        "held": closed.held,
+        "period_start": _iso(closed.period_start),
+        "resets_at": _iso(closed.period_end),
+    }
+    key = f"{budget.budget_id}/{closed.period_no}"
+    events = [
+        _event(
+            THRESHOLD_CROSSED,
+            budget.budget_id,
+            f"{key}/{bps}",
+            {**data, "threshold_bps": bps},
+            now,
+        )
+        for bps in thresholds.reached(closed.limit, after, budget.threshold_bps)
+    ]
+    if budget.overage_policy is OveragePolicy.SOFT and after > closed.limit:
+        exceeded = {**data, "overage_limit": budget.overage_limit}
+        events.append(_event(EXCEEDED, budget.budget_id, f"{key}/exceeded", exceeded, now))
     return events
 
 

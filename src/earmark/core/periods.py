@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import calendar
 import enum
+import functools
+import importlib.resources
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -60,7 +63,36 @@ class Calendar:
     anchor: int = 0
 
     def zone(self) -> ZoneInfo:
-        return ZoneInfo(self.timezone or "UTC")
+        return zone_named(self.timezone or "UTC")
+
+
+# An IANA name: parts of letters, digits, "_", "+" and "-", joined by "/" (no "..", no
+# leading "/", nothing a path could climb out with).
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+
+
+@functools.lru_cache(maxsize=limits.timezones_cached_max)
+def zone_named(name: str) -> ZoneInfo:
+    """The IANA timezone name names, from the tzdata package's copy of the database when it
+    is installed (the server's dependency), so that every sidecar draws the same boundaries
+    whatever its host holds ("localtime", a host's own zone, is no IANA name); from the
+    host's database otherwise. ZoneInfoNotFoundError for a name that names no zone (a
+    folder of zones, like "America", included)."""
+    if not _ZONE_NAME.fullmatch(name):
+        raise ZoneInfoNotFoundError(name)
+    try:
+        database = importlib.resources.files("tzdata.zoneinfo")
+    except ModuleNotFoundError:
+        try:
+            return ZoneInfo(name)
+        except (OSError, ValueError) as error:
+            raise ZoneInfoNotFoundError(name) from error
+    found = database.joinpath(*name.split("/"))
+    try:
+        with found.open("rb") as data:
+            return ZoneInfo.from_file(data, key=name)
+    except (OSError, ValueError) as error:
+        raise ZoneInfoNotFoundError(name) from error
 
 
 def checked(period: int, timezone: str, anchor: int) -> Calendar:
@@ -73,8 +105,8 @@ def checked(period: int, timezone: str, anchor: int) -> Calendar:
         raise BadCalendar("timezone", f"longer than {limits.timezone_length_max} characters")
     if timezone:
         try:
-            ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
+            zone_named(timezone)
+        except ZoneInfoNotFoundError:
             raise BadCalendar("timezone", f"{timezone!r} is no IANA timezone") from None
     most = 7 if kind == Period.WEEK else 31
     if kind in (Period.NEVER, Period.DAY):

@@ -78,7 +78,10 @@ def window_on_put(budget: Budget | None, cal: Calendar, now: datetime) -> Window
         return Window(None, None) if period is None else Window(period.start, period.end)
     if budget.period_end is not None:
         return Window(budget.period_start, budget.period_end)
-    period = period_at(now, cal)
+    # Not before the period's start: a sidecar whose clock is behind the one that opened
+    # the period would otherwise end it before it began.
+    since = now if budget.period_start is None else max(now, budget.period_start)
+    period = period_at(since, cal)
     return Window(budget.period_start, None if period is None else period.end)
 
 

@@ -155,8 +155,9 @@ def _reprice(
     delta = amount - hold.amount
     budgets = budgets_of(state, hold)
     if any(hold.period_on(i) != b.period_no for i, b in enumerate(budgets)):
-        # A hold of a closed period keeps its price: its budgets' room is another period's.
-        return False
+        # A hold of a closed period keeps the price it was reserved at: its budgets' room is
+        # another period's, which must neither pay for it nor refuse it.
+        return True
     if delta > 0:
         if not all(rules.counters_fit(budget, 0, delta) for budget in budgets):
             return False

@@ -1,8 +1,10 @@
 """Threshold notices' rule (issue 34): which of a budget's thresholds a change of its spend
 crossed. A budget's spend here is used plus held, against its limit; a threshold is a
 share of the limit in basis points (8000: 80%). A change crosses a threshold when the
-spend was below its level and is at or above it: the admission or settle that did so
-writes the notice in its own transaction, at most one per budget, period and threshold
+spend was below its level and is at or above it; a rise of spend reaches every threshold
+at or below it (core.notices notices each once a period, so that a threshold a lowered
+limit put behind the spend is noticed at its next rise): the admission or settle that did
+so writes the notice in its own transaction, at most one per budget, period and threshold
 (the store's unique key), so that a spend that falls back and rises again in the same
 period is not told twice.
 """
@@ -43,6 +45,11 @@ def crossed(limit: int | None, before: int, after: int, thresholds_bps: Sequence
     if limit is None or after <= before:
         return []
     return [bps for bps in sorted(thresholds_bps) if before < level(limit, bps) <= after]
+
+
+def reached(limit: int, spend: int, thresholds_bps: Sequence[int]) -> list[int]:
+    """The thresholds a spend is at or past, lowest first."""
+    return [bps for bps in sorted(thresholds_bps) if level(limit, bps) <= spend]
 
 
 def exceeded(limit: int | None, before: int, after: int) -> bool:

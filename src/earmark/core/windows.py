@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from earmark import limits
 from earmark.core.model import Budget, RateCounts
 
 WINDOW = timedelta(minutes=1)
@@ -98,9 +99,12 @@ def check(budget: Budget, amount: int, now: datetime) -> Refusal | None:
 
 
 def count(budget: Budget, amount: int) -> None:
-    """Counts an admitted hold of amount in the budget's windows."""
-    budget.rate.admissions += 1
-    budget.rate.units += amount
+    """Counts an admitted hold of amount in the budget's windows that are set; a counter
+    stops at 2^63-1 (an observing budget admits past its window, without bound)."""
+    if budget.admissions_per_minute is not None:
+        budget.rate.admissions = min(limits.int64_max, budget.rate.admissions + 1)
+    if budget.units_per_minute is not None:
+        budget.rate.units = min(limits.int64_max, budget.rate.units + amount)
 
 
 def limited(budget: Budget) -> bool:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from earmark.core import resets
 from earmark.core.model import Budget
+from earmark.core.periods import Period
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason
 from earmark.store import queries
 from earmark.store.tx import Conn
@@ -37,9 +38,19 @@ async def put(conn: Conn, spec: Budget, now: datetime) -> Budget:
             Reason.BUDGET_ARCHIVED,
             budget_id=budget_id,
         )
+    if budget.account is not None and spec.period != Period.NEVER:
+        # A billing cycle's period is the provider's: its budget is the period.
+        raise FailedPrecondition(
+            f"period: budget {budget_id!r} is account {budget.account!r}'s billing cycle, "
+            "whose period the billing provider sets",
+            Reason.CYCLE_BUDGET_NEEDS_ACCOUNT,
+            field="period",
+            budget_id=budget_id,
+        )
     new_unit = spec.unit or budget.unit
     if new_unit != budget.unit:
-        if budget.used or budget.held or budget.open_reservations:
+        open_closed, used_closed = await queries.closed_use(conn, budget_id)
+        if budget.used or budget.held or budget.open_reservations or open_closed or used_closed:
             raise FailedPrecondition(
                 f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}",
                 Reason.UNIT_LOCKED,

@@ -310,9 +310,11 @@ async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:
         raise budget_not_found(budget_id)
     if budget.archived_at is not None:
         return budget
-    if budget.open_reservations:
+    # Holds reserved in a closed period are open holds of the budget too.
+    open_holds = budget.open_reservations + (await queries.closed_use(conn, budget_id))[0]
+    if open_holds:
         raise FailedPrecondition(
-            f"budget {budget_id!r} has {budget.open_reservations} open holds; settle, "
+            f"budget {budget_id!r} has {open_holds} open holds; settle, "
             "resolve or release them first",
             Reason.BUDGET_HAS_OPEN_HOLDS,
             budget_id=budget_id,

@@ -320,6 +320,21 @@ async def _load_samples(
     return samples
 
 
+# Holds still open in a budget's closed periods, and whether any closed period moved at
+# all: what PutBudget's unit and DeleteBudget must count beside the row's own counters.
+CLOSED_USE = """
+SELECT coalesce(sum(open_reservations), 0) AS open, bool_or(used <> 0 OR held <> 0) AS used
+FROM budget_periods WHERE budget_id = $1
+"""
+
+
+async def closed_use(conn: Conn, budget_id: str) -> tuple[int, bool]:
+    """(holds open in the budget's closed periods, whether any closed period was used)."""
+    row = await conn.fetchrow(CLOSED_USE, budget_id)
+    assert row is not None
+    return int(row["open"]), bool(row["used"])
+
+
 LOAD_PERIODS = """
 SELECT budget_id, period_no, period_start, period_end, limit_units, used, held,
     open_reservations
