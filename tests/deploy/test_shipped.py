@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -217,37 +218,61 @@ async def test_the_shipped_probes_wait_for_the_database(database_url: str, tmp_p
     both probes pass."""
     earmark, _, _ = pod()
     with refusing_port() as bound:
-        port = bound.getsockname()[1]
-        # The Secret's URL names a database that is not there yet: the forwarder below
-        # starts it, on the port the URL names.
-        mapping = Mapping(tmp_path, f"postgresql://postgres@127.0.0.1:{port}/{TEST_DATABASE}")
-        env = sidecar_env(earmark, mapping)
-        probes = {
-            name: earmark[name]["grpc"]
-            for name in ("startupProbe", "readinessProbe", "livenessProbe")
+        # Ports chosen free may be taken before the sidecar binds them (another test's
+        # server, an outgoing connection): a sidecar that exits at once for that is started
+        # again on new ones, at most PORT_ATTEMPTS times.
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                await _probes_wait_for_the_database(earmark, bound, database_url, tmp_path)
+                return
+            except PortTaken:
+                if attempt + 1 == PORT_ATTEMPTS:
+                    raise
+
+
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(Exception):
+    """The sidecar exited before it listened: a port chosen for it was taken."""
+
+
+async def _probes_wait_for_the_database(
+    earmark: dict[str, Any], bound: socket.socket, database_url: str, tmp_path: Path
+) -> None:
+    """The probes' test, on ports chosen anew; PortTaken when the sidecar could not bind."""
+    port = bound.getsockname()[1]
+    # The Secret's URL names a database that is not there yet: the forwarder below
+    # starts it, on the port the URL names.
+    mapping = Mapping(tmp_path, f"postgresql://postgres@127.0.0.1:{port}/{TEST_DATABASE}")
+    env = sidecar_env(earmark, mapping)
+    probes = {
+        name: earmark[name]["grpc"] for name in ("startupProbe", "readinessProbe", "livenessProbe")
+    }
+
+    async def answers() -> dict[str, int]:
+        return {
+            name: await check(f"127.0.0.1:{mapping.port(p['port'])}", p.get("service", ""))
+            for name, p in probes.items()
         }
 
-        async def answers() -> dict[str, int]:
-            return {
-                name: await check(f"127.0.0.1:{mapping.port(p['port'])}", p.get("service", ""))
-                for name, p in probes.items()
-            }
+    async with child(
+        *sidecar_command(earmark), env=env, stdout=asyncio.subprocess.DEVNULL
+    ) as served:
 
-        async with child(
-            *sidecar_command(earmark), env=env, stdout=asyncio.subprocess.DEVNULL
-        ) as served:
+        async def listening() -> bool:
+            if served.returncode is not None:
+                raise PortTaken
+            return -1 not in (await answers()).values()
 
-            async def listening() -> bool:
-                return -1 not in (await answers()).values()
+        await eventually(listening, within_seconds=60, what="the probes' listener answers")
+        waiting = {"startupProbe": NOT_SERVING, "readinessProbe": NOT_SERVING}
+        assert waiting | {"livenessProbe": SERVING} == await answers()
+        async with forwarder(bound, unix_socket_of(database_url)):
 
-            await eventually(listening, within_seconds=60, what="the probes' listener answers")
-            waiting = {"startupProbe": NOT_SERVING, "readinessProbe": NOT_SERVING}
-            assert waiting | {"livenessProbe": SERVING} == await answers()
-            async with forwarder(bound, unix_socket_of(database_url)):
+            async def started() -> bool:
+                return {name: SERVING for name in probes} == await answers()
 
-                async def started() -> bool:
-                    return {name: SERVING for name in probes} == await answers()
-
-                await eventually(started, within_seconds=60, what="the startup probe passes")
-                served.send_signal(signal.SIGTERM)
-                assert 0 == await asyncio.wait_for(served.wait(), 60)
+            await eventually(started, within_seconds=60, what="the startup probe passes")
+            served.send_signal(signal.SIGTERM)
+            assert 0 == await asyncio.wait_for(served.wait(), 60)
