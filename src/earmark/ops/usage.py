@@ -63,7 +63,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def show_usage(args: argparse.Namespace) -> str:
     # The server's packages (asyncpg), imported only when the command runs: cli.py checks
     # they are installed first.
-    from earmark.service import validate
+    from earmark import validate
     from earmark.store.usage import usage_in_database
 
     try:

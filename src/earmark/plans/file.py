@@ -40,11 +40,10 @@ from typing import Any
 
 import structlog
 
-from earmark import files, limits
+from earmark import files, limits, validate
 from earmark.core.bounds import limit_problem, shown
 from earmark.errors import InvalidArgument
 from earmark.plans.provider import Limits, Period, ProviderUnavailable
-from earmark.service import validate
 
 log = structlog.get_logger("earmark.plans")
 
@@ -126,7 +125,7 @@ def _kind(value: object) -> str:
 
 
 def _name(check: Callable[[str], str], path: str, value: str) -> str:
-    """value checked by the rule service/validate.py applies to a Reserve's own field, so
+    """value checked by the rule earmark/validate applies to a Reserve's own field, so
     that every account and feature in the file can be reserved by; the error names path."""
     try:
         return check(value)

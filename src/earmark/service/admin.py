@@ -5,28 +5,25 @@ from __future__ import annotations
 
 import structlog
 
-from earmark import limits
+from earmark import limits, validate
 from earmark.core import resets
 from earmark.core.ops import ReleaseOp, ResolveOp, SettleResult
 from earmark.errors import FailedPrecondition, Reason, Unavailable
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import (
-    convert,
-    validate,
-    validate_calls,
-    validate_policies,
-    validate_prices,
-    validate_scopes,
-    validate_spend,
-)
+from earmark.service import convert
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
+from earmark.validate import calls as validate_calls
+from earmark.validate import policies as validate_policies
+from earmark.validate import prices as validate_prices
+from earmark.validate import scopes as validate_scopes
+from earmark.validate import spend as validate_spend
 
 log = structlog.get_logger("earmark.admin")
 

@@ -6,6 +6,7 @@ import uuid
 
 import structlog
 
+from earmark import validate
 from earmark.core.model import HoldState, RefusalReason
 from earmark.core.ops import (
     ChargeOp,
@@ -21,7 +22,7 @@ from earmark.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
-from earmark.service import convert, validate, validate_prices, validate_scopes
+from earmark.service import convert
 from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
@@ -29,6 +30,8 @@ from earmark.service.middleware import rpc
 from earmark.store import Store
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
+from earmark.validate import prices as validate_prices
+from earmark.validate import scopes as validate_scopes
 
 log = structlog.get_logger("earmark.budget")
 

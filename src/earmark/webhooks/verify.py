@@ -37,10 +37,9 @@ from typing import Any
 
 import jwt
 
-from earmark import limits
+from earmark import limits, validate
 from earmark.core.bounds import shown
 from earmark.errors import InvalidArgument
-from earmark.service import validate
 from earmark.webhooks.keys import KeysUnavailable, KindeKeys, UnknownKey
 
 ALGORITHM = "RS256"

@@ -12,8 +12,8 @@ from earmark import limits
 from earmark.core import prices
 from earmark.core.prices import Counts, Price, Shape, Usage
 from earmark.errors import InvalidArgument
-from earmark.service.validate import amount, identifier
 from earmark.v1 import budget_pb2 as pb
+from earmark.validate import amount, identifier
 
 _NANOS_PER_SECOND = 1_000_000_000
 # Protobuf's Timestamp range: 0001-01-01 to 9999-12-31.

@@ -9,7 +9,7 @@ from earmark import limits
 from earmark.core import periods, thresholds
 from earmark.core.model import BudgetMode, Policies
 from earmark.errors import InvalidArgument
-from earmark.service.validate import known
+from earmark.validate import known
 
 
 def mode(value: int) -> BudgetMode:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from earmark import limits
 from earmark.errors import InvalidArgument
-from earmark.service.validate import budget_id, known
-from earmark.service.validate_prices import timestamp
 from earmark.store.spend import SpendGroup, SpendQuery
 from earmark.v1 import budget_pb2 as pb
+from earmark.validate import budget_id, known
+from earmark.validate.prices import timestamp
 
 
 def spend_query(request: pb.GetSpendRequest) -> SpendQuery:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from earmark import limits
 from earmark.core.model import OPEN_STATES, HoldState, OveragePolicy, Phase
 from earmark.errors import InvalidArgument
-from earmark.service.validate import identifier, known
+from earmark.validate import identifier, known
 
 
 def also_budget_ids(values: Sequence[str], own: str) -> tuple[str, ...]:

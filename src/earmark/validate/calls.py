@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 from earmark import limits
 from earmark.errors import InvalidArgument
-from earmark.service import validate_scopes
-from earmark.service.validate import identifier, price_filter
-from earmark.service.validate_prices import timestamp
 from earmark.store.calls import CallsQuery
 from earmark.v1 import budget_pb2 as pb
+from earmark.validate import identifier, price_filter
+from earmark.validate import scopes as validate_scopes
+from earmark.validate.prices import timestamp
 
 # No end: the last time a Timestamp can name.
 _END = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
