@@ -7,11 +7,12 @@ same transaction. Each operation gets its own answer or its own error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import assert_never
 
-from earmark.core import amounts, calls, notices, ratelimit, records, resets, rules, windows
+from earmark.core import admission as admit
+from earmark.core import amounts, bookkeeping, calls, ratelimit, records, rules, windows
 from earmark.core.amounts import Priced
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
@@ -21,7 +22,6 @@ from earmark.core.model import (
     BudgetMode,
     EstimateSource,
     Hold,
-    HoldState,
     LedgerKind,
     Outcome,
     OveragePolicy,
@@ -95,9 +95,9 @@ def sample_keys(state: BatchState, ops: list[Op]) -> set[SampleKey]:
 def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecision:
     """Decides ops in order against state, mutating state as each one commits in memory."""
     decision = BatchDecision()
-    roll_due(state, decision, now)
-    before = _counters(state)
-    spent = _spent(state)
+    bookkeeping.roll_due(state, decision, now)
+    before = bookkeeping.counters(state)
+    spent = bookkeeping.spent(state)
     for op in ops:
         try:
             result = _decide_one(state, decision, op, now)
@@ -106,96 +106,10 @@ def decide_batch(state: BatchState, ops: list[Op], now: datetime) -> BatchDecisi
             decision.results.append(error)
         # Each operation's own change of spend decides what it noticed, however the
         # operations were batched.
-        _notice(state, decision, spent, now)
-    _notice_doubted(decision, now)
-    _assert_pairs(state, decision, before)
+        bookkeeping.notice(state, decision, spent, now)
+    bookkeeping.notice_doubted(decision, now)
+    bookkeeping.assert_pairs(state, decision, before)
     return decision
-
-
-def roll_due(state: BatchState, decision: BatchDecision, now: datetime) -> None:
-    """Closes the period of every locked budget whose period has ended (core.resets): the
-    closed period's counters are kept for the holds reserved in it, and the budget starts
-    again at zero. The budgets are shared by the states of a transaction: the first
-    decision closes each."""
-    for budget in state.budgets.values():
-        closed = resets.roll(budget, now)
-        if closed is None:
-            continue
-        key = (closed.budget_id, closed.period_no)
-        state.closed[key] = closed
-        decision.closed_new[key] = closed
-        decision.touched[budget.budget_id] = budget
-
-
-def _counters(state: BatchState) -> dict[tuple[str, int], tuple[int, int]]:
-    """(used, held) of every period the batch may move: each budget's current and the
-    closed ones loaded."""
-    counters = {(b.budget_id, b.period_no): (b.used, b.held) for b in state.budgets.values()}
-    counters.update({key: (c.used, c.held) for key, c in state.closed.items()})
-    return counters
-
-
-def _spent(state: BatchState) -> dict[tuple[str, int], int]:
-    """used + held of every period the batch may move, as _counters keys them."""
-    return {key: used + held for key, (used, held) in _counters(state).items()}
-
-
-def _notice(
-    state: BatchState,
-    decision: BatchDecision,
-    spent: dict[tuple[str, int], int],
-    now: datetime,
-) -> None:
-    """The notices of the spend that moved since spent was taken (which it updates): the
-    thresholds reached and SOFT limits passed, in each budget's current period, and in a
-    closed period a hold of it settled past its hold (the events' unique key drops one
-    that period already had)."""
-    for budget_id in sorted(decision.touched):
-        budget = decision.touched[budget_id]
-        key = (budget_id, budget.period_no)
-        was, spent[key] = spent.get(key, 0), budget.used + budget.held
-        if budget.threshold_bps or budget.overage_policy is OveragePolicy.SOFT:
-            decision.events.extend(notices.budget_events(budget, was, now))
-    for key in sorted({*decision.closed_moved, *decision.closed_new}):
-        closed = state.closed[key]
-        was, spent[key] = spent.get(key, 0), closed.used + closed.held
-        owner = state.budgets.get(key[0])
-        if owner is not None and closed.used + closed.held > was:
-            decision.events.extend(notices.closed_events(owner, closed, was, now))
-
-
-def _notice_doubted(decision: BatchDecision, now: datetime) -> None:
-    """A hold.in_doubt notice for each hold the batch left in doubt."""
-    for hold in decision.doubted:
-        if hold.state is HoldState.IN_DOUBT:
-            decision.events.append(notices.in_doubt_event(hold, now))
-
-
-def _assert_pairs(
-    state: BatchState, decision: BatchDecision, before: dict[tuple[str, int], tuple[int, int]]
-) -> None:
-    """What moved on every budget's period equals what the ledger rows the batch writes say
-    moved (TigerBeetle's pair assertions): a move that skipped the ledger, or a ledger row
-    that moved nothing, fails here before anything is written."""
-    moved: dict[tuple[str, int], tuple[int, int]] = {}
-    for entry in decision.ledger:
-        key = (entry.budget_id, entry.period_no)
-        used, held = moved.get(key, (0, 0))
-        moved[key] = (used + entry.used_delta, held + entry.held_delta)
-    named = {key[0] for key in moved}
-    assert named <= set(decision.touched) | {key[0] for key in decision.closed_moved} | {
-        key[0] for key in decision.closed_new
-    }, "a ledger row names a budget not touched"
-    after = _counters(state)
-    for key, (used, held) in after.items():
-        was_used, was_held = before.get(key, (0, 0))
-        assert (used - was_used, held - was_held) == moved.get(key, (0, 0)), (
-            f"budget {key[0]!r} moved otherwise than its ledger rows say in period {key[1]}"
-        )
-        assert held >= 0, "held went negative"
-    assert set(moved) <= set(after), "a ledger row names a period not loaded"
-    for budget in state.budgets.values():
-        assert budget.open_reservations >= 0, "open_reservations went negative"
 
 
 def _in_unit(state: BatchState, result: Result) -> Result:
@@ -241,15 +155,8 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         # alone, with nothing held.
         amounts.usage_amount_of(budget, op.charge, op.shape, "", state.prices, now)
     amount = max(1, priced.amount)
-    for each in scope:
-        if not rules.counters_fit(each, 0, amount):
-            raise FailedPrecondition(
-                f"budget {each.budget_id!r}: a hold of {amount} would carry its counters "
-                "past 2^63-1; settle holds or start a new budget",
-                Reason.COUNTER_OVERFLOW,
-                budget_id=each.budget_id,
-            )
-    would = _budget_rates(scope, amount, now)
+    admit.require_counters_fit(scope, amount)
+    would = admit.budget_rates(scope, amount, now)
     if isinstance(would, ReserveResult):
         return replace(would, source=priced.source, price_version=priced.price_version)
     window = state.windows.get(op.account) if op.admissions_per_minute else None
@@ -268,55 +175,20 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     degrade = calls.degrade(budget, enforcing, op, priced, state.prices, now)
     if degrade is not None:
         priced, amount = degrade, max(1, degrade.amount)
-    admissions = []
-    for each in scope:
-        admission = rules.admit(each, amount, op.phase)
-        nested = len(scope) > 1
-        message = f"budget {each.budget_id!r}: {admission.message}"
-        if not admission.admitted and each.mode is BudgetMode.OBSERVE:
-            # Shadow mode: admitted, and told what an enforcing budget would have said.
-            if would is None:
-                would = _Would(RefusalReason.INSUFFICIENT_BUDGET, each.budget_id)
-            cap = each.cap(op.phase)
-            admission = rules.Admission(
-                admitted=True,
-                remaining=admission.remaining,
-                message=f"admitted in OBSERVE mode; ENFORCE would refuse: {admission.message}",
-                over_limit=cap is not None and each.used + each.held + amount > cap,
-                policy=admission.policy,
-            )
-        if not admission.admitted:
-            # All or nothing: the first budget without room refuses, and nothing is held.
-            if window is not None:
-                ratelimit.give_back(window)
-            return _refused(
-                amount, priced, RefusalReason.INSUFFICIENT_BUDGET, admission.remaining,
-                message if nested else admission.message,
-                refused_budget_id=each.budget_id, policy=admission.policy,
-            )  # fmt: skip
-        admissions.append(admission)
-    for each in scope:
-        if windows.limited(each):
-            windows.count(each, amount)
-            decision.touched[each.budget_id] = each
-    hold = _new_hold(op, budget, amount, priced, now)
-    if any(each.period_no for each in scope):
-        hold.periods = tuple(each.period_no for each in scope)
-    state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
-    state.holds_by_id[hold.reservation_id] = hold
-    decision.new_holds.append(hold)
-    move(state, decision, hold, LedgerKind.HOLD, amount, 0, now, opened=1)
-    for each, admission in zip(scope, admissions, strict=True):
-        if admission.over_limit:
-            flag_overage(decision, each, now)
-    charged = 0
-    if op.charge is not None:
-        prompt = ChargeOp(hold.reservation_id, RESERVE_CHARGE_KEY, 0, op.owner, op.charge)
-        result = charge(state, decision, prompt, now)
-        assert isinstance(result, ChargeResult)
-        charged = result.charged
-        # Made dispatched, the call is sent now: its record says so.
-        records.sent(decision.calls, hold, op.charge, now)
+    admissions, observed, refusing = admit.admissions(scope, amount, op.phase)
+    if refusing is not None:
+        # All or nothing: the first budget without room refuses, and nothing is held.
+        if window is not None:
+            ratelimit.give_back(window)
+        each, refusal = refusing
+        message = f"budget {each.budget_id!r}: {refusal.message}"
+        return _refused(
+            amount, priced, RefusalReason.INSUFFICIENT_BUDGET, refusal.remaining,
+            message if len(scope) > 1 else refusal.message,
+            refused_budget_id=each.budget_id, policy=refusal.policy,
+        )  # fmt: skip
+    would = would or observed
+    hold, charged = _hold(state, decision, op, scope, (amount, priced), admissions, now)
     return replace(
         _admitted(hold, budget, admissions),
         charged=charged,
@@ -327,53 +199,40 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Would:
-    """What an OBSERVE budget would have refused a Reserve for, and which budget."""
-
-    reason: RefusalReason
-    budget_id: str
-
-
-def _budget_rates(scope: list[Budget], amount: int, now: datetime) -> ReserveResult | _Would | None:
-    """The rate windows of the Reserve's budgets: a refusal when an enforcing budget has no
-    room in a window (naming the first, with the longest wait of them all, so that a retry
-    then fits every one), else what the first observing one would have refused, else None.
-    Nothing is counted here: an admission counts in every window."""
-    would = None
-    refusals = []
+def _hold(
+    state: BatchState,
+    decision: BatchDecision,
+    op: ReserveOp,
+    scope: list[Budget],
+    price: tuple[int, Priced],
+    admissions: list[rules.Admission],
+    now: datetime,
+) -> tuple[Hold, int]:
+    """Holds amount on every budget of scope, counted in their rate windows, and charges
+    the Reserve's charge on it; the new hold and what the charge charged."""
+    amount, priced = price
     for each in scope:
-        if not windows.limited(each):
-            continue
-        windows.advance(each.rate, now)
-        refusal = windows.check(each, amount, now)
-        if refusal is None:
-            continue
-        if each.mode is BudgetMode.OBSERVE:
-            would = would or _Would(RefusalReason.RATE_LIMITED, each.budget_id)
-        else:
-            refusals.append((each, refusal))
-    if not refusals:
-        return would
-    each, refusal = refusals[0]
-    waits = [r.retry_after for _, r in refusals]
-    retry_after = None if None in waits else max(w for w in waits if w is not None)
-    if refusal.retry_after is None:
-        message = f"a hold of {amount} is more than its {refusal.per_minute} units a minute"
-    else:
-        message = f"it has admitted its {refusal.per_minute} {refusal.window} this minute"
-    return ReserveResult(
-        admitted=False,
-        reservation_id="",
-        amount=amount,
-        remaining=each.remaining(),
-        reason=RefusalReason.RATE_LIMITED,
-        message=f"budget {each.budget_id!r}: {message}",
-        expires_at=None,
-        retry_after=retry_after,
-        refused_budget_id=each.budget_id,
-        policy=each.overage_policy,
-    )
+        if windows.limited(each):
+            windows.count(each, amount)
+            decision.touched[each.budget_id] = each
+    hold = _new_hold(op, scope[0], amount, priced, now)
+    if any(each.period_no for each in scope):
+        hold.periods = tuple(each.period_no for each in scope)
+    state.holds_by_key[(hold.owner, hold.idempotency_key)] = hold
+    state.holds_by_id[hold.reservation_id] = hold
+    decision.new_holds.append(hold)
+    move(state, decision, hold, LedgerKind.HOLD, amount, 0, now, opened=1)
+    for each, admitted in zip(scope, admissions, strict=True):
+        if admitted.over_limit:
+            flag_overage(decision, each, now)
+    if op.charge is None:
+        return hold, 0
+    prompt = ChargeOp(hold.reservation_id, RESERVE_CHARGE_KEY, 0, op.owner, op.charge)
+    result = charge(state, decision, prompt, now)
+    assert isinstance(result, ChargeResult)
+    # Made dispatched, the call is sent now: its record says so.
+    records.sent(decision.calls, hold, op.charge, now)
+    return hold, result.charged
 
 
 def _require_account_gate(state: BatchState, budget: Budget, op: ReserveOp) -> None:
@@ -566,13 +425,13 @@ def expire_due(state: BatchState, now: datetime) -> BatchDecision:
     undispatched one is closed (the job keeps what it charged, the rest returns to its
     budgets); a dispatched one goes into doubt, still held."""
     decision = BatchDecision()
-    roll_due(state, decision, now)
-    before = _counters(state)
-    spent = _spent(state)
+    bookkeeping.roll_due(state, decision, now)
+    before = bookkeeping.counters(state)
+    spent = bookkeeping.spent(state)
     for hold in state.holds_by_id.values():
         if rules.lease_passed(hold, now):
             lapse(state, decision, hold, now)
-    _notice(state, decision, spent, now)
-    _notice_doubted(decision, now)
-    _assert_pairs(state, decision, before)
+    bookkeeping.notice(state, decision, spent, now)
+    bookkeeping.notice_doubted(decision, now)
+    bookkeeping.assert_pairs(state, decision, before)
     return decision
