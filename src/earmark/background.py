@@ -75,16 +75,14 @@ class Background:
         probe: DatabaseProbe,
         on_liveness: OnLiveness | None = None,
         supervisor: Supervisor | None = None,
-        reporter: Reporter | None = None,
-        notices: Deliverer | None = None,
-        marks: MarkWatcher | None = None,
-        plans_file: FileProvider | None = None,
+        duties: Duties | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        self._reporter = reporter
-        self._notices = notices
-        self._marks = marks
+        duties = duties or Duties()
+        self._reporter = duties.reporter
+        self._notices = duties.notices
+        self._marks = duties.marks
         self._store = store
         self._probe = probe
         self._supervisor = supervisor
@@ -118,41 +116,7 @@ class Background:
                                    limits.background_stop_seconds_max)),
             )
         }  # fmt: skip
-        if reporter is not None:
-            self.loops["reporter"] = Loop(
-                "reporter",
-                self._report,
-                settings.report_interval_seconds,
-                stall_seconds(settings.report_interval_seconds, limits.report_pass_seconds_max),
-            )
-        if notices is not None:
-            # The loop beats after each event, which may wait out its attempt.
-            self.loops["notices"] = Loop(
-                "notices",
-                self._deliver,
-                limits.notify_interval_seconds,
-                stall_seconds(limits.notify_interval_seconds, limits.notify_event_seconds_max),
-            )
-        if marks is not None:
-            # A pass reads at most plan_marks_pages_max pages, each within a command's
-            # timeout.
-            self.loops["plan-marks"] = Loop(
-                "plan-marks",
-                self._watch_marks,
-                limits.plan_marks_poll_seconds,
-                stall_seconds(
-                    limits.plan_marks_poll_seconds,
-                    limits.plan_marks_pages_max * limits.db_command_timeout_seconds,
-                ),
-            )
-
-        if plans_file is not None:
-            self.loops["plans-file"] = Loop(
-                "plans-file",
-                plans_file.check,
-                limits.plans_file_check_seconds,
-                stall_seconds(limits.plans_file_check_seconds),
-            )
+        self.loops.update(_duty_loops(self, settings, duties))
 
     def start(self) -> None:
         now = self._monotonic()
@@ -356,3 +320,56 @@ class Background:
         self._metrics.set_budgets(
             await self._store.most_used_budgets(self._settings.metrics_budgets_max)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Duties:
+    """The loops a sidecar runs only with what they need: the meter reporter (a limits
+    provider), the notices' deliverer (--notify-url), the plan marks (plans) and the plans
+    file's watcher (--limits-provider file)."""
+
+    reporter: Reporter | None = None
+    notices: Deliverer | None = None
+    marks: MarkWatcher | None = None
+    plans_file: FileProvider | None = None
+
+
+def _duty_loops(background: Background, settings: Settings, duties: Duties) -> dict[str, Loop]:
+    """The loops of the duties given, by name."""
+    loops: dict[str, Loop] = {}
+    if duties.reporter is not None:
+        loops["reporter"] = Loop(
+            "reporter",
+            background._report,
+            settings.report_interval_seconds,
+            stall_seconds(settings.report_interval_seconds, limits.report_pass_seconds_max),
+        )
+    if duties.notices is not None:
+        # The loop beats after each event, which may wait out its attempt.
+        loops["notices"] = Loop(
+            "notices",
+            background._deliver,
+            limits.notify_interval_seconds,
+            stall_seconds(limits.notify_interval_seconds, limits.notify_event_seconds_max),
+        )
+    if duties.marks is not None:
+        # A pass reads at most plan_marks_pages_max pages, each within a command's
+        # timeout.
+        loops["plan-marks"] = Loop(
+            "plan-marks",
+            background._watch_marks,
+            limits.plan_marks_poll_seconds,
+            stall_seconds(
+                limits.plan_marks_poll_seconds,
+                limits.plan_marks_pages_max * limits.db_command_timeout_seconds,
+            ),
+        )
+
+    if duties.plans_file is not None:
+        loops["plans-file"] = Loop(
+            "plans-file",
+            duties.plans_file.check,
+            limits.plans_file_check_seconds,
+            stall_seconds(limits.plans_file_check_seconds),
+        )
+    return loops

@@ -68,6 +68,7 @@ class Metrics:
         )
         self._decisions(self.registry)
         self._internals(self.registry)
+        self._outside(self.registry)
         self._gauges(self.registry)
         self.registry.register(LogDrops())
 
@@ -170,6 +171,26 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.background_errors = Counter(
+            "earmark_background_errors",
+            "Passes of a background loop (sweeper, database-watch, gauges, repricer, reporter) "
+            "that failed; each is logged as background_failed and retried after a backoff.",
+            ["loop"],
+            registry=r,
+        )
+        self.database_restarts = Counter(
+            "earmark_embedded_database_restarts",
+            "Times the sidecar restarted its embedded PostgreSQL after it died.",
+            registry=r,
+        )
+        self.rpc_duration = Histogram(
+            "earmark_rpc_duration_seconds", "RPC latency by method and status code.",
+            ["method", "code"], buckets=_LATENCY_BUCKETS_SECONDS, registry=r,
+        )  # fmt: skip
+
+    def _outside(self, r: CollectorRegistry) -> None:
+        """What went out of the sidecar: the provider's meter and answers, the plans file,
+        and budget notices."""
         self.meter_reports = Counter(
             "earmark_meter_reports", "Usage totals sent to the provider's meter, by result.",
             ["result"], registry=r,
@@ -218,22 +239,6 @@ class Metrics:
             "Age of the oldest total not yet reported to the provider's meter (database).",
             registry=r,
         )
-        self.background_errors = Counter(
-            "earmark_background_errors",
-            "Passes of a background loop (sweeper, database-watch, gauges, repricer, reporter) "
-            "that failed; each is logged as background_failed and retried after a backoff.",
-            ["loop"],
-            registry=r,
-        )
-        self.database_restarts = Counter(
-            "earmark_embedded_database_restarts",
-            "Times the sidecar restarted its embedded PostgreSQL after it died.",
-            registry=r,
-        )
-        self.rpc_duration = Histogram(
-            "earmark_rpc_duration_seconds", "RPC latency by method and status code.",
-            ["method", "code"], buckets=_LATENCY_BUCKETS_SECONDS, registry=r,
-        )  # fmt: skip
 
     def _gauges(self, r: CollectorRegistry) -> None:
         """The state of the database, refreshed in the background."""

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
 from earmark import files, limits, listeners
-from earmark.background import Background
+from earmark.background import Background, Duties
 from earmark.datadir import DataDirLock
 from earmark.errors import EarmarkError, Unavailable
 from earmark.metrics import Metrics
@@ -200,13 +200,15 @@ class Sidecar:
             probe=DatabaseProbe(dsn),
             on_liveness=self._set_liveness,
             supervisor=supervisor,
-            reporter=None
-            if self.provider is None
-            else Reporter(store, self.provider, m, self.clock),
-            # Plan changes pushed by `earmark kinde-webhooks` reach the gate through marks.
-            notices=self._deliverer(dsn),
-            marks=None if self.plans is None else MarkWatcher(store, self.plans.forget),
-            plans_file=self.provider if isinstance(self.provider, FileProvider) else None,
+            duties=Duties(
+                reporter=None
+                if self.provider is None
+                else Reporter(store, self.provider, m, self.clock),
+                notices=self._deliverer(dsn),
+                # Plan changes pushed by `earmark kinde-webhooks` reach the gate through marks.
+                marks=None if self.plans is None else MarkWatcher(store, self.plans.forget),
+                plans_file=self.provider if isinstance(self.provider, FileProvider) else None,
+            ),
         )
         self.background.start()
 

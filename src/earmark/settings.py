@@ -262,6 +262,13 @@ class Settings:
         return self.tls_cert_file is not None
 
     def __post_init__(self) -> None:
+        self._check_listeners()
+        self._check_ranges()
+        self._check_choices()
+        self._check_plans()
+        self._check_notify()
+
+    def _check_listeners(self) -> None:
         host, _ = split_host_port(self.listen, "listen")
         self._check_exposure("listen", host)
         admin = self.admin_address
@@ -285,48 +292,33 @@ class Settings:
             metrics_host, _ = split_host_port(self.metrics_listen, "metrics_listen")
             # The gauges name budgets, their limits and their use: the same rule as --listen.
             self._check_exposure("metrics_listen", metrics_host)
-        if not 0 <= self.database_wait_seconds <= limits.database_wait_seconds_max:
-            raise ValueError(
-                f"database_wait_seconds: {self.database_wait_seconds} is not in "
-                f"[0, {limits.database_wait_seconds_max:g}]"
-            )
-        if (
-            not limits.lease_seconds_min
-            <= self.lease_seconds_max
-            <= limits.lease_seconds_max_ceiling
-        ):
-            raise ValueError(
-                f"lease_seconds_max: {self.lease_seconds_max} is outside "
-                f"[{limits.lease_seconds_min}, {limits.lease_seconds_max_ceiling}]"
-            )
-        if not 0 < self.sweep_interval_seconds <= 3600:
-            raise ValueError(
-                f"sweep_interval_seconds: {self.sweep_interval_seconds} is not in (0, 3600]"
-            )
-        if not 0 <= self.shutdown_grace_seconds <= 600:
-            raise ValueError(
-                f"shutdown_grace_seconds: {self.shutdown_grace_seconds} is not in [0, 600]"
-            )
-        if not 0 <= self.drain_quiet_seconds <= limits.drain_quiet_seconds_max:
-            raise ValueError(
-                f"drain_quiet_seconds: {self.drain_quiet_seconds} is not in "
-                f"[0, {limits.drain_quiet_seconds_max:g}]"
-            )
-        if not 0 <= self.drain_holds_seconds <= 600:
-            raise ValueError(f"drain_holds_seconds: {self.drain_holds_seconds} is not in [0, 600]")
-        if not limits.pool_size_min <= self.pool_size_max <= 100:
-            raise ValueError(
-                f"pool_size_max: {self.pool_size_max} is not in [{limits.pool_size_min}, 100]"
-            )
-        if not 0 <= self.metrics_budgets_max <= limits.metrics_budgets_max_ceiling:
-            raise ValueError(
-                f"metrics_budgets_max: {self.metrics_budgets_max} is not in "
-                f"[0, {limits.metrics_budgets_max_ceiling}]"
-            )
-        if not 0 < self.metrics_refresh_seconds <= 3600:
-            raise ValueError(
-                f"metrics_refresh_seconds: {self.metrics_refresh_seconds} is not in (0, 3600]"
-            )
+
+    def _check_ranges(self) -> None:
+        """Each bounded number within its bounds; the message names the setting and the
+        interval ("(" when the low end is excluded)."""
+        bounded: tuple[tuple[str, float, float, bool], ...] = (
+            ("database_wait_seconds", 0, limits.database_wait_seconds_max, False),
+            (
+                "lease_seconds_max",
+                limits.lease_seconds_min,
+                limits.lease_seconds_max_ceiling,
+                False,
+            ),
+            ("sweep_interval_seconds", 0, 3600, True),
+            ("shutdown_grace_seconds", 0, 600, False),
+            ("drain_quiet_seconds", 0, limits.drain_quiet_seconds_max, False),
+            ("drain_holds_seconds", 0, 600, False),
+            ("pool_size_max", limits.pool_size_min, 100, False),
+            ("metrics_budgets_max", 0, limits.metrics_budgets_max_ceiling, False),
+            ("metrics_refresh_seconds", 0, 3600, True),
+        )
+        for name, low, high, low_open in bounded:
+            value = getattr(self, name)
+            if (value <= low if low_open else value < low) or value > high:
+                opening = "(" if low_open else "["
+                raise ValueError(f"{name}: {value} is not in {opening}{low:g}, {high:g}]")
+
+    def _check_choices(self) -> None:
         if self.admission not in {"grouped", "naive"}:
             raise ValueError(f"admission: {self.admission!r} is not grouped or naive")
         if self.database_pooler not in {"none", "pgbouncer"}:
@@ -335,8 +327,6 @@ class Settings:
             raise ValueError(f"log_level: {self.log_level!r} is not debug, info, warning or error")
         if self.log_format not in {"auto", "json", "console"}:
             raise ValueError(f"log_format: {self.log_format!r} is not auto, json or console")
-        self._check_plans()
-        self._check_notify()
 
     def _check_plans(self) -> None:
         if self.limits_provider not in {"static", "kinde", "file"}:

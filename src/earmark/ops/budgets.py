@@ -83,6 +83,11 @@ def _put_arguments(put: argparse.ArgumentParser) -> None:
     put.add_argument(
         "--overage-limit", type=int, help="with soft: how far past the limit; not given: no bound"
     )
+    _policy_arguments(put)
+
+
+def _policy_arguments(put: argparse.ArgumentParser) -> None:
+    """A budget's policies: its period, notices, mode and rate windows (docs/concepts.md)."""
     put.add_argument(
         "--period",
         choices=list(policies.PERIODS),
