@@ -17,11 +17,12 @@ import grpc
 import pytest
 
 from earmark.server import Sidecar
-from earmark.settings import Settings
+from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings
 from earmark.store import Store, operator
 from earmark.store.embedded import EmbeddedPostgres, ensure_database
 from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
+from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.helpers import FakeClock, HeldListings
 
 TEST_DATABASE = "earmark_test"
@@ -175,10 +176,15 @@ async def sidecar(dsn: str, socket_dir: Path) -> AsyncIterator[Running]:
         yield s
 
 
+# Where `clock` starts, unless the test's module says otherwise with CLOCK_START.
+CLOCK_START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
 @pytest.fixture
-def clock() -> FakeClock:
-    """The injected clock of `clocked`: time moves only when the test says."""
-    return FakeClock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+def clock(request: pytest.FixtureRequest) -> FakeClock:
+    """The injected clock (of `clocked`, and of every sidecar a test gives it): time moves
+    only when the test says. It starts at the test module's CLOCK_START, if it has one."""
+    return FakeClock(getattr(request.module, "CLOCK_START", CLOCK_START))
 
 
 @pytest.fixture
@@ -194,3 +200,15 @@ def held_listings(monkeypatch: pytest.MonkeyPatch) -> HeldListings:
     held = HeldListings(operator.hold_rows)
     monkeypatch.setattr(operator, "hold_rows", held)
     return held
+
+
+@pytest.fixture
+def kinde(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKinde]:
+    """A fake Kinde on 127.0.0.1, with the sidecar's client credentials in the environment
+    and account "acct" on a plan of 100,000 tokens; a module needing another plan says so
+    in a fixture of its own."""
+    monkeypatch.setenv(KINDE_CLIENT_ID, CLIENT_ID)
+    monkeypatch.setenv(KINDE_CLIENT_SECRET, CLIENT_SECRET)
+    with fake_kinde() as fake:
+        fake.state.limits["acct"] = {"tokens": 100_000}
+        yield fake

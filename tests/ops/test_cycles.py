@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from tests.conftest import Running
 from tests.ops.test_commands import rows, run, run_json
-from tests.service.test_plans import CYCLE, clock, kinde, reserve, side
+from tests.service.test_plans import CLOCK_START, CYCLE, reserve, side
 
-__all__ = ["clock", "kinde", "side"]
+__all__ = ["CLOCK_START", "side"]
 
 
 async def test_budgets_list_shows_the_accounts_cycles(side: Running) -> None:

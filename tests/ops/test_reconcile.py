@@ -41,9 +41,8 @@ TIMEOUT_SECONDS = 0.3
 RETRIED = RetryPolicy(3, 0.001, 0.01)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = T0
 
 
 @pytest.fixture

@@ -28,9 +28,8 @@ KEY, KEY_ID = "sk-ant-metered", "apikey_metered"
 ADMIN_KEY = "sk-ant-admin01-" + "c3" * 24
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = T0
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,22 +13,14 @@ import pytest
 from earmark.plans.cache import LimitCache, LimitRead, LimitUnavailable
 from earmark.plans.kinde import KindeProvider
 from earmark.plans.provider import Period, ProviderUnavailable
-from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
+from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde
 from tests.helpers import FakeClock, eventually
 
 START = datetime(2026, 8, 15, 12, tzinfo=UTC)
 
 
-@pytest.fixture
-def kinde() -> Iterator[FakeKinde]:
-    with fake_kinde() as fake:
-        fake.state.limits["acct"] = {"tokens": 100_000}
-        yield fake
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = START
 
 
 @pytest.fixture

@@ -60,9 +60,8 @@ class Agreements:
         pass
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 12, 1, 12, tzinfo=UTC))
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
 
 @pytest.fixture

@@ -33,9 +33,8 @@ def kinde() -> Iterator[FakeKinde]:
         yield fake
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = START
 
 
 @pytest.fixture

@@ -40,9 +40,8 @@ def dollars(value: float) -> int:
     return round(value * 1_000_000)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(PUBLISHED)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = PUBLISHED
 
 
 @pytest.fixture

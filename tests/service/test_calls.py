@@ -48,9 +48,8 @@ def cost(input_tokens: int, output_tokens: int, input_rate: int = INPUT_RATE) ->
     return -(-(input_tokens * input_rate + output_tokens * OUTPUT_RATE) // 1_000_000)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = NOW
 
 
 @pytest.fixture

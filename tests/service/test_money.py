@@ -41,9 +41,8 @@ def gpt4o(at: datetime, input_rate: int = 2_500_000, output_rate: int = 10_000_0
     )
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = NOW
 
 
 @pytest.fixture

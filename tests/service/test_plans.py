@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,10 +17,9 @@ import structlog
 from google.protobuf.duration_pb2 import Duration
 
 from earmark.server import Sidecar
-from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running, sidecar_settings
-from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
+from tests.fake_kinde import CLIENT_SECRET, FakeKinde
 from tests.helpers import FakeClock, assert_invariants, eventually, fetch_budget_row
 from tests.workloads.test_commands import run_json
 
@@ -28,18 +27,8 @@ START = datetime(2026, 8, 15, 12, tzinfo=UTC)
 CYCLE = "acct/tokens/2026-08-01"
 
 
-@pytest.fixture
-def kinde(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKinde]:
-    monkeypatch.setenv(KINDE_CLIENT_ID, CLIENT_ID)
-    monkeypatch.setenv(KINDE_CLIENT_SECRET, CLIENT_SECRET)
-    with fake_kinde() as fake:
-        fake.state.limits["acct"] = {"tokens": 100_000}
-        yield fake
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = START
 
 
 def plans_sidecar(

@@ -48,9 +48,8 @@ def write_plans(path: Path, text: str) -> None:
     os.utime(path, ns=(stamp, stamp))
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = START
 
 
 @pytest.fixture

@@ -43,9 +43,8 @@ def kinde(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKinde]:
         yield fake
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = START
 
 
 @pytest.fixture

@@ -26,9 +26,8 @@ P1, P2 = ANCHOR, ANCHOR + timedelta(days=30)
 AGREEMENT = "agreement_acct_pro"
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(P2 - timedelta(minutes=10))
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = P2 - timedelta(minutes=10)
 
 
 @pytest.fixture

@@ -31,9 +31,8 @@ DAY = timedelta(days=1)
 LONG = Duration(seconds=3600)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 3, 7, 17, tzinfo=UTC))
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = datetime(2026, 3, 7, 17, tzinfo=UTC)
 
 
 @pytest.fixture

@@ -26,9 +26,8 @@ IN_P1 = datetime(2026, 12, 14, 23, 50, tzinfo=UTC)
 IN_P2 = datetime(2026, 12, 15, 0, 10, tzinfo=UTC)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(IN_P1)
+# Where the conftest's `clock` starts for this module's tests.
+CLOCK_START = IN_P1
 
 
 @pytest.fixture
