@@ -73,11 +73,13 @@ WHERE NOT EXISTS (SELECT 1 FROM budgets b
 """
 
 
-# open_holds must list exactly the held reservations, with their deadlines.
+# open_holds' rows with a deadline must be exactly the held reservations, with their
+# deadlines; a row without one is a closed hold's that the sweeper has yet to delete
+# (migration 0020).
 OPEN_HOLDS_DRIFT = f"""
 SELECT count(*) FROM reservations r
 FULL JOIN open_holds o USING (reservation_id)
-WHERE (r.state = {_HELD}) IS DISTINCT FROM (o.reservation_id IS NOT NULL)
+WHERE (r.state = {_HELD}) IS DISTINCT FROM (o.expires_at IS NOT NULL)
    OR (r.state = {_HELD} AND r.expires_at <> o.expires_at)
 """
 

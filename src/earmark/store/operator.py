@@ -52,7 +52,8 @@ LIMIT $rows
 """)
 
 # Every budget's open holds in one state, oldest first: the state's side table (open_holds
-# has exactly the held ones, in_doubt_holds the ones in doubt: migrations 0002 and 0007),
+# has the held ones, and closed ones the sweeper has yet to delete, which the state leaves
+# out; in_doubt_holds the ones in doubt: migrations 0002, 0007 and 0020),
 # each row's reservation read by its primary key, in keyset order (created_at,
 # reservation_id). A page reads the state's whole side table, which the open holds bound;
 # no index on reservations is added for it, so a Settle's update stays HOT (migration
@@ -372,7 +373,8 @@ async def most_used_budgets(conn: Conn, count: int) -> list[Budget]:
 async def held_among(conn: Conn, reservation_ids: list[str], now: datetime) -> list[str]:
     """Which of reservation_ids are still held with their lease running, soonest deadline
     first: what a stopping sidecar waits for. A hold in doubt, closed or past its lease is
-    left out, since no worker is about to settle it (open_holds has exactly the held ones)."""
+    left out, since no worker is about to settle it (open_holds' rows with a deadline are
+    exactly the held ones)."""
     rows = await conn.fetch(
         "SELECT reservation_id::text AS reservation_id FROM open_holds "
         "WHERE reservation_id = ANY($1::uuid[]) AND expires_at > $2 ORDER BY expires_at",

@@ -25,7 +25,8 @@ JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS now_in(provider
      version)
   ON now_in.provider = (r.shape::jsonb ->> 0) AND now_in.model = (r.shape::jsonb ->> 1)
  AND now_in.tier = coalesce(r.shape::jsonb ->> 8, '')
-WHERE r.charged = 0 AND r.source = {int(EstimateSource.SHAPE)} AND r.shape IS NOT NULL
+WHERE o.expires_at IS NOT NULL
+  AND r.charged = 0 AND r.source = {int(EstimateSource.SHAPE)} AND r.shape IS NOT NULL
   AND r.price_version <> now_in.version
 ORDER BY o.expires_at
 LIMIT $5

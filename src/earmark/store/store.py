@@ -375,7 +375,8 @@ class Store:
 
     async def sweep_once(self, batch_size: int = limits.sweep_batch_size_max) -> int:
         """Closes at most batch_size holds whose lease passed, in one transaction; holds
-        another transaction has locked are skipped, so sweepers never close one twice."""
+        another transaction has locked are skipped, so sweepers never close one twice.
+        Then deletes the rows of open_holds that batches closed (sweeper.forget_closed)."""
         assert 1 <= batch_size <= limits.sweep_batch_size_max
 
         async def work(conn: Conn) -> int:
@@ -384,6 +385,7 @@ class Store:
         closed = await self._serializable(work)
         if closed and self._observer.on_expired is not None:
             self._observer.on_expired(closed)
+        await self._transaction(sweeper.forget_closed, "read_committed")
         return closed
 
     async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:

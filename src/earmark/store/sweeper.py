@@ -27,3 +27,24 @@ async def sweep(conn: Conn, now: datetime, batch_size: int) -> int:
         decided.append((state, expire_due(state, now)))
     await writes.write_decisions(conn, decided)
     return sum(len(d.changed_holds) for _, d in decided)
+
+
+# The rows of holds that batches closed (migration 0020), oldest first by the due index's
+# NULLs; EvalPlanQual's recheck of the deadline in READ COMMITTED keeps a row that got one
+# meanwhile.
+FORGET_CLOSED = """
+DELETE FROM open_holds WHERE reservation_id = ANY(ARRAY(
+    SELECT reservation_id FROM open_holds WHERE expires_at IS NULL LIMIT $1))
+    AND expires_at IS NULL
+"""
+# Rows deleted per sweep at most: more than a sidecar's batches close between two sweeps.
+FORGET_CLOSED_MAX = 10_000
+
+
+async def forget_closed(conn: Conn, limit: int = FORGET_CLOSED_MAX) -> int:
+    """Deletes at most limit rows of open_holds without a deadline: holds closed by a batch,
+    which sets the deadline to NULL rather than deleting (a DELETE would read the table's
+    few index pages under SERIALIZABLE). Run in READ COMMITTED, where it conflicts with no
+    serializable transaction. How many it deleted."""
+    done = await conn.execute(FORGET_CLOSED, limit)
+    return int(done.split()[-1])

@@ -87,12 +87,18 @@ WRITES: dict[str, str] = {
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at, period_no)
     SELECT * FROM unnest($ledger::write_ledger[])""",
     "opened": "INSERT INTO open_holds SELECT * FROM unnest($opened::open_holds[])",
-    "extended": f"""
-    UPDATE open_holds AS o SET expires_at = u.expires_at
-    FROM unnest($extended::open_holds[]) AS u
-    WHERE o.reservation_id = u.reservation_id
-        AND o.reservation_id = ANY({_keys_of("$extended::open_holds[]")})""",
-    "closed": "DELETE FROM open_holds WHERE reservation_id = ANY($closed::uuid[])",
+    # A renewed or closed hold's row is written by INSERT ... ON CONFLICT DO UPDATE, never
+    # found by an UPDATE or a DELETE: PostgreSQL finds the conflicting row with a dirty
+    # snapshot, which takes no predicate lock, where a scan of open_holds' few index pages
+    # (every Reserve inserts there) made every two batches conflict (migration 0020). A
+    # closed hold's row loses its deadline; the sweeper deletes it (Store.sweep_once).
+    "extended": """
+    INSERT INTO open_holds SELECT * FROM unnest($extended::open_holds[])
+    ON CONFLICT (reservation_id) DO UPDATE SET expires_at = EXCLUDED.expires_at""",
+    "closed": """
+    INSERT INTO open_holds SELECT c, NULL FROM unnest($closed::uuid[]) AS c
+    ON CONFLICT (reservation_id) DO UPDATE SET expires_at = NULL
+    WHERE open_holds.expires_at IS NOT NULL""",
     "windows": """
     INSERT INTO accounts SELECT * FROM unnest($windows::accounts[])
     ON CONFLICT (account) DO UPDATE

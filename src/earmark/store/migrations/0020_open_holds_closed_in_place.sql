@@ -1,0 +1,26 @@
+-- A hold closed by a batch keeps its open_holds row, with no deadline, until the sweeper
+-- deletes it outside the batches (issue 35).
+--
+-- Batches of different budgets aborted each other under SERIALIZABLE through this table.
+-- A Settle deleted its hold's row, and a DELETE finds its row by an index scan of
+-- open_holds_pkey, which takes a predicate lock on the index's leaf page; open_holds holds
+-- only the live holds, a few dozen, all on one or a few leaf pages, into which every
+-- Reserve inserts. So every batch with a Settle read what every concurrent batch with a
+-- Reserve wrote, and a batch with both (most of them) made a cycle with any other: with a
+-- budget per sidecar and 8 sidecars, 0.1 to 0.2 serialization failures per admission and
+-- transactions that gave up after 8 (PostgreSQL's log: "Canceled on identification as a
+-- pivot", "conflict in from prepared pivot"). A batch now closes a hold's row with INSERT
+-- ... ON CONFLICT DO UPDATE SET expires_at = NULL, and renews it the same way: PostgreSQL
+-- finds the conflicting row with a dirty snapshot, which takes no predicate lock, so no
+-- batch reads open_holds at all. The sweeper deletes rows without a deadline in READ
+-- COMMITTED transactions, which serializable ones do not conflict with.
+--
+-- Invariant (replacing 0002's): the rows of open_holds with a deadline are exactly the
+-- reservations in state 1 (held), with their expires_at; a row without one is a closed
+-- hold's, not yet deleted.
+--
+-- Only a NOT NULL is dropped: the table's row type, which the previous release's batches
+-- write, keeps its columns. That release still deletes the rows it closes, which the
+-- invariant allows; its audit (`earmark audit`) counts the rows without a deadline as
+-- drift until every sidecar runs this release.
+ALTER TABLE open_holds ALTER COLUMN expires_at DROP NOT NULL;
