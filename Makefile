@@ -67,8 +67,12 @@ $(STAMP): pyproject.toml
 run: venv
 	$(BIN)/earmark serve
 
+# Three workers, each with its own embedded PostgreSQL; the tests that build the TypeScript
+# package or the Python release share a worker each (xdist_group), since they write its
+# build folders.
+TEST_WORKERS ?= 3
 test: venv typescript node buf-tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: venv
 	$(BIN)/ruff check src tests tools bench

@@ -24,7 +24,8 @@ from earmark.spawn import log_events
 from tests.conftest import Running
 from tests.helpers import child, eventually, stop_leftover_postgres
 
-pytestmark = pytest.mark.slow
+# `python -m build` writes the egg-info and build folders of this tree: one worker runs it.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -55,6 +55,9 @@ from tests.conftest import Running, running, sidecar_settings
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import FakeClock, assert_invariants, child, eventually
 
+# Builds in the package's own folders: one worker runs every such test (make test).
+pytestmark = pytest.mark.xdist_group("typescript")
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "recovery_profile_worker.py"

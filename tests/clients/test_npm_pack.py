@@ -57,9 +57,11 @@ main().catch((error) => {
 });
 """
 
+# Builds in the package's own folders: one worker runs every such test (make test).
 pytestmark = [
     pytest.mark.skipif(NODE is None or NPM is None, reason="node is not on this machine"),
     pytest.mark.slow,
+    pytest.mark.xdist_group("typescript"),
 ]
 
 

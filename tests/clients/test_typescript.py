@@ -65,7 +65,11 @@ def doc_block(name: str) -> str:
     return found[1]
 
 
-pytestmark = pytest.mark.skipif(NODE is None or NPM is None, reason="node is not on this machine")
+# Builds in the package's own folders: one worker runs every such test (make test).
+pytestmark = [
+    pytest.mark.skipif(NODE is None or NPM is None, reason="node is not on this machine"),
+    pytest.mark.xdist_group("typescript"),
+]
 
 
 async def run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> str:

@@ -14,6 +14,9 @@ from earmark.client import AsyncClient
 from tests.conftest import Running
 from tests.helpers import assert_invariants, child
 
+# Builds in the package's own folders: one worker runs every such test (make test).
+pytestmark = pytest.mark.xdist_group("typescript")
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "examples" / "node-worker" / "worker.js"
 NODE = shutil.which("node")
