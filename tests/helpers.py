@@ -11,7 +11,6 @@ import socket
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,9 @@ from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
 from earmark.store.audit import audit
+
+# The clock tests inject, from the test doubles Earmark ships to workers' authors.
+from earmark.testing import FakeClock as FakeClock
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc
 
@@ -41,22 +43,6 @@ def reason_of(error: grpc.RpcError) -> tuple[str, dict[str, str]]:
     assert 1 == len(infos), f"expected one ErrorInfo, got {infos}"
     assert "earmark" == infos[0].domain
     return infos[0].reason, dict(infos[0].metadata)
-
-
-class FakeClock:
-    """The injected clock of a store or sidecar under test: time moves only when told."""
-
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-    def set(self, at: datetime) -> None:
-        self.at = at
-
-    def advance(self, by: timedelta) -> None:
-        self.at += by
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
