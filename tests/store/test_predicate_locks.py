@@ -3,6 +3,7 @@ it: batches of different budgets must not read the pages that others write (issu
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -10,7 +11,8 @@ import asyncpg
 
 from earmark.core.model import Outcome
 from earmark.core.ops import ReserveResult, SettleOp
-from earmark.store import Store, stripes, writes
+from earmark.core.prices import PriceBook
+from earmark.store import Store, StoreObserver, queries, stripes, writes
 from earmark.store.audit import audit
 from tests.helpers import assert_invariants
 from tests.store.test_store import reserve_op
@@ -107,3 +109,53 @@ async def test_the_audit_counts_a_held_reservation_without_a_deadline(
     finally:
         await conn.close()
     assert ["open_holds differs from the held reservations in 1 rows"] == problems
+
+
+async def test_a_batch_reads_idempotency_keys_only_when_asked(store: Store, dsn: str) -> None:
+    """Loading a batch without its Reserves' keys reads nothing of
+    reservations_idempotency, whose leaf pages budgets with neighbouring ids share; with
+    them, the probe locks the leaf page where the key would be."""
+    await store.put_budget("b", 1_000_000, "t")
+    op = reserve_op(1)
+    conn = await asyncpg.connect(dsn)
+    try:
+        locks = {}
+        for by_key in (False, True):
+            undone = conn.transaction(isolation="serializable")
+            await undone.start()
+            await conn.execute(stripes.SETTINGS)
+            await queries.load_batches(conn, [(("b",), op)], PriceBook(), by_key=by_key)
+            locks[by_key] = {row[0] for row in await conn.fetch(SIREAD)}
+            await undone.rollback()
+    finally:
+        await conn.close()
+    assert "reservations_idempotency" not in locks[False]
+    assert "reservations_idempotency" in locks[True]
+
+
+async def test_a_repeated_reserve_answers_its_hold_whether_admitted_or_not(dsn: str) -> None:
+    """A Reserve is decided first as if its key were new. Repeated where the budget has room,
+    its insert fails on the unique key and the batch runs again with keys looked up (one
+    retry); repeated where the first took the whole budget, its refusal is checked against
+    the keys before it stands. Both answer the first hold, and nothing moves twice."""
+    retries: list[int] = []
+    store = await Store.open(dsn, observer=StoreObserver(on_retry=lambda: retries.append(1)))
+    try:
+        await store.put_budget("roomy", 100, "t")
+        await store.put_budget("full", 10, "t")
+        answers = {}
+        for budget_id, amount in (("roomy", 10), ("full", 10)):
+            op = reserve_op(amount, budget_id=budget_id)
+            first = await store.submit(op)
+            again = await store.submit(
+                dataclasses.replace(op, new_reservation_id=str(uuid.uuid4()))
+            )
+            assert isinstance(first, ReserveResult)
+            assert isinstance(again, ReserveResult)
+            answers[budget_id] = (first.admitted, again.admitted, again.duplicate,
+                                  again.reservation_id == first.reservation_id)  # fmt: skip
+    finally:
+        await store.close()
+    assert {"roomy": (True, True, True, True), "full": (True, True, True, True)} == answers
+    assert [1] == retries
+    await assert_invariants(dsn)

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Literal, Protocol, TypeVar
 
+import asyncpg
+
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState, decide_batch
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
@@ -103,20 +105,44 @@ class Batches:
         named = {budget_id for route, _ in entries for budget_id in route}
         locked = {stripes.stripe_of(budget_id) for budget_id in named}
         by_budget: dict[str, list[int]] = {}
+        # Whether the Reserves' idempotency keys are looked up before deciding: not at
+        # first (see decide).
+        by_key = False
+
+        async def decide(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
+            states, self._prices = await queries.load_batches(
+                conn, entries, self._prices, by_key=by_key
+            )
+            now = self._clock()
+            return [
+                (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
+                for b, indices in by_budget.items()
+            ]
 
         async def work(conn: Conn) -> list[tuple[BatchState, BatchDecision]]:
+            nonlocal by_key
             if top_up is not None:
                 top_up(lambda route: all(stripes.stripe_of(b) in locked for b in route))
             by_budget.clear()
             for index, (route, _) in enumerate(entries):
                 by_budget.setdefault(route[0], []).append(index)
-            states, self._prices = await queries.load_batches(conn, entries, self._prices)
-            now = self._clock()
-            decided = [
-                (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
-                for b, indices in by_budget.items()
-            ]
-            await writes.write_decisions(conn, decided)
+            # A Reserve is decided first as if its key were new, without reading
+            # reservations_idempotency, whose leaf pages budgets with neighbouring ids
+            # share and every new hold inserts into: under SERIALIZABLE that read made
+            # batches of different budgets conflict (issue 35). Exact all the same: a
+            # Reserve whose key names a hold and that the decision admits fails its insert
+            # on the unique key, and the transaction runs again looking keys up; one it
+            # does not admit is looked up before its answer stands.
+            decided = await decide(conn)
+            if not by_key and await queries.keys_taken(conn, _not_made(entries, decided)):
+                by_key = True
+                decided = await decide(conn)
+            try:
+                await writes.write_decisions(conn, decided)
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name == IDEMPOTENCY_KEY:
+                    by_key = True
+                raise
             return decided
 
         decided = await self._serializable(work, first=stripes.first_statement(named))
@@ -134,3 +160,19 @@ class Batches:
             if isinstance(op, SettleOp) and isinstance(outcome, SettleResult):
                 self._routes.forget(op.reservation_id)
         return outcomes
+
+
+# The unique index of reservations' idempotency keys (migration 0003).
+IDEMPOTENCY_KEY = "reservations_idempotency"
+
+
+def _not_made(
+    entries: list[tuple[Route, Op]], decided: list[tuple[BatchState, BatchDecision]]
+) -> list[ReserveOp]:
+    """The Reserves whose decision made no new hold for their key."""
+    made = {(h.budget_id, h.owner, h.idempotency_key) for _, d in decided for h in d.new_holds}
+    return [
+        op
+        for _, op in entries
+        if isinstance(op, ReserveOp) and (op.budget_id, op.owner, op.idempotency_key) not in made
+    ]

@@ -39,6 +39,9 @@ from earmark.store.tx import Conn
 # The keyed lookups resolve to ids first, one index probe per key, so that the whole
 # statement is index lookups: an OR of the two conditions plans as a scan of every
 # reservation, and under SERIALIZABLE a scan also conflicts with every other writer.
+# A batch sends keys only when it must (store/batches.py): a probe of
+# reservations_idempotency locks the leaf page where the key would be, which budgets with
+# neighbouring ids share, and every new hold inserts there.
 _LOCK_HOLDS = f"""
 SELECT {HOLD_COLUMNS} FROM reservations
 WHERE reservation_id = ANY($ids::uuid[] || ARRAY(
@@ -224,15 +227,15 @@ async def load_price_book(conn: Conn, cached: PriceBook, seq: int) -> PriceBook:
 
 
 async def load_batches(
-    conn: Conn, entries: Sequence[tuple[Route, Op]], prices: PriceBook
+    conn: Conn, entries: Sequence[tuple[Route, Op]], prices: PriceBook, *, by_key: bool = True
 ) -> tuple[dict[str, BatchState], PriceBook]:
-    """Locks the holds the operations name, then every budget their routes name in id
-    order (one round trip), reads earlier charge answers, then the job samples the batch
-    needs; returns one state per budget the operations are routed by, sharing the locked
-    budgets, the price book (reloaded if a price was added) and the samples, and the price
-    book."""
+    """Locks the holds the operations name (by id, and with by_key the holds of the
+    Reserves' idempotency keys), then every budget their routes name in id order (one round
+    trip), reads earlier charge answers, then the job samples the batch needs; returns one
+    state per budget the operations are routed by, sharing the locked budgets, the price
+    book (reloaded if a price was added) and the samples, and the price book."""
     ids = [op.reservation_id for _, op in entries if not isinstance(op, ReserveOp)]
-    keyed = [op for _, op in entries if isinstance(op, ReserveOp)]
+    keyed = [op for _, op in entries if isinstance(op, ReserveOp)] if by_key else []
     states = {route[0]: BatchState(budget_id=route[0], budget=None) for route, _ in entries}
     args = LOCK_BATCH.args(
         ids=ids,
@@ -293,6 +296,29 @@ async def load_batches(
         state.windows = windows
         state.closed = closed
     return states, prices
+
+
+# Whether any of these idempotency keys already names a reservation.
+KEYS_TAKEN = """
+SELECT EXISTS (
+    SELECT 1
+    FROM unnest($1::text[], $2::text[], $3::text[]) AS k(budget_id, owner, idempotency_key)
+    JOIN reservations r USING (budget_id, owner, idempotency_key))
+"""
+
+
+async def keys_taken(conn: Conn, reserves: Sequence[ReserveOp]) -> bool:
+    """Whether a reservation exists for any of these Reserves' keys (no round trip for
+    none)."""
+    if not reserves:
+        return False
+    taken = await conn.fetchval(
+        KEYS_TAKEN,
+        [op.budget_id for op in reserves],
+        [op.owner for op in reserves],
+        [op.idempotency_key for op in reserves],
+    )
+    return bool(taken)
 
 
 async def _load_samples(
