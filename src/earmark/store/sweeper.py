@@ -29,12 +29,13 @@ async def sweep(conn: Conn, now: datetime, batch_size: int) -> int:
     return sum(len(d.changed_holds) for _, d in decided)
 
 
-# The rows of holds that batches closed (migration 0020), oldest first by the due index's
-# NULLs; EvalPlanQual's recheck of the deadline in READ COMMITTED keeps a row that got one
-# meanwhile.
+# The rows of holds that batches closed (migration 0020), skipping those another sidecar's
+# sweeper is deleting; EvalPlanQual's recheck of the deadline in READ COMMITTED keeps a row
+# that got one meanwhile.
 FORGET_CLOSED = """
 DELETE FROM open_holds WHERE reservation_id = ANY(ARRAY(
-    SELECT reservation_id FROM open_holds WHERE expires_at IS NULL LIMIT $1))
+    SELECT reservation_id FROM open_holds WHERE expires_at IS NULL
+    LIMIT $1 FOR UPDATE SKIP LOCKED))
     AND expires_at IS NULL
 """
 # Rows deleted per sweep at most: more than a sidecar's batches close between two sweeps.
