@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from earmark.ops.audit import add_database_arguments
+
 # The sidecar runs pg_ctl (to restart its embedded PostgreSQL) from a worker thread while
 # gRPC's threads run. With gRPC's fork support on, that child crashed with SIGSEGV before
 # PostgreSQL started (seen in tests/chaos). Earmark never forks a process that goes on to
@@ -62,18 +64,7 @@ def parser() -> argparse.ArgumentParser:
     audit_command = commands.add_parser(
         "audit", help="check every budget's invariants in a database; exit 1 on a violation"
     )
-    audit_command.add_argument(
-        "--database-url",
-        default=os.environ.get("EARMARK_DATABASE_URL", ""),
-        help="the PostgreSQL URL to audit [EARMARK_DATABASE_URL; unset: the embedded "
-        "database running on --data-dir]",
-    )
-    audit_command.add_argument(
-        "--data-dir",
-        type=Path,
-        help=f"a sidecar's data dir [{earmark_settings.ENV['data_dir']}, "
-        f"{earmark_settings.DATA_DIR_DEFAULT}]",
-    )
+    add_database_arguments(audit_command, "the")
     webhook_settings.add_arguments(
         commands.add_parser(
             "kinde-webhooks",

@@ -3,10 +3,30 @@ sidecar runs on --data-dir."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 from pathlib import Path
 
+from earmark import settings as earmark_settings
 from earmark.ops.connect import OpsError, data_dir_of
+
+
+def add_database_arguments(command: argparse.ArgumentParser, what: str = "the sidecar's") -> None:
+    """--database-url and --data-dir, for the commands that read the database directly
+    (`audit`, `usage`, `events list`); audit_url resolves them."""
+    env = earmark_settings.ENV
+    command.add_argument(
+        "--database-url",
+        default=os.environ.get(env["database_url"], ""),
+        help=f"{what} PostgreSQL URL [{env['database_url']}; unset: the embedded database "
+        "running on --data-dir]",
+    )
+    command.add_argument(
+        "--data-dir",
+        type=Path,
+        help=f"a sidecar's data dir [{env['data_dir']}, {earmark_settings.DATA_DIR_DEFAULT}]",
+    )
 
 
 def audit_url(database_url: str, data_dir: Path | None) -> str:

@@ -10,16 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from earmark import limits
-from earmark import settings as earmark_settings
 from earmark.errors import EarmarkError
 from earmark.ops import render
-from earmark.ops.audit import audit_url
+from earmark.ops.audit import add_database_arguments, audit_url
 from earmark.ops.connect import OpsError
 
 if TYPE_CHECKING:
@@ -66,18 +63,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"at most this many, newest first [{limits.events_listed_default}, at most "
         f"{limits.events_listed_max}]",
     )
-    listing.add_argument(
-        "--database-url",
-        default=os.environ.get(earmark_settings.ENV["database_url"], ""),
-        help=f"the sidecar's PostgreSQL URL [{earmark_settings.ENV['database_url']}; unset: "
-        "the embedded database running on --data-dir]",
-    )
-    listing.add_argument(
-        "--data-dir",
-        type=Path,
-        help=f"a sidecar's data dir [{earmark_settings.ENV['data_dir']}, "
-        f"{earmark_settings.DATA_DIR_DEFAULT}]",
-    )
+    add_database_arguments(listing)
     listing.add_argument(
         "-o",
         "--output",

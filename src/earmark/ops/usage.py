@@ -11,15 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from datetime import UTC, datetime, time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from earmark import settings as earmark_settings
 from earmark.errors import EarmarkError, InvalidArgument
 from earmark.ops import render
-from earmark.ops.audit import audit_url
+from earmark.ops.audit import add_database_arguments, audit_url
 from earmark.ops.connect import OpsError
 
 if TYPE_CHECKING:
@@ -38,18 +35,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "reported to the provider's meter (reads the database)",
     )
     usage.add_argument("account", help="the account, as a Reserve by account names it")
-    usage.add_argument(
-        "--database-url",
-        default=os.environ.get(earmark_settings.ENV["database_url"], ""),
-        help=f"the sidecar's PostgreSQL URL [{earmark_settings.ENV['database_url']}; unset: "
-        "the embedded database running on --data-dir]",
-    )
-    usage.add_argument(
-        "--data-dir",
-        type=Path,
-        help=f"a sidecar's data dir [{earmark_settings.ENV['data_dir']}, "
-        f"{earmark_settings.DATA_DIR_DEFAULT}]",
-    )
+    add_database_arguments(usage)
     usage.add_argument(
         "-o",
         "--output",
