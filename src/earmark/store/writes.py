@@ -161,7 +161,7 @@ WRITES: dict[str, str] = {
     SELECT * FROM unnest($events::write_event[])
     ON CONFLICT DO NOTHING""",
     # A budget whose period this batch closed starts the new period's ceiling (the
-    # audit's) from its limit, as migration 0007's trigger computes it.
+    # audit's) from its limit, by the rule the trigger keeps ceiling_max with (0021).
     "budgets": f"""
     UPDATE budgets AS b SET used = u.used, held = u.held,
         open_reservations = u.open_reservations, overage_since = u.overage_since,
@@ -171,9 +171,7 @@ WRITES: dict[str, str] = {
         rate_units = u.rate_units, rate_prev_admissions = u.rate_prev_admissions,
         rate_prev_units = u.rate_prev_units,
         ceiling_max = CASE WHEN NOT u.rolled THEN b.ceiling_max
-            WHEN b.limit_units IS NULL OR b.mode = 2 THEN NULL
-            WHEN b.overage_policy = 2 THEN b.limit_units + b.overage_limit
-            ELSE b.limit_units END,
+            ELSE budget_ceiling(b.limit_units, b.overage_policy, b.overage_limit, b.mode) END,
         updated_at = now()
     FROM unnest($budgets::write_budget_totals[]) AS u
     WHERE b.budget_id = u.budget_id
