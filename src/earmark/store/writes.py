@@ -18,17 +18,19 @@ from earmark.store.named import NamedQuery
 from earmark.store.rows import HOLD_COLUMN_NAMES, UPDATABLE_HOLD_COLUMNS, hold_row
 from earmark.store.tx import Conn
 
-# The attributes of each kind of row a batch writes, in order: a table's own row type where
-# the table's row is what is written, else a type of migration 0012. The statement takes
-# one array of each (asyncpg encodes a list of tuples as an array of a composite type), so
-# it has one parameter per kind of row, whatever the batch's size or the tables' widths.
-# tests/store/test_writes.py compares these with the database's.
+# The attributes of each kind of row a batch writes, in order: composite types of their
+# own (migrations 0012 and 0022), never a table's row type, which a migration that adds a
+# column to the table would change under the previous release's sidecars during a rolling
+# upgrade. The statement takes one array of each (asyncpg encodes a list of tuples as an
+# array of a composite type), so it has one parameter per kind of row, whatever the
+# batch's size or the tables' widths. tests/store/test_writes.py compares these with the
+# database's, and checks that no statement of the store casts to a table's row type.
 ROW_TYPES: dict[str, tuple[str, ...]] = {
-    "reservations": HOLD_COLUMN_NAMES,
-    "hold_scopes": ("budget_id", "owner", "idempotency_key", "reservation_id"),
-    "in_doubt_holds": ("reservation_id", "since"),
-    "open_holds": ("reservation_id", "expires_at"),
-    "accounts": ("account", "window_start", "admissions"),
+    "write_hold": HOLD_COLUMN_NAMES,
+    "write_hold_scope": ("budget_id", "owner", "idempotency_key", "reservation_id"),
+    "write_in_doubt": ("reservation_id", "since"),
+    "write_open_hold": ("reservation_id", "expires_at"),
+    "write_account": ("account", "window_start", "admissions"),
     "write_charge": (
         "reservation_id", "idempotency_key", "amount", "charged", "capped", "total_charged",
         "hold_remaining", "price_version",
@@ -43,9 +45,9 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
         "period_start", "period_end", "noticed_bps", "exceeded_noticed", "rate_window_start",
         "rate_admissions", "rate_units", "rate_prev_admissions", "rate_prev_units", "rolled",
     ),
-    "budget_periods": (
+    "write_budget_period": (
         "budget_id", "period_no", "period_start", "period_end", "limit_units", "used", "held",
-        "open_reservations", "ceiling_max",
+        "open_reservations",
     ),
     "write_event": ("event_id", "kind", "budget_id", "dedupe_key", "payload", "created_at"),
     "write_call": (
@@ -63,6 +65,16 @@ def _keys_of(rows: str, key: str = "reservation_id") -> str:
     return f"ARRAY(SELECT x.{key} FROM unnest({rows}) AS x)"
 
 
+def _insert(table: str, param: str, row_type: str, conflict: str = "") -> str:
+    """INSERT of an array's rows into the columns that its row type names, so that a
+    column added to the table later takes its default."""
+    columns = ", ".join(ROW_TYPES[row_type])
+    return (
+        f"INSERT INTO {table} ({columns}) SELECT {columns} "
+        f"FROM unnest(${param}::{row_type}[]){conflict}"
+    )
+
+
 _CHANGED_HOLD_SET = ", ".join(f"{name} = u.{name}" for name in UPDATABLE_HOLD_COLUMNS)
 
 # What a batch writes, one kind of row at a time: each statement takes its rows from one
@@ -70,15 +82,15 @@ _CHANGED_HOLD_SET = ", ".join(f"{name} = u.{name}" for name in UPDATABLE_HOLD_CO
 # statement they cannot see each other's changes does not matter, and foreign keys are
 # checked at the end of the statement, after all of them have run.
 WRITES: dict[str, str] = {
-    "new_holds": "INSERT INTO reservations SELECT * FROM unnest($new_holds::reservations[])",
-    "scopes": "INSERT INTO hold_scopes SELECT * FROM unnest($scopes::hold_scopes[])",
-    "doubted": "INSERT INTO in_doubt_holds SELECT * FROM unnest($doubted::in_doubt_holds[])",
+    "new_holds": _insert("reservations", "new_holds", "write_hold"),
+    "scopes": _insert("hold_scopes", "scopes", "write_hold_scope"),
+    "doubted": _insert("in_doubt_holds", "doubted", "write_in_doubt"),
     "undoubted": "DELETE FROM in_doubt_holds WHERE reservation_id = ANY($undoubted::uuid[])",
     "changed_holds": f"""
     UPDATE reservations AS r SET {_CHANGED_HOLD_SET}
-    FROM unnest($changed_holds::reservations[]) AS u
+    FROM unnest($changed_holds::write_hold[]) AS u
     WHERE r.reservation_id = u.reservation_id
-        AND r.reservation_id = ANY({_keys_of("$changed_holds::reservations[]")})""",
+        AND r.reservation_id = ANY({_keys_of("$changed_holds::write_hold[]")})""",
     "charges": """
     INSERT INTO charges (reservation_id, idempotency_key, amount, charged, capped,
                          total_charged, hold_remaining, price_version)
@@ -86,23 +98,30 @@ WRITES: dict[str, str] = {
     "ledger": """
     INSERT INTO ledger (budget_id, reservation_id, kind, held_delta, used_delta, at, period_no)
     SELECT * FROM unnest($ledger::write_ledger[])""",
-    "opened": "INSERT INTO open_holds SELECT * FROM unnest($opened::open_holds[])",
+    "opened": _insert("open_holds", "opened", "write_open_hold"),
     # A renewed or closed hold's row is written by INSERT ... ON CONFLICT DO UPDATE, never
     # found by an UPDATE or a DELETE: PostgreSQL finds the conflicting row with a dirty
     # snapshot, which takes no predicate lock, where a scan of open_holds' few index pages
     # (every Reserve inserts there) made every two batches conflict (migration 0020). A
     # closed hold's row loses its deadline; the sweeper deletes it (Store.sweep_once).
-    "extended": """
-    INSERT INTO open_holds SELECT * FROM unnest($extended::open_holds[])
-    ON CONFLICT (reservation_id) DO UPDATE SET expires_at = EXCLUDED.expires_at""",
+    "extended": _insert(
+        "open_holds",
+        "extended",
+        "write_open_hold",
+        " ON CONFLICT (reservation_id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+    ),
     "closed": """
-    INSERT INTO open_holds SELECT c, NULL FROM unnest($closed::uuid[]) AS c
+    INSERT INTO open_holds (reservation_id, expires_at)
+    SELECT c, NULL FROM unnest($closed::uuid[]) AS c
     ON CONFLICT (reservation_id) DO UPDATE SET expires_at = NULL
     WHERE open_holds.expires_at IS NOT NULL""",
-    "windows": """
-    INSERT INTO accounts SELECT * FROM unnest($windows::accounts[])
-    ON CONFLICT (account) DO UPDATE
-    SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions""",
+    "windows": _insert(
+        "accounts",
+        "windows",
+        "write_account",
+        " ON CONFLICT (account) DO UPDATE"
+        " SET window_start = EXCLUDED.window_start, admissions = EXCLUDED.admissions",
+    ),
     # Each move is booked to the period of its account and feature that was open when it
     # was charged: the newest cycle budget begun by then, or, when that is the move's own
     # budget and its period has ended, the period after it (its end), which the gate opens
@@ -134,7 +153,10 @@ WRITES: dict[str, str] = {
     DO UPDATE SET samples = EXCLUDED.samples, updated_at = now()""",
     # A call's sent fields are the first write's; its usage and evidence, once given.
     "calls": """
-    INSERT INTO calls AS c SELECT * FROM unnest($calls::write_call[])
+    INSERT INTO calls AS c (reservation_id, budget_id, provider, model, service_tier,
+        key_label, sent_at, input_tokens, cached_input_tokens, cache_write_input_tokens,
+        output_tokens, requests, evidence)
+    SELECT * FROM unnest($calls::write_call[])
     ON CONFLICT (reservation_id) DO UPDATE
     SET input_tokens = coalesce(EXCLUDED.input_tokens, c.input_tokens),
         cached_input_tokens = coalesce(EXCLUDED.cached_input_tokens, c.cached_input_tokens),
@@ -146,14 +168,15 @@ WRITES: dict[str, str] = {
     # A period closed by this batch: its row keeps the budget's ceiling of that period
     # (the statement's snapshot, before the budgets' update below).
     "periods_new": """
-    INSERT INTO budget_periods
+    INSERT INTO budget_periods (budget_id, period_no, period_start, period_end, limit_units,
+        used, held, open_reservations, ceiling_max)
     SELECT u.budget_id, u.period_no, u.period_start, u.period_end, u.limit_units, u.used,
         u.held, u.open_reservations, b.ceiling_max
-    FROM unnest($periods_new::budget_periods[]) AS u JOIN budgets b USING (budget_id)""",
+    FROM unnest($periods_new::write_budget_period[]) AS u JOIN budgets b USING (budget_id)""",
     "periods_moved": """
     UPDATE budget_periods AS p SET used = u.used, held = u.held,
         open_reservations = u.open_reservations
-    FROM unnest($periods_moved::budget_periods[]) AS u
+    FROM unnest($periods_moved::write_budget_period[]) AS u
     WHERE p.budget_id = u.budget_id AND p.period_no = u.period_no""",
     # The dedupe key and the id are unique: an event already written is not written again.
     "events": """
@@ -183,7 +206,7 @@ def _period_row(p: PeriodTotals) -> tuple[object, ...]:
     # The ceiling is the statement's to fill in (from the budget's row).
     return (
         p.budget_id, p.period_no, p.period_start, p.period_end, p.limit, p.used, p.held,
-        p.open_reservations, None,
+        p.open_reservations,
     )  # fmt: skip
 
 
