@@ -90,16 +90,23 @@ def test_each_setting_is_declared_once_for_its_flag_env_and_help() -> None:
     """Every setting of Settings has its --flag, its EARMARK_ variable and its default in
     --help, all from its one declaration; a flag parsed sets that setting."""
     import argparse
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
-    from earmark import cli
+    from earmark import options
 
     parser = argparse.ArgumentParser()
-    cli._serve_arguments(parser)
+    options.add_options(parser, settings.OPTIONS)
     by_dest = {action.dest: action for action in parser._actions}
+    # The defaults --help shows in words of their own; the rest show the default itself.
+    worded = {"admin_listen": "unix:DATA_DIR/admin.sock", "kinde_token_domain": "--kinde-domain"}
     for declared in fields(settings.Settings):
         action = by_dest[declared.name]
-        default = settings.shown_default(declared)
+        value = (
+            declared.default if declared.default_factory is MISSING else declared.default_factory()
+        )
+        default = "" if value is None or value == "" or value is False else str(value)
+        default = f"{value:g}" if isinstance(value, float) else default
+        default = worded.get(declared.name, default)
         variable = f"EARMARK_{declared.name.upper()}"
         assert (["--" + declared.name.replace("_", "-")], variable) == (
             action.option_strings,
@@ -109,3 +116,27 @@ def test_each_setting_is_declared_once_for_its_flag_env_and_help() -> None:
     parsed = vars(parser.parse_args(["--lease-seconds-max", "90", "--insecure-listen"]))
     loaded = settings.load(parsed, {})
     assert (90.0, True) == (loaded.lease_seconds_max, loaded.insecure_listen)
+
+
+def test_every_commands_flags_are_options() -> None:
+    """No module but options.py adds a flag to a parser (the root's --version aside): every
+    command's flags are Options, and only positional arguments are argparse's own."""
+    import ast
+
+    import earmark
+
+    root = Path(earmark.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+            ):
+                continue
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Constant) and not str(first.value).startswith("-"):
+                continue
+            found.append(f"{path.relative_to(root)}:{ast.unparse(first) if first else ''}")
+    assert ["cli.py:'--version'", "options.py:*names", "options.py:*names"] == found

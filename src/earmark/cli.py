@@ -18,8 +18,7 @@ import argparse
 import asyncio
 import importlib.util
 import sys
-from collections.abc import Callable, Coroutine
-from dataclasses import fields
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,8 @@ from earmark.client import ClientError
 from earmark.console import settings as console_settings
 from earmark.errors import EarmarkError
 from earmark.ops.audit import run_audit
-from earmark.ops.connect import Answer, OpsError, access_from, add_admin_arguments
+from earmark.ops.connect import Answer, OpsError, access_from, admin_options
+from earmark.options import Option
 from earmark.spawn import SpawnError
 from earmark.webhooks import settings as webhook_settings
 from earmark.workloads import lab, load
@@ -52,33 +52,43 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="earmark", description="Earmark budget sidecar.")
     root.add_argument("--version", action="version", version=f"earmark {earmark.__version__}")
     commands = root.add_subparsers(dest="command", required=True)
-    _serve_arguments(commands.add_parser("serve", help="serve the Budget and Admin services"))
-    _lab_arguments(
+    options.add_options(
+        commands.add_parser("serve", help="serve the Budget and Admin services"),
+        earmark_settings.OPTIONS,
+    )
+    _workload_arguments(
         commands.add_parser(
             "lab", help="why a check is not a limit: the same jobs with a plain check and holds"
-        )
+        ),
+        LAB_OPTIONS,
     )
-    _load_arguments(
-        commands.add_parser("load", help="many jobs racing on one budget, with latencies")
+    _workload_arguments(
+        commands.add_parser("load", help="many jobs racing on one budget, with latencies"),
+        LOAD_OPTIONS,
     )
     audit_command = commands.add_parser(
         "audit", help="check every budget's invariants in a database; exit 1 on a violation"
     )
     add_database_arguments(audit_command, "the")
-    webhook_settings.add_arguments(
+    # serve's flags are typed by argparse (a bad number exits 2); these two commands' reach
+    # options.load as text, which names the setting on a bad value (exit 1).
+    options.add_options(
         commands.add_parser(
             "kinde-webhooks",
             help="take Kinde's billing webhooks: verify each, and mark the account whose plan "
             "changed, so that every sidecar reads its plan again (one per deployment)",
-        )
+        ),
+        webhook_settings.OPTIONS,
+        as_text=True,
     )
-    options.add_arguments(
+    options.add_options(
         commands.add_parser(
             "console",
             help="serve the operators' web page: budgets, holds, spend, prices and the "
             "Concurrency Lab, on a running sidecar",
         ),
         console_settings.OPTIONS,
+        as_text=True,
     )
     ops.add_commands(commands)
     commands.add_parser(
@@ -88,72 +98,44 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
-def _serve_arguments(s: argparse.ArgumentParser) -> None:
-    """A flag per setting, from its one declaration in settings.py (help, type, default
-    shown, environment variable); a flag left out is None, so the environment and then the
-    default apply."""
-    for declared in fields(earmark_settings.Settings):
-        flag = "--" + declared.name.replace("_", "-")
-        convert: Callable[[str], object] = declared.metadata["convert"]
-        help_text = earmark_settings.help_of(declared)
-        if convert is earmark_settings.boolean:
-            s.add_argument(flag, action="store_true", default=None, help=help_text)
-        else:
-            choices = declared.metadata["choices"]
-            s.add_argument(flag, type=convert, choices=choices, help=help_text)
+# `earmark lab` and `earmark load`: the jobs they run, then the sidecar they run on.
+_ACCOUNT = Option(
+    "account",
+    "hold on this account's billing cycle (a sidecar with --limits-provider kinde or file)",
+    default="",
+)
+_JSON = Option("json", "print JSON instead of a table", default=False, action="store_true")
+LAB_OPTIONS = (
+    Option("jobs", convert=int, default=5),
+    Option("estimate", "what each job reserves", convert=int, default=40_000),
+    Option("limit", "the plan", convert=int, default=100_000),
+    Option("concurrency", "jobs in flight (0: all)", convert=int, default=0),
+    Option("actual", "what each job costs (0: estimate)", convert=int, default=0),
+    Option("steps", "charged steps per job", convert=int, default=4),
+    Option("step_seconds", "each step's duration", convert=float, default=0.05),
+    _ACCOUNT,
+    _JSON,
+)
+LOAD_OPTIONS = (
+    Option("jobs", convert=int, default=120),
+    Option("estimate", convert=int, default=1_000),
+    Option("limit", convert=int, default=100_000),
+    Option("concurrency", convert=int, default=50),
+    Option("actual", "what each job uses (0: estimate)", convert=int, default=0),
+    Option("budget", "an existing budget (default: a fresh one)", default=""),
+    _ACCOUNT,
+    _JSON,
+)
+TARGET = Option(
+    "target",
+    "a running sidecar's HOST:PORT (default: start one with an embedded database); the Admin "
+    "flags below are that sidecar's, and --timeout-seconds bounds the wait for both of its "
+    "listeners",
+)
 
 
-def _lab_arguments(lab_command: argparse.ArgumentParser) -> None:
-    _target(lab_command)
-    lab_command.add_argument("--jobs", type=int, default=5)
-    lab_command.add_argument("--estimate", type=int, default=40_000, help="what each job reserves")
-    lab_command.add_argument("--limit", type=int, default=100_000, help="the plan")
-    lab_command.add_argument("--concurrency", type=int, default=0, help="jobs in flight (0: all)")
-    lab_command.add_argument(
-        "--actual", type=int, default=0, help="what each job costs (0: estimate)"
-    )
-    lab_command.add_argument("--steps", type=int, default=4, help="charged steps per job")
-    lab_command.add_argument(
-        "--step-seconds", type=float, default=0.05, help="each step's duration"
-    )
-    lab_command.add_argument(
-        "--account",
-        default="",
-        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde "
-        "or file)",
-    )
-    lab_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def _load_arguments(load_command: argparse.ArgumentParser) -> None:
-    _target(load_command)
-    load_command.add_argument("--jobs", type=int, default=120)
-    load_command.add_argument("--estimate", type=int, default=1_000)
-    load_command.add_argument("--limit", type=int, default=100_000)
-    load_command.add_argument("--concurrency", type=int, default=50)
-    load_command.add_argument(
-        "--actual", type=int, default=0, help="what each job uses (0: estimate)"
-    )
-    load_command.add_argument(
-        "--budget", default="", help="an existing budget (default: a fresh one)"
-    )
-    load_command.add_argument(
-        "--account",
-        default="",
-        help="hold on this account's billing cycle (a sidecar with --limits-provider kinde "
-        "or file)",
-    )
-    load_command.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def _target(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--target",
-        help="a running sidecar's HOST:PORT (default: start one with an embedded database); "
-        "the Admin flags below are that sidecar's, and --timeout-seconds bounds the wait "
-        "for both of its listeners",
-    )
-    add_admin_arguments(command, output=False)
+def _workload_arguments(command: argparse.ArgumentParser, workload: tuple[Option, ...]) -> None:
+    options.add_options(command, (TARGET, *admin_options(output=False), *workload))
 
 
 def require_server(

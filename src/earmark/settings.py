@@ -6,11 +6,12 @@ import ipaddress
 import os
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from earmark import limits
+from earmark import limits, options
+from earmark.options import Option, boolean
 
 UNIX_PREFIX = "unix:"
 # Where the embedded PostgreSQL and the admin socket live when --data-dir is not given.
@@ -51,18 +52,6 @@ def unix_socket_path(value: str, name: str) -> Path:
     return path
 
 
-def boolean(raw: object) -> bool:
-    """A yes or no from a flag or the environment: 1/true/yes/on or 0/false/no/off/empty."""
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(raw)
-
-
 _NO_DEFAULT: Any = object()
 
 
@@ -75,15 +64,30 @@ def setting(
     choices: tuple[str, ...] | None = None,
     shown: str | None = None,
 ) -> Any:
-    """One setting, declared once: its default, what --help says of it, how a flag's or the
-    environment's text becomes its value, and (shown) what --help shows as its default
-    where that is not simply the default itself. Its flag is --NAME-WITH-DASHES and its
-    environment variable EARMARK_NAME."""
-    meta = {"help": help, "convert": convert, "choices": choices, "shown": shown}
+    """One setting, declared once: its default, and the Option its flag comes from (what
+    --help says of it, how a flag's or the environment's text becomes its value, and
+    (shown) what --help shows as its default where that is not simply the default itself).
+    Its flag is --NAME-WITH-DASHES and its environment variable EARMARK_NAME (OPTIONS)."""
+    value = factory() if factory is not None else default
+    assert value is not _NO_DEFAULT
+    option = Option(
+        "",
+        help,
+        shown=_shown(value) if shown is None else shown,
+        convert=convert,
+        choices=choices,
+        action="store_true" if convert is boolean else "store",
+    )
     if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    assert default is not _NO_DEFAULT
-    return field(default=default, metadata=meta)
+        return field(default_factory=factory, metadata={"option": option})
+    return field(default=default, metadata={"option": option})
+
+
+def _shown(value: object) -> str:
+    """A default as --help shows it: nothing for none, empty or off."""
+    if value is None or value == "" or value is False:
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,8 +423,22 @@ class Settings:
         )
 
 
-# Each setting's environment variable; flags win over these.
-ENV = {f.name: f"EARMARK_{f.name.upper()}" for f in fields(Settings)}
+# Each setting's Option, its name and environment variable filled in: `earmark serve`'s
+# flags; a flag wins over the variable, which wins over the default.
+OPTIONS = tuple(
+    replace(f.metadata["option"], name=f.name, env=f"EARMARK_{f.name.upper()}")
+    for f in fields(Settings)
+)
+ENV = {option.name: option.env for option in OPTIONS}
+_BY_NAME = {option.name: option for option in OPTIONS}
+
+# What every command that serves HTTP takes as the sidecar does, from the sidecar's
+# variables, so that one deployment's environment serves them all.
+INSECURE_LISTEN = replace(
+    _BY_NAME["insecure_listen"],
+    help="allow plain HTTP on a non-loopback address (TLS ends in front, at an ingress)",
+)
+LOGGING = (_BY_NAME["log_level"], _BY_NAME["log_format"])
 
 # The Kinde M2M application's credentials come from the environment only: never a flag
 # (flags show in process listings), never logged.
@@ -428,43 +446,7 @@ KINDE_CLIENT_ID = "EARMARK_KINDE_CLIENT_ID"
 KINDE_CLIENT_SECRET = "EARMARK_KINDE_CLIENT_SECRET"
 
 
-_TYPES: dict[str, Callable[[Any], object]] = {
-    f.name: f.metadata["convert"] for f in fields(Settings)
-}
-
-
-def shown_default(declared: Field[Any]) -> str:
-    """What --help shows as a setting's default: its own text, or the default's."""
-    if declared.metadata["shown"] is not None:
-        return str(declared.metadata["shown"])
-    value = declared.default if declared.default_factory is MISSING else declared.default_factory()
-    if value is None or value == "" or value is False:
-        return ""
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def help_of(declared: Field[Any]) -> str:
-    """A setting's --help: what it is, then [its environment variable, its default]."""
-    default = shown_default(declared)
-    where = ENV[declared.name] + (f", {default}" if default else "")
-    return f"{declared.metadata['help']} [{where}]"
-
-
 def load(flags: dict[str, object], environ: dict[str, str] | None = None) -> Settings:
     """Builds Settings: a flag that is not None wins, then the environment, then defaults."""
     environ = dict(os.environ) if environ is None else environ
-    values: dict[str, object] = {}
-    for name, variable in ENV.items():
-        raw = flags.get(name)
-        if raw is None and environ.get(variable):
-            raw = environ[variable]
-        if raw is None:
-            continue
-        convert = _TYPES.get(name, str)
-        try:
-            values[name] = convert(raw)
-        except ValueError:
-            raise ValueError(
-                f"{name}: {raw!r} is not a {getattr(convert, '__name__', '')}"
-            ) from None
-    return Settings(**values)  # type: ignore[arg-type]
+    return options.load(OPTIONS, Settings, flags, environ)

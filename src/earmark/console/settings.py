@@ -9,57 +9,58 @@ from pathlib import Path
 
 from earmark import limits
 from earmark.ops.connect import ADMIN_TARGET_ENV
-from earmark.options import INSECURE_LISTEN, LOGGING, Option, check_logging
-from earmark.settings import ENV as SIDECAR_ENV
-from earmark.settings import is_loopback, split_host_port
+from earmark.options import Option, check_logging
+from earmark.settings import ENV, INSECURE_LISTEN, LOGGING, is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8080"
 TARGET_DEFAULT = "127.0.0.1:50051"
 WILDCARDS = {"0.0.0.0", "::"}
 
 OPTIONS = (
-    Option("listen", "EARMARK_CONSOLE_LISTEN", "HOST:PORT to serve the pages on", LISTEN_DEFAULT),
-    Option("target", "EARMARK_TARGET", "the sidecar's workers' HOST:PORT", TARGET_DEFAULT),
+    Option(
+        "listen", "HOST:PORT to serve the pages on", "EARMARK_CONSOLE_LISTEN", shown=LISTEN_DEFAULT
+    ),
+    Option("target", "the sidecar's workers' HOST:PORT", "EARMARK_TARGET", shown=TARGET_DEFAULT),
     Option(
         "admin_target",
-        ADMIN_TARGET_ENV,
         "Admin's listener: unix:PATH or HOST:PORT",
-        "unix:DATA_DIR/admin.sock",
+        ADMIN_TARGET_ENV,
+        shown="unix:DATA_DIR/admin.sock",
     ),
-    Option("data_dir", SIDECAR_ENV["data_dir"], "the sidecar's data dir", ".earmark", Path),
+    Option("data_dir", "the sidecar's data dir", ENV["data_dir"], shown=".earmark", convert=Path),
     Option(
         "admin_token_file",
-        SIDECAR_ENV["admin_token_file"],
         "a file holding Admin's bearer token (never shown on a page)",
+        ENV["admin_token_file"],
         convert=Path,
     ),
     Option(
         "token_file",
-        "EARMARK_CONSOLE_TOKEN_FILE",
         "a file holding a worker token, for the Lab's Reserves (a sidecar with worker tokens)",
+        "EARMARK_CONSOLE_TOKEN_FILE",
         convert=Path,
     ),
     Option(
         "login_token_file",
-        "EARMARK_CONSOLE_LOGIN_TOKEN_FILE",
         "a file holding the token a person types to log in (required off loopback)",
+        "EARMARK_CONSOLE_LOGIN_TOKEN_FILE",
         convert=Path,
     ),
     Option(
         "allowed_hosts",
-        "EARMARK_CONSOLE_ALLOWED_HOSTS",
         "comma-separated host names the pages answer to besides the listen address (the "
         "name operators type; a wildcard listen with none answers to any, behind its login)",
+        "EARMARK_CONSOLE_ALLOWED_HOSTS",
     ),
-    Option("tls_cert_file", "EARMARK_CONSOLE_TLS_CERT_FILE", "PEM: serve HTTPS", convert=Path),
-    Option("tls_key_file", "EARMARK_CONSOLE_TLS_KEY_FILE", "PEM", convert=Path),
+    Option("tls_cert_file", "PEM: serve HTTPS", "EARMARK_CONSOLE_TLS_CERT_FILE", convert=Path),
+    Option("tls_key_file", "PEM", "EARMARK_CONSOLE_TLS_KEY_FILE", convert=Path),
     INSECURE_LISTEN,
     Option(
         "timeout_seconds",
-        "EARMARK_CONSOLE_TIMEOUT_SECONDS",
         "each Admin call's deadline",
-        f"{limits.admin_call_seconds_default:g}",
-        float,
+        "EARMARK_CONSOLE_TIMEOUT_SECONDS",
+        shown=f"{limits.admin_call_seconds_default:g}",
+        convert=float,
     ),
     *LOGGING,
 )

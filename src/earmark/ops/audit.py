@@ -8,25 +8,32 @@ import asyncio
 import os
 from pathlib import Path
 
+from earmark import options
 from earmark import settings as earmark_settings
 from earmark.ops.connect import OpsError, data_dir_of
+from earmark.options import Option
 
 
 def add_database_arguments(command: argparse.ArgumentParser, what: str = "the sidecar's") -> None:
     """--database-url and --data-dir, for the commands that read the database directly
-    (`audit`, `usage`, `events list`); audit_url resolves them."""
+    (`audit`, `usage`, `events list`); audit_url resolves them. The URL's variable is read
+    here, as the flag's default."""
     env = earmark_settings.ENV
-    command.add_argument(
-        "--database-url",
+    database_url = Option(
+        "database_url",
+        f"{what} PostgreSQL URL",
+        env["database_url"],
         default=os.environ.get(env["database_url"], ""),
-        help=f"{what} PostgreSQL URL [{env['database_url']}; unset: the embedded database "
-        "running on --data-dir]",
+        shown="unset: the embedded database running on --data-dir",
     )
-    command.add_argument(
-        "--data-dir",
-        type=Path,
-        help=f"a sidecar's data dir [{env['data_dir']}, {earmark_settings.DATA_DIR_DEFAULT}]",
+    data_dir = Option(
+        "data_dir",
+        "a sidecar's data dir",
+        env["data_dir"],
+        shown=str(earmark_settings.DATA_DIR_DEFAULT),
+        convert=Path,
     )
+    options.add_options(command, (database_url, data_dir))
 
 
 def audit_url(database_url: str, data_dir: Path | None) -> str:

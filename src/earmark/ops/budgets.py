@@ -12,10 +12,11 @@ from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
-from earmark import limits
+from earmark import limits, options
 from earmark.ops import policies, render
 from earmark.ops.connect import Admin, access_from, add_admin_arguments
 from earmark.ops.holds import follow_pages
+from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
 OVERAGE_POLICIES = {"hard": pb.OVERAGE_POLICY_HARD, "soft": pb.OVERAGE_POLICY_SOFT}
@@ -25,6 +26,99 @@ HEADERS = (
     "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "RATE",
 )  # fmt: skip
 AMOUNTS = ("LIMIT", "USED", "HELD", "REMAINING", "HOLDS")
+
+
+def _threshold(text: str) -> int:
+    """--threshold's percent, in basis points (argparse names the flag on an error)."""
+    try:
+        return policies.bps_of_percent(text)
+    except policies.BadPercent as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
+
+
+PUT_OPTIONS = (
+    Option("unit", "tokens, usd_micros ($1 = 1,000,000), ...", required=True),
+    Option("limit", "in the unit; not given: unlimited", convert=int),
+    Option(
+        "default_estimate",
+        "what a Reserve with neither amount nor shape holds while its job has no history",
+        convert=int,
+    ),
+    Option("estimate_policy", shown="median", choices=sorted(ESTIMATE_POLICIES)),
+    Option(
+        "escrow_bps",
+        "basis points of the limit kept for PHASE_FINAL Reserves (1500 = 15%%)",
+        default=0,
+        convert=int,
+    ),
+    Option(
+        "overage_policy",
+        "hard refuses past the limit; soft admits past it, flagged",
+        shown="hard",
+        choices=sorted(OVERAGE_POLICIES),
+    ),
+    Option("overage_limit", "with soft: how far past the limit; not given: no bound", convert=int),
+)
+# A budget's policies: its period, notices, mode and rate windows (docs/concepts.md).
+POLICY_OPTIONS = (
+    Option(
+        "period",
+        "start again at zero used and held at the local midnight of each period's first "
+        "day; a change takes effect at the next boundary",
+        shown="never",
+        choices=list(policies.PERIODS),
+    ),
+    Option(
+        "timezone",
+        "the IANA timezone whose midnights the periods start at (Europe/Berlin)",
+        default="",
+        shown="UTC",
+        metavar="IANA",
+    ),
+    Option(
+        "period_anchor",
+        "the day a period starts: week, the ISO weekday (1 Monday to 7 Sunday); month, "
+        "quarter and year, the day of the month (1 to 31; a shorter month starts on its "
+        "last day)",
+        default=0,
+        shown="0: the first",
+        convert=int,
+        metavar="N",
+    ),
+    Option(
+        "threshold",
+        "a notice once a period when used and held reach this percent of the limit, to 2 "
+        "decimals (80, 95.5, 100%%); repeat for more, at most "
+        f"{limits.thresholds_max}; needs --limit",
+        default=(),
+        convert=_threshold,
+        action="append",
+        metavar="PERCENT",
+    ),
+    Option(
+        "mode",
+        "enforce refuses what does not fit; observe admits it and answers would_refuse",
+        shown="enforce",
+        choices=list(policies.MODES),
+    ),
+    Option(
+        "admissions_per_minute",
+        "at most this many Reserves admitted a minute (sliding); not given: no bound",
+        convert=int,
+        metavar="N",
+    ),
+    Option(
+        "units_per_minute",
+        "at most this much held a minute, in the unit (sliding); not given: no bound",
+        convert=int,
+        metavar="N",
+    ),
+)
+# One or the other.
+LIST_OPTIONS = (
+    Option("prefix", "only budgets whose id starts with this", default=""),
+    Option("account", "an account's billing-cycle budgets, newest first (ListCycles)"),
+)
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,7 +131,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "default (no --limit: unlimited; no --period: never resets; no --mode: enforce)",
     )
     put.add_argument("budget_id")
-    _put_arguments(put)
+    options.add_options(put, (*PUT_OPTIONS, *POLICY_OPTIONS))
     put.set_defaults(run=put_budget)
     get = verbs.add_parser("get", help="a budget's settings and state")
     get.add_argument("budget_id")
@@ -45,11 +139,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing = verbs.add_parser(
         "list", help="every budget in id order, those under a prefix, or an account's cycles"
     )
-    chosen = listing.add_mutually_exclusive_group()
-    chosen.add_argument("--prefix", default="", help="only budgets whose id starts with this")
-    chosen.add_argument(
-        "--account", help="an account's billing-cycle budgets, newest first (ListCycles)"
-    )
+    options.add_options(listing.add_mutually_exclusive_group(), LIST_OPTIONS)
     listing.set_defaults(run=list_budgets)
     delete = verbs.add_parser(
         "delete", help="archive a budget with no open holds; its holds and ledger stay"
@@ -58,93 +148,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     delete.set_defaults(run=delete_budget)
     for verb in (put, get, listing, delete):
         add_admin_arguments(verb)
-
-
-def _put_arguments(put: argparse.ArgumentParser) -> None:
-    put.add_argument("--unit", required=True, help="tokens, usd_micros ($1 = 1,000,000), ...")
-    put.add_argument("--limit", type=int, help="in the unit; not given: unlimited")
-    put.add_argument(
-        "--default-estimate",
-        type=int,
-        help="what a Reserve with neither amount nor shape holds while its job has no history",
-    )
-    put.add_argument("--estimate-policy", choices=sorted(ESTIMATE_POLICIES), help="[median]")
-    put.add_argument(
-        "--escrow-bps",
-        type=int,
-        default=0,
-        help="basis points of the limit kept for PHASE_FINAL Reserves (1500 = 15%%)",
-    )
-    put.add_argument(
-        "--overage-policy",
-        choices=sorted(OVERAGE_POLICIES),
-        help="hard refuses past the limit; soft admits past it, flagged [hard]",
-    )
-    put.add_argument(
-        "--overage-limit", type=int, help="with soft: how far past the limit; not given: no bound"
-    )
-    _policy_arguments(put)
-
-
-def _policy_arguments(put: argparse.ArgumentParser) -> None:
-    """A budget's policies: its period, notices, mode and rate windows (docs/concepts.md)."""
-    put.add_argument(
-        "--period",
-        choices=list(policies.PERIODS),
-        help="start again at zero used and held at the local midnight of each period's "
-        "first day; a change takes effect at the next boundary [never]",
-    )
-    put.add_argument(
-        "--timezone",
-        default="",
-        metavar="IANA",
-        help="the IANA timezone whose midnights the periods start at (Europe/Berlin) [UTC]",
-    )
-    put.add_argument(
-        "--period-anchor",
-        type=int,
-        default=0,
-        metavar="N",
-        help="the day a period starts: week, the ISO weekday (1 Monday to 7 Sunday); month, "
-        "quarter and year, the day of the month (1 to 31; a shorter month starts on its "
-        "last day) [0: the first]",
-    )
-    put.add_argument(
-        "--threshold",
-        action="append",
-        type=_threshold,
-        default=[],
-        metavar="PERCENT",
-        help="a notice once a period when used and held reach this percent of the limit, "
-        "to 2 decimals (80, 95.5, 100%%); repeat for more, at most "
-        f"{limits.thresholds_max}; needs --limit",
-    )
-    put.add_argument(
-        "--mode",
-        choices=list(policies.MODES),
-        help="enforce refuses what does not fit; observe admits it and answers would_refuse "
-        "[enforce]",
-    )
-    put.add_argument(
-        "--admissions-per-minute",
-        type=int,
-        metavar="N",
-        help="at most this many Reserves admitted a minute (sliding); not given: no bound",
-    )
-    put.add_argument(
-        "--units-per-minute",
-        type=int,
-        metavar="N",
-        help="at most this much held a minute, in the unit (sliding); not given: no bound",
-    )
-
-
-def _threshold(text: str) -> int:
-    """--threshold's percent, in basis points (argparse names the flag on an error)."""
-    try:
-        return policies.bps_of_percent(text)
-    except policies.BadPercent as bad:
-        raise argparse.ArgumentTypeError(str(bad)) from None
 
 
 def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:

@@ -16,8 +16,9 @@ import google.rpc.status_pb2 as status_pb2
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from earmark import files, limits
+from earmark import files, limits, options
 from earmark import settings as earmark_settings
+from earmark.options import Option
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
 M = TypeVar("M", bound=Message)
@@ -58,59 +59,72 @@ class AdminAccess:
             )
 
 
+DATA_DIR = Option(
+    "data_dir",
+    "the sidecar's data dir, whose admin.sock is the default target",
+    earmark_settings.ENV["data_dir"],
+    shown=str(earmark_settings.DATA_DIR_DEFAULT),
+    convert=Path,
+)
+# The SDK's variable, then the sidecar's (admin_target reads both).
+ADMIN_TARGET = Option(
+    "admin_target",
+    "Admin's listener: unix:PATH or HOST:PORT",
+    ADMIN_TARGET_ENV,
+    shown=f"{earmark_settings.ENV['admin_listen']}, "
+    f"unix:DATA_DIR/{earmark_settings.ADMIN_SOCKET_NAME}",
+)
+ADMIN_TOKEN_FILE = Option(
+    "admin_token_file",
+    "a file holding Admin's bearer token",
+    earmark_settings.ENV["admin_token_file"],
+    convert=Path,
+)
+TIMEOUT = Option(
+    "timeout_seconds",
+    "each call's deadline",
+    default=limits.admin_call_seconds_default,
+    shown=f"{limits.admin_call_seconds_default:g}",
+    convert=float,
+)
+OUTPUT = Option(
+    "output",
+    "a table, or one JSON document with the proto's field names",
+    default="table",
+    shown="table",
+    choices=("table", "json"),
+    flags=("-o", "--output"),
+)
+ADMIN_TLS = (
+    Option(
+        "admin_tls",
+        "TLS to an Admin on TCP (implied by the three files below)",
+        default=False,
+        action="store_true",
+    ),
+    Option("admin_ca_file", "PEM: the CA of Admin's certificate", convert=Path),
+    Option("admin_cert_file", "PEM: this client's certificate", convert=Path),
+)
+
+
+def admin_options(*, output: bool = True, key_flag: str = "--admin-key-file") -> tuple[Option, ...]:
+    """The flags of every command that reaches Admin (and -o and TLS, where the command
+    itself makes the calls). `earmark reconcile` names the provider's admin key
+    --admin-key-file, as its issue asks: there this client's TLS key is key_flag."""
+    reach = (DATA_DIR, ADMIN_TARGET, ADMIN_TOKEN_FILE, TIMEOUT)
+    if not output:
+        return reach
+    key = Option("admin_client_key_file", "PEM: this client's key", convert=Path, flags=(key_flag,))
+    return (*ADMIN_TLS, key, OUTPUT, *reach)
+
+
 def add_admin_arguments(
     command: argparse.ArgumentParser, *, output: bool = True, key_flag: str = "--admin-key-file"
 ) -> None:
-    """The flags of every command that reaches Admin (and -o and TLS, where the command
-    itself makes the calls)."""
-    env = earmark_settings.ENV
+    """admin_options on the command, and which flag names this client's TLS key."""
+    options.add_options(command, admin_options(output=output, key_flag=key_flag))
     if output:
-        _tls_arguments(command, key_flag)
-        command.add_argument(
-            "-o",
-            "--output",
-            choices=["table", "json"],
-            default="table",
-            help="a table, or one JSON document with the proto's field names [table]",
-        )
-    command.add_argument(
-        "--data-dir",
-        type=Path,
-        help=f"the sidecar's data dir, whose admin.sock is the default target "
-        f"[{env['data_dir']}, {earmark_settings.DATA_DIR_DEFAULT}]",
-    )
-    command.add_argument(
-        "--admin-target",
-        help=f"Admin's listener: unix:PATH or HOST:PORT [{ADMIN_TARGET_ENV}, "
-        f"{env['admin_listen']}, unix:DATA_DIR/{earmark_settings.ADMIN_SOCKET_NAME}]",
-    )
-    command.add_argument(
-        "--admin-token-file",
-        type=Path,
-        help=f"a file holding Admin's bearer token [{env['admin_token_file']}]",
-    )
-    command.add_argument(
-        "--timeout-seconds",
-        type=float,
-        default=limits.admin_call_seconds_default,
-        help=f"each call's deadline [{limits.admin_call_seconds_default:g}]",
-    )
-
-
-def _tls_arguments(command: argparse.ArgumentParser, key_flag: str = "--admin-key-file") -> None:
-    command.add_argument(
-        "--admin-tls",
-        action="store_true",
-        help="TLS to an Admin on TCP (implied by the three files below)",
-    )
-    command.add_argument("--admin-ca-file", type=Path, help="PEM: the CA of Admin's certificate")
-    command.add_argument("--admin-cert-file", type=Path, help="PEM: this client's certificate")
-    # `earmark reconcile` names the provider's admin key --admin-key-file, as its issue
-    # asks: there this client's TLS key is --admin-tls-key-file.
-    command.add_argument(
-        key_flag, dest="admin_client_key_file", type=Path, help="PEM: this client's key"
-    )
-    command.set_defaults(admin_client_key_flag=key_flag)
+        command.set_defaults(admin_client_key_flag=key_flag)
 
 
 def admin_target(
@@ -121,7 +135,7 @@ def admin_target(
     environ = os.environ if environ is None else environ
     if flag:
         return flag
-    for variable in (ADMIN_TARGET_ENV, earmark_settings.ENV["admin_listen"]):
+    for variable in (ADMIN_TARGET.env, earmark_settings.ENV["admin_listen"]):
         if environ.get(variable):
             return environ[variable]
     folder = data_dir_of(data_dir, environ)
@@ -131,7 +145,7 @@ def admin_target(
 def data_dir_of(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path:
     """The data dir as `earmark serve` picks it: the flag, EARMARK_DATA_DIR, or .earmark."""
     environ = os.environ if environ is None else environ
-    variable = environ.get(earmark_settings.ENV["data_dir"])
+    variable = environ.get(DATA_DIR.env)
     return flag or (Path(variable) if variable else earmark_settings.DATA_DIR_DEFAULT)
 
 
@@ -139,7 +153,7 @@ def access_from(args: argparse.Namespace, environ: Mapping[str, str] | None = No
     """The AdminAccess the command's flags (and the environment) describe."""
     environ = os.environ if environ is None else environ
     token_file = args.admin_token_file
-    variable = environ.get(earmark_settings.ENV["admin_token_file"])
+    variable = environ.get(ADMIN_TOKEN_FILE.env)
     if token_file is None and variable:
         token_file = Path(variable)
     return AdminAccess(

@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from earmark import limits
+from earmark import limits, options
 from earmark.errors import EarmarkError
-from earmark.ops import render
+from earmark.ops import connect, render
 from earmark.ops.audit import add_database_arguments, audit_url
 from earmark.ops.connect import OpsError
+from earmark.options import Option
 
 if TYPE_CHECKING:
     from earmark.store.events import ListedEvent
@@ -36,6 +38,27 @@ def _positive_count(text: str) -> int:
     return count
 
 
+LIST_OPTIONS = (
+    Option("budget", "only this budget's notices"),
+    Option("kind", "only notices of this kind", shown="all", choices=KINDS),
+    Option(
+        "state",
+        "only notices in this state: pending (not tried yet), retrying, delivered, failed "
+        "(given up)",
+        shown="all",
+        choices=STATES,
+    ),
+    Option(
+        "limit",
+        "at most this many, newest first",
+        default=limits.events_listed_default,
+        shown=f"{limits.events_listed_default}, at most {limits.events_listed_max}",
+        convert=_positive_count,
+    ),
+)
+OUTPUT = replace(connect.OUTPUT, help="a table, or one JSON document with each notice's payload")
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`earmark events list`."""
     events = commands.add_parser(
@@ -48,29 +71,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the newest notices and their delivery; reads the database directly, as "
         "`earmark audit` does (no Admin call answers them)",
     )
-    listing.add_argument("--budget", default=None, help="only this budget's notices")
-    listing.add_argument("--kind", choices=KINDS, help="only notices of this kind [all]")
-    listing.add_argument(
-        "--state",
-        choices=STATES,
-        help="only notices in this state: pending (not tried yet), retrying, delivered, "
-        "failed (given up) [all]",
-    )
-    listing.add_argument(
-        "--limit",
-        type=_positive_count,
-        default=limits.events_listed_default,
-        help=f"at most this many, newest first [{limits.events_listed_default}, at most "
-        f"{limits.events_listed_max}]",
-    )
+    options.add_options(listing, LIST_OPTIONS)
     add_database_arguments(listing)
-    listing.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "json"],
-        default="table",
-        help="a table, or one JSON document with each notice's payload [table]",
-    )
+    options.add_options(listing, (OUTPUT,))
     listing.set_defaults(run=list_events)
 
 

@@ -8,9 +8,10 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from earmark import limits
+from earmark import limits, options
 from earmark.ops import render
 from earmark.ops.connect import Admin, OpsError, access_from, add_admin_arguments
+from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
 STATES = {
@@ -27,6 +28,17 @@ USAGE_FIELDS = (
 )  # fmt: skip
 
 
+STATE = Option(
+    "state", "only this state", shown="all; required with no budget", choices=list(STATES)
+)
+RESOLVE_OPTIONS = (
+    Option("used", "what was spent, in the budget's unit", convert=int),
+    *(Option(field, default=0, convert=int) for field in USAGE_FIELDS),
+    Option("provider", "with the usage flags", default=""),
+    Option("model", "with the usage flags", default=""),
+)
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`earmark holds` and its verbs, and `earmark ledger`."""
     holds = commands.add_parser("holds", help="list, resolve and release holds (Admin)")
@@ -37,19 +49,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "budget's holds in --state (held or in-doubt), oldest first",
     )
     listing.add_argument("budget_id", nargs="?", default="")
-    listing.add_argument(
-        "--state", choices=list(STATES), help="only this state [all; required with no budget]"
-    )
+    options.add_options(listing, (STATE,))
     listing.set_defaults(run=list_holds)
     resolve = verbs.add_parser(
         "resolve", help="settle an in-doubt hold at what the provider billed"
     )
     resolve.add_argument("reservation_id")
-    resolve.add_argument("--used", type=int, help="what was spent, in the budget's unit")
-    for field in USAGE_FIELDS:
-        resolve.add_argument(f"--{field.replace('_', '-')}", type=int, default=0)
-    resolve.add_argument("--provider", default="", help="with the usage flags")
-    resolve.add_argument("--model", default="", help="with the usage flags")
+    options.add_options(resolve, RESOLVE_OPTIONS)
     resolve.set_defaults(run=resolve_hold)
     release = verbs.add_parser(
         "release", help="close a hold nobody will settle: it keeps what was charged"

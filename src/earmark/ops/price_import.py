@@ -25,9 +25,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from earmark import options
 from earmark.core.prices import tier
 from earmark.ops import render
 from earmark.ops.connect import Admin, Answer, OpsError, access_from, add_admin_arguments
+from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
 PRICES_EXTRA = "pip install 'earmark[prices]'"
@@ -221,18 +223,26 @@ def check_prices(args: argparse.Namespace) -> Answer:
     return Answer(render.table(("MODEL", "TIER", "DIFFERENCE"), rows), DISAGREE_STATUS)
 
 
+# Which prices `prices import` and `prices check` look up.
+CHOSEN = (
+    Option("provider", "as genai-prices names it: openai", required=True),
+    Option("model", "only these (repeatable)", default=(), action="append"),
+)
+
+
 def add_commands(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`earmark prices import` and `earmark prices check`."""
     importing = verbs.add_parser(
         "import", help="put the prices genai-prices has for a provider's models (new only)"
     )
-    importing.add_argument("--dry-run", action="store_true", help="say what would be put")
+    options.add_options(
+        importing, (Option("dry_run", "say what would be put", default=False, action="store_true"),)
+    )
     importing.set_defaults(run=import_prices)
     checking = verbs.add_parser(
         "check", help=f"list where the book and genai-prices disagree (exit {DISAGREE_STATUS})"
     )
     checking.set_defaults(run=check_prices)
     for verb in (importing, checking):
-        verb.add_argument("--provider", required=True, help="as genai-prices names it: openai")
-        verb.add_argument("--model", action="append", default=[], help="only these (repeatable)")
+        options.add_options(verb, CHOSEN)
         add_admin_arguments(verb)

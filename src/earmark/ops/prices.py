@@ -9,8 +9,10 @@ from typing import Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from earmark import options
 from earmark.ops import price_import, render
 from earmark.ops.connect import Admin, OpsError, access_from, add_admin_arguments
+from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
 RATES = (
@@ -35,6 +37,29 @@ AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "CACHE WRITE/M
            "MAX OUTPUT")  # fmt: skip
 
 
+PUT_OPTIONS = (
+    *(Option(field, meaning, default=0, convert=int) for field, meaning in RATES),
+    Option("effective_from", "ISO 8601, as 2026-01-01T00:00:00Z", default="", shown="now"),
+    Option("effective_to", "ISO 8601", default="", shown="until superseded"),
+    Option("source", "where the rate was read (a URL)", default=""),
+    Option("daily_from_minute", "a daily UTC window", default=0, shown="0", convert=int),
+    Option("daily_to_minute", "(both 0: all day)", default=0, shown="0", convert=int),
+    Option(
+        "service_tier",
+        "the provider's service tier these rates are for",
+        default="",
+        shown="''",
+    ),
+    Option(
+        "tool_fee",
+        "a fee per server tool call, as web_search=10000 (repeatable)",
+        default=(),
+        action="append",
+        metavar="KIND=MICROS",
+    ),
+)
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`earmark prices` and its verbs."""
     prices = commands.add_parser("prices", help="put and list model prices (Admin)")
@@ -44,27 +69,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     put.add_argument("provider")
     put.add_argument("model")
-    for field, meaning in RATES:
-        put.add_argument(f"--{field.replace('_', '-')}", type=int, default=0, help=meaning)
-    put.add_argument("--effective-from", help="ISO 8601, as 2026-01-01T00:00:00Z [now]", default="")
-    put.add_argument("--effective-to", default="", help="ISO 8601 [until superseded]")
-    put.add_argument("--source", default="", help="where the rate was read (a URL)")
-    put.add_argument("--daily-from-minute", type=int, default=0, help="a daily UTC window [0]")
-    put.add_argument("--daily-to-minute", type=int, default=0, help="(both 0: all day) [0]")
-    put.add_argument(
-        "--service-tier", default="", help="the provider's service tier these rates are for ['']"
-    )
-    put.add_argument(
-        "--tool-fee",
-        action="append",
-        default=[],
-        metavar="KIND=MICROS",
-        help="a fee per server tool call, as web_search=10000 (repeatable)",
-    )
+    options.add_options(put, PUT_OPTIONS)
     put.set_defaults(run=put_price)
     listing = verbs.add_parser("list", help="every version of every price, oldest first")
-    listing.add_argument("--provider", default="")
-    listing.add_argument("--model", default="")
+    options.add_options(listing, (Option("provider", default=""), Option("model", default="")))
     listing.set_defaults(run=list_prices)
     for verb in (put, listing):
         add_admin_arguments(verb)

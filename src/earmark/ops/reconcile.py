@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from earmark import limits
+from earmark import limits, options
 from earmark.core.model import HoldState
 from earmark.core.reconcile import (
     FAILING,
@@ -44,6 +44,7 @@ from earmark.ops.connect import (
 )
 from earmark.ops.reconcile_metrics import publish
 from earmark.ops.reports import COUNTS_REQUESTS, DEFAULT_BASES, READERS, ReportReader, Scope
+from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
 FAILING_STATUS = 3
@@ -259,6 +260,48 @@ def _as_text(result: Reconciliation, applied: list[Applied], applying: bool) -> 
     return "\n".join(parts)
 
 
+OPTIONS = (
+    Option("provider", required=True, choices=sorted(READERS)),
+    Option("api_base", "the provider's API base URL", shown="the provider's"),
+    Option(
+        "admin_key_file", "a file holding the provider's admin key", convert=Path, required=True
+    ),
+    Option("api_key_id", "the key the metered workers use (key_..., apikey_...)"),
+    Option("project_id", "the project (Anthropic: workspace) they use"),
+    Option("since", "RFC 3339", shown="a day before --until"),
+    Option("until", "RFC 3339", shown="now"),
+    Option(
+        "apply",
+        "resolve the in-doubt holds the evidence proves",
+        default=False,
+        action="store_true",
+    ),
+    Option(
+        "billing_delay_seconds",
+        "buckets younger than this are still filling",
+        default=limits.reconcile_billing_delay_seconds,
+        shown=str(limits.reconcile_billing_delay_seconds),
+        convert=float,
+    ),
+    Option(
+        "tolerance",
+        "a bucket's tokens agree within this share",
+        default=limits.reconcile_tokens_tolerance_share,
+        shown=str(limits.reconcile_tokens_tolerance_share),
+        convert=float,
+    ),
+    Option(
+        "drift_tolerance",
+        "a day's dollars agree within this share",
+        default=limits.reconcile_drift_tolerance_share,
+        shown=str(limits.reconcile_drift_tolerance_share),
+        convert=float,
+    ),
+    Option("metrics_file", "write earmark_reconcile_* for a textfile collector", convert=Path),
+    Option("pushgateway", "push earmark_reconcile_* to this Pushgateway"),
+)
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`earmark reconcile`."""
     command = commands.add_parser(
@@ -266,41 +309,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="hold a provider's usage and cost reports against the ledger; --apply "
         f"resolves the in-doubt holds they prove (exit {FAILING_STATUS} on disagreement)",
     )
-    command.add_argument("--provider", required=True, choices=sorted(READERS))
-    command.add_argument("--api-base", help="the provider's API base URL [the provider's]")
-    command.add_argument(
-        "--admin-key-file", type=Path, required=True, help="a file holding the provider's admin key"
-    )
-    command.add_argument(
-        "--api-key-id", help="the key the metered workers use (key_..., apikey_...)"
-    )
-    command.add_argument("--project-id", help="the project (Anthropic: workspace) they use")
-    command.add_argument("--since", help="RFC 3339 [a day before --until]")
-    command.add_argument("--until", help="RFC 3339 [now]")
-    command.add_argument(
-        "--apply", action="store_true", help="resolve the in-doubt holds the evidence proves"
-    )
-    command.add_argument(
-        "--billing-delay-seconds",
-        type=float,
-        default=limits.reconcile_billing_delay_seconds,
-        help="buckets younger than this are still filling [%(default)s]",
-    )
-    command.add_argument(
-        "--tolerance",
-        type=float,
-        default=limits.reconcile_tokens_tolerance_share,
-        help="a bucket's tokens agree within this share [%(default)s]",
-    )
-    command.add_argument(
-        "--drift-tolerance",
-        type=float,
-        default=limits.reconcile_drift_tolerance_share,
-        help="a day's dollars agree within this share [%(default)s]",
-    )
-    command.add_argument(
-        "--metrics-file", type=Path, help="write earmark_reconcile_* for a textfile collector"
-    )
-    command.add_argument("--pushgateway", help="push earmark_reconcile_* to this Pushgateway")
+    options.add_options(command, OPTIONS)
     add_admin_arguments(command, key_flag="--admin-tls-key-file")
     command.set_defaults(run=run_reconcile)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING
 
+from earmark import options
 from earmark.errors import EarmarkError, InvalidArgument
 from earmark.ops import render
 from earmark.ops.audit import add_database_arguments, audit_url
-from earmark.ops.connect import OpsError
+from earmark.ops.connect import OUTPUT, OpsError
 
 if TYPE_CHECKING:
     from earmark.store.usage import PeriodUsage
@@ -36,13 +38,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     usage.add_argument("account", help="the account, as a Reserve by account names it")
     add_database_arguments(usage)
-    usage.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "json"],
-        default="table",
-        help="a table, or one JSON document [table]",
-    )
+    options.add_options(usage, (replace(OUTPUT, help="a table, or one JSON document"),))
     usage.set_defaults(run=show_usage)
 
 

@@ -3,15 +3,13 @@ default and help come from one declaration), flags winning over the environment.
 
 from __future__ import annotations
 
-import argparse
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 from earmark import options
-from earmark.options import INSECURE_LISTEN, LOGGING, Option, check_logging
-from earmark.settings import ENV as SIDECAR_ENV
-from earmark.settings import is_loopback, split_host_port
+from earmark.options import Option, check_logging
+from earmark.settings import ENV, INSECURE_LISTEN, LOGGING, is_loopback, split_host_port
 
 LISTEN_DEFAULT = "127.0.0.1:8788"
 # The path Kinde posts to: register https://HOST/kinde/webhooks.
@@ -21,21 +19,21 @@ WEBHOOK_PATH = "/kinde/webhooks"
 # The database and the Kinde domain are the sidecar's own variables, so that one
 # deployment's environment serves both commands.
 OPTIONS = (
-    Option("listen", "EARMARK_WEBHOOKS_LISTEN", "HOST:PORT to serve on", LISTEN_DEFAULT),
+    Option("listen", "HOST:PORT to serve on", "EARMARK_WEBHOOKS_LISTEN", shown=LISTEN_DEFAULT),
     Option(
         "kinde_domain",
-        SIDECAR_ENV["kinde_domain"],
         "https://YOURS.kinde.com: the webhooks' issuer, and where its keys are (/.well-known/jwks)",
+        ENV["kinde_domain"],
     ),
     Option(
         "database_url",
-        SIDECAR_ENV["database_url"],
         "the sidecars' PostgreSQL URL",
-        "the embedded database running on --data-dir",
+        ENV["database_url"],
+        shown="the embedded database running on --data-dir",
     ),
-    Option("data_dir", SIDECAR_ENV["data_dir"], "a sidecar's data dir", ".earmark", Path),
-    Option("tls_cert_file", SIDECAR_ENV["tls_cert_file"], "PEM: serve HTTPS", convert=Path),
-    Option("tls_key_file", SIDECAR_ENV["tls_key_file"], "PEM", convert=Path),
+    Option("data_dir", "a sidecar's data dir", ENV["data_dir"], shown=".earmark", convert=Path),
+    Option("tls_cert_file", "PEM: serve HTTPS", ENV["tls_cert_file"], convert=Path),
+    Option("tls_key_file", "PEM", ENV["tls_key_file"], convert=Path),
     INSECURE_LISTEN,
     *LOGGING,
 )
@@ -75,10 +73,6 @@ class WebhookSettings:
                 "--tls-key-file, or pass --insecure-listen when TLS ends in front of it"
             )
         check_logging(self.log_level, self.log_format)
-
-
-def add_arguments(command: argparse.ArgumentParser) -> None:
-    options.add_arguments(command, OPTIONS)
 
 
 def load(flags: dict[str, object], environ: dict[str, str]) -> WebhookSettings:
