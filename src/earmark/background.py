@@ -28,7 +28,7 @@ from earmark.plans.file import FileProvider
 from earmark.plans.marks import MarkWatcher
 from earmark.plans.reporter import Reporter
 from earmark.settings import Settings
-from earmark.store import Store
+from earmark.store.interface import Upkeep
 from earmark.store.probe import DatabaseProbe
 from earmark.supervise import Supervisor
 
@@ -67,7 +67,7 @@ def backoff_seconds(failures: int, interval_seconds: float, rng: random.Random) 
 class Background:
     def __init__(
         self,
-        store: Store,
+        store: Upkeep,
         metrics: Metrics,
         settings: Settings,
         on_database: OnDatabase,

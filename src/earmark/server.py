@@ -41,6 +41,7 @@ from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, spl
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
 from earmark.store.events import EventLog
+from earmark.store.interface import AdminStore, Cycles, Holds
 from earmark.store.probe import DatabaseProbe
 from earmark.store.store import Clock, utc_now
 from earmark.supervise import Supervisor
@@ -312,7 +313,7 @@ class Sidecar:
             metrics=self.metrics,
         )
 
-    def _start_plans(self, store: Store) -> None:
+    def _start_plans(self, store: Cycles) -> None:
         """The limits provider's cache and the gate, for a sidecar with a provider (kinde,
         or the file stand-in)."""
         settings = self.settings
@@ -349,7 +350,7 @@ class Sidecar:
             tracer_provider=self.tracer_provider,
         )
 
-    async def _serve_workers(self, store: Store) -> tuple[grpc.aio.Server, int]:
+    async def _serve_workers(self, store: Holds) -> tuple[grpc.aio.Server, int]:
         """The workers' listener: Budget, health and reflection; Admin is not there."""
         settings = self.settings
         tokens = None
@@ -378,7 +379,7 @@ class Sidecar:
         await server.start()
         return server, port
 
-    async def _serve_admin(self, store: Store) -> tuple[grpc.aio.Server, str]:
+    async def _serve_admin(self, store: AdminStore) -> tuple[grpc.aio.Server, str]:
         """Admin's own listener: a Unix socket only this user can open (the default), or
         TCP where every call but health carries the admin token."""
         settings = self.settings

@@ -44,7 +44,8 @@ from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import EarmarkError
 from earmark.store import Store
 from earmark.store.audit import audit
-from earmark.store.model import Holds, Model
+from earmark.store.interface import Holds
+from earmark.store.model import Model
 from tests.conftest import TABLES
 from tests.helpers import FakeClock
 

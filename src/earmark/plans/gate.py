@@ -33,7 +33,7 @@ from earmark.core.model import Budget
 from earmark.errors import FailedPrecondition, Reason
 from earmark.plans.cache import LimitCache, LimitRead, LimitUnavailable
 from earmark.plans.provider import Period, ProviderUnavailable
-from earmark.store import Store
+from earmark.store.interface import Cycles
 
 log = structlog.get_logger("earmark.plans")
 
@@ -52,7 +52,7 @@ class _Known:
 class PlanGate:
     def __init__(
         self,
-        store: Store,
+        store: Cycles,
         cache: LimitCache,
         clock: Callable[[], datetime],
         *,

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from earmark import limits
-from earmark.store import Store
+from earmark.store.interface import PlanMarks
 from earmark.store.marks import Mark
 
 log = structlog.get_logger("earmark.plans")
@@ -28,7 +28,7 @@ log = structlog.get_logger("earmark.plans")
 class MarkWatcher:
     def __init__(
         self,
-        store: Store,
+        store: PlanMarks,
         forget: Callable[[str], None],
         *,
         rows_max: int = limits.plan_marks_rows_max,

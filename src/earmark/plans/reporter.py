@@ -27,8 +27,8 @@ import structlog
 from earmark import limits
 from earmark.metrics import Metrics
 from earmark.plans.provider import LimitsProvider, ProviderRejected, ProviderUnavailable
-from earmark.store import Store
 from earmark.store.cycles import Report
+from earmark.store.interface import Meter
 
 log = structlog.get_logger("earmark.reporter")
 
@@ -39,7 +39,7 @@ PERIOD_CLOSED = "PERIOD_CLOSED"
 class Reporter:
     def __init__(
         self,
-        store: Store,
+        store: Meter,
         provider: LimitsProvider,
         metrics: Metrics,
         clock: Callable[[], datetime],

@@ -16,7 +16,7 @@ from earmark.service import convert
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
-from earmark.store import Store
+from earmark.store.interface import AdminStore
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 from earmark.validate import calls as validate_calls
@@ -30,7 +30,7 @@ log = structlog.get_logger("earmark.admin")
 
 class AdminService(pb_grpc.AdminServicer):
     def __init__(
-        self, store: Store, metrics: Metrics, drain: Drain, *, plans: PlanGate | None = None
+        self, store: AdminStore, metrics: Metrics, drain: Drain, *, plans: PlanGate | None = None
     ) -> None:
         self.store = store
         self.metrics = metrics

@@ -27,7 +27,7 @@ from earmark.service.auth import CALLER
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
-from earmark.store import Store
+from earmark.store.interface import Holds
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 from earmark.validate import prices as validate_prices
@@ -79,7 +79,7 @@ def _log_reserve(op: ReserveOp, result: ReserveResult) -> None:
 class BudgetService(pb_grpc.BudgetServicer):
     def __init__(
         self,
-        store: Store,
+        store: Holds,
         metrics: Metrics,
         drain: Drain,
         *,
