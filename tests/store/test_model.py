@@ -1,9 +1,12 @@
 """The PostgreSQL store checked against its model: a Hypothesis state machine runs the same
 random operations (Reserves plain, priced and nested; Charges by amount and by usage;
 Renews; Settles with every outcome; sweeps on an injected clock; ResolveHold; ReleaseHold;
-PutBudget changing limits, escrow and overage; PutPrice) on the store and on the model in
-memory, compares every answer and every budget, hold, ledger and job samples row after
-each step, and ends each run on the audit. EARMARK_MODEL_EXAMPLES runs it longer."""
+PutBudget changing limits, escrow and overage, and a daily budget's rate windows and mode;
+PutPrice; the clock taken to just before midnight, so that holds cross a period's
+boundary) on the store and on the model in memory, compares every answer and every budget,
+hold, ledger, closed period, notice and job samples row after each step, and ends each
+run on the audit. EARMARK_MODEL_EXAMPLES runs it longer. tests/store/test_contract.py
+states the same contract case by case."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import os
 import uuid
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -27,8 +31,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from earmark.core import resets
 from earmark.core.estimates import SampleKey
-from earmark.core.model import Budget, Hold, Outcome, OveragePolicy
+from earmark.core.model import (
+    Budget,
+    BudgetMode,
+    Hold,
+    Outcome,
+    OveragePolicy,
+    PeriodTotals,
+    Policies,
+)
 from earmark.core.ops import (
     ChargeOp,
     Op,
@@ -40,6 +53,7 @@ from earmark.core.ops import (
     Result,
     SettleOp,
 )
+from earmark.core.periods import Calendar, Period
 from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import EarmarkError
 from earmark.store import Store
@@ -53,6 +67,9 @@ T = TypeVar("T")
 START = datetime(2026, 12, 1, 12, tzinfo=UTC)
 # Two budgets in tokens (t2 may be held on with t1, nested) and one in money, priced.
 TOKENS, MONEY = ("t1", "t2"), "u1"
+# A budget in tokens that resets every day, with notices at half and at 90%.
+DAILY = "d1"
+DAILY_POLICIES = Policies(calendar=Calendar(Period.DAY), threshold_bps=(5_000, 9_000))
 SHAPE = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=500)
 # A call with no maximum of its own: held for the price's ceiling (CEILING tokens).
 CEILING = 800
@@ -82,6 +99,8 @@ def budget_row(budget: Budget) -> tuple[object, ...]:
     return (
         budget.budget_id, budget.limit, budget.used, budget.held, budget.open_reservations,
         budget.escrow_bps, budget.overage_policy, budget.overage_limit, budget.overage_since,
+        budget.period_no, budget.period_start, budget.period_end, budget.noticed_bps,
+        budget.mode, budget.admissions_per_minute, budget.units_per_minute, budget.rate,
     )  # fmt: skip
 
 
@@ -89,6 +108,13 @@ def hold_row(hold: Hold) -> tuple[object, ...]:
     return (
         hold.reservation_id, hold.budget_id, hold.also_budget_ids, int(hold.state), hold.amount,
         hold.charged, hold.expires_at, hold.dispatched, hold.price_version,
+    )  # fmt: skip
+
+
+def period_row(period: PeriodTotals) -> tuple[object, ...]:
+    return (
+        period.budget_id, period.period_no, period.period_start, period.period_end,
+        period.limit, period.used, period.held, period.open_reservations,
     )  # fmt: skip
 
 
@@ -141,6 +167,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
         for budget_id in TOKENS:
             self.both("put_budget", budget_id, 5_000, "tokens")
         self.both("put_budget", MONEY, 10_000, "usd_micros")
+        self.both("put_budget", DAILY, 5_000, "tokens", policies=DAILY_POLICIES)
         price = Price("openai", "gpt", 0, START - timedelta(days=1), None, 1_000_000, 4_000_000)
         self.both("put_price", price)
 
@@ -158,6 +185,30 @@ class StoreAgainstModel(RuleBasedStateMachine):
             escrow_bps=escrow_bps, overage_policy=policy, overage_limit=overage,
         )  # fmt: skip
 
+    @rule(
+        limit=st.integers(0, 8_000),
+        admissions=st.sampled_from([None, 1, 3]),
+        units=st.sampled_from([None, 2_000]),
+        observe=st.booleans(),
+    )
+    def put_daily(
+        self, limit: int, admissions: int | None, units: int | None, observe: bool
+    ) -> None:
+        policies = replace(
+            DAILY_POLICIES,
+            mode=BudgetMode.OBSERVE if observe else BudgetMode.ENFORCE,
+            admissions_per_minute=admissions,
+            units_per_minute=units,
+        )
+        self.both("put_budget", DAILY, limit, "tokens", policies=policies)
+
+    @rule(seconds=st.integers(0, 40))
+    def before_midnight(self, seconds: int) -> None:
+        """The clock just before the next midnight: the next steps cross the boundary."""
+        now = self.clock()
+        midnight = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+        self.clock.set(midnight - timedelta(seconds=seconds))
+
     @rule(input_rate=st.integers(0, 3_000_000), request_fee=st.integers(0, 50))
     def put_price(self, input_rate: int, request_fee: int) -> None:
         at = self.clock() - timedelta(seconds=1)
@@ -169,7 +220,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
 
     @rule(
         target=holds,
-        budget=st.sampled_from([*TOKENS, MONEY]),
+        budget=st.sampled_from([*TOKENS, MONEY, DAILY]),
         amount=amounts,
         key=keys,
         lease=leases,
@@ -237,7 +288,10 @@ class StoreAgainstModel(RuleBasedStateMachine):
         if not hasattr(self, "store"):
             return
         budgets, holds, ledger, samples, problems = self.run(self._rows())
-        assert sorted(budget_row(b) for b in self.model.budgets.values()) == budgets
+        periods, events = self.run(self._periods_and_events())
+        now = self.clock()
+        modelled_budgets = [budget_row(resets.current(b, now)) for b in self.model.budgets.values()]
+        assert sorted(modelled_budgets) == budgets
         assert sorted(hold_row(h) for h in self.model.holds.values()) == holds
         modelled = sorted(
             (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at)
@@ -245,7 +299,21 @@ class StoreAgainstModel(RuleBasedStateMachine):
         )
         assert modelled == ledger
         assert self.model.samples == samples
+        assert sorted(period_row(p) for p in self.model.periods.values()) == periods
+        assert [(e.kind, e.budget_id, e.dedupe_key) for e in self.model.events] == events
         assert [] == problems
+
+    async def _periods_and_events(self) -> tuple[list[Any], list[Any]]:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            periods = await conn.fetch(
+                "SELECT budget_id, period_no, period_start, period_end, limit_units, used, "
+                "held, open_reservations FROM budget_periods"
+            )
+            events = await conn.fetch("SELECT kind, budget_id, dedupe_key FROM events ORDER BY seq")
+            return sorted(tuple(r) for r in periods), [tuple(r) for r in events]
+        finally:
+            await conn.close()
 
     async def _rows(
         self,
