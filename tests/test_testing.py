@@ -1,13 +1,23 @@
-"""earmark.testing, the test doubles a worker's author uses: the clock and the audit."""
+"""earmark.testing, the test doubles a worker's author uses: the clock, the audit and the
+in-process sidecar on the model."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import grpc
 import pytest
 
-from earmark.testing import FakeClock, assert_invariants
+from earmark.client import (
+    AsyncClient,
+    ClientError,
+    HoldSettledError,
+    Refusal,
+    RefusalReason,
+    Reservation,
+)
+from earmark.testing import FakeClock, ModelSidecar, assert_invariants
 
 
 def test_the_fake_clock_moves_only_when_told() -> None:
@@ -33,3 +43,46 @@ async def test_the_invariants_pass_on_a_sound_database_and_fail_on_drift(dsn: st
     with pytest.raises(AssertionError) as failed:
         await assert_invariants(dsn)
     assert "drift: used 3 != ledger 0" in str(failed.value)
+
+
+async def test_a_worker_runs_the_sdk_against_the_sidecar_on_the_model() -> None:
+    """ModelSidecar serves the SDK on 127.0.0.1 without a database: a budget put through
+    Admin, a hold reserved, charged and settled, a refusal and a closed hold's error as a
+    sidecar answers them, and the model's budget and ledger after."""
+    clock = FakeClock(datetime(2026, 12, 2, tzinfo=UTC))
+    async with (
+        ModelSidecar(clock) as sidecar,
+        AsyncClient(sidecar.target, admin_target=sidecar.target) as client,
+    ):
+        await client.put_budget("worker", 1_000, "tokens")
+        held = await client.reserve("worker", 600, lease_seconds=30)
+        assert isinstance(held, Reservation)
+        refused = await client.reserve("worker", 500)
+        await client.charge(held.reservation_id, 100)
+        settled = await client.settle(held.reservation_id, 400)
+        with pytest.raises(HoldSettledError):
+            await client.charge(held.reservation_id, 1)
+        read = await client.get_budget("worker")
+    assert isinstance(refused, Refusal)
+    assert (RefusalReason.INSUFFICIENT_BUDGET, 400) == (refused.reason, refused.remaining)
+    assert (400, 200) == (settled.charged, settled.released)
+    assert (400, 0, 600) == (read.used, read.held, read.remaining)
+    assert ["hold", "charge", "settle"] == [str(e.kind) for e in sidecar.store.ledger]
+
+
+async def test_the_sidecar_on_the_model_expires_on_its_clock_and_lists_nothing() -> None:
+    """A hold whose lease passed on the test's clock is expired by the model's sweeper, and
+    Admin's listings, which are SQL, answer UNIMPLEMENTED."""
+    clock = FakeClock(datetime(2026, 12, 2, tzinfo=UTC))
+    async with ModelSidecar(clock) as sidecar:
+        await sidecar.store.put_budget("worker", 100, "tokens")
+        async with AsyncClient(sidecar.target, admin_target=sidecar.target) as client:
+            held = await client.reserve("worker", 60, lease_seconds=10)
+            clock.advance(timedelta(seconds=11))
+            swept = await sidecar.store.sweep_once()
+            with pytest.raises(ClientError) as listing:
+                [budget async for budget in client.list_budgets()]
+        budget = await sidecar.store.get_budget("worker")
+    assert isinstance(held, Reservation)
+    assert (1, 0, 100) == (swept, budget.held, budget.remaining())
+    assert grpc.StatusCode.UNIMPLEMENTED == listing.value.code
