@@ -218,6 +218,26 @@ async def transaction(conn: Conn, isolation: Isolation, first: str | None) -> As
     await conn.execute("COMMIT")
 
 
+async def _attempt(
+    pool: asyncpg.Pool,
+    work: Callable[[Conn], Awaitable[T]],
+    isolation: Isolation,
+    first: str | None,
+) -> T:
+    """One attempt of run_transaction: a connection, the transaction, the connection back.
+    The wait for a connection is bounded by asyncio.timeout rather than acquire's timeout,
+    which wraps the wait in a task of its own (asyncio.wait_for, before Python 3.12): a
+    task made and scheduled on every transaction, though a connection is almost always
+    free at once. Running out of time raises TimeoutError all the same."""
+    async with asyncio.timeout(limits.pool_acquire_timeout_seconds):
+        conn = await pool.acquire()
+    try:
+        async with transaction(conn, isolation, first):
+            return await work(conn)
+    finally:
+        await pool.release(conn)
+
+
 async def run_serializable(
     pool: asyncpg.Pool,
     work: Callable[[Conn], Awaitable[T]],
@@ -262,11 +282,7 @@ async def run_transaction(
     for attempt in range(attempts_max):
         try:
             with mapped_db_errors():
-                async with (
-                    pool.acquire(timeout=limits.pool_acquire_timeout_seconds) as conn,
-                    transaction(conn, isolation, first),
-                ):
-                    return await work(conn)
+                return await _attempt(pool, work, isolation, first)
         except asyncpg.PostgresError as exc:
             if not is_conflict(exc):
                 raise

@@ -18,6 +18,8 @@ from earmark.store.named import NamedQuery
 from earmark.store.rows import HOLD_COLUMN_NAMES, UPDATABLE_HOLD_COLUMNS, hold_row
 from earmark.store.tx import Conn
 
+Decided = Sequence[tuple[BatchState, BatchDecision]]
+
 # The attributes of each kind of row a batch writes, in order: composite types of their
 # own (migrations 0012 and 0022), never a table's row type, which a migration that adds a
 # column to the table would change under the previous release's sidecars during a rolling
@@ -248,24 +250,60 @@ def write_statement(kinds: tuple[str, ...]) -> NamedQuery:
     return NamedQuery(f"WITH {parts}\nSELECT")
 
 
-async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchDecision]]) -> None:
-    """Writes what the decisions changed in one statement, whatever the batch size; nothing
-    when they changed nothing."""
+def _hold_rows(decided: Decided) -> dict[str, list[Any]]:
+    """The rows of the holds the decisions made and changed, and of their scopes, doubts and
+    deadlines."""
     new_holds = [h for _, d in decided for h in d.new_holds]
     new_ids = {h.reservation_id for h in new_holds}
     changed = [
         h for _, d in decided for h in d.changed_holds.values() if h.reservation_id not in new_ids
     ]
-    charges = [c for _, d in decided for c in d.new_charges]
-    ledger = [e for _, d in decided for e in d.ledger]
-    touched = {b.budget_id: b for _, d in decided for b in d.touched.values()}
-    budgets = [touched[budget_id] for budget_id in sorted(touched)]
     # A hold may go into doubt and come out of it in one batch (a late Settle that found its
     # lease passed): then it never was in the table.
     doubted = [h for _, d in decided for h in d.doubted if h.state is HoldState.IN_DOUBT]
     doubted_now = {h.reservation_id for _, d in decided for h in d.doubted}
-    undoubted = [i for _, d in decided for i in d.undoubted if i not in doubted_now]
-    scopes = [(b, h) for h in new_holds for b in h.also_budget_ids]
+    held = HoldState.HELD
+    return {
+        "new_holds": [hold_row(h) for h in new_holds],
+        "scopes": [
+            (b, h.owner, h.idempotency_key, h.reservation_id)
+            for h in new_holds
+            for b in h.also_budget_ids
+        ],
+        "doubted": [(h.reservation_id, h.expires_at) for h in doubted],
+        "undoubted": [i for _, d in decided for i in d.undoubted if i not in doubted_now],
+        "changed_holds": [hold_row(h) for h in changed],
+        "opened": [(h.reservation_id, h.expires_at) for h in new_holds if h.state is held],
+        "extended": [(h.reservation_id, h.expires_at) for h in changed if h.state is held],
+        "closed": [h.reservation_id for h in changed if h.state is not held],
+    }
+
+
+def _money_rows(decided: Decided) -> dict[str, list[Any]]:
+    """The rows of what the decisions charged and moved: charges, ledger entries, the
+    meter's moves, and the calls they priced."""
+    return {
+        "charges": [
+            (c.reservation_id, c.idempotency_key, c.amount, c.charged, c.capped,
+             c.total_charged, c.hold_remaining, c.price_version)
+            for _, d in decided for c in d.new_charges
+        ],
+        "ledger": [
+            (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at,
+             e.period_no)
+            for _, d in decided for e in d.ledger
+        ],
+        "meter_moves": [
+            (m.account, m.feature, m.cycle_start, m.cycle_end, m.used_delta, m.at)
+            for m in cycles.meter_moves(decided)
+        ],
+        "calls": [call_row(c) for _, d in decided for c in d.calls.values()],
+    }  # fmt: skip
+
+
+def _budget_rows(decided: Decided) -> dict[str, list[Any]]:
+    """The rows of the budgets' state: their totals, the periods the batch closed or moved,
+    the rate windows and samples it counted, and the events it raised."""
     sampled: dict[SampleKey, list[int]] = {}
     windows: dict[str, AdmissionWindow] = {}
     for state, decision in decided:
@@ -273,8 +311,6 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
             sampled[key] = state.samples[key]
         for account in decision.windows:
             windows[account] = state.windows[account]
-    meters = cycles.meter_moves(decided)
-    calls = [c for _, d in decided for c in d.calls.values()]
     # A period closed by one decision and moved by another of the batch is one new row,
     # with the counters of both.
     periods_new = {key: p for _, d in decided for key, p in d.closed_new.items()}
@@ -282,45 +318,44 @@ async def write_decisions(conn: Conn, decided: Sequence[tuple[BatchState, BatchD
         key: p for _, d in decided for key, p in d.closed_moved.items() if key not in periods_new
     }
     rolled = {key[0] for key in periods_new}
-    events = [e for _, d in decided for e in d.events]
-    if not (new_holds or changed or charges or ledger or budgets or sampled or windows):
-        return
-    opened = [h for h in new_holds if h.state is HoldState.HELD]
-    extended = [h for h in changed if h.state is HoldState.HELD]
-    closed = [h.reservation_id for h in changed if h.state is not HoldState.HELD]
-    rows: dict[str, list[Any]] = {
-        "new_holds": [hold_row(h) for h in new_holds],
-        "scopes": [(b, h.owner, h.idempotency_key, h.reservation_id) for b, h in scopes],
-        "doubted": [(h.reservation_id, h.expires_at) for h in doubted],
-        "undoubted": undoubted,
-        "changed_holds": [hold_row(h) for h in changed],
-        "charges": [
-            (c.reservation_id, c.idempotency_key, c.amount, c.charged, c.capped,
-             c.total_charged, c.hold_remaining, c.price_version)
-            for c in charges
-        ],
-        "ledger": [
-            (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at,
-             e.period_no)
-            for e in ledger
-        ],
-        "opened": [(h.reservation_id, h.expires_at) for h in opened],
-        "extended": [(h.reservation_id, h.expires_at) for h in extended],
-        "closed": closed,
+    touched = {b.budget_id: b for _, d in decided for b in d.touched.values()}
+    return {
         "windows": [(w.account, w.window_start, w.admissions) for w in windows.values()],
-        "meter_moves": [
-            (m.account, m.feature, m.cycle_start, m.cycle_end, m.used_delta, m.at) for m in meters
-        ],
         "samples": [(*key, json.dumps(values)) for key, values in sampled.items()],
-        "calls": [call_row(c) for c in calls],
         "periods_new": [_period_row(p) for _, p in sorted(periods_new.items())],
         "periods_moved": [_period_row(p) for _, p in sorted(periods_moved.items())],
         "events": [
             (e.event_id, e.kind, e.budget_id, e.dedupe_key, json.dumps(e.payload), e.created_at)
-            for e in events
+            for _, d in decided
+            for e in d.events
         ],
-        "budgets": [_budget_row(b, b.budget_id in rolled) for b in budgets],
-    }  # fmt: skip
-    assert rows.keys() == WRITES.keys()
+        "budgets": [_budget_row(touched[b], b in rolled) for b in sorted(touched)],
+    }
+
+
+# What a batch changed is written only if it changed a hold, a charge, the ledger, a
+# budget, a sample or a rate window; the other kinds of rows come only with one of these.
+_CHANGES = (
+    "new_holds", "changed_holds", "charges", "ledger", "budgets", "samples", "windows",
+)  # fmt: skip
+
+
+def rows_of(decided: Decided) -> dict[str, list[Any]] | None:
+    """Every kind of row the decisions write, in WRITES' order; None when they changed
+    nothing."""
+    found = _hold_rows(decided) | _money_rows(decided) | _budget_rows(decided)
+    if not any(found[kind] for kind in _CHANGES):
+        return None
+    rows = {kind: found[kind] for kind in WRITES}
+    assert rows.keys() == found.keys()
+    return rows
+
+
+async def write_decisions(conn: Conn, decided: Decided) -> None:
+    """Writes what the decisions changed in one statement, whatever the batch size; nothing
+    when they changed nothing."""
+    rows = rows_of(decided)
+    if rows is None:
+        return
     statement = write_statement(tuple(kind for kind, written in rows.items() if written))
     await conn.execute(statement.sql, *statement.args(**{k: rows[k] for k in statement.names}))
