@@ -67,14 +67,14 @@ $(STAMP): pyproject.toml
 run: venv
 	$(BIN)/earmark serve
 
-# `make test TEST_WORKERS=3` runs the suite on three workers, each with its own embedded
-# PostgreSQL (the tests that build the TypeScript package or the Python release share a
-# worker each: xdist_group). It stays 0 (one process) by default until two tests that read
-# this tree while others write it are made safe: the sdist build copies files a test
-# creates and removes in the tree's root, and the npm tests' timeouts under load.
-TEST_WORKERS ?= 0
+# `make test` runs the suite on three workers (pytest-xdist), each with its own embedded
+# PostgreSQL: most of a test's time is spent waiting on a sidecar, a database or a
+# subprocess, so three keep two cores busy. Tests that build the TypeScript package share a
+# worker (xdist_group); `make test TEST_WORKERS=0` runs everything in one process. The 25
+# slowest tests are listed at the end, where a slow new one shows.
+TEST_WORKERS ?= 3
 test: venv typescript node buf-tools
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 lint: venv
 	$(BIN)/ruff check src tests tools bench

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -24,7 +25,8 @@ from earmark.spawn import log_events
 from tests.conftest import Running
 from tests.helpers import child, eventually, stop_leftover_postgres
 
-# `python -m build` writes the egg-info and build folders of this tree: one worker runs it.
+# The build and the two environments are made once, for every test of this module: one worker
+# runs them all.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,13 +67,28 @@ def fresh_venv(folder: Path, *requirements: str) -> Path:
     return folder / "bin"
 
 
+def release_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the files git knows of here (tracked, or new and not ignored): what a
+    release is built from. Building in the working tree itself would write its egg-info
+    and build folders there, and take in whatever another test has just put in it."""
+    listed = run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    assert 0 == listed.returncode, listed.stderr
+    tree = tmp_path_factory.mktemp("release") / "earmark"
+    for name in sorted(set(listed.stdout.split("\0")) - {""}):
+        source = ROOT / name
+        if source.is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / name)
+    return tree
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The wheel and the sdist, as `python -m build` makes a release: the sdist from the
     working tree, then the wheel from the unpacked sdist (so a file the sdist lacks fails
     the build), each in an isolated environment with setuptools from the package index."""
     dist = tmp_path_factory.mktemp("dist")
-    build = run(sys.executable, "-m", "build", "--outdir", dist, ROOT)
+    build = run(sys.executable, "-m", "build", "--outdir", dist, release_tree(tmp_path_factory))
     assert 0 == build.returncode, build.stdout + build.stderr
     (whl,) = dist.glob("earmark-*.whl")
     (tar,) = dist.glob("earmark-*.tar.gz")
