@@ -27,6 +27,7 @@ from earmark.core.ops import (
     SettleResult,
 )
 from earmark.core.periods import Calendar, Period
+from earmark.core.prices import Price, Shape, Usage
 from earmark.errors import EarmarkError, Reason
 from earmark.store import Store
 from earmark.store.interface import Holds
@@ -356,3 +357,25 @@ def cycle(account: str, feature: str, start: datetime, limit: int, read_at: date
         cycle_end=end,
         limit_read_at=read_at,
     )
+
+
+async def test_prices_are_versioned_and_price_a_reserve_by_shape(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """Each put of a model's price is its next version; a Reserve by shape holds what the
+    version in effect says the call may cost, and a Settle by usage charges its price."""
+    store = backend.store
+    await store.put_budget("m", 10_000, "usd_micros")
+    day = timedelta(days=1)
+    first = Price("openai", "gpt", 0, clock.at - day, None, 1_000_000, 4_000_000)
+    second = replace(first, effective_from=clock.at - HOUR, input_per_mtok=2_000_000)
+    versions = [(await store.put_price(p)).version for p in (first, second)]
+    shape = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=500)
+    held = await submit(store, reserve("m", 0, "k", shape=shape), ReserveResult)
+    usage = Usage(input_tokens=1_000, output_tokens=100)
+    settle = SettleOp(held.reservation_id, 0, Outcome.SUCCEEDED, usage=usage)
+    settled = await submit(store, settle, SettleResult)
+    assert [1, 2] == versions
+    assert (4_000, 2) == (held.amount, held.price_version)
+    assert (2_400, 2) == (settled.used, settled.price_version)
+    assert (10_000, 2_400, 0, 0) == counters(await store.get_budget("m"))
