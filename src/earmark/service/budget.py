@@ -216,8 +216,9 @@ class BudgetService(pb_grpc.BudgetServicer):
         result = await self.store.submit(op)
         assert isinstance(result, ChargeResult)
         if not result.duplicate:
-            self.metrics.charges.labels(str(result.capped).lower()).inc()
-            self.metrics.charged_units.labels(result.unit).inc(result.charged)
+            m = self.metrics
+            m.child(m.charges, str(result.capped).lower()).inc()
+            m.child(m.charged_units, result.unit).inc(result.charged)
         log.info(
             "charge",
             reservation_id=op.reservation_id,
@@ -272,32 +273,33 @@ class BudgetService(pb_grpc.BudgetServicer):
         return convert.settle_response(result)
 
     def _count_reserve(self, result: ReserveResult) -> None:
+        m = self.metrics
         if result.duplicate:
-            self.metrics.reservations.labels("duplicate", "").inc()
+            m.child(m.reservations, "duplicate", "").inc()
         elif result.admitted:
-            self.metrics.reservations.labels("admitted", "").inc()
-            self.metrics.reserved_units.labels(result.unit).inc(result.amount)
+            m.child(m.reservations, "admitted", "").inc()
+            m.child(m.reserved_units, result.unit).inc(result.amount)
             if result.charged:
-                self.metrics.charged_units.labels(result.unit).inc(result.charged)
+                m.child(m.charged_units, result.unit).inc(result.charged)
             if result.over_limit:
-                self.metrics.overage_admissions.inc()
+                m.overage_admissions.inc()
             if result.would_refuse is not None:
-                self.metrics.would_refuse.labels(result.would_refuse.name.lower()).inc()
+                m.child(m.would_refuse, result.would_refuse.name.lower()).inc()
         else:
-            self.metrics.reservations.labels("refused", result.reason.name.lower()).inc()
+            m.child(m.reservations, "refused", result.reason.name.lower()).inc()
 
     def _count_settle(self, op: SettleOp, result: SettleResult) -> None:
         m = self.metrics
-        m.settles.labels(result.state.name.lower(), op.outcome.name.lower()).inc()
-        m.released_units.labels(result.unit).inc(result.released)
+        m.child(m.settles, result.state.name.lower(), op.outcome.name.lower()).inc()
+        m.child(m.released_units, result.unit).inc(result.released)
         # A counter only grows: a Settle below the charges refunds, which it does not count.
-        m.charged_units.labels(result.unit).inc(max(0, result.used_delta))
+        m.child(m.charged_units, result.unit).inc(max(0, result.used_delta))
         m.used_ratio.observe(result.used / result.amount)
-        m.estimate_ratio.labels(result.source.name.lower()).observe(result.used / result.amount)
+        m.child(m.estimate_ratio, result.source.name.lower()).observe(result.used / result.amount)
         if result.state is HoldState.EXPIRED:
             m.late_settles.inc()
         if result.was_in_doubt:
-            m.in_doubt_closed.labels("settle").inc()
+            m.child(m.in_doubt_closed, "settle").inc()
         if result.overshoot:
             m.overshoot_events.inc()
-            m.overshoot_units.labels(result.unit).inc(result.overshoot)
+            m.child(m.overshoot_units, result.unit).inc(result.overshoot)

@@ -92,7 +92,7 @@ def rpc(method: str) -> Callable[[Handler[Req, Resp]], Handler[Req, Resp]]:
                 if entered:
                     drain.leave()
                 structlog.contextvars.unbind_contextvars("rpc", "request_id")
-                metrics.rpc_duration.labels(method, code.name).observe(
+                metrics.child(metrics.rpc_duration, method, code.name).observe(
                     time.perf_counter() - started
                 )
 
