@@ -127,22 +127,18 @@ class StoreAgainstModel(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.clock = FakeClock(START)
         self.model = Model.empty(self.clock)
-        self.run(self._empty())
+        # One connection for the run's reads of every row, opened once.
+        self.conn: asyncpg.Connection = self.run(asyncpg.connect(dsn))
+        self.run(self.conn.execute(f"TRUNCATE {TABLES}"))
         self.store = self.run(Store.open(dsn, clock=self.clock))
 
     def run(self, work: Awaitable[T]) -> T:
         return self.loop.run_until_complete(work)
 
-    async def _empty(self) -> None:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            await conn.execute(f"TRUNCATE {TABLES}")
-        finally:
-            await conn.close()
-
     def teardown(self) -> None:
         try:
             self.run(self.store.close())
+            self.run(self.conn.close())
         finally:
             self.loop.close()
 
@@ -304,43 +300,38 @@ class StoreAgainstModel(RuleBasedStateMachine):
         assert [] == problems
 
     async def _periods_and_events(self) -> tuple[list[Any], list[Any]]:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            periods = await conn.fetch(
-                "SELECT budget_id, period_no, period_start, period_end, limit_units, used, "
-                "held, open_reservations FROM budget_periods"
-            )
-            events = await conn.fetch("SELECT kind, budget_id, dedupe_key FROM events ORDER BY seq")
-            return sorted(tuple(r) for r in periods), [tuple(r) for r in events]
-        finally:
-            await conn.close()
+        periods = await self.conn.fetch(
+            "SELECT budget_id, period_no, period_start, period_end, limit_units, used, "
+            "held, open_reservations FROM budget_periods"
+        )
+        events = await self.conn.fetch(
+            "SELECT kind, budget_id, dedupe_key FROM events ORDER BY seq"
+        )
+        return sorted(tuple(r) for r in periods), [tuple(r) for r in events]
 
     async def _rows(
         self,
     ) -> tuple[list[Any], list[Any], list[Any], dict[SampleKey, list[int]], list[str]]:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            budgets = [budget_row(await self.store.get_budget(r["budget_id"]))
-                       for r in await conn.fetch("SELECT budget_id FROM budgets")]  # fmt: skip
-            rows = await conn.fetch(
-                "SELECT reservation_id::text, budget_id, also_budget_ids, state, amount, "
-                "charged, expires_at, dispatched, price_version FROM reservations"
+        conn = self.conn
+        budgets = [budget_row(await self.store.get_budget(r["budget_id"]))
+                   for r in await conn.fetch("SELECT budget_id FROM budgets")]  # fmt: skip
+        rows = await conn.fetch(
+            "SELECT reservation_id::text, budget_id, also_budget_ids, state, amount, "
+            "charged, expires_at, dispatched, price_version FROM reservations"
+        )
+        holds = [(r[0], r[1], tuple(r[2]), *tuple(r)[3:]) for r in rows]
+        ledger = [
+            tuple(r)
+            for r in await conn.fetch(
+                "SELECT budget_id, reservation_id::text, kind, held_delta, used_delta, at "
+                "FROM ledger"
             )
-            holds = [(r[0], r[1], tuple(r[2]), *tuple(r)[3:]) for r in rows]
-            ledger = [
-                tuple(r)
-                for r in await conn.fetch(
-                    "SELECT budget_id, reservation_id::text, kind, held_delta, used_delta, at "
-                    "FROM ledger"
-                )
-            ]
-            rows = await conn.fetch("SELECT unit, root, job, model, samples FROM tenant_samples")
-            samples = {
-                (r["unit"], r["root"], r["job"], r["model"]): json.loads(r["samples"]) for r in rows
-            }
-            return sorted(budgets), sorted(holds), sorted(ledger), samples, await audit(conn)
-        finally:
-            await conn.close()
+        ]
+        rows = await conn.fetch("SELECT unit, root, job, model, samples FROM tenant_samples")
+        samples = {
+            (r["unit"], r["root"], r["job"], r["model"]): json.loads(r["samples"]) for r in rows
+        }
+        return sorted(budgets), sorted(holds), sorted(ledger), samples, await audit(conn)
 
 
 def test_the_store_does_what_its_model_does(database_url: str) -> None:
