@@ -24,6 +24,7 @@ from earmark.store.migrate import migrate
 from earmark.v1 import budget_pb2_grpc
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.helpers import FakeClock, HeldListings
+from tests.typescript_dist import dist_ready
 
 TEST_DATABASE = "earmark_test"
 TABLES = (
@@ -212,3 +213,11 @@ def kinde(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKinde]:
     with fake_kinde() as fake:
         fake.state.limits["acct"] = {"tokens": 100_000}
         yield fake
+
+
+@pytest.fixture
+def ts_dist() -> Iterator[None]:
+    """The TypeScript SDK's dist/, current and unchanged while the test runs Node against it
+    (tests/typescript_dist.py)."""
+    with dist_ready():
+        yield

@@ -50,13 +50,9 @@ from tests.client.recovery_profile_proxy import (
     proxy,
     refused,
 )
-from tests.clients.test_typescript import built
 from tests.conftest import Running, running, sidecar_settings
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import FakeClock, assert_invariants, child, eventually
-
-# Builds in the package's own folders: one worker runs every such test (make test).
-pytestmark = pytest.mark.xdist_group("typescript")
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -760,25 +756,15 @@ def typescript_bound() -> list[Any]:
     return [pytest.param(scenario, id=scenario["id"]) for scenario in bindings()]
 
 
-async def typescript_built() -> None:
-    """The SDK's dist/ built from its src/ as it is now (a build only when a source is newer)."""
-    index = TS_PACKAGE / "dist" / "esm" / "index.js"
-    built_at = index.stat().st_mtime_ns if index.exists() else 0
-    sources = (TS_PACKAGE / "src").rglob("*.ts")
-    if any(source.stat().st_mtime_ns > built_at for source in sources):
-        await built()
-
-
 @pytest.mark.skipif(NODE is None, reason="node is not on this machine")
 @pytest.mark.parametrize("scenario", typescript_bound())
 async def test_typescript_scenario(
-    scenario: dict[str, Any], sidecar: Running, provider: FakeOpenAI
+    scenario: dict[str, Any], sidecar: Running, provider: FakeOpenAI, ts_dist: None
 ) -> None:
     """The scenario's TypeScript tests (clients/typescript/test/recovery-profile.test.mjs,
     selected by the scenario id) run against a live sidecar and the fake OpenAI: exactly the
     bound ones ran and none failed (a `todo` one, a gap the doc names, may)."""
     assert NODE is not None
-    await typescript_built()
     process = await asyncio.create_subprocess_exec(
         NODE, "--test", "--test-reporter=tap", f"--test-name-pattern=^{scenario['id']} ",
         str(TS_TESTS.relative_to(TS_PACKAGE)),

@@ -20,12 +20,13 @@ import pytest
 from earmark.client import AsyncClient
 from tests.conftest import Running
 from tests.helpers import assert_invariants, child
+from tests.typescript_dist import dist_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clients" / "typescript"
 NODE = shutil.which("node")
 NPM = shutil.which("npm")
-BUILT = (PACKAGE / "dist" / "esm" / "index.js").is_file()
+
 VERSION: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # What the tarball may hold at its top: the two builds, the sources their source maps
 # point into, and the package's own files. Tests, build scripts,
@@ -57,11 +58,9 @@ main().catch((error) => {
 });
 """
 
-# Builds in the package's own folders: one worker runs every such test (make test).
 pytestmark = [
     pytest.mark.skipif(NODE is None or NPM is None, reason="node is not on this machine"),
     pytest.mark.slow,
-    pytest.mark.xdist_group("typescript"),
 ]
 
 
@@ -79,9 +78,10 @@ def npm(*args: str, cwd: Path) -> str:
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
     """`npm pack` of the built package: the tarball and the paths npm says it holds."""
-    assert BUILT, "run `make typescript` (`make test` builds the TypeScript SDK first)"
     out = tmp_path_factory.mktemp("pack")
-    (report,) = json.loads(npm("pack", "--json", "--pack-destination", str(out), cwd=PACKAGE))
+    with dist_ready():
+        packed = npm("pack", "--json", "--pack-destination", str(out), cwd=PACKAGE)
+    (report,) = json.loads(packed)
     return out / report["filename"], {f["path"] for f in report["files"]}
 
 

@@ -65,11 +65,7 @@ def doc_block(name: str) -> str:
     return found[1]
 
 
-# Builds in the package's own folders: one worker runs every such test (make test).
-pytestmark = [
-    pytest.mark.skipif(NODE is None or NPM is None, reason="node is not on this machine"),
-    pytest.mark.xdist_group("typescript"),
-]
+pytestmark = pytest.mark.skipif(NODE is None or NPM is None, reason="node is not on this machine")
 
 
 async def run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -82,13 +78,6 @@ async def run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> str:
         out, err = await asyncio.wait_for(process.communicate(), timeout=300)
     assert 0 == process.returncode, f"{' '.join(argv)}:\n{out.decode()}\n{err.decode()}"
     return out.decode()
-
-
-async def built() -> None:
-    """Builds the package's two forms (dist/esm and dist/cjs) as `npm run build` does."""
-    assert INSTALLED, "run `make test` (it installs the TypeScript SDK's packages with npm ci)"
-    assert NODE is not None
-    await run(NODE, "scripts/build.mjs", cwd=PACKAGE)
 
 
 def never_sent(*fakes: FakeOpenAI | FakeAnthropic) -> list[str]:
@@ -119,14 +108,13 @@ async def test_generated_code_matches_protos(tmp_path: Path) -> None:
         assert content == kept[name], f"{name} drifted from protos/: run `npm run generate`"
 
 
-async def test_node_test_suite_against_a_live_sidecar(sidecar: Running) -> None:
+async def test_node_test_suite_against_a_live_sidecar(sidecar: Running, ts_dist: None) -> None:
     """`node --test` over clients/typescript/test: the round trip, a refusal as a value,
     errors by reason, hold() settling in finally, the wire rules, metered() OpenAI and
     Anthropic clients against the fake providers (every surface held before it is sent and
     settled at what the fake billed, refused unsent on an empty budget, told the true cap,
     streams read to their end or in doubt when cut) and Node processes racing on one small
     budget; no request Earmark refused reached a fake, and the ledger audit is clean."""
-    await built()
     assert NODE is not None
     with (
         fake_openai() as provider,
@@ -160,7 +148,7 @@ async def test_node_test_suite_against_a_live_sidecar(sidecar: Running) -> None:
 
 
 async def test_the_docs_workers_run_from_the_packed_tarball(
-    sidecar: Running, tmp_path: Path
+    sidecar: Running, ts_dist: None, tmp_path: Path
 ) -> None:
     """`npm pack` makes the package's tarball; installed into a fresh folder with `openai`
     and `@anthropic-ai/sdk` (from npm's cache, which `make test`'s npm ci filled), both its
@@ -169,7 +157,6 @@ async def test_the_docs_workers_run_from_the_packed_tarball(
     written: the hold() worker settles what it says, the metered OpenAI worker (an ES
     module) is told the model's output ceiling and settles at what the fake OpenAI billed,
     and the metered Anthropic worker (CommonJS) settles at what the fake Anthropic billed."""
-    await built()
     assert NODE is not None
     assert NPM is not None
     packed = json.loads(
@@ -260,11 +247,12 @@ async def type_check(app: Path) -> None:
         )  # fmt: skip
 
 
-async def test_node_workers_on_one_task_never_spend_past_five_dollars(sidecar: Running) -> None:
+async def test_node_workers_on_one_task_never_spend_past_five_dollars(
+    sidecar: Running, ts_dist: None
+) -> None:
     """Four Node processes (two plain, two streaming) call the fake OpenAI through the
     TypeScript metered() on one $5.00 task until each is refused: together they never spend
     past it, and the budget's used is exactly what the provider billed."""
-    await built()
     assert NODE is not None
     await put_price(
         sidecar, "openai", "gpt-4o", input_usd_micros_per_mtok=INPUT,

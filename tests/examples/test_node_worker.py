@@ -14,9 +14,6 @@ from earmark.client import AsyncClient
 from tests.conftest import Running
 from tests.helpers import assert_invariants, child
 
-# Builds in the package's own folders: one worker runs every such test (make test).
-pytestmark = pytest.mark.xdist_group("typescript")
-
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "examples" / "node-worker" / "worker.js"
 NODE = shutil.which("node")
@@ -35,7 +32,7 @@ INSTALLED = (
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not on this machine")
-async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
+async def test_node_worker_never_exceeds_the_budget(sidecar: Running, ts_dist: None) -> None:
     """20 Node jobs of 10,000 that each cost 12,000 race on 100,000: 10 admitted and capped,
     10 refused; the Admin API shows used = 100,000 = what the worker was charged, held 0."""
     assert INSTALLED, "run `make test` (it installs the Node worker's packages with npm ci)"
@@ -64,7 +61,7 @@ async def test_node_worker_never_exceeds_the_budget(sidecar: Running) -> None:
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not on this machine")
-async def test_node_worker_reads_the_error_reason(sidecar: Running) -> None:
+async def test_node_worker_reads_the_error_reason(sidecar: Running, ts_dist: None) -> None:
     """Jobs on a budget that does not exist fail NOT_FOUND, and the Node worker reads the
     reason the SDK decoded from the status details (google.rpc.ErrorInfo): BUDGET_NOT_FOUND
     for each."""
