@@ -11,6 +11,7 @@ from pathlib import Path
 
 from earmark.client import AsyncClient
 from earmark.v1 import budget_pb2 as pb
+from tests.client.holding_worker import LEASE_SECONDS
 from tests.conftest import Running
 from tests.helpers import assert_invariants, child, eventually
 
@@ -33,12 +34,14 @@ async def test_sigkilled_worker_holds_are_swept_or_in_doubt(sidecar: Running) ->
             dispatched, idle = line.decode().split()
 
             async def renewed_twice() -> bool:
-                # Each lease is 1 s; a hold that lives past 2 s was kept only by renewals.
+                # A renewal every third of the lease: a hold whose life passes the lease by
+                # half of it was renewed twice.
                 page = await sidecar.admin.ListHolds(
                     pb.ListHoldsRequest(budget_id="crash", state=pb.RESERVATION_STATE_HELD)
                 )
                 lives = [h.expires_at.ToDatetime() - h.created_at.ToDatetime() for h in page.holds]
-                return 2 == len(lives) and all(life > timedelta(seconds=2) for life in lives)
+                renewed = timedelta(seconds=LEASE_SECONDS * 1.5)
+                return 2 == len(lives) and all(life > renewed for life in lives)
 
             await eventually(renewed_twice, within_seconds=15, what="both holds renewed twice")
             alive = await client.get_budget("crash")
