@@ -302,7 +302,8 @@ async def test_a_person_logs_in_before_any_page(
         await shoot(browser, tmp_path, "login")
         await browser.type("#token", "not-the-token")
         await browser.click("button[type=submit]")
-        assert "not the one" in await browser.text("[role=alert]")
+        # The refusal is a new page: wait for it, as for any page after a click.
+        await browser.wait_text("[role=alert]", lambda t: "not the one" in t, "the refusal")
         await browser.type("#token", "console-login-token-5b1d")
         await browser.click("button[type=submit]")
         await browser.wait_text("h1", lambda t: t == "guarded", "the page first asked for")
