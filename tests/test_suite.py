@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,12 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
     for name in ("test_one.py", "test_two.py"):
         (tmp_path / name).write_text(GROUPED)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    # xdist alone: the other plugins this environment has take seconds to load per worker.
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v",
-         "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", "2", "--dist", "loadgroup",
+         "-v", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )  # fmt: skip
     assert 0 == ran.returncode, ran.stdout + ran.stderr
     workers = sorted({line.split()[0] for line in ran.stdout.splitlines() if " PASSED " in line})

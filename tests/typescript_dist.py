@@ -62,11 +62,14 @@ def dist_ready() -> Iterator[None]:
     assert installed, "run `make test` (it installs the TypeScript SDK's packages and builds it)"
     fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if stale():
-            build()
-        # Shared from here: a rebuild between the two calls would find nothing stale.
+        # Shared first, so that readers never wait for each other; exclusive only to
+        # rebuild, which waits for the readers of the old build to finish.
         fcntl.flock(fd, fcntl.LOCK_SH)
+        if stale():
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if stale():
+                build()
+            fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)
