@@ -4,6 +4,8 @@ in-process sidecar on the model."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import grpc
@@ -86,3 +88,24 @@ async def test_the_sidecar_on_the_model_expires_on_its_clock_and_lists_nothing()
     assert isinstance(held, Reservation)
     assert (1, 0, 100) == (swept, budget.held, budget.remaining())
     assert grpc.StatusCode.UNIMPLEMENTED == listing.value.code
+
+
+def docs_testing_block() -> str:
+    """The first Python block of docs/sdk.md's "Testing a worker"."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "sdk.md").read_text()
+    section = text.split("## Testing a worker", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_docs_example_runs_as_written() -> None:
+    """docs/sdk.md's worker test, run as written around a worker that leaves a hold open:
+    the sweeper returns it once the clock passes its lease."""
+    block = docs_testing_block()
+
+    async def run_my_worker(client: AsyncClient) -> None:
+        held = await client.reserve("research", 4_000, lease_seconds=60)
+        assert held.admitted
+
+    namespace: dict[str, Any] = {"run_my_worker": run_my_worker}
+    exec(compile(block, "docs/sdk.md", "exec"), namespace)
+    await namespace["test_my_worker_stops_at_its_budget"]()
