@@ -19,7 +19,7 @@ from earmark.client import AsyncClient, BudgetNotFoundError
 from earmark.server import Sidecar
 from earmark.tracing import add_trace_ids, client_interceptor
 from tests.conftest import Running, running, sidecar_settings
-from tests.helpers import assert_invariants
+from tests.helpers import assert_invariants, eventually
 
 
 @pytest.fixture
@@ -60,6 +60,21 @@ def named(spans: tuple[ReadableSpan, ...], name: str, kind: SpanKind) -> Readabl
     return span
 
 
+async def finished(exporter: InMemorySpanExporter, name: str) -> tuple[ReadableSpan, ...]:
+    """The finished spans once both ends of the call named have finished theirs.
+
+    A failed call's server span ends after `context.abort` has sent the status, so
+    the client can hold its answer before the sidecar has finished its span.
+    """
+
+    async def both() -> bool:
+        kinds = {s.kind for s in exporter.get_finished_spans() if s.name == name}
+        return {SpanKind.CLIENT, SpanKind.SERVER} <= kinds
+
+    await eventually(both, within_seconds=5, what=f"both spans of {name}")
+    return exporter.get_finished_spans()
+
+
 async def test_a_call_is_one_trace_from_worker_to_log_line(
     traced: Running, provider: TracerProvider, exporter: InMemorySpanExporter, logs: LogCapture
 ) -> None:
@@ -72,7 +87,7 @@ async def test_a_call_is_one_trace_from_worker_to_log_line(
     ) as client:
         await client.put_budget("traced", 1_000, "t")
         held = await client.reserve("traced", 100)
-    spans = exporter.get_finished_spans()
+    spans = await finished(exporter, "earmark.v1.Budget/Reserve")
     outer = named(spans, "earmark.v1.Budget/Reserve", SpanKind.CLIENT)
     inner = named(spans, "earmark.v1.Budget/Reserve", SpanKind.SERVER)
     (line,) = [e for e in logs.entries if e["event"] == "reserve"]
@@ -102,7 +117,7 @@ async def test_a_failed_call_ends_its_spans_in_error(
     ) as client:
         with pytest.raises(BudgetNotFoundError):
             await client.get_budget("missing")
-    spans = exporter.get_finished_spans()
+    spans = await finished(exporter, "earmark.v1.Admin/GetBudget")
     for kind in (SpanKind.CLIENT, SpanKind.SERVER):
         span = named(spans, "earmark.v1.Admin/GetBudget", kind)
         assert (StatusCode.ERROR, 5) == (
