@@ -69,7 +69,7 @@ run: venv
 
 # `make test` runs the suite on four workers (pytest-xdist), each with its own embedded
 # PostgreSQL: most of a test's time is spent waiting on a sidecar, a database or a
-# subprocess, so four keep two cores busy (fresh clones: 236 to 265 s on four workers,
+# subprocess, so four keep two cores busy (fresh clones: 236 to 272 s on four workers,
 # 228 to 304 s on three). Tests that build the TypeScript package share a
 # worker (xdist_group); `make test TEST_WORKERS=0` runs everything in one process. The 25
 # slowest tests are listed at the end, where a slow new one shows.
