@@ -122,6 +122,22 @@ async def eventually(
     raise AssertionError(f"{what}: not within {within_seconds}s")
 
 
+async def stop_by_repeating(
+    process: asyncio.subprocess.Process, signum: int = signal.SIGTERM, *, within_seconds: float
+) -> int:
+    """Sends signum to process until it has exited, as a supervisor that repeats its stop
+    does; returns its exit code."""
+
+    async def gone() -> bool:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+        return process.returncode is not None
+
+    await eventually(gone, within_seconds=within_seconds, what="the process's exit")
+    return await process.wait()
+
+
 def eventually_sync(check: Callable[[], bool], *, within_seconds: float, what: str) -> float:
     """eventually() for code outside an event loop (a fixture, a thread)."""
     started = time.monotonic()

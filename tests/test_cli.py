@@ -135,6 +135,22 @@ def test_sigterm_drains_then_stops_the_database(served: SpawnedSidecar) -> None:
     assert ok <= held <= ok + cancelled
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_repeated_until_the_exit_still_exits_0(
+    served: SpawnedSidecar, signum: signal.Signals
+) -> None:
+    """A supervisor that repeats SIGTERM, or a user who presses Ctrl-C again, until the
+    process is gone: the stop ends as it does on one signal, with exit 0."""
+
+    def gone() -> bool:
+        if served.process.poll() is None:
+            served.process.send_signal(signum)
+        return served.process.poll() is not None
+
+    eventually_sync(gone, within_seconds=60, what="the sidecar's exit")
+    assert 0 == served.process.wait(timeout=60)
+
+
 async def held_after_restart(data_dir: Path) -> int:
     """Reopens the stopped sidecar's embedded database, audits it, returns what b holds."""
     pg = EmbeddedPostgres(data_dir)

@@ -7,7 +7,6 @@ import contextlib
 import itertools
 import os
 import random
-import signal
 import threading
 from datetime import timedelta
 from typing import Any
@@ -38,6 +37,7 @@ from earmark.service.drain import Drain
 from earmark.service.edge import StreamSlots
 from earmark.service.elsewhere import AdminElsewhere
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, split_host_port
+from earmark.signals import ignore_stop_signals, on_stop_signals
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
 from earmark.store.events import EventLog
@@ -545,8 +545,7 @@ async def serve(settings: Settings) -> None:
     sidecar = Sidecar(settings)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+    on_stop_signals(loop, stopping.set)
 
     def stop_requested(_: object) -> None:
         exit_at_the_bound(stop_bound_seconds(settings.shutdown_grace_seconds))
@@ -560,8 +559,10 @@ async def serve(settings: Settings) -> None:
         await sidecar.start()
     except StartAbandoned:
         log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)
+        ignore_stop_signals(loop)
         return
     try:
         await stopping.wait()
     finally:
         await sidecar.stop()
+        ignore_stop_signals(loop)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import signal
 import ssl
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from earmark.console.guard import Sessions
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.console.conftest import Console, console_settings
-from tests.helpers import assert_invariants, child, free_port
+from tests.helpers import assert_invariants, child, free_port, stop_by_repeating
 from tests.service.test_security import make_pki
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
@@ -158,7 +157,8 @@ async def test_the_command_serves_a_sidecars_data_dir_as_make_run_leaves_it(
     sidecar: Running, socket_dir: Path
 ) -> None:
     """`earmark console --data-dir DIR` finds Admin at DIR/admin.sock, as it does for
-    `make run`'s .earmark, serves the budgets page, and stops on SIGTERM."""
+    `make run`'s .earmark, serves the budgets page, and stops with exit 0 on SIGTERM, repeated
+    until it exits."""
     await sidecar.admin.PutBudget(pb.PutBudgetRequest(budget_id="seen", limit=7, unit="tokens"))
     port = free_port()
     async with child(
@@ -175,8 +175,7 @@ async def test_the_command_serves_a_sidecars_data_dir_as_make_run_leaves_it(
         assert f"http://127.0.0.1:{port}" == event["url"]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             page = await http.get("/budgets")
-        process.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(process.wait(), timeout=30)
+        code = await stop_by_repeating(process, within_seconds=30)
     assert (200, 0) == (page.status_code, code)
     assert 'href="/budget?id=seen"' in page.text
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import socket
 import struct
 import sys
@@ -34,7 +33,15 @@ from earmark.webhooks.keys import KeysUnavailable, KindeKeys, UnknownKey
 from tests.conftest import Running, running
 from tests.fake_kinde import CLIENT_ID, CLIENT_SECRET, FakeKinde, fake_kinde
 from tests.fake_kinde_state import Agreement
-from tests.helpers import FakeClock, assert_invariants, child, eventually, free_port, scrape
+from tests.helpers import (
+    FakeClock,
+    assert_invariants,
+    child,
+    eventually,
+    free_port,
+    scrape,
+    stop_by_repeating,
+)
 from tests.plans.kinde_keys import (
     TRIGGERS,
     SigningKey,
@@ -107,7 +114,8 @@ class Webhooks:
 @contextlib.asynccontextmanager
 async def webhooks_process(kinde: FakeKinde, dsn: str, folder: Path) -> AsyncIterator[Webhooks]:
     """`earmark kinde-webhooks` on a free loopback port, its log in a file; stopped with
-    SIGTERM at the end (killed if it will not stop), also on failure."""
+    SIGTERM, repeated until it exits, at the end (killed if it will not stop), also on
+    failure."""
     port = free_port()
     output = folder / f"webhooks-{port}.log"
     with output.open("wb") as log_file:
@@ -129,8 +137,7 @@ async def webhooks_process(kinde: FakeKinde, dsn: str, folder: Path) -> AsyncIte
 
             await eventually(ready, within_seconds=30, what="kinde-webhooks serving")
             yield Webhooks(url=url, port=port, output=output, process=process)
-            process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), timeout=15)
+            await stop_by_repeating(process, within_seconds=15)
 
 
 @pytest.fixture
@@ -480,8 +487,8 @@ async def test_a_stalled_key_set_is_unavailable_after_the_timeout(kinde: FakeKin
 async def test_sigterm_stops_it_and_a_bad_domain_is_one_line(
     kinde: FakeKinde, marks_dsn: str, tmp_path: Path
 ) -> None:
-    """SIGTERM stops the command with exit 0; a Kinde domain that is not https is refused
-    in one line naming the setting."""
+    """SIGTERM, repeated until it exits, stops the command with exit 0; a Kinde domain
+    that is not https is refused in one line naming the setting."""
     async with webhooks_process(kinde, marks_dsn, tmp_path) as running_webhooks:
         process = running_webhooks.process
     assert 0 == process.returncode

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +37,7 @@ from earmark.console.settings import ConsoleSettings
 from earmark.console.throttle import LoginThrottle
 from earmark.disconnects import Disconnects
 from earmark.ops.connect import admin_target, read_token
+from earmark.signals import ignore_stop_signals, on_stop_signals
 
 log = structlog.get_logger("earmark.console")
 
@@ -168,8 +168,7 @@ async def serve_console(settings: ConsoleSettings) -> None:
     """Serves the console until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    on_stop_signals(loop, stop.set)
     async with serving(settings) as (_, url):
         log.info(
             "serving",
@@ -180,4 +179,5 @@ async def serve_console(settings: ConsoleSettings) -> None:
         )
         await stop.wait()
         log.info("stopping")
+    ignore_stop_signals(loop)
     log.info("stopped")

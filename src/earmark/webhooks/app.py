@@ -19,7 +19,6 @@ GET /healthz: 200 while serving.
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Callable
 from datetime import datetime
 
@@ -39,6 +38,7 @@ from earmark.disconnects import Disconnects
 from earmark.errors import EarmarkError
 from earmark.metrics import LogDrops
 from earmark.ops.audit import audit_url
+from earmark.signals import ignore_stop_signals, on_stop_signals
 from earmark.store import marks
 from earmark.store.migrate import migrate
 from earmark.store.pools import create_pool
@@ -266,8 +266,7 @@ async def serve_webhooks(
             ),
         )
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, _stop, server)
+        on_stop_signals(loop, _stop, server)
         host, port = sock.getsockname()[:2]
         log.info(
             "listening",
@@ -281,6 +280,7 @@ async def serve_webhooks(
     finally:
         sock.close()
         await pool.close()
+        ignore_stop_signals(asyncio.get_running_loop())
         log.info("stopped")
 
 
