@@ -28,9 +28,13 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
         (tmp_path / name).write_text(GROUPED)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     # xdist alone: the other plugins this environment has take seconds to load per worker.
+    # Its own basetemp: a pytest that makes its own under /tmp/pytest-of-USER takes that
+    # folder back to mode 0700, and the embedded PostgreSQL of every other test running
+    # under it (its user needs to pass through the folder) then fails with EACCES.
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", "2", "--dist", "loadgroup",
-         "-v", "-p", "no:cacheprovider", str(tmp_path)],
+         "-v", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "basetemp"),
+         str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )  # fmt: skip
