@@ -195,6 +195,21 @@ def create_monitor(made: Formation) -> None:
                "trust", "--ssl-self-signed", "--run")  # fmt: skip
 
 
+def config_set(made: Formation, node: Node, setting: str, text: str) -> bool:
+    """pg_autoctl config set of the running node, then whether the node's file says so.
+    The node's keeper rewrites that file in place while it runs: a set that reads it
+    halfway is refused, and a rewrite from the keeper's memory can undo one, so the
+    caller repeats this until it holds."""
+    pgdata = str(node.pgdata)
+    try:
+        made.run("config", "set", "--pgdata", pgdata, setting, text)
+        return text == made.run("config", "get", "--pgdata", pgdata, setting).strip()
+    except RuntimeError as error:
+        if "configuration file" in str(error):
+            return False
+        raise
+
+
 def create_node(made: Formation, monitor_uri: str) -> Node:
     index = len(made.nodes) + 1
     node = Node(f"node{index}", free_port(), made.folder / f"node{index}")

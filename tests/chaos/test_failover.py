@@ -76,7 +76,13 @@ async def start_formation(made: formation.Formation) -> str:
 
         await eventually(reached, within_seconds=FORMATION_SECONDS_MAX, what=str(expected))
         for setting, text in formation.NODE_SETTINGS.items():
-            made.run("config", "set", "--pgdata", str(node.pgdata), setting, text)
+
+            async def kept(
+                node: formation.Node = node, setting: str = setting, text: str = text
+            ) -> bool:
+                return formation.config_set(made, node, setting, text)
+
+            await eventually(kept, within_seconds=FORMATION_SECONDS_MAX, what=setting)
     return made.uri()
 
 
