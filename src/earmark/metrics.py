@@ -60,6 +60,8 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # The series of each replaced gauge (_replace), for removing those that left.
+        self._series: dict[Gauge, set[tuple[str, ...]]] = {}
         # The process's CPU, memory and file descriptors (process_*) and the Python it runs
         # on, beside the build's version: what a dashboard needs to tell sidecars apart.
         ProcessCollector(registry=self.registry)
@@ -305,26 +307,30 @@ class Metrics:
 
     def set_open_holds(self, by_unit: Sequence[UnitTotals]) -> None:
         """Replaces the per-unit gauges, and the dollar gauges from the usd_micros row."""
-        self.open_holds.clear()
-        self.open_held_units.clear()
-        self.held_dollars.set(0)
-        self.spent_dollars.set(0)
-        for totals in by_unit:
-            self.open_holds.labels(totals.unit).set(totals.open_holds)
-            self.open_held_units.labels(totals.unit).set(totals.held)
-            if totals.unit == USD_MICROS:
-                self.held_dollars.set(totals.held / MICROS_PER_DOLLAR)
-                self.spent_dollars.set(totals.used / MICROS_PER_DOLLAR)
+        self._replace(self.open_holds, {(t.unit,): t.open_holds for t in by_unit})
+        self._replace(self.open_held_units, {(t.unit,): t.held for t in by_unit})
+        dollars = next((t for t in by_unit if t.unit == USD_MICROS), None)
+        self.held_dollars.set(dollars.held / MICROS_PER_DOLLAR if dollars else 0)
+        self.spent_dollars.set(dollars.used / MICROS_PER_DOLLAR if dollars else 0)
 
     def set_budgets(self, budgets: Sequence[Budget]) -> None:
         """Replaces the per-budget gauges, so a budget that left the top drops out."""
-        gauges = (self.budget_limit, self.budget_used, self.budget_held, self.budget_remaining)
-        for gauge in gauges:
-            gauge.clear()
-        for b in budgets:
-            if b.limit is not None:
-                self.budget_limit.labels(b.budget_id, b.unit).set(b.limit)
-                self.budget_remaining.labels(b.budget_id, b.unit).set(b.remaining() or 0)
-            self.budget_used.labels(b.budget_id, b.unit).set(b.used)
-            self.budget_held.labels(b.budget_id, b.unit).set(b.held)
+        limited = [b for b in budgets if b.limit is not None]
+        self._replace(self.budget_limit, {(b.budget_id, b.unit): b.limit or 0 for b in limited})
+        self._replace(
+            self.budget_remaining,
+            {(b.budget_id, b.unit): b.remaining() or 0 for b in limited},
+        )
+        self._replace(self.budget_used, {(b.budget_id, b.unit): b.used for b in budgets})
+        self._replace(self.budget_held, {(b.budget_id, b.unit): b.held for b in budgets})
         self.budgets_exported.set(len(budgets))
+
+    def _replace(self, gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
+        """Sets each of values' series, then removes the series the last replace set that
+        values lacks. A scrape between two steps never sees a kept series missing or at 0
+        (an alert's `for:` would start again), as it would if the gauge were cleared first."""
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        for gone in self._series.get(gauge, set()) - values.keys():
+            gauge.remove(*gone)
+        self._series[gauge] = set(values)
