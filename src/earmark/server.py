@@ -37,7 +37,7 @@ from earmark.service.drain import Drain
 from earmark.service.edge import StreamSlots
 from earmark.service.elsewhere import AdminElsewhere
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, split_host_port
-from earmark.signals import ignore_stop_signals, on_stop_signals
+from earmark.signals import stop_signals
 from earmark.store import Store, StoreObserver
 from earmark.store.embedded import EMBEDDED_DATABASE, EmbeddedPostgres, ensure_database
 from earmark.store.events import EventLog
@@ -544,8 +544,6 @@ async def serve(settings: Settings) -> None:
     stop_bound_seconds."""
     sidecar = Sidecar(settings)
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    on_stop_signals(loop, stopping.set)
 
     def stop_requested(_: object) -> None:
         exit_at_the_bound(stop_bound_seconds(settings.shutdown_grace_seconds))
@@ -553,16 +551,15 @@ async def serve(settings: Settings) -> None:
         # the wait: start() is never cancelled halfway through starting PostgreSQL).
         sidecar.abandon_start()
 
-    stopped = asyncio.create_task(stopping.wait())
-    stopped.add_done_callback(stop_requested)
-    try:
-        await sidecar.start()
-    except StartAbandoned:
-        log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)
-        ignore_stop_signals(loop)
-        return
-    try:
-        await stopping.wait()
-    finally:
-        await sidecar.stop()
-        ignore_stop_signals(loop)
+    with stop_signals(asyncio.get_running_loop(), stopping.set):
+        stopped = asyncio.create_task(stopping.wait())
+        stopped.add_done_callback(stop_requested)
+        try:
+            await sidecar.start()
+        except StartAbandoned:
+            log.info("stopping", grace_seconds=settings.shutdown_grace_seconds)
+            return
+        try:
+            await stopping.wait()
+        finally:
+            await sidecar.stop()

@@ -10,25 +10,27 @@ KeyboardInterrupt traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def on_stop_signals(
+@contextlib.contextmanager
+def stop_signals(
     loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any
-) -> None:
-    """Calls callback(*args) on the loop for each SIGTERM or SIGINT."""
+) -> Iterator[None]:
+    """Calls callback(*args) on the loop for each SIGTERM or SIGINT within the block; once
+    the block (the command's stop) is done, both change nothing until the exit."""
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, callback, *args)
-
-
-def ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
-    """The stop is done: from here to the exit, SIGTERM and SIGINT change nothing."""
-    for signum in STOP_SIGNALS:
-        # Removing the loop's handler restores the default action, so the ignore follows at
-        # once; the loop then has no handler left to restore when it closes.
-        loop.remove_signal_handler(signum)
-        signal.signal(signum, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for signum in STOP_SIGNALS:
+            # Removing the loop's handler restores the default action, so the ignore
+            # follows at once; the loop then has no handler left to restore when it closes.
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_IGN)

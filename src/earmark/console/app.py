@@ -37,7 +37,7 @@ from earmark.console.settings import ConsoleSettings
 from earmark.console.throttle import LoginThrottle
 from earmark.disconnects import Disconnects
 from earmark.ops.connect import admin_target, read_token
-from earmark.signals import ignore_stop_signals, on_stop_signals
+from earmark.signals import stop_signals
 
 log = structlog.get_logger("earmark.console")
 
@@ -167,17 +167,15 @@ async def serving(
 async def serve_console(settings: ConsoleSettings) -> None:
     """Serves the console until SIGTERM or SIGINT."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    on_stop_signals(loop, stop.set)
-    async with serving(settings) as (_, url):
-        log.info(
-            "serving",
-            url=url,
-            tls=settings.tls,
-            login=settings.login_token_file is not None,
-            try_next=f"open {url} in a browser",
-        )
-        await stop.wait()
-        log.info("stopping")
-    ignore_stop_signals(loop)
+    with stop_signals(asyncio.get_running_loop(), stop.set):
+        async with serving(settings) as (_, url):
+            log.info(
+                "serving",
+                url=url,
+                tls=settings.tls,
+                login=settings.login_token_file is not None,
+                try_next=f"open {url} in a browser",
+            )
+            await stop.wait()
+            log.info("stopping")
     log.info("stopped")

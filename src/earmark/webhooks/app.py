@@ -38,7 +38,7 @@ from earmark.disconnects import Disconnects
 from earmark.errors import EarmarkError
 from earmark.metrics import LogDrops
 from earmark.ops.audit import audit_url
-from earmark.signals import ignore_stop_signals, on_stop_signals
+from earmark.signals import stop_signals
 from earmark.store import marks
 from earmark.store.migrate import migrate
 from earmark.store.pools import create_pool
@@ -265,22 +265,20 @@ async def serve_webhooks(
                 "kinde-webhooks", counted=metrics.webhooks.labels("disconnected").inc
             ),
         )
-        loop = asyncio.get_running_loop()
-        on_stop_signals(loop, _stop, server)
-        host, port = sock.getsockname()[:2]
-        log.info(
-            "listening",
-            host=host,
-            port=port,
-            path=WEBHOOK_PATH,
-            tls=settings.tls,
-            jwks=keys.url,
-        )
-        await server.serve(sockets=[sock])
+        with stop_signals(asyncio.get_running_loop(), _stop, server):
+            host, port = sock.getsockname()[:2]
+            log.info(
+                "listening",
+                host=host,
+                port=port,
+                path=WEBHOOK_PATH,
+                tls=settings.tls,
+                jwks=keys.url,
+            )
+            await server.serve(sockets=[sock])
     finally:
         sock.close()
         await pool.close()
-        ignore_stop_signals(asyncio.get_running_loop())
         log.info("stopped")
 
 
