@@ -142,9 +142,20 @@ async def plain_check(
     # The meter records usage; its own limit stays unset, as a usage counter's would.
     await client.put_budget(meter, None, "units")
     result = ModeResult()
+    # The broken pattern the article shows: every job of the first wave reads what is left
+    # before any of them records. Without this barrier a fast job could record before a
+    # slow one reads, and the row would depend on scheduling (a later wave, past
+    # --concurrency, reads after the first recorded, as it would in production).
+    first_wave = min(params.jobs, params.in_flight)
+    reads = 0
+    all_read = asyncio.Event()
 
     async def job(index: int) -> None:
+        nonlocal reads
         state = await client.get_budget(meter)
+        reads += 1
+        if reads >= first_wave:
+            all_read.set()
         left = params.limit - state.used
         if left < params.estimate:
             result.refused += 1
@@ -157,6 +168,7 @@ async def plain_check(
             await asyncio.sleep(params.step_seconds)
             done += cost
             observe(JobEvent("check", index, JobStatus.RUNNING, done))
+        await all_read.wait()
         recorded = await client.reserve(meter, params.cost)
         assert not isinstance(recorded, Refusal)
         await client.settle(recorded.reservation_id, params.cost)
