@@ -326,6 +326,7 @@ export class EarmarkClient {
     const request: pb.RenewRequest = {
       reservationId,
       lease: leaseSeconds === undefined ? undefined : durationOf(leaseSeconds),
+      labels: {},
     };
     const reply = await this.budgetCall(this.budget.renew, request);
     return reply.expiresAt ?? new Date();

@@ -366,9 +366,17 @@ class AsyncClient(AdminCalls):
             request.usage.CopyFrom(usage_message(usage))
         return charged_of(await self._budget_call("Charge", request))
 
-    async def renew(self, reservation_id: str, lease_seconds: float | None = None) -> datetime:
-        """Extends the hold's lease; returns the new deadline."""
-        request = pb.RenewRequest(reservation_id=reservation_id)
+    async def renew(
+        self,
+        reservation_id: str,
+        lease_seconds: float | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+    ) -> datetime:
+        """Extends the hold's lease; returns the new deadline. labels are added to the
+        hold's (a key it has takes the new value): what was learned after the Reserve,
+        such as the provider's id for a call that runs on after its answer."""
+        request = pb.RenewRequest(reservation_id=reservation_id, labels=dict(labels or {}))
         if lease_seconds is not None:
             request.lease.CopyFrom(duration_message(lease_seconds))
         reply: pb.RenewResponse = await self._budget_call("Renew", request)

@@ -34,6 +34,7 @@ from earmark.client.errors import (
     ClientError,
     HoldClosedError,
     HoldLostError,
+    InvalidArgumentError,
     RefusedError,
     ReservationNotFoundError,
 )
@@ -69,7 +70,13 @@ class Calls(Protocol):
         self, reservation_id: str, amount: int, *, usage: Usage | None, idempotency_key: str | None
     ) -> Charged: ...
 
-    async def renew(self, reservation_id: str, lease_seconds: float | None) -> datetime: ...
+    async def renew(
+        self,
+        reservation_id: str,
+        lease_seconds: float | None,
+        *,
+        labels: Mapping[str, str] | None,
+    ) -> datetime: ...
 
     async def settle(
         self, reservation_id: str, used: int, outcome: Outcome, *, usage: Usage | None
@@ -142,6 +149,9 @@ class Hold:
         self.settled: Settled | None = None
         self._lost: BaseException | None = None
         self._renewer: asyncio.Task[None] | None = None
+        # Labels added by label() that no Renew has carried yet: the next renewal carries
+        # them, so that a Renew that failed does not lose them.
+        self._unsent: dict[str, str] = {}
 
     @property
     def admitted(self) -> bool:
@@ -204,6 +214,35 @@ class Hold:
         self.charged = result.total_charged
         return result
 
+    async def label(self, labels: Mapping[str, str]) -> None:
+        """Adds labels to the hold now, in a Renew that carries them: what was learned
+        after the Reserve (the provider's id for a call that runs on after its answer).
+        When that Renew fails the next renewal carries them again; labels the sidecar
+        refuses (INVALID_ARGUMENT) are dropped, and a hold that is gone raises
+        HoldLostError."""
+        rid = self.reservation_id
+        self.labels.update(labels)
+        self._unsent.update(labels)
+        try:
+            await self._renew(rid)
+        except InvalidArgumentError:
+            # Sent again, they would fail every renewal after this one, and the lease.
+            for key in labels:
+                self._unsent.pop(key, None)
+            raise
+        except HOLD_GONE as error:
+            self._lost = error
+            raise HoldLostError(f"reservation {rid} is gone: {error.details}", error) from error
+
+    async def _renew(self, reservation_id: str) -> None:
+        """One Renew, with the labels no Renew has carried yet; those it carried are not
+        sent again."""
+        carried = dict(self._unsent)
+        await self.client.renew(reservation_id, self.lease_seconds, labels=carried)
+        for key, value in carried.items():
+            if self._unsent.get(key) == value:
+                del self._unsent[key]
+
     def _lease_length(self) -> float:
         """The lease asked for, or what the sidecar granted (its default)."""
         if self.lease_seconds is not None:
@@ -218,10 +257,16 @@ class Hold:
         while True:
             await asyncio.sleep(period)
             try:
-                await self.client.renew(self.reservation.reservation_id, self.lease_seconds)
+                await self._renew(self.reservation.reservation_id)
             except HOLD_GONE as error:
                 self._lost = error
                 return
+            except InvalidArgumentError as error:
+                # Labels the sidecar refuses would fail every renewal, and so the lease.
+                rid = self.reservation.reservation_id
+                log.warning("earmark: labels %s of reservation %s dropped: %s",
+                            sorted(self._unsent), rid, error)  # fmt: skip
+                self._unsent.clear()
             except ClientError as error:
                 # Still unreachable after the client's retries: the lease may yet hold,
                 # so try again at the next tick.

@@ -345,6 +345,7 @@ class SyncHold(_Twin[Hold]):
     reservation_id: _Mirror[str] = _Mirror()
 
     charge = blocking(Hold.charge)
+    label = blocking(Hold.label)
 
     def __enter__(self) -> SyncHold:
         self._run(self.hold.__aenter__())

@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import assert_never
 
+from earmark import limits
 from earmark.core import admission as admit
 from earmark.core import amounts, bookkeeping, calls, ratelimit, records, rules, windows
 from earmark.core.amounts import Priced
@@ -63,6 +64,7 @@ from earmark.errors import (
     AlreadyExists,
     EarmarkError,
     FailedPrecondition,
+    InvalidArgument,
     Reason,
     budget_not_found,
 )
@@ -414,6 +416,14 @@ def _same_request(hold: Hold, op: ReserveOp) -> bool:
 def _renew(state: BatchState, decision: BatchDecision, op: RenewOp, now: datetime) -> Result:
     hold = hold_of(state, op.reservation_id, op.owner)
     require_live(state, decision, hold, now)
+    if op.labels:
+        labels = {**hold.labels, **op.labels}
+        if len(labels) > limits.label_count_max:
+            raise InvalidArgument(
+                "labels",
+                f"the hold would have {len(labels)} labels; at most {limits.label_count_max}",
+            )
+        hold.labels = labels
     hold.expires_at = rules.renewed_deadline(hold, now, op.lease)
     hold.lease = op.lease
     decision.changed_holds[hold.reservation_id] = hold

@@ -57,6 +57,8 @@ class RenewOp:
     reservation_id: str
     lease: timedelta
     owner: str = ""
+    # Added to the hold's labels (a key it has takes the new value).
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

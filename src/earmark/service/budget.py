@@ -236,6 +236,7 @@ class BudgetService(pb_grpc.BudgetServicer):
             reservation_id=validate.reservation_id(request.reservation_id),
             lease=validate.lease(request.HasField("lease"), request.lease, self.lease_seconds_max),
             owner=_owner(),
+            labels=validate.labels(dict(request.labels)),
         )
         result = await self.store.submit(op)
         assert isinstance(result, RenewResult)

@@ -78,7 +78,7 @@ HOLD_COLUMN_TYPES = {
 UPDATABLE_HOLD_COLUMNS = (
     "amount", "price_version", "settled_price_version", "charged", "state", "lease_ms",
     "expires_at", "closed_at", "settled_used", "settled_outcome", "settled_charged",
-    "settled_released", "settled_overshoot", "dispatched",
+    "settled_released", "settled_overshoot", "dispatched", "labels",
 )  # fmt: skip
 assert set(HOLD_COLUMN_TYPES) == set(HOLD_COLUMN_NAMES)
 assert set(UPDATABLE_HOLD_COLUMNS) < set(HOLD_COLUMN_NAMES)

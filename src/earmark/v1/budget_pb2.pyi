@@ -241,12 +241,21 @@ class ChargeResponse(_message.Message):
     def __init__(self, charged: _Optional[int] = ..., capped: _Optional[bool] = ..., total_charged: _Optional[int] = ..., hold_remaining: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., price_version: _Optional[int] = ..., requested: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("reservation_id", "lease")
+    __slots__ = ("reservation_id", "lease", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     lease: _duration_pb2.Duration
-    def __init__(self, reservation_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, reservation_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
     __slots__ = ("expires_at",)

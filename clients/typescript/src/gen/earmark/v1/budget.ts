@@ -666,7 +666,21 @@ export interface ChargeResponse {
 
 export interface RenewRequest {
   reservationId: string;
-  lease: Duration | undefined;
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * Labels added to the hold's own (a key it has takes the new value): what the worker
+   * learns once its work has started, such as the provider's id for a call that runs on
+   * after its answer (openai.response_id, which earmark reconcile reads). Within the
+   * bounds of ReserveRequest.labels, counted with the labels the hold has.
+   */
+  labels: { [key: string]: string };
+}
+
+export interface RenewRequest_LabelsEntry {
+  key: string;
+  value: string;
 }
 
 export interface RenewResponse {
@@ -2395,7 +2409,7 @@ export const ChargeResponse: MessageFns<ChargeResponse> = {
 };
 
 function createBaseRenewRequest(): RenewRequest {
-  return { reservationId: "", lease: undefined };
+  return { reservationId: "", lease: undefined, labels: {} };
 }
 
 export const RenewRequest: MessageFns<RenewRequest> = {
@@ -2406,6 +2420,9 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     if (message.lease !== undefined) {
       Duration.encode(message.lease, writer.uint32(18).fork()).join();
     }
+    globalThis.Object.entries(message.labels).forEach(([key, value]: [string, string]) => {
+      RenewRequest_LabelsEntry.encode({ key: key as any, value }, writer.uint32(26).fork()).join();
+    });
     return writer;
   },
 
@@ -2438,6 +2455,17 @@ export const RenewRequest: MessageFns<RenewRequest> = {
             message.lease = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            const entry3 = RenewRequest_LabelsEntry.decode(reader, reader.uint32());
+            if (entry3.value !== undefined) {
+              message.labels[entry3.key] = entry3.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2458,6 +2486,20 @@ export const RenewRequest: MessageFns<RenewRequest> = {
         ? globalThis.String(object.reservation_id)
         : "",
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      labels: isObject(object.labels)
+        ? (globalThis.Object.entries(object.labels) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -2468,6 +2510,15 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     }
     if (message.lease !== undefined) {
       obj.lease = Duration.toJSON(message.lease);
+    }
+    if (message.labels) {
+      const entries = globalThis.Object.entries(message.labels) as [string, string][];
+      if (entries.length > 0) {
+        obj.labels = {};
+        entries.forEach(([k, v]) => {
+          obj.labels[k] = v;
+        });
+      }
     }
     return obj;
   },
@@ -2481,6 +2532,100 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     message.lease = (object.lease !== undefined && object.lease !== null)
       ? Duration.fromPartial(object.lease)
       : undefined;
+    message.labels = (globalThis.Object.entries(object.labels ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseRenewRequest_LabelsEntry(): RenewRequest_LabelsEntry {
+  return { key: "", value: "" };
+}
+
+export const RenewRequest_LabelsEntry: MessageFns<RenewRequest_LabelsEntry> = {
+  encode(message: RenewRequest_LabelsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RenewRequest_LabelsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRenewRequest_LabelsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RenewRequest_LabelsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: RenewRequest_LabelsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RenewRequest_LabelsEntry>, I>>(base?: I): RenewRequest_LabelsEntry {
+    return RenewRequest_LabelsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RenewRequest_LabelsEntry>, I>>(object: I): RenewRequest_LabelsEntry {
+    const message = createBaseRenewRequest_LabelsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
     return message;
   },
 };
