@@ -34,6 +34,11 @@ llm_prompt_chars_per_token = 3
 llm_message_overhead_tokens = 4
 llm_tool_calls_default = 10
 sse_event_bytes_max = 16 << 20
+# A metered client keeps at most llm_background_holds_max holds open for calls that run on
+# after their answer (OpenAI's background responses), each renewing its lease until the
+# call is read again ended; past it, the oldest goes in doubt, its id recorded for
+# earmark reconcile.
+llm_background_holds_max = 1_000
 # The LiteLLM gate (earmark.integrations.litellm): a request that was sent and whose outcome
 # LiteLLM has not logged litellm_outcome_grace_seconds after its task ended (its client went
 # away mid-stream) is left in doubt; EARMARK_LITELLM_OUTCOME_GRACE_SECONDS sets it, up to
@@ -43,6 +48,17 @@ litellm_outcome_grace_seconds_max = 600.0
 # Holds the gate left in doubt that a late outcome may still settle: the most recent
 # litellm_doubted_max, the oldest forgotten first (reconcile resolves those).
 litellm_doubted_max = 10_000
+# A budget refusal whose period resets within litellm_retry_after_seconds_max is answered 429
+# with Retry-After (waiting mends it); one that resets later, or never, is final (LiteLLM's
+# budget error, which SDKs do not retry).
+litellm_retry_after_seconds_max = 3_600.0
+# The random bytes of a held request's flight key (the token its events are matched by):
+# 16 bytes, 128 bits, cannot be guessed by a caller reusing another's call id.
+litellm_flight_key_bytes = 16
+# A request through LiteLLM's pass-through routes whose outcome LiteLLM has not logged within
+# litellm_pass_through_outcome_seconds of its hold (LiteLLM's pass-through timeout is 600 s)
+# is left in doubt; an outcome that comes later still settles it.
+litellm_pass_through_outcome_seconds = 660.0
 
 # The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
 # it is made at most client_attempts_max times, with backoff between attempts of at most
@@ -685,8 +701,12 @@ assert write_statements_max < statement_cache_size_default
 assert 1 <= llm_prompt_chars_per_token <= 4
 assert 0 < litellm_outcome_grace_seconds <= litellm_outcome_grace_seconds_max
 assert 1 <= litellm_doubted_max <= 1_000_000
+assert 0 < litellm_retry_after_seconds_max <= 86_400
+assert litellm_flight_key_bytes >= 16
+assert litellm_outcome_grace_seconds < litellm_pass_through_outcome_seconds
 assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
 assert 1 << 16 <= sse_event_bytes_max <= 64 << 20
+assert 1 <= llm_background_holds_max <= 100_000
 
 # Reconciliation (earmark reconcile). A provider's usage report is read a page of
 # reconcile_buckets_per_page_max one-minute buckets at a time (OpenAI and Anthropic allow

@@ -18,17 +18,19 @@ from tests.client.llm_helpers import CEILING, INPUT, OUTPUT, budget, cost, holds
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants, eventually
-from tests.integrations.litellm_proxy import GATE, GUARD, MODEL, config, litellm_proxy
+from tests.integrations.litellm_proxy import GATE, GUARD, MASTER, MODEL, config, litellm_proxy
 
 pytestmark = pytest.mark.slow
 
 ASKED = 100
 
 
-def llm(url: str, key: str = "sk-plain", budget_id: str = "") -> openai.AsyncOpenAI:
+def llm(url: str, key: str = "", budget_id: str = "") -> openai.AsyncOpenAI:
     """A caller of the proxy as a team's code would be: the openai SDK, without retries
-    so that each answer is the proxy's own."""
+    so that each answer is the proxy's own. A budget named by header is named with the
+    master key (the only key that may name any budget), unless key says otherwise."""
     headers = {"x-earmark-budget": budget_id} if budget_id else {}
+    key = key or (MASTER if budget_id else "sk-plain")
     return openai.AsyncOpenAI(
         base_url=f"{url}/v1", api_key=key, default_headers=headers, max_retries=0
     )
@@ -74,8 +76,9 @@ async def test_a_race_on_room_for_two_dispatches_exactly_two(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """5, 10, 32 and 50 concurrent requests through the proxy on a budget with room for
-    two calls: two reach the provider, the rest are answered 429 with Earmark's reason,
-    and the budget has used what the provider billed, with nothing held."""
+    two calls: two reach the provider, the rest are answered 422 (LiteLLM's budget error)
+    with Earmark's reason, and the budget has used what the provider billed, with nothing
+    held."""
     room = 2 * hold_for("go", ASKED) + 100
     async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
         for concurrency in (5, 10, 32, 50):
@@ -92,7 +95,7 @@ async def test_a_race_on_room_for_two_dispatches_exactly_two(
                     ),
                     return_exceptions=True,
                 )
-            refused = [a for a in answers if isinstance(a, openai.RateLimitError)]
+            refused = [a for a in answers if isinstance(a, openai.UnprocessableEntityError)]
             billed = provider.state.billed[before:]
             held = await settled(priced, budget_id)
             state = await state_of(priced, budget_id)
@@ -107,7 +110,7 @@ async def test_the_budget_comes_from_key_team_and_organization_metadata(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A key of a team of an organization holds each call on all three budgets; the
-    team's budget, when full, refuses with 429 naming it and what it has left; a request
+    team's budget, when full, refuses with 422 naming it and what it has left; a request
     that names no budget anywhere is not sent."""
     for budget_id in ("key-alice", "org-acme"):
         await budget(priced, budget_id, 50_000_000)
@@ -120,7 +123,7 @@ async def test_the_budget_comes_from_key_team_and_organization_metadata(
             )
             # Settled off the caller's path: the second call is decided on the first's bill.
             await settled(priced, "team-research")
-            with pytest.raises(openai.RateLimitError) as refused:
+            with pytest.raises(openai.UnprocessableEntityError) as refused:
                 await client.chat.completions.create(
                     model=MODEL, messages=message("hi"), max_tokens=ASKED
                 )
@@ -242,7 +245,7 @@ async def test_responses_embeddings_and_what_the_gate_will_not_send(
     """A Responses call, streamed and not, and an embedding settle at what the provider
     billed; a failed embedding is sent once and left in doubt; a no-log request and an
     image generation are answered unsent; a request reusing the call id of one in flight
-    is answered 409 and leaves that one's hold to settle at its bill."""
+    is held on its own, and each settles at its own bill."""
     await budget(priced, "team", 50_000_000)
     async with (
         litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
@@ -279,12 +282,20 @@ async def test_responses_embeddings_and_what_the_gate_will_not_send(
 
         try:
             await eventually(in_flight, within_seconds=20.0, what="the slow call is held")
-            with pytest.raises(openai.ConflictError):
-                await client.chat.completions.create(model=MODEL, max_tokens=20, **named("slow"))
+            await client.chat.completions.create(
+                model=MODEL, max_tokens=20, messages=message("again"),
+                extra_headers={"x-litellm-call-id": "slow"},
+            )  # fmt: skip
         finally:
             provider.state.slow.set()
         await slow
-        held = {h.labels["litellm.call_id"]: h for h in await settled(priced, "team")}
+        closed = await settled(priced, "team")
+        held = {
+            h.labels["litellm.call_id"]: h for h in closed if h.labels["litellm.call_id"] != "slow"
+        }
+        slows = sorted(
+            (h.state, h.charged) for h in closed if h.labels["litellm.call_id"] == "slow"
+        )
     sent = [r.get("input") or r.get("messages") for r in provider.state.requests if r]
     bills = [cost(b) for b in provider.state.billed]
     in_doubt = pb.RESERVATION_STATE_IN_DOUBT
@@ -299,9 +310,9 @@ async def test_responses_embeddings_and_what_the_gate_will_not_send(
         "flowing": (pb.RESERVATION_STATE_SETTLED, bills[1]),
         "vector": (pb.RESERVATION_STATE_SETTLED, bills[2]),
         "broken": (in_doubt, held["broken"].charged),
-        "slow": (pb.RESERVATION_STATE_SETTLED, bills[3]),
     } == {text: (h.state, h.charged) for text, h in held.items()}
-    assert (4, True) == (len(bills), all(b > 0 for b in bills))
+    assert sorted((pb.RESERVATION_STATE_SETTLED, b) for b in bills[3:]) == slows
+    assert (5, True) == (len(bills), all(b > 0 for b in bills))
     await assert_invariants(priced.dsn)
 
 

@@ -3,7 +3,7 @@ types bill, how a failed call's hold ends, and what a refusal or an error tells 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import httpx
@@ -16,6 +16,7 @@ from earmark.client.errors import (
     UnavailableError,
 )
 from earmark.client.types import Refusal
+from earmark.client.wire_anthropic import Messages
 from earmark.client.wire_openai import Chat, Embeddings
 from earmark.core.model import Outcome, RefusalReason
 from earmark.integrations.litellm_rules import (
@@ -26,8 +27,10 @@ from earmark.integrations.litellm_rules import (
     Budgets,
     Ending,
     GateError,
+    PassThrough,
     budgets_of,
     failed,
+    pass_through_of,
     refusal_error,
     reserve_error,
     route_of,
@@ -52,15 +55,38 @@ def test_the_most_specific_budget_holds_and_the_others_nest_it() -> None:
         {"earmark_budget_id": "key", "earmark_also_budget_ids": ["task", "key"]},
         {"earmark_budget_id": "team"},
         {"earmark_budget_id": "org", "earmark_also_budget_ids": "region, task"},
-        {"x-earmark-budget": "ignored"},
+        {},
     )
     assert Budgets("key", ("team", "org", "task", "region")) == actual
 
 
-def test_the_header_names_the_budget_only_when_no_metadata_does() -> None:
-    """With no metadata naming a budget, x-earmark-budget (any case) does; with neither,
-    the request is refused 403, naming both ways."""
-    assert Budgets("b") == budgets_of({}, None, None, {"X-Earmark-Budget": " b "})
+def test_the_header_chooses_only_a_budget_the_metadata_allows() -> None:
+    """x-earmark-budget (any case) chooses among the budgets the metadata names or lists in
+    earmark_allowed_budget_ids at any level, the named ones still nesting it; any other
+    budget, or a header on a key with no metadata, is refused 403 naming the field."""
+    team = {"earmark_budget_id": "team", "earmark_allowed_budget_ids": ["proj-a", "proj-b"]}
+    assert Budgets("proj-b", ("team",)) == budgets_of(
+        {}, team, None, {"X-Earmark-Budget": "proj-b"}
+    )
+    assert Budgets("team") == budgets_of({}, team, None, {"x-earmark-budget": " team "})
+    for metadata in (team, {}):
+        with pytest.raises(GateError) as caught:
+            budgets_of({}, metadata, None, {"x-earmark-budget": "team-b"})
+        assert (403, True) == (
+            caught.value.status,
+            "earmark_allowed_budget_ids" in str(caught.value),
+        )
+        assert "team-b" not in caught.value.message
+
+
+def test_the_master_key_may_name_any_budget() -> None:
+    """The proxy's master key chooses any budget by header."""
+    assert Budgets("any") == budgets_of({}, {}, {}, {"x-earmark-budget": "any"}, master=True)
+
+
+def test_a_request_that_names_no_budget_is_refused() -> None:
+    """With neither metadata nor an allowed header, the request is refused 403, naming
+    both ways."""
     with pytest.raises(GateError) as caught:
         budgets_of(None, {}, {}, {})
     assert 403 == caught.value.status
@@ -123,14 +149,17 @@ def test_a_request_that_never_left_ends_at_nothing() -> None:
     assert Ending(Outcome.FAILED, 0) == failed(wrapped, dispatched=True)
 
 
-def test_a_refusal_is_a_429_with_the_reason_the_budget_and_what_is_left() -> None:
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def test_a_full_rate_window_is_a_429_with_retry_after() -> None:
     """The message and headers carry the reason, the refusing budget, what it has left
     and, for a full rate window, Retry-After in whole seconds rounded up."""
     refusal = Refusal(
         "key", 10_200, RefusalReason.RATE_LIMITED, 5_100, "window full",
         refused_budget_id="team", retry_after=timedelta(seconds=1.2),
     )  # fmt: skip
-    error = refusal_error(refusal)
+    error = refusal_error(refusal, NOW)
     assert 429 == error.status
     assert {
         "x-earmark-refusal": "RATE_LIMITED",
@@ -139,6 +168,78 @@ def test_a_refusal_is_a_429_with_the_reason_the_budget_and_what_is_left() -> Non
         "retry-after": "2",
     } == error.headers
     assert "RATE_LIMITED on budget 'team' (asked 10200, remaining 5100)" in error.message
+
+
+def test_a_spent_budget_is_final_unless_it_resets_within_the_hour() -> None:
+    """Out of budget until next month is LiteLLM's own budget error (its status, the type
+    budget_exceeded, no Retry-After); a period that ends within the hour is a 429 whose
+    Retry-After is the wait; a limit that cannot be read now is a 503."""
+    month = Refusal(
+        "key", 900, RefusalReason.INSUFFICIENT_BUDGET, 100, "",
+        resets_at=NOW + timedelta(days=28),
+    )  # fmt: skip
+    soon = Refusal(
+        "key", 900, RefusalReason.INSUFFICIENT_BUDGET, 100, "",
+        resets_at=NOW + timedelta(minutes=20, seconds=0.5),
+    )  # fmt: skip
+    unread = Refusal("key", 900, RefusalReason.LIMIT_UNAVAILABLE, None, "")
+    final = refusal_error(month, NOW, budget_status=422)
+    waits = refusal_error(soon, NOW)
+    assert (422, "budget_exceeded", None) == (
+        final.status, final.kind, final.headers.get("retry-after"),
+    )  # fmt: skip
+    assert (429, "", "1201") == (waits.status, waits.kind, waits.headers["retry-after"])
+    assert "INSUFFICIENT_BUDGET on budget 'key' (asked 900, remaining 100)" in final.message
+    assert 503 == refusal_error(unread, NOW).status
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "expected"),
+    [
+        ("/openai/v1/chat/completions", {"model": "gpt-4o"}, PassThrough("openai", Chat())),
+        ("/openai_passthrough/v1/embeddings", {"model": "e"}, PassThrough("openai", Embeddings())),
+        ("/anthropic/v1/messages", {"model": "c"}, PassThrough("anthropic", Messages())),
+        ("/openai/v1/files", {}, None),
+        ("/openai/v1/moderations", {"model": "m"}, None),
+    ],
+)
+def test_a_pass_through_is_held_by_its_provider_s_route(
+    route: str, body: dict[str, object], expected: PassThrough | None
+) -> None:
+    """OpenAI's and Anthropic's metered paths under their pass-through prefixes are held as
+    the metered clients hold them; their free paths pass."""
+    found = pass_through_of(route, body)
+    assert (expected is None, type(expected.route) if expected else None) == (
+        found is None, type(found.route) if found else None,
+    )  # fmt: skip
+    assert (expected.provider if expected else None) == (found.provider if found else None)
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "status"),
+    [
+        ("/openai/v1/images/generations", {"model": "dall-e"}, 403),
+        ("/openai/v1/fine_tuning/jobs", {"model": "gpt-4o"}, 403),
+        ("/openai/v1/models", {}, 403),
+        ("/openai/v1/chat/completions", {}, 403),
+        ("/openai/v1/chat/completions", {"model": "gpt-4o", "stream": True}, 400),
+        ("/gemini/v1beta/models/gemini-2.5-pro:generateContent", {}, 403),
+        ("/bedrock/model/x/converse", {}, 403),
+        ("/azure/openai/deployments/d/chat/completions", {"model": "d"}, 403),
+        ("/vertex_ai/v1/projects/p", {}, 403),
+        ("/openaiX/v1/chat/completions", {"model": "gpt-4o"}, 403),
+        (None, {"model": "gpt-4o"}, 403),
+    ],
+)
+def test_every_other_pass_through_is_refused(
+    route: str | None, body: dict[str, object], status: int
+) -> None:
+    """Other providers' prefixes, paths that bill and that Earmark cannot price, reads it
+    cannot tell from writes, and streams are refused, naming the route."""
+    with pytest.raises(GateError) as caught:
+        pass_through_of(route, body)
+    assert status == caught.value.status
+    assert (route or "") in caught.value.message
 
 
 @pytest.mark.parametrize(

@@ -31,9 +31,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,11 @@ from earmark.client.wire import Call, Route, cap_to_send, shape_of
 from earmark.core.model import Outcome
 from earmark.core.prices import Usage
 from earmark.integrations.litellm_rules import (
+    BUDGET_EXCEEDED,
     GRACE_ENV,
     IN_DOUBT,
     LEASE_ENV,
+    PASS_THROUGH_CALL_TYPES,
     RELEASED,
     ROUTES,
     Budgets,
@@ -59,6 +63,7 @@ from earmark.integrations.litellm_rules import (
     GateError,
     budgets_of,
     failed,
+    pass_through_of,
     refusal_error,
     reserve_error,
     route_of,
@@ -72,20 +77,31 @@ log = logging.getLogger("earmark.litellm")
 TOKEN_FILE_ENV = "EARMARK_TOKEN_FILE"
 # The hold's label that ties it to LiteLLM's call id (its logs and spend logs).
 CALL_LABEL = "litellm.call_id"
+# The request metadata field that carries a held request's flight key: a random token the
+# gate makes, which LiteLLM logs with every event of that request. A caller may choose the
+# call id (x-litellm-call-id) and reuse another's; it cannot guess this, and a value the
+# caller sends under this name is overwritten or removed before LiteLLM reads it.
+FLIGHT_FIELD = "earmark_flight"
+# Where LiteLLM keeps a request's metadata: "metadata", or "litellm_metadata" on the routes
+# whose provider API has a metadata parameter of its own.
+METADATA_FIELDS = ("metadata", "litellm_metadata")
 
 
 @dataclass(eq=False)
 class Flight:
     """One request between its hold and the hold's end."""
 
+    # The token the gate put in the request's metadata: what its events are matched by.
+    key: str = field(repr=False)
     call_id: str
     hold: Hold
     call: Call
     route: Route
     provider: str
-    # The request's LiteLLM Logging object: what tells this request from another that
-    # reuses its call id (a caller may choose the id, with x-litellm-call-id).
+    # The request's LiteLLM Logging object: a second run of the hooks for the same request
+    # (a fallback) is told from another request by it.
     request: Any = field(default=None, repr=False)
+    pass_through: bool = False
     dispatched: bool = False
     ended: bool = False
     watch: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -141,29 +157,36 @@ class EarmarkGate(CustomLogger):
         try:
             return await self._hold(user_api_key_dict, data, call_type)
         except GateError as error:
-            answer = HTTPException(
-                status_code=error.status,
-                detail={"error": error.message},
-                headers=error.headers or None,
-            )
-            # The request this answers has no hold: its failure events, which carry its
-            # call id, must not end the hold of another request with the same id.
-            answer.earmark_gate = True  # type: ignore[attr-defined]
-            raise answer from None
+            raise answer_of(error) from None
 
     async def _hold(self, key: Any, data: dict[str, Any], call_type: str) -> dict[str, Any]:
-        call_id = str(data.get("litellm_call_id") or "")
         request = data.get("litellm_logging_obj")
-        earlier = self._flights.get(call_id)
-        if earlier is not None:
-            if request is None or earlier.request is not request or earlier.dispatched:
-                raise GateError(409, f"LiteLLM call id {call_id!r} is already in flight")
+        earlier = self._flights.get(key_of(data))
+        if earlier is not None and request is not None and earlier.request is request:
+            if earlier.dispatched:
+                raise GateError(409, "this request was sent already; not sent again")
             # The proxy runs the hooks again for the same request (a fallback to another
             # model group): its first hold, never sent, makes way for the new one.
             self._end(earlier, RELEASED)
-        route = route_of(call_type)
-        if route is None:
-            return data
+        # Whatever the caller put under the gate's field is not the gate's: removed before
+        # the request is classified, so no event of it can name another request's flight.
+        for name in METADATA_FIELDS:
+            metadata = data.get(name)
+            if isinstance(metadata, dict):
+                metadata.pop(FLIGHT_FIELD, None)
+        pass_through = call_type in PASS_THROUGH_CALL_TYPES
+        if pass_through:
+            found = pass_through_of(getattr(key, "request_route", None), data)
+            if found is None:
+                return data
+            route, provider, model = found.route, found.provider, str(data["model"])
+            call_id = str(getattr(request, "litellm_call_id", "") or "")
+        else:
+            held = route_of(call_type)
+            if held is None:
+                return data
+            route, (provider, model) = held, priced_as(str(data.get("model", "")))
+            call_id = str(data.get("litellm_call_id") or "")
         if not call_id or len(call_id) > limits.label_value_length_max:
             raise GateError(400, "the request has no usable LiteLLM call id")
         if data.get("no-log"):
@@ -175,8 +198,8 @@ class EarmarkGate(CustomLogger):
             getattr(key, "team_metadata", None),
             getattr(key, "organization_metadata", None),
             _headers(data),
+            master=is_master(key),
         )
-        provider, model = priced_as(str(data.get("model", "")))
         meter = Meter(
             budgets.budget_id,
             provider=provider,
@@ -193,33 +216,68 @@ class EarmarkGate(CustomLogger):
                 log.warning("earmark: the hold for call %s failed: %s", call_id, error)
             raise answer from None
         if hold.refusal is not None:
-            raise refusal_error(hold.refusal)
-        flight = Flight(call_id, hold, call, route, provider, request)
-        self._flights[call_id] = flight
+            raise refusal_error(
+                hold.refusal, datetime.now(UTC), budget_status=budget_exceeded_status()
+            )
+        flight = Flight(
+            secrets.token_urlsafe(limits.litellm_flight_key_bytes), call_id, hold, call, route,
+            provider, request, pass_through,
+        )  # fmt: skip
+        self._flights[flight.key] = flight
         try:
-            reservation = hold.reservation
-            assert reservation is not None
-            cap = cap_to_send(call, reservation.max_output_tokens, reservation.degraded)
-            sent, hidden = route.sent({**data, "model": model}, call, cap)
-            for name, value in sent.items():
-                if name != "model":
-                    data[name] = value
-            if hidden:
-                # The usage chunk the gate asked for, which the caller did not, is not
-                # passed on (LiteLLM drops it when this is set).
-                data["_litellm_strip_stream_usage"] = True
-            # A retry or a fallback inside LiteLLM would be a second bill on this one
-            # hold: the caller's SDK retries instead, each attempt on a hold of its own.
-            data["num_retries"] = 0
-            data["max_retries"] = 0
-            data["disable_fallbacks"] = True
-            task = asyncio.current_task()
-            if task is not None:
-                task.add_done_callback(lambda _: self._request_done(flight))
+            self._mark(data, flight.key)
+            self._to_send(data, flight, model)
+            if pass_through:
+                # LiteLLM runs a pass-through's hooks in a task of their own and logs no
+                # pre-API event for it: from here the request may reach the provider, and
+                # its outcome is waited for as long as the pass-through may run.
+                flight.dispatched = True
+                flight.watch = asyncio.ensure_future(
+                    self._await_outcome(flight, limits.litellm_pass_through_outcome_seconds)
+                )
+            else:
+                task = asyncio.current_task()
+                if task is not None:
+                    task.add_done_callback(lambda _: self._request_done(flight))
         except BaseException:
             self._end(flight, RELEASED)
             raise
         return data
+
+    @staticmethod
+    def _mark(data: dict[str, Any], key: str) -> None:
+        """Puts the flight's key in the request's metadata, where LiteLLM logs it with each
+        of the request's events (a pass-through's metadata is taken out of the body it
+        sends upstream, and logged the same way)."""
+        named = [data[n] for n in METADATA_FIELDS if isinstance(data.get(n), dict)]
+        if not named:
+            data["metadata"] = {}
+            named = [data["metadata"]]
+        for metadata in named:
+            metadata[FLIGHT_FIELD] = key
+
+    def _to_send(self, data: dict[str, Any], flight: Flight, model: str) -> None:
+        """The request as it goes out: its output cap set to what the hold covers and, on
+        the proxy's own routes, the stream's usage asked for and LiteLLM's retries off."""
+        reservation = flight.hold.reservation
+        assert reservation is not None
+        cap = cap_to_send(flight.call, reservation.max_output_tokens, reservation.degraded)
+        sent, hidden = flight.route.sent({**data, "model": model}, flight.call, cap)
+        for name, value in sent.items():
+            if name != "model":
+                data[name] = value
+        if flight.pass_through:
+            # The body goes upstream as it is: no LiteLLM parameter is added to it.
+            return
+        if hidden:
+            # The usage chunk the gate asked for, which the caller did not, is not passed
+            # on (LiteLLM drops it when this is set).
+            data["_litellm_strip_stream_usage"] = True
+        # A retry or a fallback inside LiteLLM would be a second bill on this one hold: the
+        # caller's SDK retries instead, each attempt on a hold of its own.
+        data["num_retries"] = 0
+        data["max_retries"] = 0
+        data["disable_fallbacks"] = True
 
     def _reserve(self, meter: Meter, budgets: Budgets, call: Call) -> Hold:
         shape, prompt = shape_of(meter.provider, call, meter)
@@ -235,39 +293,40 @@ class EarmarkGate(CustomLogger):
         if kwargs.get("litellm_no_upstream_llm_call"):
             # The proxy logs its own failures through the same path: nothing was sent.
             return
-        flight = self._flights.get(str(kwargs.get("litellm_call_id") or ""))
+        flight = self._flight_of(kwargs)
         if flight is not None:
             flight.dispatched = True
 
-    def _flight_of(self, kwargs: dict[str, Any]) -> Flight | None:
-        """The open hold an outcome event is about: same call id, same kind of call."""
-        flight = self._flights.get(str(kwargs.get("litellm_call_id") or ""))
-        if flight is None or not same_kind(kwargs.get("call_type"), flight.route):
+    def _flight_of(self, kwargs: Mapping[str, Any]) -> Flight | None:
+        """The open hold an event is about: the flight whose key the event's request
+        carries, and of the same kind of call."""
+        flight = self._flights.get(key_of(kwargs))
+        if flight is None or not same_kind(kwargs.get("call_type"), flight):
             return None
         return flight
 
     async def async_log_success_event(
         self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
     ) -> None:
-        call_id = str(kwargs.get("litellm_call_id") or "")
         flight = self._flight_of(kwargs)
         late = None
-        if flight is None and call_id not in self._flights:
-            # Only the outcome of the same kind of call, while no other request holds the
-            # id, settles a hold left in doubt: a caller reusing the id cannot.
-            doubted = self._doubted.get(call_id)
-            if doubted is not None and same_kind(kwargs.get("call_type"), doubted.route):
-                late = self._doubted.pop(call_id)
-        if flight is None and late is None:
-            return
+        if flight is None:
+            # A hold left in doubt is settled only by its own request's outcome.
+            doubted = self._doubted.get(key_of(kwargs))
+            if doubted is not None and same_kind(kwargs.get("call_type"), doubted):
+                late = self._doubted.pop(doubted.key)
         which = flight or late
-        assert which is not None
+        if which is None:
+            return
         if kwargs.get("cache_hit"):
             # Answered from LiteLLM's cache: the provider was not called.
             if flight is not None:
                 self._end(flight, Ending(Outcome.SUCCEEDED, 0))
             return
-        usage = usage_of(response_obj, which.route, which.call)
+        if which.pass_through:
+            usage = pass_through_usage(kwargs, which.route, which.call)
+        else:
+            usage = usage_of(response_obj, which.route, which.call)
         # A stream whose client went away ends without the provider's usage chunk; the
         # usage LiteLLM logs for it is its own count of the chunks it read, not the bill.
         if usage is None or client_disconnected(kwargs):
@@ -301,13 +360,16 @@ class EarmarkGate(CustomLogger):
         traceback_str: str | None = None,
     ) -> None:
         """Another hook rejected the request, or sending it failed: a hold that was never
-        sent is released now; one that was waits for its failure event."""
+        sent is released now; one that was waits for its failure event. A pass-through
+        logs no failure event: an upstream answer it read ends its hold here."""
         if getattr(original_exception, "earmark_gate", False):
             return
-        flight = self._flights.get(str(request_data.get("litellm_call_id") or ""))
-        if flight is None or flight.dispatched:
+        flight = self._flight_of(request_data)
+        if flight is None:
             return
-        if flight.request is None or flight.request is request_data.get("litellm_logging_obj"):
+        if flight.pass_through and flight.dispatched:
+            self._end(flight, pass_through_failed(request_data, original_exception))
+        elif not flight.dispatched:
             self._end(flight, RELEASED)
 
     def _request_done(self, flight: Flight) -> None:
@@ -316,21 +378,24 @@ class EarmarkGate(CustomLogger):
         if not flight.dispatched:
             self._end(flight, RELEASED)
             return
-        flight.watch = asyncio.ensure_future(self._await_outcome(flight))
+        flight.watch = asyncio.ensure_future(
+            self._await_outcome(flight, self.outcome_grace_seconds)
+        )
 
-    async def _await_outcome(self, flight: Flight) -> None:
+    async def _await_outcome(self, flight: Flight, seconds: float) -> None:
         """The outcome events are logged after the request's task ends; a sent request
-        whose outcome never comes (its client went away mid-stream) stays in doubt."""
-        await asyncio.sleep(self.outcome_grace_seconds)
+        whose outcome never comes within seconds (its client went away mid-stream) stays
+        in doubt."""
+        await asyncio.sleep(seconds)
         if not flight.ended:
             log.warning(
                 "earmark: LiteLLM logged no outcome for call %s, which was sent, within "
                 "%gs; its hold is in doubt until its outcome comes or is resolved",
                 flight.call_id,
-                self.outcome_grace_seconds,
+                seconds,
             )
             self._end(flight, IN_DOUBT)
-            self._doubted[flight.call_id] = flight
+            self._doubted[flight.key] = flight
             while len(self._doubted) > limits.litellm_doubted_max:
                 self._doubted.popitem(last=False)
 
@@ -340,7 +405,9 @@ class EarmarkGate(CustomLogger):
         if flight.ended:
             return
         flight.ended = True
-        self._flights.pop(flight.call_id, None)
+        # Only this flight's own entry: an end never takes another request's.
+        if self._flights.get(flight.key) is flight:
+            del self._flights[flight.key]
         if flight.watch is not None and flight.watch is not asyncio.current_task():
             flight.watch.cancel()
         hold = flight.hold
@@ -384,17 +451,97 @@ def _headers(data: dict[str, Any]) -> dict[str, str]:
     return dict(headers) if isinstance(headers, dict) else {}
 
 
-def same_kind(call_type: Any, route: Route) -> bool:
-    """An outcome of call_type is about a hold read by route (no call type: assumed)."""
+def key_of(event: Mapping[str, Any]) -> str:
+    """The flight key an event's request carries: in its LiteLLM metadata (an event's
+    litellm_params, or a request's own data), "" with none."""
+    params = event.get("litellm_params")
+    places = [params.get("metadata") if isinstance(params, dict) else None]
+    places += [event.get(name) for name in METADATA_FIELDS]
+    for metadata in places:
+        if isinstance(metadata, dict):
+            key = metadata.get(FLIGHT_FIELD)
+            if isinstance(key, str) and key:
+                return key
+    return ""
+
+
+def same_kind(call_type: Any, flight: Flight) -> bool:
+    """An event of call_type is about flight's kind of call (no call type: assumed)."""
     if not isinstance(call_type, str) or not call_type:
         return True
+    if flight.pass_through:
+        return call_type in PASS_THROUGH_CALL_TYPES
     found = ROUTES.get(call_type)
-    return found is not None and type(found) is type(route)
+    return found is not None and type(found) is type(flight.route)
+
+
+def pass_through_usage(event: Mapping[str, Any], route: Route, call: Call) -> Usage | None:
+    """The usage of a pass-through's answer: the provider's JSON body, as LiteLLM logs it
+    in the event's passthrough_logging_payload."""
+    payload = event.get("passthrough_logging_payload")
+    answer = payload.get("response_body") if isinstance(payload, dict) else None
+    return route.usage(answer, call) if isinstance(answer, dict) else None
+
+
+def pass_through_failed(request_data: Mapping[str, Any], error: BaseException) -> Ending:
+    """How a sent pass-through's hold ends when its answer was an error: the provider's own
+    4xx (its answer read, other than a timeout) billed nothing; anything else may have run."""
+    status = getattr(error, "status_code", None)
+    answered = request_data.get("response_body") is not None
+    if answered and isinstance(status, int) and 400 <= status < 500 and status != 408:
+        return Ending(Outcome.FAILED, 0)
+    return IN_DOUBT
+
+
+def is_master(key: Any) -> bool:
+    """The request came with the proxy's master key (LiteLLM names it by an alias, with
+    the proxy admin's role)."""
+    from litellm.constants import LITELLM_PROXY_MASTER_KEY_ALIAS
+    from litellm.proxy._types import LitellmUserRoles
+
+    return bool(
+        getattr(key, "api_key", None) == LITELLM_PROXY_MASTER_KEY_ALIAS
+        and getattr(key, "user_role", None) == LitellmUserRoles.PROXY_ADMIN
+    )
+
+
+def budget_exceeded_status() -> int:
+    """The status LiteLLM answers its own budget errors with (settable in LiteLLM)."""
+    import litellm
+
+    status = getattr(litellm, "budget_exceeded_status_code", None)
+    return status if isinstance(status, int) and 400 <= status < 500 else 422
+
+
+def answer_of(error: GateError) -> Exception:
+    """A GateError as the proxy answers it: a budget refusal as LiteLLM's own budget error
+    (its status and error type), anything else an HTTPException of its status. Either is
+    marked, so that the failure events of a request the gate did not send are ignored."""
+    answer: Exception
+    if error.kind == BUDGET_EXCEEDED:
+        from litellm.proxy._types import ProxyException
+
+        answer = ProxyException(
+            message=error.message, type=BUDGET_EXCEEDED, param=None, code=error.status,
+            headers=dict(error.headers),
+        )  # fmt: skip
+    else:
+        answer = HTTPException(
+            status_code=error.status,
+            detail={"error": error.message},
+            headers=error.headers or None,
+        )
+    # Set by name: neither exception class declares the mark.
+    setattr(answer, "earmark_gate", True)  # noqa: B010
+    return answer
 
 
 def settled_as(kwargs: dict[str, Any], flight: Flight) -> tuple[str, str]:
     """The provider and model the call was sent to, by the names the price book knows:
-    the called deployment's earmark_provider and earmark_model when set, else LiteLLM's."""
+    the called deployment's earmark_provider and earmark_model when set, else LiteLLM's.
+    A pass-through was sent as the gate held it: its prefix's provider, its body's model."""
+    if flight.pass_through:
+        return flight.provider, flight.call.model
     params = kwargs.get("litellm_params") or {}
     info = (params.get("model_info") if isinstance(params, dict) else None) or {}
     provider = info.get("earmark_provider") or kwargs.get("custom_llm_provider") or flight.provider

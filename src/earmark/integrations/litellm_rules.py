@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from earmark import limits
@@ -21,15 +22,19 @@ from earmark.client.errors import (
 )
 from earmark.client.meter import never_sent
 from earmark.client.types import Refusal
-from earmark.client.wire import Route
+from earmark.client.wire import FREE as FREE_ROUTE
+from earmark.client.wire import Route, Routing
 from earmark.client.wire_openai import Chat, Embeddings, Responses
-from earmark.core.model import Outcome
+from earmark.core.model import Outcome, RefusalReason
 
 # The key's, team's or organization's metadata field that names the budget, and the field
 # that names more budgets the same hold is taken on (all or nothing).
 BUDGET_FIELD = "earmark_budget_id"
 ALSO_FIELD = "earmark_also_budget_ids"
-# The request header that names the budget when no metadata does.
+# The metadata field that lists the budgets a key (or its team, or organization) may choose
+# with the header, beyond those the metadata already names.
+ALLOWED_FIELD = "earmark_allowed_budget_ids"
+# The request header that chooses the budget, among those the metadata allows.
 BUDGET_HEADER = "x-earmark-budget"
 
 # How long a sent request's outcome is waited for after its handler ends, and the holds'
@@ -48,11 +53,10 @@ ROUTES: dict[str, Route] = {
     "embedding": Embeddings(),
 }
 # Call types that reach no model and bill nothing: passed through without a hold. Reading,
-# listing, deleting and cancelling what was made before, files and vector store files,
-# moderations (free at OpenAI) and LiteLLM's pass-through routes.
+# listing, deleting and cancelling what was made before, files and vector store files, and
+# moderations (free at OpenAI).
 FREE = frozenset(
     {
-        "pass_through_endpoint", "llm_passthrough_route", "allm_passthrough_route",
         "moderation", "amoderation",
         "get_responses", "aget_responses", "delete_responses", "adelete_responses",
         "cancel_responses", "acancel_responses", "alist_input_items",
@@ -66,6 +70,48 @@ FREE = frozenset(
         "avector_store_file_content", "vector_store_file_delete", "avector_store_file_delete",
         "video_retrieve", "avideo_retrieve", "video_content", "avideo_content", "video_list",
         "avideo_list", "video_delete", "avideo_delete",
+        "list_containers", "alist_containers", "retrieve_container", "aretrieve_container",
+        "delete_container", "adelete_container", "list_container_files",
+        "alist_container_files", "get_assistants", "aget_assistants", "delete_assistant",
+        "adelete_assistant", "aget_thread", "get_thread", "aget_messages", "get_messages",
+        "video_retrieve_job", "avideo_retrieve_job", "video_get_character",
+        "avideo_get_character", "list_mcp_tools",
+    }
+)  # fmt: skip
+# LiteLLM's pass-through prefixes that reach a provider whose wire format Earmark meters, and
+# the provider each reaches. Every other pass-through prefix is refused.
+PASS_THROUGH = {"/openai": "openai", "/openai_passthrough": "openai", "/anthropic": "anthropic"}
+# Call types whose route the gate reads itself: LiteLLM's pass-through endpoints, held when
+# the route and body are one Earmark meters (PASS_THROUGH) and refused otherwise.
+PASS_THROUGH_CALL_TYPES = frozenset(
+    {"pass_through_endpoint", "llm_passthrough_route", "allm_passthrough_route"}
+)
+# Call types that bill, or may, and that Earmark cannot price: answered 403, never sent.
+# Named one by one so that a test can hold them against the installed LiteLLM's CallTypes:
+# a call type LiteLLM adds is refused too, and the test names it for a decision.
+REFUSED = frozenset(
+    {
+        "atext_completion", "text_completion", "image_generation", "aimage_generation",
+        "image_edit", "aimage_edit", "atranscription", "transcription", "aspeech", "speech",
+        "rerank", "arerank", "search", "asearch", "decisions", "adecisions", "systemone",
+        "asystemone", "_arealtime", "_aresponses_websocket", "create_batch", "acreate_batch",
+        "anthropic_messages", "aanthropic_messages", "create_assistants",
+        "acreate_assistants", "acreate_thread", "create_thread", "a_add_message",
+        "add_message", "arun_thread", "run_thread", "arun_thread_stream", "run_thread_stream",
+        "create_fine_tuning_job", "acreate_fine_tuning_job", "create_video", "acreate_video",
+        "video_generation", "avideo_generation", "video_remix", "avideo_remix",
+        "video_create_character", "avideo_create_character", "video_edit", "avideo_edit",
+        "video_extension", "avideo_extension", "vector_store_file_create",
+        "avector_store_file_create", "vector_store_file_update", "avector_store_file_update",
+        "vector_store_create", "avector_store_create", "vector_store_search",
+        "avector_store_search", "ingest", "aingest", "query", "aquery", "create_interaction",
+        "acreate_interaction", "create_container", "acreate_container",
+        "upload_container_file", "aupload_container_file", "create_sandbox", "acreate_sandbox",
+        "delete_sandbox", "adelete_sandbox", "run_code", "arun_code", "code_interpreter_tool",
+        "acode_interpreter_tool", "compact_responses", "acompact_responses",
+        "generate_content", "agenerate_content", "generate_content_stream",
+        "agenerate_content_stream", "ocr", "aocr", "call_mcp_tool", "asend_message",
+        "send_message", "acreate_skill",
     }
 )  # fmt: skip
 
@@ -73,11 +119,19 @@ FREE = frozenset(
 class GateError(Exception):
     """A request the gate does not send, with the HTTP status LiteLLM answers it with."""
 
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        kind: str = "",
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = dict(headers or {})
+        # LiteLLM's error type for the answer ("": the one LiteLLM gives the status).
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +147,8 @@ def _named(metadata: Mapping[str, Any] | None, field: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _listed(metadata: Mapping[str, Any] | None) -> list[str]:
-    value = (metadata or {}).get(ALSO_FIELD)
+def _listed(metadata: Mapping[str, Any] | None, field: str) -> list[str]:
+    value = (metadata or {}).get(field)
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     if isinstance(value, list):
@@ -107,27 +161,42 @@ def budgets_of(
     team: Mapping[str, Any] | None,
     organization: Mapping[str, Any] | None,
     headers: Mapping[str, str],
+    master: bool = False,
 ) -> Budgets:
     """The budgets a request holds on: the most specific budget that metadata names (the
     key's, else the team's, else the organization's) and, nesting it, the others they name
-    and every earmark_also_budget_ids; with no metadata naming one, the request's
-    x-earmark-budget header. Raises GateError (403) when nothing names a budget, so that no
-    call goes out unheld."""
+    and every earmark_also_budget_ids.
+
+    The x-earmark-budget header chooses the budget only among those the metadata allows
+    (any level's earmark_allowed_budget_ids, and the budgets it already names), or for the
+    proxy's master key (master); the budgets the metadata names still nest the choice. A
+    header naming any other budget is refused (403), so that a key never spends a budget it
+    was not given. Raises GateError (403) when nothing names a budget, so that no call goes
+    out unheld."""
     levels = [key, team, organization]
-    named = [_named(level, BUDGET_FIELD) for level in levels]
-    chosen = [budget for budget in named if budget]
+    named = [budget for budget in (_named(level, BUDGET_FIELD) for level in levels) if budget]
+    listed = [b for level in levels for b in _listed(level, ALSO_FIELD)]
+    chosen = _header(headers)
     if chosen:
-        budget_id, rest = chosen[0], chosen[1:]
+        allowed = {*named, *listed, *(b for lv in levels for b in _listed(lv, ALLOWED_FIELD))}
+        if not master and chosen not in allowed:
+            raise GateError(
+                403,
+                f"the {BUDGET_HEADER} header names a budget this key may not use: list it in "
+                f"the key's, team's or organization's {ALLOWED_FIELD}; not sent",
+            )
+        budget_id, rest = chosen, named
+    elif named:
+        budget_id, rest = named[0], named[1:]
     else:
-        budget_id, rest = _header(headers), []
-    if not budget_id:
         raise GateError(
             403,
             f"no Earmark budget for this request: set {BUDGET_FIELD} in the key's or team's "
-            f"metadata, or send the {BUDGET_HEADER} header",
+            f"metadata (a key may choose among its {ALLOWED_FIELD} with the {BUDGET_HEADER} "
+            "header)",
         )
     also: list[str] = []
-    for candidate in [*rest, *(b for level in levels for b in _listed(level))]:
+    for candidate in [*rest, *listed]:
         if candidate != budget_id and candidate not in also:
             also.append(candidate)
     if len(also) > limits.also_budget_ids_max:
@@ -135,6 +204,8 @@ def budgets_of(
             400,
             f"{ALSO_FIELD}: at most {limits.also_budget_ids_max} budgets, not {len(also)}",
         )
+    if len(budget_id) > limits.label_value_length_max:
+        raise GateError(400, f"{BUDGET_HEADER}: at most {limits.label_value_length_max} characters")
     return Budgets(budget_id, tuple(also))
 
 
@@ -147,7 +218,8 @@ def _header(headers: Mapping[str, str]) -> str:
 
 def route_of(call_type: str) -> Route | None:
     """How a call type is read and held; None for one that bills nothing. Raises
-    GateError (403) for one that bills and that Earmark cannot price, which is not sent."""
+    GateError (403) for one that bills and that Earmark cannot price, which is not sent.
+    The pass-through call types are read by pass_through_of, from their route."""
     route = ROUTES.get(call_type)
     if route is None and call_type not in FREE:
         raise GateError(
@@ -156,6 +228,65 @@ def route_of(call_type: str) -> Route | None:
             "meters chat completions, responses and embeddings)",
         )
     return route
+
+
+@dataclass(frozen=True, slots=True)
+class PassThrough:
+    """A pass-through request the gate holds: the provider its prefix reaches, and the
+    provider's billable route its path takes."""
+
+    provider: str
+    route: Route
+
+
+def _provider_routing(provider: str) -> Routing:
+    if provider == "anthropic":
+        from earmark.client import wire_anthropic
+
+        return wire_anthropic.routing
+    from earmark.client import wire_openai
+
+    return wire_openai.routing
+
+
+def pass_through_of(request_route: str | None, body: Mapping[str, Any]) -> PassThrough | None:
+    """How a request to one of LiteLLM's pass-through routes is held (None: it bills
+    nothing). Held: a path under a prefix that reaches OpenAI's or Anthropic's API whose
+    POST Earmark meters, with a body that names a model and does not stream. Passed: a path
+    whose POST bills nothing at that provider. Refused (GateError 403, nothing sent):
+    every other provider's prefix, and every other path, since the pass-through sends the
+    proxy's own provider key and the gate cannot tell a GET from a POST here."""
+    path = request_route or ""
+    shown = path[: limits.label_value_length_max]
+    prefix = next(
+        (p for p in sorted(PASS_THROUGH, key=len, reverse=True) if path.startswith(p + "/")),
+        None,
+    )
+    if prefix is None:
+        raise GateError(
+            403,
+            f"Earmark cannot meter the pass-through route {shown!r}; not sent"
+            " (only OpenAI's and Anthropic's metered endpoints pass through the gate)",
+        )
+    provider = PASS_THROUGH[prefix]
+    found = _provider_routing(provider)(path[len(prefix) :])
+    if found == FREE_ROUTE:
+        return None
+    if found is None or isinstance(found, str):
+        raise GateError(403, f"Earmark cannot meter {shown!r} through the pass-through; not sent")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise GateError(
+            403,
+            f"{shown}: a pass-through to a metered endpoint takes a JSON body naming its "
+            "model; not sent (reads go through the proxy's own routes)",
+        )
+    if body.get("stream"):
+        raise GateError(
+            400,
+            f"{shown}: a streamed pass-through is not metered (it passes the provider's "
+            "chunks on unread); not sent: stream through the proxy's own route",
+        )
+    return PassThrough(provider, found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +326,23 @@ def failed(error: BaseException | None, dispatched: bool) -> Ending:
     return IN_DOUBT
 
 
-def refusal_error(refusal: Refusal, unit: str = "") -> GateError:
-    """A refusal as LiteLLM answers it: 429, Earmark's reason, the budget that refused and
-    what it has left, and Retry-After when a rate window is full."""
+# The status and error type LiteLLM answers its own budget errors with (litellm's
+# budget_exceeded_status_code, 422 by default, and ProxyErrorTypes.budget_exceeded): the
+# OpenAI and Anthropic SDKs do not retry it. A refusal that waiting will not mend is answered
+# so, and one that waiting mends with 429 and Retry-After.
+BUDGET_EXCEEDED = "budget_exceeded"
+BUDGET_EXCEEDED_STATUS = 422
+
+
+def refusal_error(
+    refusal: Refusal, now: datetime, unit: str = "", budget_status: int = BUDGET_EXCEEDED_STATUS
+) -> GateError:
+    """A refusal as LiteLLM answers it, naming Earmark's reason, the budget that refused and
+    what it has left. Waiting helps a full rate window (429, Retry-After its wait) and a
+    budget whose period resets within limits.litellm_retry_after_seconds_max (429,
+    Retry-After until the reset); a limit that cannot be read now is a 503, which clients
+    retry; any other refusal is final, LiteLLM's own budget error (budget_status,
+    budget_exceeded), which the SDKs do not retry."""
     reason = refusal.reason.name.removeprefix("REFUSAL_REASON_")
     budget = refusal.refused_budget_id or refusal.budget_id
     left = "unlimited" if refusal.remaining is None else f"{refusal.remaining}"
@@ -210,9 +355,18 @@ def refusal_error(refusal: Refusal, unit: str = "") -> GateError:
     headers = {"x-earmark-refusal": reason, "x-earmark-budget": budget}
     if refusal.remaining is not None:
         headers["x-earmark-remaining"] = str(refusal.remaining)
-    if refusal.retry_after is not None:
-        headers["retry-after"] = str(max(1, int(refusal.retry_after.total_seconds() + 0.999)))
-    return GateError(429, message, headers)
+    wait = refusal.retry_after.total_seconds() if refusal.retry_after is not None else None
+    if wait is None and refusal.resets_at is not None:
+        until = (refusal.resets_at - now).total_seconds()
+        if until <= limits.litellm_retry_after_seconds_max:
+            wait = max(0.0, until)
+            message += f"; the budget resets at {refusal.resets_at.isoformat()}"
+    if wait is not None:
+        headers["retry-after"] = str(max(1, int(wait + 0.999)))
+        return GateError(429, message, headers)
+    if refusal.reason == RefusalReason.LIMIT_UNAVAILABLE:
+        return GateError(503, message, headers)
+    return GateError(budget_status, message, headers, kind=BUDGET_EXCEEDED)
 
 
 # How a sidecar's error on the Reserve is answered, most specific class first: the caller's

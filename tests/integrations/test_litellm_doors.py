@@ -1,0 +1,207 @@
+"""No way around the LiteLLM gate: the real `litellm[proxy]` from docs/litellm.md's config in
+front of a fake OpenAI, tried as an attacker would. A caller's call id never steers another
+request's hold, a pass-through route is held or refused, a key names only the budgets it
+was given, and a spent budget is final to the caller's SDK."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from earmark.v1 import budget_pb2 as pb
+from tests.client.llm_helpers import budget, cost, holds
+from tests.conftest import Running
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import assert_invariants, eventually, scrape
+from tests.integrations.litellm_proxy import MASTER, MODEL, config, litellm_proxy
+from tests.integrations.test_litellm import ASKED, env_of, hold_for, message, settled, state_of
+
+pytestmark = pytest.mark.slow
+
+SHARED_ID = "call-everyone-knows"
+
+
+def caller(url: str, key: str, **options: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, **options)
+
+
+def pass_through_env(sidecar: Running, provider: FakeOpenAI) -> dict[str, str]:
+    """The gate's environment, and the upstream LiteLLM's OpenAI pass-through sends to."""
+    return env_of(
+        sidecar, OPENAI_API_BASE=provider.url.removesuffix("v1"), OPENAI_API_KEY="sk-upstream"
+    )
+
+
+async def test_requests_sharing_a_call_id_are_each_held_on_their_own(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """6 concurrent requests with one x-litellm-call-id on room for 2, for 3 rounds: 2 reach
+    the provider each round, the rest are refused, and the budget has used what the
+    provider billed, with nothing held or in doubt."""
+    room = 2 * hold_for("go", ASKED) + 100
+    async with (
+        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
+        caller(f"{url}/v1", MASTER) as client,
+    ):
+        for round_ in range(3):
+            budget_id = f"shared-id-{round_}"
+            await budget(priced, budget_id, room)
+            before = len(provider.state.billed)
+            answers = await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model=MODEL,
+                        messages=message("go"),
+                        max_tokens=ASKED,
+                        extra_headers={
+                            "x-litellm-call-id": SHARED_ID,
+                            "x-earmark-budget": budget_id,
+                        },
+                    )
+                    for _ in range(6)
+                ),
+                return_exceptions=True,
+            )
+            billed = provider.state.billed[before:]
+            kept = await settled(priced, budget_id)
+            state = await state_of(priced, budget_id)
+            refused = [a for a in answers if isinstance(a, openai.UnprocessableEntityError)]
+            assert (2, 4) == (len(billed), len(refused))
+            assert (sum(cost(b) for b in billed), 0) == (state.used, state.held)
+            assert [pb.RESERVATION_STATE_SETTLED] * 2 == [h.state for h in kept]
+    await assert_invariants(priced.dsn)
+
+
+async def test_another_key_reusing_a_call_id_changes_nothing_of_the_first(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """While team A's call is in flight, team B sends its call id: each team's budget has
+    used exactly what its own call was billed, and neither hold is left in doubt."""
+    for team in ("team-a", "team-b"):
+        await budget(priced, team, 50_000_000)
+    same = {"x-litellm-call-id": SHARED_ID}
+    async with (
+        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
+        caller(f"{url}/v1", "sk-team-a") as victim,
+        caller(f"{url}/v1", "sk-team-b") as reuser,
+    ):
+        slow = asyncio.ensure_future(
+            victim.chat.completions.create(
+                model=MODEL, messages=message("slow"), max_tokens=20, extra_headers=same
+            )
+        )
+
+        async def victim_sent() -> bool:
+            return len(provider.state.requests) == 1
+
+        await eventually(victim_sent, within_seconds=20.0, what="team A's call reached the fake")
+        for _ in range(2):
+            await reuser.chat.completions.create(
+                model=MODEL, messages=message("more words"), max_tokens=7, extra_headers=same
+            )
+        provider.state.slow.set()
+        await slow
+    a_holds, b_holds = await settled(priced, "team-a"), await settled(priced, "team-b")
+    billed = {b.completion_tokens: cost(b) for b in provider.state.billed}
+    a, b = await state_of(priced, "team-a"), await state_of(priced, "team-b")
+    assert (billed[20], 2 * billed[7]) == (a.used, b.used)
+    assert [pb.RESERVATION_STATE_SETTLED] * 3 == [h.state for h in (*a_holds, *b_holds)]
+    await assert_invariants(priced.dsn)
+
+
+async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """/openai/v1/chat/completions and /openai_passthrough/v1/chat/completions are held on
+    the key's budget and settled at what the fake billed; a streamed pass-through and a
+    pass-through to a route Earmark cannot price are refused, and reach nothing."""
+    await budget(priced, "team-a", 50_000_000)
+    env = pass_through_env(priced, provider)
+    async with litellm_proxy(config(provider.url), tmp_path, env) as url:
+        for prefix in ("openai", "openai_passthrough"):
+            async with caller(f"{url}/{prefix}/v1", "sk-team-a") as client:
+                await client.chat.completions.create(
+                    model=MODEL, messages=message(f"through {prefix}"), max_tokens=9
+                )
+        async with caller(f"{url}/openai/v1", "sk-team-a") as client:
+            with pytest.raises(openai.BadRequestError) as streamed:
+                await client.chat.completions.create(
+                    model=MODEL, messages=message("s"), max_tokens=9, stream=True
+                )
+            with pytest.raises(openai.PermissionDeniedError) as unpriced:
+                await client.images.generate(model="dall-e-3", prompt="a cat")
+    held = await settled(priced, "team-a")
+    state = await state_of(priced, "team-a")
+    assert 2 == len(provider.state.billed)
+    assert (sum(cost(b) for b in provider.state.billed), 0) == (state.used, state.held)
+    assert [pb.RESERVATION_STATE_SETTLED] * 2 == [h.state for h in held]
+    assert "streamed pass-through" in str(streamed.value)
+    assert "/openai/v1/images/generations" in str(unpriced.value)
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_key_names_no_budget_it_was_not_given(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A key without budget metadata, and another team's key, naming team B's budget by
+    header are refused 403: team B's budget is untouched and nothing is sent."""
+    await budget(priced, "team-a", 50_000_000)
+    await budget(priced, "team-b", 50_000_000)
+    header = {"x-earmark-budget": "team-b"}
+    refused = []
+    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
+        for key in ("sk-plain", "sk-team-a"):
+            async with caller(f"{url}/v1", key, default_headers=header) as client:
+                with pytest.raises(openai.PermissionDeniedError) as caught:
+                    await client.chat.completions.create(
+                        model=MODEL, messages=message("hi"), max_tokens=5
+                    )
+                refused.append(caught.value)
+    state = await state_of(priced, "team-b")
+    posted = [r for r in provider.state.requests if r]
+    assert ([], [], (0, 0)) == (posted, await holds(priced, "team-b"), (state.used, state.held))
+    assert all("earmark_allowed_budget_ids" in str(r) for r in refused)
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_spent_budget_is_final_and_the_sdk_does_not_retry_it(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Out of budget is LiteLLM's own budget error (422, budget_exceeded) naming the budget
+    and what is left: the OpenAI SDK, with its default retries, sends it once, and the
+    sidecar refuses once."""
+    await budget(priced, "team-a", 10)
+    sent: list[httpx2.Request] = []
+
+    async def count(request: httpx2.Request) -> None:
+        sent.append(request)
+
+    refused_before = scrape(priced.sidecar.metrics_port).get(
+        ("earmark_reservations_total", (("outcome", "refused"), ("reason", "insufficient_budget"))),
+        0.0,
+    )
+    async with (
+        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
+        httpx2.AsyncClient(event_hooks={"request": [count]}) as http,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-team-a", http_client=http) as client,
+    ):
+        with pytest.raises(openai.UnprocessableEntityError) as refused:
+            await client.chat.completions.create(model=MODEL, messages=message("hi"), max_tokens=5)
+    refused_after = scrape(priced.sidecar.metrics_port)[
+        ("earmark_reservations_total", (("outcome", "refused"), ("reason", "insufficient_budget")))
+    ]
+    body = refused.value.body
+    posted = [r for r in provider.state.requests if r]
+    assert (1, [], 1.0) == (len(sent), posted, refused_after - refused_before)
+    assert isinstance(body, dict)
+    assert ("budget_exceeded", "INSUFFICIENT_BUDGET") == (
+        body.get("type"), refused.value.response.headers["x-earmark-refusal"],
+    )  # fmt: skip
+    assert "on budget 'team-a' (asked" in body["message"]
+    assert "remaining 10" in body["message"]
+    await assert_invariants(priced.dsn)
