@@ -1,8 +1,9 @@
 """A fake OpenAI: a real HTTP server on 127.0.0.1 that answers POST /v1/chat/completions,
-/v1/responses (tests/fake_openai_responses.py) and /v1/embeddings in OpenAI's published
-wire format, with errors, slow, late, unstarted, dropped and cut answers, and records what
-it was asked and what it billed; and, for an admin key, GET /v1/organization/usage/
-completions, /v1/organization/usage/embeddings and /v1/organization/costs from that bill
+/v1/responses (tests/fake_openai_responses.py, background responses retrieved and
+cancelled too) and /v1/embeddings in OpenAI's published wire format, with errors, slow,
+late, unstarted, dropped and cut answers, and records what it was asked and what it
+billed; and, for an admin key, GET /v1/organization/usage/completions,
+/v1/organization/usage/embeddings and /v1/organization/costs from that bill
 (tests/fake_openai_reports.py). Its state and bill are in tests/fake_openai_state.py: each
 bill carries when its request arrived (the fake's `clock`) and its API key's id and
 project (`api_key_ids`, `project_ids`, by the Bearer key).
@@ -80,7 +81,9 @@ from typing import Any
 
 from tests.fake_openai_reports import report
 from tests.fake_openai_responses import answer as answer_responses
+from tests.fake_openai_responses import cancel as cancel_response
 from tests.fake_openai_responses import last_input
+from tests.fake_openai_responses import retrieve as retrieve_response
 from tests.fake_openai_state import (
     CHAT,
     EMBEDDINGS,
@@ -183,6 +186,8 @@ class _Handler(JsonHandler):
 
     def do_GET(self) -> None:
         self._record({}, "")
+        if retrieve_response(self, self.server.state, self.path):
+            return
         answered = report(self.server.state, self.path, self.headers.get("authorization"))
         if answered is None:
             self._error(404, f"Invalid URL (GET {self.path})")
@@ -200,7 +205,8 @@ class _Handler(JsonHandler):
         }
         if self.path not in routes:
             self._record(body, "")
-            self._error(404, f"Invalid URL (POST {self.path})")
+            if not cancel_response(self, state, self.path):
+                self._error(404, f"Invalid URL (POST {self.path})")
             return
         last_of, answer = routes[self.path]
         last = last_of(body)

@@ -24,18 +24,37 @@ Wire facts followed, as checked in the installed SDK (openai 3.57.0) and a recor
   response.incomplete with the whole response and its usage. Every event has its type as
   the `event:` line and in its JSON, and a sequence_number counting from 0. There is no
   `data: [DONE]`.
+- Background responses (the `background` parameter of responses.create in
+  openai/resources/responses/responses.py; OpenAI's background guide): a create with
+  background true answers at once with a Response of its own id, status "queued",
+  background true, usage null and no output, and the response runs on until the test
+  finishes it (OpenAIState.finish: then completed, or incomplete at max_output_tokens, with
+  its usage, and billed). GET /v1/responses/{id} (responses.retrieve) answers it
+  "in_progress" while it runs, as it is once finished; with stream=true and starting_after
+  N its stream's events after sequence number N (the events that open it while it runs,
+  then the stream ends; every event once finished). POST /v1/responses/{id}/cancel
+  (responses.cancel) stops a running one, "cancelled" with usage null and nothing billed,
+  and answers a finished one as it is (cancelling twice is idempotent). A streamed
+  background create (stream true too) opens with response.created, the Response queued
+  with its id and background true, and runs to its end whatever the stream does: cut, it
+  is billed whole and can be retrieved or resumed. An id the fake does not know is 404
+  "No response found with id '...'", and so is another project's (by the Bearer key's
+  project, OpenAIState.project_ids).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.fake_openai_state import (
     RESPONSES,
+    BackgroundRun,
     Billed,
     Caller,
     OpenAIState,
@@ -53,6 +72,9 @@ MESSAGE_ID = "msg_fake"
 REASONING_ID = "rs_fake"
 CALL_ITEM_ID = "fc_fake"
 CALL_ID = "call_fake"
+# GET /v1/responses/{id}, and POST /v1/responses/{id}/cancel.
+RETRIEVED = re.compile(r"/v1/responses/([^/?]+)")
+CANCELLED = re.compile(r"/v1/responses/([^/]+)/cancel")
 # One event: its type, its fields, and how many of the answer's tokens it carries.
 Event = tuple[str, dict[str, Any], int]
 
@@ -103,6 +125,8 @@ class _Answer:
     tool: dict[str, Any] | None
     text_format: dict[str, Any]
     created: int = field(default_factory=lambda: int(time.time()))
+    response_id: str = RESPONSE_ID
+    background: bool = False
 
     @property
     def status(self) -> str:
@@ -137,17 +161,19 @@ class _Answer:
             "total_tokens": b.prompt_tokens + b.completion_tokens,
         }
 
-    def response(self, done: bool) -> dict[str, Any]:
-        """The Response object: in progress (as the stream opens), or done."""
-        status = self.status if done else "in_progress"
+    def response(self, done: bool, status: str | None = None) -> dict[str, Any]:
+        """The Response object: in progress (as the stream opens), or done; a background
+        one in the status given (queued, in_progress, cancelled)."""
+        status = status or (self.status if done else "in_progress")
+        done = status in ("completed", "incomplete")
         tier = self.billed.service_tier if done else self.body.get("service_tier") or "auto"
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {
-            "id": RESPONSE_ID,
+            "id": self.response_id,
             "object": "response",
             "created_at": self.created,
             "status": status,
-            "background": False,
+            "background": self.background,
             "completed_at": self.created if status == "completed" else None,
             "error": None,
             "incomplete_details": incomplete,
@@ -173,8 +199,10 @@ class _Answer:
         }
 
     def events(self, per_chunk: int) -> Iterator[Event]:
-        """The stream's events, in the order the API sends them."""
-        yield "response.created", {"response": self.response(done=False)}, 0
+        """The stream's events, in the order the API sends them (a background response
+        opens queued)."""
+        first = "queued" if self.background else "in_progress"
+        yield "response.created", {"response": self.response(False, first)}, 0
         yield "response.in_progress", {"response": self.response(done=False)}, 0
         tokens = self.plan.tokens
         pieces = ["".join(tokens[i : i + per_chunk]) for i in range(0, len(tokens), per_chunk)]
@@ -226,7 +254,19 @@ def answer(
     model = body["model"]
     billed = Billed(prompt, it.completion, cached, RESPONSES, model, tier, it.reasoning, written)
     reply = _Answer(body, billed, it, tool, text_format)
+    if body.get("background"):
+        reply.background = True
+        reply.response_id = f"resp_bg{next(state.background_numbers)}"
+        run = BackgroundRun(reply, billed, caller, billed_already=bool(body.get("stream")))
+        with state.lock:
+            state.background[reply.response_id] = run
+        if body.get("stream"):
+            # It runs to its end whatever its stream does; the stream bills it below.
+            run.status = reply.status
     if not body.get("stream"):
+        if reply.background:
+            handler.send_json(200, reply.response(False, "queued"))
+            return
         state.bill(reply.billed, caller)
         handler.send_json(200, reply.response(done=True))
         return
@@ -254,3 +294,65 @@ def answer(
         # The provider bills what it generated before the reader went away.
         reply.billed = replace(reply.billed, completion_tokens=it.reasoning + sent)
     state.bill(reply.billed, caller)
+
+
+def _run(handler: JsonHandler, state: OpenAIState, response_id: str) -> BackgroundRun | None:
+    """The background response of response_id, when the request's key is of the project
+    that made it (another project's response is not found, as at OpenAI)."""
+    asking = state.caller(handler.headers.get("authorization")).project_id
+    with state.lock:
+        run = state.background.get(response_id)
+    return run if run is not None and run.caller.project_id == asking else None
+
+
+def _unknown(handler: JsonHandler, response_id: str) -> None:
+    error = {"message": f"No response found with id '{response_id}'.", "param": None}
+    handler.send_json(404, {"error": {**error, "type": "invalid_request_error", "code": None}})
+
+
+def retrieve(handler: JsonHandler, state: OpenAIState, target: str) -> bool:
+    """Answers GET /v1/responses/{id}[?stream=true&starting_after=N] (False: target is no
+    such path)."""
+    url = urllib.parse.urlsplit(target)
+    found = RETRIEVED.fullmatch(url.path)
+    if found is None:
+        return False
+    query = dict(urllib.parse.parse_qsl(url.query))
+    run = _run(handler, state, found.group(1))
+    with state.lock:
+        if run is not None and run.status == "queued":
+            run.status = "in_progress"
+    if run is None:
+        _unknown(handler, found.group(1))
+        return True
+    reply: _Answer = run.answer
+    if query.get("stream") != "true":
+        handler.send_json(200, reply.response(not run.running, run.status))
+        return True
+    after = int(query.get("starting_after", "-1"))
+    events = list(enumerate(reply.events(state.tokens_per_chunk)))
+    if run.running:
+        events = [e for e in events if e[1][0] in ("response.created", "response.in_progress")]
+    handler.start_events()
+    for number, (kind, fields, _) in events:
+        if number > after:
+            handler.send_event({"type": kind, **fields, "sequence_number": number}, kind)
+    handler.end_events()
+    return True
+
+
+def cancel(handler: JsonHandler, state: OpenAIState, path: str) -> bool:
+    """Answers POST /v1/responses/{id}/cancel (False: path is no such path)."""
+    found = CANCELLED.fullmatch(path)
+    if found is None:
+        return False
+    run = _run(handler, state, found.group(1))
+    with state.lock:
+        if run is not None and run.running:
+            run.status = "cancelled"
+    if run is None:
+        _unknown(handler, found.group(1))
+        return True
+    reply: _Answer = run.answer
+    handler.send_json(200, reply.response(not run.running, run.status))
+    return True

@@ -7,6 +7,7 @@ docstrings."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -61,6 +62,25 @@ class Caller:
     at: float
     api_key_id: str = UNKNOWN_KEY_ID
     project_id: str = DEFAULT_PROJECT_ID
+
+
+@dataclass
+class BackgroundRun:
+    """A background response (background: true), running until the test finishes it or a
+    cancel stops it: its answer (tests/fake_openai_responses.py's, opaque here), its bill,
+    who asked, and its status ("queued", "in_progress", then "completed" or "incomplete"
+    when finished, "cancelled" when cancelled first)."""
+
+    answer: Any
+    billed: Billed
+    caller: Caller
+    status: str = "queued"
+    # A background stream's run is billed by the stream's own answer, not by finish().
+    billed_already: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("queued", "in_progress")
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,9 @@ class OpenAIState:
     # At most this many buckets a report page (None: the documented limits), so that a
     # short range spans several pages.
     report_page_buckets_max: int | None = None
+    # Background responses by id, and the numbers their ids are made from.
+    background: dict[str, BackgroundRun] = field(default_factory=dict)
+    background_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def caller(self, authorization: str | None) -> Caller:
         """Who sent a request with this Authorization header, as it arrives."""
@@ -151,6 +174,22 @@ class OpenAIState:
             self.api_key_ids.get(key, UNKNOWN_KEY_ID),
             self.project_ids.get(key, DEFAULT_PROJECT_ID),
         )
+
+    def finish(self, response_id: str | None = None) -> list[Billed]:
+        """Finishes the background responses still running (or the one named), as the model
+        would: completed (incomplete at the request's limit) and billed; their bills."""
+        with self.lock:
+            runs = [
+                run
+                for found, run in self.background.items()
+                if run.running and response_id in (None, found)
+            ]
+            for run in runs:
+                run.status = run.answer.status
+        for run in runs:
+            if not run.billed_already:
+                self.bill(run.billed, run.caller)
+        return [run.billed for run in runs]
 
     def bill(self, billed: Billed, caller: Caller | None = None) -> None:
         """Adds billed to the bill, as caller's (when given) at the time it arrived."""

@@ -181,6 +181,10 @@ class AsyncClient(AdminCalls):
         # Every Settle under way, whoever awaits it (a hold's exit, a caller's settle()):
         # flush() waits for these too. A view shares the set with its client.
         self._settles: set[asyncio.Task[Settled]] = set()
+        # Holds a metered client keeps open after their call answered, while the call runs
+        # on at the provider (a background response), each with what ends it in doubt
+        # (its call's id recorded on it): close() ends them before it waits for settles.
+        self._kept: dict[object, Callable[[], None]] = {}
 
     def options(
         self, *, timeout_seconds: float | None = None, metadata: Sequence[tuple[str, str]] = ()
@@ -256,9 +260,14 @@ class AsyncClient(AdminCalls):
         return True
 
     async def close(self) -> None:
-        """Waits for the settles still under way (flush, with its longest wait), then closes
-        the client's channels (a view's close does nothing: close its client). A settle
-        still unanswered then fails, and its journal record stays for recover()."""
+        """Ends the holds kept open for calls still running at the provider, in doubt (see
+        earmark.client.wire_transport), waits for the settles still under way (flush, with
+        its longest wait), then closes the client's channels (a view's close does nothing:
+        close its client). A settle still unanswered then fails, and its journal record
+        stays for recover()."""
+        if self._admin_owner is self:
+            for end in list(self._kept.values()):
+                end()
         await self.flush()
         if self._own_channel:
             await self._channel.close(grace=None)

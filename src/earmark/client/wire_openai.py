@@ -18,6 +18,14 @@ from typing import Any
 
 from earmark import limits
 from earmark.client.meter import Meter
+from earmark.client.openai_background import (
+    RESPONSE_ID_LABEL,
+    Ended,
+    InvalidResponseError,
+    ending,
+    response_usage,
+    valid_id,
+)
 from earmark.client.wire import (
     FREE,
     Call,
@@ -46,11 +54,11 @@ _TOOLS = {
     "file_search": "file_search",
     "code_interpreter": "code_interpreter",
 }
-# The output items a Responses answer bills a tool call for.
-_TOOL_ITEMS = {
-    "web_search_call": "web_search",
-    "file_search_call": "file_search",
-    "code_interpreter_call": "code_interpreter",
+# A GET that reads a response again (retrieve, or a resumed stream), and a POST that
+# cancels one: the id is the path's segment after /responses.
+_READS = {
+    "GET": re.compile(r"/responses/([^/]+)$"),
+    "POST": re.compile(r"/responses/([^/]+)/cancel$"),
 }
 
 
@@ -164,7 +172,11 @@ class _ChatTally:
 
 
 class Responses:
-    """POST .../responses."""
+    """POST .../responses. A background one (background: true) runs on at OpenAI after its
+    answer: later says how its hold stays open until the response ends."""
+
+    def __init__(self) -> None:
+        self.later = Background()
 
     def call(self, body: dict[str, Any], meter: Meter) -> Call:
         items = body.get("input")
@@ -207,23 +219,9 @@ class Responses:
 
 
 def responses_usage(response: dict[str, Any], call: Call) -> Usage:
-    """A Response's usage, and the built-in tool calls its output items bill."""
-    usage = response["usage"]
-    details = usage.get("input_tokens_details") or {}
-    tools: dict[str, int] = {}
-    for item in response.get("output") or []:
-        kind = _TOOL_ITEMS.get(str(item.get("type"))) if isinstance(item, dict) else None
-        if kind is not None:
-            tools[kind] = tools.get(kind, 0) + 1
-    tier = response.get("service_tier")
-    return Usage(
-        input_tokens=number(usage.get("input_tokens")),
-        output_tokens=number(usage.get("output_tokens")),
-        cached_input_tokens=number(details.get("cached_tokens")),
-        cache_write_input_tokens=number(details.get("cache_write_tokens")),
-        service_tier=tier if isinstance(tier, str) else "",
-        tool_calls=counts(tools.items()),
-    )
+    """A Response's usage, and the built-in tool calls its output items bill
+    (openai_background.py reads them, for reconcile too)."""
+    return response_usage(response)
 
 
 class _ResponsesTally:
@@ -235,20 +233,92 @@ class _ResponsesTally:
     def __init__(self, call: Call) -> None:
         self.call = call
         self._usage: Usage | None = None
+        # A background response's id, from the events that open its stream, and whether
+        # a final event came: a background stream that stops before one leaves the
+        # response running at OpenAI.
+        self.background_id: str | None = None
+        self.ended = False
 
     def keep(self, event: str, data: Any) -> bool:
         kind = event or (data.get("type") if isinstance(data, dict) else "")
         response = data.get("response") if isinstance(data, dict) else None
-        if (
-            kind in self.FINAL
-            and isinstance(response, dict)
-            and isinstance(response.get("usage"), dict)
-        ):
-            self._usage = responses_usage(response, self.call)
+        if not isinstance(response, dict):
+            return True
+        if response.get("background") is True and valid_id(response.get("id")):
+            self.background_id = response["id"]
+        if kind in self.FINAL:
+            self.ended = True
+            if isinstance(response.get("usage"), dict):
+                self._usage = responses_usage(response, self.call)
         return True
 
     def usage(self) -> Usage | None:
         return self._usage
+
+
+class Background:
+    """OpenAI's background responses (POST .../responses with background: true): answered
+    at once, queued or in progress with no usage, they run on at OpenAI. The hold stays
+    open, the response's id recorded on it (RESPONSE_ID_LABEL), until a retrieve (GET
+    .../responses/{id}), a resumed stream (GET ...?stream=true) or a cancel (POST
+    .../responses/{id}/cancel) answers the response ended (openai_background.ending)."""
+
+    label = RESPONSE_ID_LABEL
+
+    def running(self, route: object, body: dict[str, Any], answer: Any) -> str | None:
+        """The id of the background response a create's answer left running."""
+        if not isinstance(route, Responses) or body.get("background") is not True:
+            return None
+        if not isinstance(answer, dict) or not valid_id(answer.get("id")):
+            return None
+        try:
+            return None if ending(answer, answer["id"]) is not None else str(answer["id"])
+        except InvalidResponseError:
+            return None
+
+    def left_running(self, tally: object) -> str | None:
+        """The id of the background response a create's stream left running when it
+        stopped before its final event (the connection dropped, the caller closed it)."""
+        if isinstance(tally, _ResponsesTally) and not tally.ended:
+            return tally.background_id
+        return None
+
+    def reads(self, method: str, path: str) -> str | None:
+        pattern = _READS.get(method)
+        found = pattern.search(path) if pattern is not None else None
+        return None if found is None else found.group(1)
+
+    def ended(self, answer: Any, call_id: str) -> Ended | None:
+        return ending(answer, call_id)
+
+    def resumed(self, call_id: str) -> _Resumed:
+        return _Resumed(call_id)
+
+
+class _Resumed:
+    """A resumed stream of a background response (GET .../responses/{id}?stream=true): its
+    final event's response says how the response ended; one that is not the response's,
+    or not in its published shape, says nothing."""
+
+    def __init__(self, response_id: str) -> None:
+        self.response_id = response_id
+        self._ended: Ended | None = None
+
+    def keep(self, event: str, data: Any) -> bool:
+        kind = event or (data.get("type") if isinstance(data, dict) else "")
+        response = data.get("response") if isinstance(data, dict) else None
+        if kind in _ResponsesTally.FINAL and isinstance(response, dict):
+            try:
+                self._ended = ending(response, self.response_id)
+            except InvalidResponseError:
+                self._ended = None
+        return True
+
+    def usage(self) -> Usage | None:
+        return None if self._ended is None else self._ended.usage
+
+    def ended(self) -> Ended | None:
+        return self._ended
 
 
 class Embeddings:
