@@ -39,11 +39,6 @@ sse_event_bytes_max = 16 << 20
 # call is read again ended; past it, the oldest goes in doubt, its id recorded for
 # earmark reconcile.
 llm_background_holds_max = 1_000
-# A metered client keeps at most llm_background_holds_max holds open for calls that run on
-# after their answer (OpenAI's background responses), each renewing its lease until the
-# call is read again ended; past it, the oldest goes in doubt, its id recorded for
-# earmark reconcile.
-llm_background_holds_max = 1_000
 # The LiteLLM gate (earmark.integrations.litellm): a request that was sent and whose outcome
 # LiteLLM has not logged litellm_outcome_grace_seconds after its task ended (its client went
 # away mid-stream) is left in doubt; EARMARK_LITELLM_OUTCOME_GRACE_SECONDS sets it, up to
@@ -711,7 +706,6 @@ assert litellm_flight_key_bytes >= 16
 assert litellm_outcome_grace_seconds < litellm_pass_through_outcome_seconds
 assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
 assert 1 << 16 <= sse_event_bytes_max <= 64 << 20
-assert 1 <= llm_background_holds_max <= 100_000
 assert 1 <= llm_background_holds_max <= 100_000
 
 # Reconciliation (earmark reconcile). A provider's usage report is read a page of
