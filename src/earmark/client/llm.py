@@ -23,30 +23,46 @@ billable request:
   usage leave the hold in doubt for ResolveHold; a 4xx or a connection refused before
   sending settles at nothing.
 The SDK's own retries (its max_retries) each go on a hold of their own.
+
+Each POST is routed by its provider's table (wire_openai.ROUTES, wire_anthropic.ROUTES),
+its whole path after the base URL's own path: metered, free, or refused before it is sent;
+a POST the table does not list is refused. What the HTTP client does not carry is refused
+too: the SDK's websocket surfaces (openai's realtime.connect(), responses.connect()...)
+raise SocketNotMeteredError before any connection is made, and the client's
+websocket_base_url goes nowhere a websocket library connects to, so that a surface an SDK
+upgrade adds fails before connecting as well. A copy of the metered client (with_options,
+copy) is metered and refused the same way, around the HTTP client it is given if any.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import httpx2
 
 from earmark.client.aio import AsyncClient
 from earmark.client.meter import HoldCappedError, Meter, StreamCappedError
 from earmark.client.sync import Client
-from earmark.client.wire import EndpointNotMeteredError, Provider
+from earmark.client.wire import EndpointNotMeteredError, Provider, SocketNotMeteredError
 from earmark.client.wire_transport import AsyncMeteredTransport, MeteredTransport, Metering
 
 __all__ = [
     "EndpointNotMeteredError",
     "HoldCappedError",
     "Meter",
+    "SocketNotMeteredError",
     "StreamCappedError",
     "metered",
     "prompt_tokens",
 ]
 
 SDK = TypeVar("SDK")
+# A metered client's websocket_base_url: a scheme no websocket library connects to (the
+# websockets package refuses any but ws and wss before opening a socket), on a host that
+# resolves nowhere. The known surfaces raise before reaching it; a connection manager built
+# by hand, or a surface an SDK upgrade adds, fails on it before connecting.
+NOWHERE = "earmark-not-metered://websockets-are-refused.invalid/"
 
 
 def prompt_tokens(request: dict[str, Any]) -> int:
@@ -57,50 +73,125 @@ def prompt_tokens(request: dict[str, Any]) -> int:
     return wire_openai.Chat().call(request, Meter("")).prompt_tokens
 
 
+def _prefix(sdk_client: object) -> str:
+    """The path of sdk_client's base URL ("/v1" for OpenAI's, "" for Anthropic's): the
+    routes are the paths after it."""
+    return httpx2.URL(str(getattr(sdk_client, "base_url", "/"))).path.rstrip("/")
+
+
 def _provider(sdk_client: object, name: str | None) -> Provider:
     """The provider whose routes meter sdk_client: Anthropic's for its SDK's clients,
     OpenAI's otherwise (an OpenAI-compatible API is priced under name)."""
     if type(sdk_client).__module__.partition(".")[0] == "anthropic":
         from earmark.client import wire_anthropic
 
-        return wire_anthropic.provider(name or wire_anthropic.PROVIDER)
+        return wire_anthropic.provider(name or wire_anthropic.PROVIDER, _prefix(sdk_client))
     from earmark.client import wire_openai
 
-    return wire_openai.provider(name or wire_openai.PROVIDER)
+    return wire_openai.provider(name or wire_openai.PROVIDER, _prefix(sdk_client))
 
 
 def metered(sdk_client: SDK, earmark: Client | AsyncClient, budget_id: str, **meter: Any) -> SDK:
     """sdk_client (openai.OpenAI or AsyncOpenAI, anthropic.Anthropic or AsyncAnthropic), as
-    a client of the same class whose calls are metered on budget_id. meter takes Meter's
-    other fields (provider, job, also_budget_ids, account, labels, lease_seconds,
-    output_tokens_max, degrade, tool_calls_max, and retry, which sets the SDK's max_retries
-    to its attempts less one). The async SDK clients go with AsyncClient, the sync ones with
-    Client."""
-    provider = _provider(sdk_client, meter.pop("provider", None))
+    a client of the same class whose calls are metered on budget_id, and whose websocket
+    surfaces are refused. meter takes Meter's other fields (provider, job, also_budget_ids,
+    account, labels, lease_seconds, output_tokens_max, degrade, tool_calls_max, and retry,
+    which sets the SDK's max_retries to its attempts less one). The async SDK clients go
+    with AsyncClient, the sync ones with Client."""
+    name = meter.pop("provider", None)
     # A retry policy given here sets the SDK's own retries (each attempt on its own hold).
     options: dict[str, Any] = {}
     if "retry" in meter:
         options["max_retries"] = meter["retry"].attempts_max - 1
-    settings = Meter(budget_id, provider=provider.name, **meter)
+    settings = Meter(budget_id, provider=_provider(sdk_client, name).name, **meter)
     inner = getattr(sdk_client, "_client", None)
-    copy = getattr(sdk_client, "with_options", None)
-    if copy is None or not isinstance(inner, httpx2.Client | httpx2.AsyncClient):
+    if getattr(sdk_client, "with_options", None) is None or not isinstance(
+        inner, httpx2.Client | httpx2.AsyncClient
+    ):
         raise TypeError(
             f"metered() takes an openai or anthropic SDK client sending with httpx2, not "
             f"{type(sdk_client).__name__}"
         )
-    if isinstance(inner, httpx2.AsyncClient):
-        if not isinstance(earmark, AsyncClient):
-            raise TypeError(f"{type(sdk_client).__name__} is metered with an AsyncClient")
-        metering = Metering(provider, earmark, settings)
-        async_http = httpx2.AsyncClient(transport=AsyncMeteredTransport(inner, metering))
-        metered_client: SDK = copy(http_client=async_http, **options)
-        return metered_client
-    if not isinstance(earmark, Client):
+    if isinstance(inner, httpx2.AsyncClient) and not isinstance(earmark, AsyncClient):
+        raise TypeError(f"{type(sdk_client).__name__} is metered with an AsyncClient")
+    if isinstance(inner, httpx2.Client) and not isinstance(earmark, Client):
         raise TypeError(f"{type(sdk_client).__name__} is metered with a Client")
-    # The sync client's holds run on its own loop, as every call of Client does.
-    metering = Metering(provider, earmark._async, settings)
-    transport = MeteredTransport(inner, metering, earmark._run, earmark._submit)
-    sync_http = httpx2.Client(transport=transport)
-    metered_sync: SDK = copy(http_client=sync_http, **options)
-    return metered_sync
+    return _Metered(earmark, settings, name).copy(sdk_client, inner, options)
+
+
+class _Metered:
+    """How metered() meters an SDK client, kept so that the metered client's own copies
+    (with_options, copy) are metered and refused the same way."""
+
+    def __init__(self, earmark: Client | AsyncClient, settings: Meter, name: str | None) -> None:
+        self.earmark, self.settings, self.name = earmark, settings, name
+
+    def copy(
+        self,
+        sdk_client: SDK,
+        inner: httpx2.Client | httpx2.AsyncClient,
+        options: dict[str, Any],
+    ) -> SDK:
+        """A copy of sdk_client, of its class, sending through a metered HTTP client around
+        inner, routed under its own base URL."""
+        provider = _provider(sdk_client, self.name)
+        # The class's own copy: sdk_client may be a metered client, whose copy is this.
+        copy: Callable[..., SDK] = getattr(type(sdk_client), "with_options")  # noqa: B009
+        client = copy(sdk_client, http_client=self._http(provider, inner), **options)
+        return self._sealed(client, provider, inner)
+
+    def _http(
+        self, provider: Provider, inner: httpx2.Client | httpx2.AsyncClient
+    ) -> httpx2.Client | httpx2.AsyncClient:
+        if isinstance(inner, httpx2.AsyncClient) and isinstance(self.earmark, AsyncClient):
+            metering = Metering(provider, self.earmark, self.settings)
+            return httpx2.AsyncClient(transport=AsyncMeteredTransport(inner, metering))
+        if isinstance(inner, httpx2.Client) and isinstance(self.earmark, Client):
+            # The sync client's holds run on its own loop, as every call of Client does.
+            metering = Metering(provider, self.earmark._async, self.settings)
+            transport = MeteredTransport(inner, metering, self.earmark._run, self.earmark._submit)
+            return httpx2.Client(transport=transport)
+        raise TypeError(
+            f"a {type(inner).__name__} cannot be metered with {type(self.earmark).__name__}"
+        )
+
+    def _sealed(
+        self, client: SDK, provider: Provider, inner: httpx2.Client | httpx2.AsyncClient
+    ) -> SDK:
+        """client with its websocket surfaces refused and its websockets sent nowhere, its
+        copies metered and sealed in turn: sharing its metered HTTP client, or around the
+        HTTP client a copy is given, or under the base URL a copy is given."""
+        package = type(client).__module__.partition(".")[0]
+        for surface in provider.sockets:
+            _refuse(client, surface, f"{package} {surface}()")
+        if hasattr(client, "websocket_base_url"):
+            setattr(client, "websocket_base_url", NOWHERE)  # noqa: B010
+        own_copy: Callable[..., SDK] = getattr(type(client), "with_options")  # noqa: B009
+        prefix = _prefix(client)
+
+        def copy(**changes: Any) -> SDK:
+            given = changes.pop("http_client", None)
+            copied = own_copy(client, **changes)
+            if given is None and _prefix(copied) == prefix:
+                return self._sealed(copied, provider, inner)
+            return self.copy(copied, inner if given is None else given, {})
+
+        setattr(client, "copy", copy)  # noqa: B010
+        setattr(client, "with_options", copy)  # noqa: B010
+        return client
+
+
+def _refuse(client: object, surface: str, named: str) -> None:
+    """The surface of client ("beta.realtime.connect") raises SocketNotMeteredError when
+    called, before it connects; a surface this SDK version lacks is left as it is."""
+    *path, method = surface.split(".")
+    owner: object = client
+    for name in path:
+        owner = getattr(owner, name, None)
+    if owner is None or not callable(getattr(owner, method, None)):
+        return
+
+    def refused(*args: Any, **kwargs: Any) -> NoReturn:
+        raise SocketNotMeteredError(named)
+
+    setattr(owner, method, refused)

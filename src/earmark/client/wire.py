@@ -11,14 +11,18 @@ methods covered only the methods it named, and was not the SDK's type.
 
 This module holds what every provider shares: how a billable request is read (Call), held
 (its shape and prompt charge), capped, and how a server-sent event stream is split into
-events so that the provider's own final usage can be read as it passes. The providers'
-routes are in wire_openai.py and wire_anthropic.py.
+events so that the provider's own final usage can be read as it passes; the table a
+provider's POSTs are routed by (Routes: each whole path metered, free or refused, any
+other refused). The providers' routes are in wire_openai.py and wire_anthropic.py. A
+websocket is no HTTP request: a metered client refuses its SDK's websocket surfaces
+(SocketNotMeteredError, llm.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +45,18 @@ class EndpointNotMeteredError(EarmarkClientError):
             "endpoints are listed in docs/providers-python.md)"
         )
         self.about = {"endpoint": f"{method} {path}"}
+
+
+class SocketNotMeteredError(EndpointNotMeteredError):
+    """A websocket surface of a provider's SDK called on a metered client: Earmark meters
+    the HTTP requests the SDK sends, and a websocket is no HTTP request, so it is refused
+    before any connection is made."""
+
+    def __init__(self, surface: str) -> None:
+        EarmarkClientError.__init__(
+            self, f"{surface} opens a websocket Earmark cannot meter; not connected"
+        )
+        self.about = {"surface": surface}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +111,9 @@ class Route(Protocol):
 # What a provider's routing says of a POST: a billable route, FREE (it bills nothing:
 # pass it through), or None (it bills, or may, and Earmark cannot price it: refused).
 FREE = "free"
+# What a route table says of a POST it lists that bills, or may, and that Earmark cannot
+# price: refused before it is sent, as a POST the table does not list is.
+REFUSED = "refused"
 Routing = Callable[[str], "Route | str | None"]
 
 
@@ -102,11 +121,77 @@ Routing = Callable[[str], "Route | str | None"]
 class Provider:
     """A provider: the name the price book knows it by, its routing of POST paths, and
     its SDK's base error, which the SDK passes through unwrapped, so that Earmark's errors
-    are raised as they are rather than turned into connection errors and retried."""
+    are raised as they are rather than turned into connection errors and retried. sockets
+    names its SDK's websocket surfaces ("realtime.connect"), which a metered client
+    refuses."""
 
     name: str
     routing: Routing
     sdk_error: type[Exception] | None = None
+    sockets: tuple[str, ...] = ()
+
+
+class Routes:
+    """A provider's POST paths, each with what Earmark does with it: a metered Route, FREE
+    or REFUSED. A path is a template of the whole path after the base URL's own path
+    (`/v1`): "{name}" stands for one segment (an id: not empty, not "." nor ".."), and a
+    last "/**" for the rest of the path, which only REFUSED may take (an area refused
+    whole, with the paths an SDK upgrade adds to it). A literal segment is preferred to an
+    id, so /threads/runs is not /threads/{thread_id}."""
+
+    def __init__(self, table: Mapping[str, Route | str]) -> None:
+        self.table = dict(table)
+        for template, what in self.table.items():
+            if template.endswith("/**") and what != REFUSED:
+                raise ValueError(f"{template}: only REFUSED takes a whole area")
+            if not template.startswith("/"):
+                raise ValueError(f"{template}: a path starts with /")
+        self._literal = {t: w for t, w in self.table.items() if not _is_template(t)}
+        templates = sorted((t for t in self.table if _is_template(t)), key=_specificity)
+        self._templates = [(re.compile(_pattern(t)), self.table[t]) for t in templates]
+
+    def find(self, path: str) -> Route | str | None:
+        """What the table says of a POST to path (after the base URL's own path); None
+        when it does not list it."""
+        if path in self._literal:
+            return self._literal[path]
+        for pattern, what in self._templates:
+            if pattern.fullmatch(path):
+                return what
+        return None
+
+    def routing(self, path: str, prefix: str) -> Route | str | None:
+        """The route of a POST to path, under a base URL whose own path is prefix: FREE
+        for one that bills nothing; None for one refused, one the table does not list, and
+        one outside prefix."""
+        found = self.find(path[len(prefix) :]) if within(path, prefix) else None
+        return None if found is None or found == REFUSED else found
+
+
+def within(path: str, prefix: str) -> bool:
+    """Whether path is under prefix (a base URL's own path, "" or "/v1"), segment-wise."""
+    return path.startswith(prefix + "/")
+
+
+# One id in a path: any segment but an empty one or a dot segment, which a server may
+# resolve into another path.
+_ID = r"(?!\.\.?(?:/|$))[^/]+"
+
+
+def _is_template(template: str) -> bool:
+    return "{" in template or template.endswith("/**")
+
+
+def _pattern(template: str) -> str:
+    area = template.endswith("/**")
+    segments = template.removesuffix("/**").split("/")
+    parts = [_ID if s.startswith("{") and s.endswith("}") else re.escape(s) for s in segments]
+    return "/".join(parts) + ("(?:/.*)?" if area else "")
+
+
+def _specificity(template: str) -> tuple[int, ...]:
+    """Literal segments sort before ids, ids before an area's rest."""
+    return tuple(2 if s == "**" else 1 if s.startswith("{") else 0 for s in template.split("/"))
 
 
 def shape_of(provider: str, call: Call, meter: Meter) -> tuple[Shape, Usage]:

@@ -2,10 +2,13 @@
 Anthropic reports (the anthropic SDK's Usage and MessageDeltaUsage types: cache reads and
 writes by TTL, server tool use, service tier).
 
-Metered: POST .../v1/messages (create, create(stream=True), stream). Free, passed through:
-every request that is not a POST, counting a message's tokens (.../messages/count_tokens)
-and files. Any other POST (message batches, the legacy completions...) is refused before it
-is sent, naming it.
+Every POST is routed by ROUTES, its whole path after the base URL's own path (none:
+Anthropic's paths start with /v1): metered, POST /v1/messages (create,
+create(stream=True), stream, parse, and beta.messages'); free, passed through, counting a
+message's tokens (/v1/messages/count_tokens), cancelling a message batch, and files (a
+standing cost); every other POST (message batches, skills, managed agents and their
+sessions, administration...) is refused before it is sent, naming it. A request that is
+not a POST passes. The anthropic package opens no websocket.
 
 Anthropic's input_tokens counts neither cache reads nor cache writes; Earmark's counts every
 input token, so they are added. A stream reports its usage twice: message_start's message
@@ -16,15 +19,16 @@ tool has run); the last value of each field is the bill.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from earmark.client.meter import Meter
 from earmark.client.wire import (
     FREE,
+    REFUSED,
     Call,
     Provider,
     Route,
+    Routes,
     Tally,
     number,
     prompt_estimate,
@@ -35,7 +39,6 @@ from earmark.core.prices import Usage, counts
 
 PROVIDER = "anthropic"
 
-_FREE = re.compile(r"/messages/count_tokens$|/files(/.*)?$")
 # A server tool's type names its kind and version (web_search_20250305): priced by kind.
 # Only the web search has a fee per call; a web fetch bills its tokens alone.
 _SERVER_TOOLS = {"web_search_": "web_search"}
@@ -160,17 +163,53 @@ class _MessagesTally:
         return messages_usage(self._fields) if self._final else None
 
 
-_MESSAGES: Route = Messages()
+# Every POST of Anthropic's API, by the path after the base URL's own path (none), with
+# what Earmark does with it; a POST it does not list is refused too.
+# tests/client/test_routes.py sends every method of the installed anthropic package and
+# fails on a POST not listed here.
+ROUTES = Routes(
+    {
+        # Metered: held, capped and settled at the provider's usage.
+        "/v1/messages": Messages(),
+        # Free: counting tokens and cancelling bill nothing; files are a standing cost.
+        "/v1/messages/count_tokens": FREE,
+        "/v1/messages/batches/{message_batch_id}/cancel": FREE,
+        "/v1/files": FREE,
+        # Refused: work that bills once started, out of the call that started it (message
+        # batches; managed agents, their sessions, environments, deployments and dreams).
+        "/v1/messages/batches": REFUSED,
+        "/v1/skills/**": REFUSED,
+        "/v1/agents/**": REFUSED,
+        "/v1/sessions/**": REFUSED,
+        "/v1/environments/**": REFUSED,
+        "/v1/deployments/**": REFUSED,
+        "/v1/dreams/**": REFUSED,
+        "/v1/memory_stores/**": REFUSED,
+        "/v1/vaults/**": REFUSED,
+        "/v1/tunnels/**": REFUSED,
+        "/v1/user_profiles/**": REFUSED,
+        # Refused: administration, no metered worker's job; a metered client mints no key
+        # and lifts no spend limit.
+        "/v1/organizations/**": REFUSED,
+        "/v1/compliance/**": REFUSED,
+    }
+)
+# The anthropic package's websocket surfaces: none (tests/client/test_routes.py looks).
+SOCKETS: tuple[str, ...] = ()
 
 
-def routing(path: str) -> Route | str | None:
-    """The route of a POST to path; FREE for one that bills nothing; None otherwise."""
-    if path.endswith("/messages"):
-        return _MESSAGES
-    return FREE if _FREE.search(path) else None
+def routing(path: str, prefix: str = "") -> Route | str | None:
+    """The route of a POST to path, under a base URL whose own path is prefix; FREE for one
+    that bills nothing; None otherwise (refused)."""
+    return ROUTES.routing(path, prefix)
 
 
-def provider(name: str = PROVIDER) -> Provider:
+def provider(name: str = PROVIDER, prefix: str = "") -> Provider:
+    """Anthropic (or an Anthropic-compatible API, priced under name) under a base URL whose
+    own path is prefix, and its SDK's base error."""
     import anthropic
 
-    return Provider(name, routing, anthropic.AnthropicError)
+    def routed(path: str) -> Route | str | None:
+        return routing(path, prefix)
+
+    return Provider(name, routed, anthropic.AnthropicError, SOCKETS)

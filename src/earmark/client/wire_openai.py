@@ -2,12 +2,15 @@
 where its usage is, as OpenAI's published API has them (the openai SDK's types: CompletionUsage,
 ChatCompletionChunk, ResponseUsage and the Responses stream events, CreateEmbeddingResponse).
 
-Metered: POST .../chat/completions (create, parse, stream, with_raw_response), POST
-.../responses (create, parse, stream) and POST .../embeddings. Free, passed through:
-every request that is not a POST, and the POSTs that bill nothing (a stored completion's
-update, counting a Responses input's tokens, cancelling, moderations, files, uploads,
-vector stores, conversations). Any other POST (images, audio, batches, fine-tuning, the
-legacy completions, realtime sessions...) is refused before it is sent, naming it.
+Every POST is routed by ROUTES, its whole path after the base URL's own path (/v1):
+metered, POST /chat/completions (create, parse, stream, with_raw_response), /responses
+(create, parse, stream) and /embeddings; free, passed through, the POSTs that bill
+nothing (a stored completion's update, counting a Responses input's tokens, cancelling or
+pausing, moderations) and the standing costs (files, uploads, vector stores,
+conversations); every other POST (images, audio, batches, fine-tuning and resuming it,
+containers, the legacy completions, realtime sessions and client secrets...) is refused
+before it is sent, naming it. A request that is not a POST passes. The websocket surfaces
+(SOCKETS: realtime.connect, responses.connect...) are refused before connecting.
 """
 
 from __future__ import annotations
@@ -28,25 +31,22 @@ from earmark.client.openai_background import (
 )
 from earmark.client.wire import (
     FREE,
+    REFUSED,
     Call,
     Provider,
     Route,
+    Routes,
     Tally,
     number,
     prompt_estimate,
     reported,
     with_cap,
+    within,
 )
 from earmark.core.prices import Usage, counts
 
 PROVIDER = "openai"
 
-# POST paths that bill nothing, by their last segments (ids stand for any id).
-_FREE = re.compile(
-    r"/(chat/completions/[^/]+|responses/input_tokens|responses/[^/]+/cancel|moderations"
-    r"|files(/.*)?|uploads(/.*)?|vector_stores(/.*)?|conversations(/.*)?"
-    r"|batches/[^/]+/cancel|fine_tuning/jobs/[^/]+/(cancel|pause|resume))$"
-)
 # The Responses API's built-in tools, by the kind their calls are priced as.
 _TOOLS = {
     "web_search": "web_search",
@@ -348,26 +348,114 @@ class Embeddings:
         raise AssertionError("embeddings are not streamed")
 
 
-_ROUTES: dict[str, Route] = {
-    "/chat/completions": Chat(),
-    "/responses": Responses(),
-    "/embeddings": Embeddings(),
-}
+# Every POST of OpenAI's API, by the path after the base URL's own path (/v1), with what
+# Earmark does with it; a POST it does not list is refused too. tests/client/test_routes.py
+# sends every method of the installed openai package and fails on a POST not listed here.
+ROUTES = Routes(
+    {
+        # Metered: held, capped and settled at the provider's usage.
+        "/chat/completions": Chat(),
+        "/responses": Responses(),
+        "/embeddings": Embeddings(),
+        # Free, billing nothing: a stored completion's metadata, counting a Responses
+        # input's tokens, moderations, and cancelling or pausing what bills (its spend
+        # stops; resuming it is refused below).
+        "/chat/completions/{completion_id}": FREE,
+        "/responses/input_tokens": FREE,
+        "/moderations": FREE,
+        "/responses/{response_id}/cancel": FREE,
+        "/batches/{batch_id}/cancel": FREE,
+        "/fine_tuning/jobs/{fine_tuning_job_id}/cancel": FREE,
+        "/fine_tuning/jobs/{fine_tuning_job_id}/pause": FREE,
+        # Free, a standing cost: stored files, uploads, vector stores (the files they
+        # index) and conversations are billed by the gigabyte-day they keep, not by call.
+        "/files": FREE,
+        "/uploads": FREE,
+        "/uploads/{upload_id}/parts": FREE,
+        "/uploads/{upload_id}/complete": FREE,
+        "/uploads/{upload_id}/cancel": FREE,
+        "/vector_stores": FREE,
+        "/vector_stores/{vector_store_id}": FREE,
+        "/vector_stores/{vector_store_id}/files": FREE,
+        "/vector_stores/{vector_store_id}/files/{file_id}": FREE,
+        "/vector_stores/{vector_store_id}/file_batches": FREE,
+        "/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel": FREE,
+        "/conversations": FREE,
+        "/conversations/{conversation_id}": FREE,
+        "/conversations/{conversation_id}/items": FREE,
+        # Refused: calls that bill what Earmark has no price for (the legacy completions,
+        # compaction, images, audio, video; a search may run a model on its query).
+        "/completions": REFUSED,
+        "/responses/compact": REFUSED,
+        "/vector_stores/{vector_store_id}/search": REFUSED,
+        "/images/**": REFUSED,
+        "/audio/**": REFUSED,
+        "/videos/**": REFUSED,
+        "/decisions": REFUSED,
+        "/content_provenance_checks": REFUSED,
+        # Refused: work that bills once started, out of the call that started it
+        # (batches, fine-tuning and its resumption, graders, evals, container sessions,
+        # Assistants runs, agents, skills).
+        "/batches": REFUSED,
+        "/fine_tuning/jobs": REFUSED,
+        "/fine_tuning/jobs/{fine_tuning_job_id}/resume": REFUSED,
+        "/fine_tuning/alpha/**": REFUSED,
+        "/fine_tuning/checkpoints/**": REFUSED,
+        "/evals/**": REFUSED,
+        "/containers/**": REFUSED,
+        "/assistants/**": REFUSED,
+        "/threads/**": REFUSED,
+        "/agents/**": REFUSED,
+        "/chatkit/**": REFUSED,
+        "/skills/**": REFUSED,
+        "/vaults/**": REFUSED,
+        # Refused: sessions and keys that bill where Earmark does not see it (a Realtime
+        # client secret opens a session from a browser; calls and live sessions run
+        # audio models).
+        "/realtime/**": REFUSED,
+        "/live/**": REFUSED,
+        # Refused: administration, no metered worker's job; a metered client mints no key
+        # and lifts no spend limit.
+        "/organization/**": REFUSED,
+        "/projects/**": REFUSED,
+        "/webhook_endpoints/**": REFUSED,
+    }
+)
+# Azure OpenAI names the model's deployment in the path, before the endpoint's own path
+# (/openai/deployments/{deployment}/chat/completions); OpenAI's API has no such path.
+_DEPLOYMENT = re.compile(r"/deployments/(?!\.\.?/)[^/]+(?=/)")
+# The openai package's websocket surfaces, which a metered client refuses (the websockets
+# they open are no HTTP request); tests/client/test_routes.py finds every one it has.
+SOCKETS = (
+    "realtime.connect",
+    "realtime.translations.connect",
+    "beta.realtime.connect",
+    "responses.connect",
+    "beta.responses.connect",
+    "live.connect",
+    "live.sideband.connect",
+    "live.forks.connect",
+)
 
 
-def routing(path: str) -> Route | str | None:
-    """The route of a POST to path; FREE for one that bills nothing; None otherwise."""
-    for suffix, route in _ROUTES.items():
-        if path.endswith(suffix):
-            return route
-    return FREE if _FREE.search(path) else None
+def routing(path: str, prefix: str = "/v1") -> Route | str | None:
+    """The route of a POST to path, under a base URL whose own path is prefix; FREE for one
+    that bills nothing; None otherwise (refused)."""
+    deployment = _DEPLOYMENT.match(path, len(prefix)) if within(path, prefix) else None
+    if deployment is not None:
+        path = prefix + path[deployment.end() :]
+    return ROUTES.routing(path, prefix)
 
 
-def provider(name: str = PROVIDER) -> Provider:
-    """OpenAI (or an OpenAI-compatible API, priced under name), its SDK's base error."""
+def provider(name: str = PROVIDER, prefix: str = "/v1") -> Provider:
+    """OpenAI (or an OpenAI-compatible API, priced under name) under a base URL whose own
+    path is prefix, its SDK's base error and its websocket surfaces."""
     import openai
 
-    return Provider(name, routing, openai.OpenAIError)
+    def routed(path: str) -> Route | str | None:
+        return routing(path, prefix)
+
+    return Provider(name, routed, openai.OpenAIError, SOCKETS)
 
 
 assert limits.llm_prompt_chars_per_token > 0
