@@ -327,7 +327,8 @@ def retrieve(handler: JsonHandler, state: OpenAIState, target: str) -> bool:
         return True
     reply: _Answer = run.answer
     if query.get("stream") != "true":
-        handler.send_json(200, reply.response(not run.running, run.status))
+        answer = reply.response(not run.running, run.status) | state.retrieved_changes
+        handler.send_json(200, answer)
         return True
     after = int(query.get("starting_after", "-1"))
     events = list(enumerate(reply.events(state.tokens_per_chunk)))

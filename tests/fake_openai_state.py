@@ -164,6 +164,9 @@ class OpenAIState:
     report_page_buckets_max: int | None = None
     # Background responses by id, and the numbers their ids are made from.
     background: dict[str, BackgroundRun] = field(default_factory=dict)
+    # Fields a test changes in every Response GET /v1/responses/{id} answers: a provider
+    # answering out of its published shape, or with another response.
+    retrieved_changes: dict[str, Any] = field(default_factory=dict)
     background_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def caller(self, authorization: str | None) -> Caller:

@@ -727,8 +727,13 @@ reconcile_tokens_tolerance_share = 0.01
 reconcile_drift_tolerance_share = 0.02
 reconcile_models_max = 64
 reconcile_range_days_max = 31
+# With --project-key-file, a run retrieves at most reconcile_responses_max background
+# responses (GET /responses/{id}) of in-doubt holds, the oldest first; the rest wait for
+# the next run.
+reconcile_responses_max = 1_000
 assert (
     reconcile_billing_delay_seconds_min
     <= reconcile_billing_delay_seconds
     <= reconcile_billing_delay_seconds_max
 )
+assert 1 <= reconcile_responses_max <= 100_000

@@ -9,6 +9,10 @@ mismatched, unresolved or drifted. Its metrics (earmark_reconcile_*) go to a tex
 collector's file (--metrics-file) or a Pushgateway (--pushgateway), since a run is a job
 that ends: deploy/kubernetes/reconcile-cronjob.yaml runs it on a schedule, and the
 EarmarkLedgerDrift alert reads them.
+
+In-doubt holds of OpenAI background responses (their id recorded on the hold) are not the
+reports' to prove: with --project-key-file each response is retrieved by its id and, once
+ended, resolved at its own usage (ops/reconcile_responses.py), before the reports' pass.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from earmark.core.reconcile import (
     Tolerance,
     reconcile,
 )
-from earmark.ops import render
+from earmark.ops import reconcile_responses, render
 from earmark.ops.connect import (
     Admin,
     Answer,
@@ -43,6 +47,7 @@ from earmark.ops.connect import (
     read_token,
 )
 from earmark.ops.reconcile_metrics import publish
+from earmark.ops.reconcile_responses import Background
 from earmark.ops.reports import COUNTS_REQUESTS, DEFAULT_BASES, READERS, ReportReader, Scope
 from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
@@ -140,32 +145,66 @@ def run_reconcile(args: argparse.Namespace) -> Answer:
     since, until = _range(args, now)
     tolerance = _tolerance(args)
     key = read_token(args.admin_key_file, "--admin-key-file")
-    reader = ReportReader(provider, args.api_base or DEFAULT_BASES[provider], key)
+    base = args.api_base or DEFAULT_BASES[provider]
+    reader = ReportReader(provider, base, key)
+    responses = _responses_reader(args, provider, base)
     read_usage, read_costs = READERS[provider]
     reported = read_usage(reader, scope, since, until)
     billed = read_costs(reader, scope, since, until)
     where = f"{provider} {scope.label or 'organization'}"
     with Admin(access_from(args)) as admin:
         calls = ledger_calls(admin, provider, scope, since, until)
+        backgrounds = reconcile_responses.background_holds(admin, calls)
+        if responses is not None and backgrounds:
+            backgrounds = reconcile_responses.retrieve(responses, backgrounds)
+            if args.apply:
+                backgrounds = reconcile_responses.apply(admin, provider, backgrounds)
+                # The holds resolved are settled calls now, with the responses' usage.
+                calls = ledger_calls(admin, provider, scope, since, until)
+        calls = reconcile_responses.in_flight(calls, backgrounds)
         result = reconcile(reported, calls, billed, since=since, until=until, now=now,
                            where=where, counts_requests=COUNTS_REQUESTS[provider],
                            scope=scope.label, tolerance=tolerance)  # fmt: skip
         applied = apply(admin, provider, result.resolutions) if args.apply else []
     refused = [a for a in applied if a.refused]
-    failing = result.failing() or bool(refused) or (bool(result.resolutions) and not args.apply)
+    failing = (
+        result.failing()
+        or bool(refused)
+        or (bool(result.resolutions) and not args.apply)
+        or reconcile_responses.failing(backgrounds, args.apply)
+    )
     status = FAILING_STATUS if failing else 0
     # What was found and resolved is said even when the metrics cannot be published.
     unpublished = ""
+    counted = applied + [
+        Applied(r, why) for r, why in reconcile_responses.as_resolutions(backgrounds)
+    ]
     try:
-        publish(args, provider, scope.label, result, applied, failing, now)
+        publish(args, provider, scope.label, result, counted, failing, now)
     except OpsError as error:
         unpublished, status = str(error), status or 1
     if args.output == "json":
         found = _as_json(result, applied, args.apply, since, until)
-        found |= {"failing": failing, "metrics_error": unpublished}
+        found |= {
+            "responses": [reconcile_responses.as_json(b) for b in backgrounds],
+            "failing": failing,
+            "metrics_error": unpublished,
+        }
         return Answer(json.dumps(found, indent=2), status)
-    text = _as_text(result, applied, args.apply)
+    text = _as_text(result, applied, args.apply, backgrounds)
     return Answer(f"{text}\n{unpublished}" if unpublished else text, status)
+
+
+def _responses_reader(args: argparse.Namespace, provider: str, base: str) -> ReportReader | None:
+    """The reader of background responses, with the project key (None without one)."""
+    if args.project_key_file is None:
+        return None
+    if provider != "openai":
+        raise OpsError(
+            "--project-key-file retrieves OpenAI's background responses: --provider openai"
+        )
+    project_key = read_token(args.project_key_file, "--project-key-file")
+    return ReportReader(provider, base, project_key)
 
 
 def _bounded(flag: str, value: float, low: float, high: float) -> float:
@@ -225,7 +264,9 @@ def _as_json(
     }  # fmt: skip
 
 
-def _as_text(result: Reconciliation, applied: list[Applied], applying: bool) -> str:
+def _as_text(
+    result: Reconciliation, applied: list[Applied], applying: bool, backgrounds: list[Background]
+) -> str:
     shown = [b for b in result.buckets if b.cls is not Class.MATCHED or b.resolutions]
     rows = [[
         f"{b.start:%Y-%m-%dT%H:%MZ}", b.model, str(b.cls),
@@ -255,6 +296,20 @@ def _as_text(result: Reconciliation, applied: list[Applied], applying: bool) -> 
                      for a in applied if a.refused)  # fmt: skip
     elif n:
         parts.append(f"{n} in-doubt holds can be resolved by the evidence: run with --apply")
+    if backgrounds:
+        columns = ("RESERVATION", "RESPONSE", "FOUND", "NOTE")
+        parts.append(render.table(columns, reconcile_responses.as_rows(backgrounds)))
+        ended = [b for b in backgrounds if b.found is reconcile_responses.Found.ENDED]
+        if applying:
+            done = sum(1 for b in backgrounds if b.resolved)
+            parts.append(f"resolved {done} of {len(ended)} in-doubt background responses ended")
+        elif ended:
+            parts.append(
+                f"{len(ended)} in-doubt background responses ended: run with --apply to "
+                "resolve them at their usage"
+            )
+        if any(b.found is reconcile_responses.Found.UNREAD for b in backgrounds):
+            parts.append("in-doubt background responses: give --project-key-file to read them")
     if any(b.cls in FAILING for b in result.buckets) or any(d.beyond for d in result.drift):
         parts.append("the ledger and the provider's bill disagree (exit 3); see docs/reconcile.md")
     return "\n".join(parts)
@@ -265,6 +320,12 @@ OPTIONS = (
     Option("api_base", "the provider's API base URL", shown="the provider's"),
     Option(
         "admin_key_file", "a file holding the provider's admin key", convert=Path, required=True
+    ),
+    Option(
+        "project_key_file",
+        "a file holding an OpenAI project API key: retrieves the background responses of "
+        "in-doubt holds by their id",
+        convert=Path,
     ),
     Option("api_key_id", "the key the metered workers use (key_..., apikey_...)"),
     Option("project_id", "the project (Anthropic: workspace) they use"),

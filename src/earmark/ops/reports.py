@@ -2,7 +2,9 @@
 published APIs give them (checked facts: ../shared/notes/provider-usage-reports.md):
 OpenAI's /organization/usage/completions and /embeddings in one-minute buckets and
 /organization/costs by day; Anthropic's /v1/organizations/usage_report/messages and
-/cost_report. Both SDKs send list parameters as `name[]=value`, and so does this.
+/cost_report. Both SDKs send list parameters as `name[]=value`, and so does this. And one
+OpenAI Response by its id (GET /responses/{id}), read with a project's API key: a
+background response whose hold was left in doubt.
 
 Errors are mapped once, here, to an OpsError that names the provider, the status and the
 provider's own message, and never the key."""
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +34,9 @@ ANTHROPIC_VERSION = "2023-06-01"
 MICROS_PER_DOLLAR = Decimal(1_000_000)
 MICROS_PER_CENT = Decimal(10_000)
 Params = list[tuple[str, str]]
+# A response id as it may go into a URL's path: a hold's label is the worker's to write, so
+# one that is not an id's characters is never sent (no "/", "." or "%" to reach another path).
+RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 @dataclass(frozen=True)
@@ -71,13 +77,14 @@ class ReportReader:
     def __init__(self, provider: str, base: str, admin_key: str) -> None:
         self.provider = provider
         self.base = checked_base(base)
+        self._key = admin_key
         if provider == "openai":
             self.headers = {"authorization": f"Bearer {admin_key}"}
         else:
             self.headers = {"x-api-key": admin_key, "anthropic-version": ANTHROPIC_VERSION}
 
     def get(self, path: str, params: Params) -> dict[str, Any]:
-        url = f"{self.base}{path}?{urllib.parse.urlencode(params)}"
+        url = f"{self.base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
         request = urllib.request.Request(
             url, headers={**self.headers, "accept": "application/json"}
         )
@@ -85,8 +92,11 @@ class ReportReader:
             with _OPENER.open(request, timeout=limits.reconcile_http_timeout_seconds) as r:
                 body = r.read(limits.reconcile_report_bytes_max + 1)
         except urllib.error.HTTPError as error:
+            # A provider that echoes the key in its message does not put it in ours.
+            said = _message(error.read(4096))
+            said = said.replace(self._key, "[the key]") if self._key else said
             raise OpsError(f"{self.provider} answered {error.code} to GET {path}: "
-                           f"{_message(error.read(4096))}") from None  # fmt: skip
+                           f"{said}") from None  # fmt: skip
         except http.client.HTTPException as error:
             raise OpsError(f"{self.provider}'s answer to GET {path} was cut short: "
                            f"{type(error).__name__}") from None  # fmt: skip
@@ -114,6 +124,14 @@ class ReportReader:
             if not answer.get("has_more") or not page:
                 return
         raise OpsError(f"{self.provider}'s {path} had more than {limits.reconcile_pages_max} pages")
+
+
+def openai_response(reader: ReportReader, response_id: str) -> dict[str, Any]:
+    """OpenAI's Response response_id (GET /responses/{id}), unchecked: the caller checks it
+    is that response, in its published shape (openai_background.ending)."""
+    if not RESPONSE_ID.fullmatch(response_id):
+        raise OpsError(f"{response_id[:80]!r} is not a response id; not retrieved")
+    return reader.get(f"/responses/{response_id}", [])
 
 
 def _message(body: bytes) -> str:
