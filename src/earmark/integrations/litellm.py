@@ -10,19 +10,28 @@ token in the file EARMARK_TOKEN_FILE when the sidecar asks for one.
 
 How each request goes (docs/litellm.md says it for operators):
 - async_pre_call_hook: the budgets come from the key's, team's or organization's metadata
-  (earmark_budget_id, earmark_also_budget_ids) or the x-earmark-budget header; the request
-  is read as the metered clients read it (earmark.client.wire_openai) and held in one
-  Reserve with its prompt charged; a refusal answers 429 with Earmark's reason and what is
-  left. The request goes on with its output cap set to what the hold covers (no cap asked:
-  the model's ceiling), with the stream's usage asked for, and with LiteLLM's own retries
-  off, since a retry is a second bill on one hold. The hold renews while the call runs.
-- log_pre_api_call: the request is being sent; from here the provider may bill it.
-- async_log_success_event: settled at the response's usage (a stream's final usage).
+  (earmark_budget_id, earmark_also_budget_ids; the x-earmark-budget header chooses only
+  among earmark_allowed_budget_ids, or for the master key); the request is read as the
+  metered clients read it (earmark.client.wire_openai, or a pass-through's route) and held
+  in one Reserve with its prompt charged; a refusal is LiteLLM's own budget error, or a 429
+  with Retry-After where waiting mends it. The request goes on with its output cap set to
+  what the hold covers (no cap asked: the model's ceiling), with the stream's usage asked
+  for, and with LiteLLM's own retries off, since a retry is a second bill on one hold. The
+  hold renews while the call runs.
+- Each held request carries a random flight key in its LiteLLM metadata, and every event
+  ends only the flight whose key it carries: a caller's call id, which it may choose and
+  reuse, steers nothing.
+- log_pre_api_call: the request is being sent; from here the provider may bill it (a
+  pass-through counts as sent once its hook returns).
+- async_log_success_event: settled at the response's usage (a stream's final usage, a
+  pass-through's logged response body).
 - async_log_failure_event: a 4xx settles at nothing; a timeout or 5xx stays in doubt with
   its prompt charge (`earmark reconcile` or an operator resolves it).
 - The request's task ending with the hold still open: never sent (another hook rejected
   it, or the client went away first) releases it; sent with no outcome logged within
   limits.litellm_outcome_grace_seconds (a client gone mid-stream) leaves it in doubt.
+- Importing this module inside the proxy puts litellm_routes' guard in front of the proxy's
+  app: websockets, and the routes that call models outside any hook, are refused 403.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import contextlib
 import logging
 import os
 import secrets
+import sys
 from collections import OrderedDict
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
@@ -50,6 +60,7 @@ from earmark.client.meter import Meter
 from earmark.client.wire import Call, Route, cap_to_send, shape_of
 from earmark.core.model import Outcome
 from earmark.core.prices import Usage
+from earmark.integrations import litellm_routes
 from earmark.integrations.litellm_rules import (
     BUDGET_EXCEEDED,
     GRACE_ENV,
@@ -629,4 +640,15 @@ def priced_as(model_group: str) -> tuple[str, str]:
     )
 
 
+def guard_proxy() -> None:
+    """In LiteLLM's proxy, which imports this module from its config after its own server
+    module, the guard goes in front of the proxy's app: websockets and the routes that call
+    models outside any hook are refused (earmark.integrations.litellm_routes)."""
+    server = sys.modules.get("litellm.proxy.proxy_server")
+    app = getattr(server, "app", None)
+    if app is not None:
+        litellm_routes.guard(app)
+
+
 gate = EarmarkGate()
+guard_proxy()

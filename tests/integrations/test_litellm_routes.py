@@ -1,0 +1,139 @@
+"""Every door of LiteLLM's proxy classified: the installed LiteLLM's call types and its whole
+route table (lazy features registered) are held against the gate's tables, so that an
+upgrade that adds a call type, a route or a tag fails here until it is classified; and the
+real proxy with the gate refuses every websocket and every model probe, sending nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from earmark.integrations.litellm_routes import RouteClass, route_class
+from earmark.integrations.litellm_rules import FREE, PASS_THROUGH_CALL_TYPES, REFUSED, ROUTES
+from tests.conftest import Running
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import assert_invariants, child
+from tests.integrations.litellm_proxy import MASTER, config, litellm_proxy
+from tests.integrations.test_litellm import env_of
+
+ROOT = Path(__file__).resolve().parents[2]
+# Handlers whose source names a model call that, read, is no call to a provider.
+REVIEWED = {
+    # Its acompletion is LiteLLM's mock_response, to exercise a logging callback.
+    ("GET", "/health/services"),
+    # It imports LiteLLM's request processing for its error answers; the guardrail it runs
+    # calls the guardrail's own provider.
+    ("POST", "/apply_guardrail"),
+    ("POST", "/guardrails/apply_guardrail"),
+}
+
+
+async def installed() -> dict[str, Any]:
+    """The installed LiteLLM's call types and routes, from
+    tests/integrations/litellm_route_table.py run as a subprocess (importing LiteLLM here
+    would fetch its price map at import)."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
+    async with child(
+        sys.executable, "-m", "tests.integrations.litellm_route_table",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT,
+    ) as process:  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert 0 == process.returncode
+    found: dict[str, Any] = json.loads(out)
+    return found
+
+
+async def route_table() -> list[dict[str, Any]]:
+    routes: list[dict[str, Any]] = (await installed())["routes"]
+    return routes
+
+
+async def test_every_call_type_of_the_installed_litellm_is_classified() -> None:
+    """Each of LiteLLM's call types is held, free, a pass-through or refused, exactly one
+    of them, and the gate's tables name no call type LiteLLM does not have."""
+    call_types = set((await installed())["call_types"])
+    tables = [set(ROUTES), set(FREE), set(PASS_THROUGH_CALL_TYPES), set(REFUSED)]
+    named = [kind for table in tables for kind in table]
+    unclassified = sorted(call_types - set(named))
+    twice = sorted(kind for kind in set(named) if named.count(kind) > 1)
+    unknown = sorted(set(named) - call_types)
+    assert ([], [], []) == (unclassified, twice, unknown)
+
+
+async def test_every_route_of_the_installed_proxy_is_classified() -> None:
+    """Each of the proxy's routes is gated, a pass-through, a socket, refused or reaches
+    no model, and no route classified as reaching no model has a handler that calls one."""
+    table = await route_table()
+    classes = {
+        (tuple(r["methods"]), r["path"]): route_class(
+            r["path"], r["methods"], r["tags"], r["websocket"]
+        )
+        for r in table
+    }
+    unclassified = sorted(f"{' '.join(m)} {p}" for (m, p), c in classes.items() if c is None)
+    calling = sorted(
+        f"{' '.join(r['methods'])} {r['path']}"
+        for r in table
+        if r["calls_models"]
+        and classes[(tuple(r["methods"]), r["path"])] == RouteClass.NO_PROVIDER
+        and not any((m, r["path"]) in REVIEWED for m in r["methods"])
+    )
+    assert ([], []) == (unclassified, calling)
+    assert 900 < len(table)
+    sockets = [r["path"] for r in table if r["websocket"]]
+    assert {"/v1/realtime", "/openai/{endpoint:path}", "/v1/responses"} <= set(sockets)
+
+
+def concrete(path: str) -> str:
+    """A route's path with each parameter filled in: a realtime path for a pass-through's
+    rest, "x" for any other."""
+    path = path.replace("{endpoint:path}", "v1/realtime")
+    return re.sub(r"\{[^}]+\}", "x", path)
+
+
+async def test_the_proxy_refuses_every_socket_and_model_probe_unsent(
+    priced: Running, provider: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With the gate in the proxy's callbacks, every websocket route of the installed
+    LiteLLM is refused 403 before it opens, naming the route, and so are GET /health and
+    POST /health/test_connection; the provider hears nothing, and the proxy still serves."""
+    table = await route_table()
+    sockets = sorted({concrete(r["path"]) for r in table if r["websocket"]})
+    env = env_of(
+        priced, OPENAI_API_BASE=provider.url.removesuffix("v1"), OPENAI_API_KEY="sk-upstream"
+    )
+    async with litellm_proxy(config(provider.url), tmp_path, env) as url:
+        before = len(provider.state.requests)
+        refused: dict[str, tuple[int, bool]] = {}
+        for path in sockets:
+            with pytest.raises(InvalidStatus) as caught:
+                async with connect(
+                    f"ws{url.removeprefix('http')}{path}?model=gpt-4o",
+                    additional_headers={"Authorization": f"Bearer {MASTER}"},
+                    open_timeout=30,
+                ):
+                    pass
+            response = caught.value.response
+            refused[path] = (response.status_code, path in response.body.decode())
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            auth = {"Authorization": f"Bearer {MASTER}"}
+            probes = [
+                await http.get("/health", headers=auth),
+                await http.post("/health/test_connection", headers=auth, json={}),
+            ]
+            alive = await http.get("/health/liveliness")
+    assert {path: (403, True) for path in sockets} == refused
+    assert [403, 403] == [p.status_code for p in probes]
+    assert all("Earmark's gate refuses" in p.json()["error"]["message"] for p in probes)
+    assert (200, before) == (alive.status_code, len(provider.state.requests))
+    await assert_invariants(priced.dsn)
