@@ -11,6 +11,7 @@ from typing import Any
 import openai
 import pytest
 
+from earmark import limits
 from earmark.client import AsyncClient, Client
 from earmark.client.llm import metered
 from earmark.client.openai_background import RESPONSE_ID_LABEL
@@ -193,4 +194,33 @@ async def test_the_sync_client_settles_a_finished_one_and_leaves_a_running_one_i
     doubted = by_state[pb.RESERVATION_STATE_IN_DOUBT]
     assert ("completed", cost(billed)) == (status, settled.settled_used)
     assert running_id == doubted.labels[RESPONSE_ID_LABEL]
+    await assert_invariants(priced.dsn)
+
+
+async def test_past_the_most_kept_open_the_oldest_goes_in_doubt_with_its_id(
+    priced: Running, provider: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one running background response, a second one's hold stays open and
+    the first's goes in doubt at once, its id recorded, and is not settled by its retrieve
+    after; the second settles at its bill."""
+    monkeypatch.setattr(limits, "llm_background_holds_max", 1)
+    await budget(priced, "most", 5_000_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url) as client,
+    ):
+        llm = metered(client, earmark, "most")
+        first = await llm.responses.create(**request("first", background=True))
+        second = await llm.responses.create(**request("the second one", background=True))
+        provider.state.finish()
+        await llm.responses.retrieve(first.id)
+        await llm.responses.retrieve(second.id)
+        await earmark.flush()
+    by_id = {h.labels[RESPONSE_ID_LABEL]: h for h in await holds(priced, "most")}
+    second_bill = provider.state.background[second.id].billed
+    assert pb.RESERVATION_STATE_IN_DOUBT == by_id[first.id].state
+    assert (pb.RESERVATION_STATE_SETTLED, cost(second_bill)) == (
+        by_id[second.id].state,
+        by_id[second.id].settled_used,
+    )
     await assert_invariants(priced.dsn)
