@@ -5,10 +5,10 @@ real proxy with the gate refuses every websocket and every model probe, sending 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,13 @@ from earmark.integrations.litellm_routes import RouteClass, route_class
 from earmark.integrations.litellm_rules import FREE, PASS_THROUGH_CALL_TYPES, REFUSED, ROUTES
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import assert_invariants, child
+from tests.helpers import assert_invariants
 from tests.integrations.litellm_proxy import MASTER, config, litellm_proxy
 from tests.integrations.test_litellm import env_of
+
+# The three tests read one route table: importing LiteLLM's proxy with every lazy feature
+# takes tens of seconds, so they share a worker and the table is read once.
+pytestmark = pytest.mark.xdist_group("litellm_routes")
 
 ROOT = Path(__file__).resolve().parents[2]
 # Handlers whose source names a model call that, read, is no call to a provider.
@@ -38,30 +42,24 @@ REVIEWED = {
 }
 
 
-async def installed() -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def installed() -> dict[str, Any]:
     """The installed LiteLLM's call types and routes, from
-    tests/integrations/litellm_route_table.py run as a subprocess (importing LiteLLM here
-    would fetch its price map at import)."""
+    tests/integrations/litellm_route_table.py run once as a subprocess (importing LiteLLM
+    here would fetch its price map at import)."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
-    async with child(
-        sys.executable, "-m", "tests.integrations.litellm_route_table",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT,
-    ) as process:  # fmt: skip
-        out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert 0 == process.returncode
-    found: dict[str, Any] = json.loads(out)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integrations.litellm_route_table"],
+        capture_output=True, env=env, cwd=ROOT, timeout=180, check=True,
+    )  # fmt: skip
+    found: dict[str, Any] = json.loads(done.stdout)
     return found
 
 
-async def route_table() -> list[dict[str, Any]]:
-    routes: list[dict[str, Any]] = (await installed())["routes"]
-    return routes
-
-
-async def test_every_call_type_of_the_installed_litellm_is_classified() -> None:
+def test_every_call_type_of_the_installed_litellm_is_classified(installed: dict[str, Any]) -> None:
     """Each of LiteLLM's call types is held, free, a pass-through or refused, exactly one
     of them, and the gate's tables name no call type LiteLLM does not have."""
-    call_types = set((await installed())["call_types"])
+    call_types = set(installed["call_types"])
     tables = [set(ROUTES), set(FREE), set(PASS_THROUGH_CALL_TYPES), set(REFUSED)]
     named = [kind for table in tables for kind in table]
     unclassified = sorted(call_types - set(named))
@@ -70,10 +68,10 @@ async def test_every_call_type_of_the_installed_litellm_is_classified() -> None:
     assert ([], [], []) == (unclassified, twice, unknown)
 
 
-async def test_every_route_of_the_installed_proxy_is_classified() -> None:
+def test_every_route_of_the_installed_proxy_is_classified(installed: dict[str, Any]) -> None:
     """Each of the proxy's routes is gated, a pass-through, a socket, refused or reaches
     no model, and no route classified as reaching no model has a handler that calls one."""
-    table = await route_table()
+    table = installed["routes"]
     classes = {
         (tuple(r["methods"]), r["path"]): route_class(
             r["path"], r["methods"], r["tags"], r["websocket"]
@@ -102,12 +100,12 @@ def concrete(path: str) -> str:
 
 
 async def test_the_proxy_refuses_every_socket_and_model_probe_unsent(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, tmp_path: Path, installed: dict[str, Any]
 ) -> None:
     """With the gate in the proxy's callbacks, every websocket route of the installed
     LiteLLM is refused 403 before it opens, naming the route, and so are GET /health and
     POST /health/test_connection; the provider hears nothing, and the proxy still serves."""
-    table = await route_table()
+    table = installed["routes"]
     sockets = sorted({concrete(r["path"]) for r in table if r["websocket"]})
     env = env_of(
         priced, OPENAI_API_BASE=provider.url.removesuffix("v1"), OPENAI_API_KEY="sk-upstream"
