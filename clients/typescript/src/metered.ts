@@ -11,9 +11,10 @@
 // wrapper around methods covered only the methods it named and was not the SDK's type.
 // The Python SDK meters the same way, at its HTTP transport (src/earmark/client/wire*.py).
 //
-// For each request the provider's routes (routes-openai.ts, routes-anthropic.ts) say
-// whether it bills. A request that does not bill passes through untouched. One that bills
-// and that Earmark cannot price is refused before it is sent (EndpointNotMeteredError). One
+// Each POST is routed by its provider's table (routes-openai.ts, routes-anthropic.ts), its
+// whole path after the base URL's own path: one that does not bill passes through untouched;
+// one that bills and that Earmark cannot price, or that the table does not list, is refused
+// before it is sent (EndpointNotMeteredError). A request that is not a POST passes. One
 // that bills and can be priced is:
 // - reserved by shape with its prompt charged in the same Reserve (a worker that dies
 //   during the call leaves its hold in doubt, not returned), and refused before it is sent
@@ -187,18 +188,25 @@ function refusedAnswer(error: unknown): Response {
   return answer;
 }
 
-function basePathOf(baseURL: string): string {
+/** A URL's path as the routes read it: percent-decoded, so that an id holding an encoded
+ * '/' is more than one segment (and no template's id) rather than one a server may decode
+ * into another path; null when it does not decode. */
+function decodedPath(pathname: string): string | null {
   try {
-    return new URL(baseURL).pathname.replace(/\/+$/, '');
+    return decodeURIComponent(pathname);
   } catch {
-    return '';
+    return null;
   }
 }
 
-/** The request's path after the client's base URL's path (all of it when the request went
- * elsewhere). */
-function pathAfter(pathname: string, base: string): string {
-  return base !== '' && pathname.startsWith(`${base}/`) ? pathname.slice(base.length) : pathname;
+/** The path of the client's base URL ('/v1' for OpenAI's, '' for Anthropic's): the routes
+ * are the paths after it. */
+function basePathOf(baseURL: string): string {
+  try {
+    return (decodedPath(new URL(baseURL).pathname) ?? '').replace(/\/+$/, '');
+  } catch {
+    return '';
+  }
 }
 
 async function jsonBody(input: string | URL | Request, init: RequestInit | undefined, where: string): Promise<JsonObject> {
@@ -277,7 +285,8 @@ class Meter {
     const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
     if (method !== 'POST') return inner(input, init);
     const url = new URL(input instanceof Request ? input.url : String(input));
-    const route = this.routing(pathAfter(url.pathname, basePath));
+    const path = decodedPath(url.pathname);
+    const route = path === null ? null : this.routing(path, basePath);
     if (route === FREE) return inner(input, init);
     if (route === null) return refusedAnswer(new EndpointNotMeteredError(method, url.pathname));
     let call: Call;

@@ -3,10 +3,13 @@
 // and writes by TTL, server tool use, service tier). The rules are the Python SDK's
 // (src/earmark/client/wire_anthropic.py).
 //
-// Metered: POST .../v1/messages (create, create({ stream: true }), stream). Free, passed
-// through: every request that is not a POST, counting a message's tokens
-// (.../messages/count_tokens) and files. Any other POST (message batches, the legacy
-// completions...) is refused before it is sent, naming it.
+// Every POST is routed by ANTHROPIC_ROUTES, its whole path after the base URL's own path
+// (none: Anthropic's paths start with /v1): metered, POST /v1/messages (create,
+// create({ stream: true }), stream, parse, and beta.messages'); free, passed through,
+// counting a message's tokens (/v1/messages/count_tokens), cancelling a message batch, and
+// files (a standing cost); every other POST (message batches, skills, managed agents and
+// their sessions, administration...) is refused before it is sent, naming it. A request
+// that is not a POST passes. The package opens no websocket.
 //
 // Anthropic's input_tokens counts neither cache reads nor cache writes; Earmark's counts
 // every input token, so they are added. A stream reports its usage twice: message_start's
@@ -15,6 +18,8 @@
 import { TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
 import {
   FREE,
+  REFUSED,
+  Routes,
   count,
   counts,
   isObject,
@@ -32,7 +37,6 @@ import {
 } from './routes.js';
 import type { Usage } from './types.js';
 
-const FREE_PATHS = /\/messages\/count_tokens$|\/files(\/.*)?$/;
 // A server tool's type names its kind and version (web_search_20250305): the web search is
 // priced per search. Web fetch has no fee of its own (its pages are input tokens), so it is
 // not held as a tool call.
@@ -152,8 +156,38 @@ const messages: Route = {
   },
 };
 
-/** The route of a POST to path (the part after the client's base URL's path). */
-export const anthropicRouting: Routing = (path) => {
-  if (path.endsWith('/messages')) return messages;
-  return FREE_PATHS.test(path) ? FREE : null;
-};
+/**
+ * Every POST of Anthropic's API, by the path after the base URL's own path (none), with
+ * what Earmark does with it; a POST it does not list is refused too. test/surface.test.mjs
+ * calls every method of the installed @anthropic-ai/sdk package and fails on a POST not
+ * listed here. The Python SDK's wire_anthropic.ROUTES, path for path.
+ */
+export const ANTHROPIC_ROUTES = new Routes({
+  // Metered: held, capped and settled at the provider's usage.
+  '/v1/messages': messages,
+  // Free: counting tokens and cancelling bill nothing; files are a standing cost.
+  '/v1/messages/count_tokens': FREE,
+  '/v1/messages/batches/{message_batch_id}/cancel': FREE,
+  '/v1/files': FREE,
+  // Refused: work that bills once started, out of the call that started it (message
+  // batches; managed agents, their sessions, environments, deployments and dreams).
+  '/v1/messages/batches': REFUSED,
+  '/v1/skills/**': REFUSED,
+  '/v1/agents/**': REFUSED,
+  '/v1/sessions/**': REFUSED,
+  '/v1/environments/**': REFUSED,
+  '/v1/deployments/**': REFUSED,
+  '/v1/dreams/**': REFUSED,
+  '/v1/memory_stores/**': REFUSED,
+  '/v1/vaults/**': REFUSED,
+  '/v1/tunnels/**': REFUSED,
+  '/v1/user_profiles/**': REFUSED,
+  // Refused: administration, no metered worker's job; a metered client mints no key and
+  // lifts no spend limit.
+  '/v1/organizations/**': REFUSED,
+  '/v1/compliance/**': REFUSED,
+});
+
+/** The route of a POST to path (the whole URL path), under a base URL whose own path is
+ * prefix ('' for Anthropic's). */
+export const anthropicRouting: Routing = (path, prefix = '') => ANTHROPIC_ROUTES.routing(path, prefix);

@@ -3,15 +3,20 @@
 // CompletionUsage, ChatCompletionChunk, ResponseUsage and the Responses stream events,
 // CreateEmbeddingResponse). The rules are the Python SDK's (src/earmark/client/wire_openai.py).
 //
-// Metered: POST .../chat/completions (create, parse, the stream helper, withResponse),
-// POST .../responses (create, parse, stream) and POST .../embeddings. Free, passed through:
-// every request that is not a POST, and the POSTs that bill nothing (a stored completion's
-// update, counting a Responses input's tokens, cancelling, moderations, files, uploads,
-// vector stores, conversations). Any other POST (images, audio, batches, fine-tuning, the
-// legacy completions, realtime sessions...) is refused before it is sent, naming it.
+// Every POST is routed by OPENAI_ROUTES, its whole path after the base URL's own path (/v1):
+// metered, POST /chat/completions (create, parse, the stream helper, withResponse),
+// /responses (create, parse, stream) and /embeddings; free, passed through, the POSTs that
+// bill nothing (a stored completion's update, counting a Responses input's tokens,
+// cancelling or pausing, moderations) and the standing costs (files, uploads, vector stores,
+// conversations); every other POST (images, audio, batches, fine-tuning and resuming it,
+// containers, the legacy completions, realtime sessions and client secrets...) is refused
+// before it is sent, naming it. A request that is not a POST passes. The websockets the
+// package opens from a client (its realtime and Responses sockets) are refused by metered.ts.
 import { TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
 import {
   FREE,
+  REFUSED,
+  Routes,
   count,
   counts,
   isObject,
@@ -26,15 +31,10 @@ import {
   type Route,
   type Routing,
   type Tally,
+  within,
 } from './routes.js';
 import type { Usage } from './types.js';
 
-// POST paths that bill nothing, by their last segments (ids stand for any id).
-const FREE_PATHS = new RegExp(
-  '/(chat/completions/[^/]+|responses/input_tokens|responses/[^/]+/cancel|moderations' +
-    '|files(/.*)?|uploads(/.*)?|vector_stores(/.*)?|conversations(/.*)?' +
-    '|batches/[^/]+/cancel|fine_tuning/jobs/[^/]+/(cancel|pause|resume))$',
-);
 // The Responses API's built-in tools, by the kind their calls are priced as (dated
 // versions, web_search_2025_08_26 say, are the same kind).
 const TOOL_KINDS: [RegExp, string][] = [
@@ -285,14 +285,87 @@ const embeddings: Route = {
   },
 };
 
-const ROUTES: [string, Route][] = [
-  ['/chat/completions', chat],
-  ['/responses', responses],
-  ['/embeddings', embeddings],
-];
+/**
+ * Every POST of OpenAI's API, by the path after the base URL's own path (/v1), with what
+ * Earmark does with it; a POST it does not list is refused too. test/surface.test.mjs calls
+ * every method of the installed openai package and fails on a POST not listed here. The
+ * Python SDK's wire_openai.ROUTES, path for path.
+ */
+export const OPENAI_ROUTES = new Routes({
+  // Metered: held, capped and settled at the provider's usage.
+  '/chat/completions': chat,
+  '/responses': responses,
+  '/embeddings': embeddings,
+  // Free, billing nothing: a stored completion's metadata, counting a Responses input's
+  // tokens, moderations, and cancelling or pausing what bills (its spend stops; resuming it
+  // is refused below).
+  '/chat/completions/{completion_id}': FREE,
+  '/responses/input_tokens': FREE,
+  '/moderations': FREE,
+  '/responses/{response_id}/cancel': FREE,
+  '/batches/{batch_id}/cancel': FREE,
+  '/fine_tuning/jobs/{fine_tuning_job_id}/cancel': FREE,
+  '/fine_tuning/jobs/{fine_tuning_job_id}/pause': FREE,
+  // Free, a standing cost: stored files, uploads, vector stores (the files they index) and
+  // conversations are billed by the gigabyte-day they keep, not by call.
+  '/files': FREE,
+  '/uploads': FREE,
+  '/uploads/{upload_id}/parts': FREE,
+  '/uploads/{upload_id}/complete': FREE,
+  '/uploads/{upload_id}/cancel': FREE,
+  '/vector_stores': FREE,
+  '/vector_stores/{vector_store_id}': FREE,
+  '/vector_stores/{vector_store_id}/files': FREE,
+  '/vector_stores/{vector_store_id}/files/{file_id}': FREE,
+  '/vector_stores/{vector_store_id}/file_batches': FREE,
+  '/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel': FREE,
+  '/conversations': FREE,
+  '/conversations/{conversation_id}': FREE,
+  '/conversations/{conversation_id}/items': FREE,
+  // Refused: calls that bill what Earmark has no price for (the legacy completions,
+  // compaction, images, audio, video; a search may run a model on its query).
+  '/completions': REFUSED,
+  '/responses/compact': REFUSED,
+  '/vector_stores/{vector_store_id}/search': REFUSED,
+  '/images/**': REFUSED,
+  '/audio/**': REFUSED,
+  '/videos/**': REFUSED,
+  '/decisions': REFUSED,
+  '/content_provenance_checks': REFUSED,
+  // Refused: work that bills once started, out of the call that started it (batches,
+  // fine-tuning and its resumption, graders, evals, container sessions, Assistants runs,
+  // agents, skills).
+  '/batches': REFUSED,
+  '/fine_tuning/jobs': REFUSED,
+  '/fine_tuning/jobs/{fine_tuning_job_id}/resume': REFUSED,
+  '/fine_tuning/alpha/**': REFUSED,
+  '/fine_tuning/checkpoints/**': REFUSED,
+  '/evals/**': REFUSED,
+  '/containers/**': REFUSED,
+  '/assistants/**': REFUSED,
+  '/threads/**': REFUSED,
+  '/agents/**': REFUSED,
+  '/chatkit/**': REFUSED,
+  '/skills/**': REFUSED,
+  '/vaults/**': REFUSED,
+  // Refused: sessions and keys that bill where Earmark does not see it (a Realtime client
+  // secret opens a session from a browser; calls and live sessions run audio models).
+  '/realtime/**': REFUSED,
+  '/live/**': REFUSED,
+  // Refused: administration, no metered worker's job; a metered client mints no key and
+  // lifts no spend limit.
+  '/organization/**': REFUSED,
+  '/projects/**': REFUSED,
+  '/webhook_endpoints/**': REFUSED,
+});
+// Azure OpenAI names the model's deployment in the path, before the endpoint's own path
+// (/openai/deployments/{deployment}/chat/completions); OpenAI's API has no such path.
+const DEPLOYMENT = /^\/deployments\/(?!\.\.?\/)[^/]+(?=\/)/;
 
-/** The route of a POST to path (the part after the client's base URL's path). */
-export const openaiRouting: Routing = (path) => {
-  for (const [suffix, route] of ROUTES) if (path.endsWith(suffix)) return route;
-  return FREE_PATHS.test(path) ? FREE : null;
+/** The route of a POST to path (the whole URL path), under a base URL whose own path is
+ * prefix ('/v1' for OpenAI's). */
+export const openaiRouting: Routing = (path, prefix = '/v1') => {
+  const deployment = within(path, prefix) ? DEPLOYMENT.exec(path.slice(prefix.length)) : null;
+  const routed = deployment === null ? path : prefix + path.slice(prefix.length + deployment[0].length);
+  return OPENAI_ROUTES.routing(routed, prefix);
 };

@@ -1,8 +1,9 @@
 // What metering at the wire reads from a provider's requests and answers, whichever the
 // provider: the JSON values, a billable call as read from its body, the shape and prompt
-// charge it is reserved with, the cap it is sent with, and the routes that say which
-// requests bill. routes-openai.ts and routes-anthropic.ts hold each provider's routes, as
-// the Python SDK's wire_openai.py and wire_anthropic.py do, rule for rule.
+// charge it is reserved with, the cap it is sent with, and the table a provider's POSTs are
+// routed by (Routes: each whole path metered, free or refused, any other refused).
+// routes-openai.ts and routes-anthropic.ts hold each provider's routes, as the Python SDK's
+// wire_openai.py and wire_anthropic.py do, rule for rule.
 import { MESSAGE_OVERHEAD_TOKENS, PROMPT_CHARS_PER_TOKEN, REPLY_OVERHEAD_TOKENS } from './limits.js';
 import type { Shape, Usage } from './types.js';
 
@@ -57,9 +58,87 @@ export interface Route {
 
 /** A POST that bills nothing: sent as it is, with no hold. */
 export const FREE = 'free';
-/** Where a POST to a path goes: a billable route, FREE, or null (it bills and Earmark
- * cannot price it, so it is refused unsent). */
-export type Routing = (path: string) => Route | typeof FREE | null;
+/** What a route table says of a POST it lists that bills, or may, and that Earmark cannot
+ * price: refused before it is sent, as a POST the table does not list is. */
+export const REFUSED = 'refused';
+/** Where a POST to path goes, under a base URL whose own path is prefix ('/v1'; '' for
+ * none): a billable route, FREE, or null (refused unsent: it bills and Earmark cannot price
+ * it, the table does not list it, or it is outside prefix). */
+export type Routing = (path: string, prefix: string) => Route | typeof FREE | null;
+
+// One id in a path: any segment but an empty one or a dot segment, which a server may
+// resolve into another path.
+const ID = '(?!\\.\\.?(?:/|$))[^/]+';
+
+function isTemplate(template: string): boolean {
+  return template.includes('{') || template.endsWith('/**');
+}
+
+function pattern(template: string): RegExp {
+  const area = template.endsWith('/**');
+  const segments = (area ? template.slice(0, -3) : template).split('/');
+  const parts = segments.map((s) => (s.startsWith('{') && s.endsWith('}') ? ID : s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  return new RegExp(`^${parts.join('/')}${area ? '(?:/.*)?' : ''}$`, 's');
+}
+
+/** Literal segments sort before ids, ids before an area's rest. */
+function specificity(template: string): number[] {
+  return template.split('/').map((s) => (s === '**' ? 2 : s.startsWith('{') ? 1 : 0));
+}
+
+function bySpecificity(a: string, b: string): number {
+  const [x, y] = [specificity(a), specificity(b)];
+  for (let i = 0; i < Math.min(x.length, y.length); i += 1) if (x[i] !== y[i]) return x[i] - y[i];
+  return x.length - y.length;
+}
+
+/** Whether path is under prefix (a base URL's own path, '' or '/v1'), segment-wise. */
+export function within(path: string, prefix: string): boolean {
+  return path.startsWith(`${prefix}/`);
+}
+
+/**
+ * A provider's POST paths, each with what Earmark does with it: a metered Route, FREE or
+ * REFUSED. A path is a template of the whole path after the base URL's own path ('/v1'):
+ * '{name}' stands for one segment (an id: not empty, not '.' nor '..'), and a last '/**'
+ * for the rest of the path, which only REFUSED may take (an area refused whole, with the
+ * paths an SDK upgrade adds to it). A literal segment is preferred to an id, so
+ * /threads/runs is not /threads/{thread_id}. Whole paths, not suffixes: /containers/c/files
+ * is not /files. The Python SDK's wire.Routes, rule for rule.
+ */
+export class Routes {
+  readonly table: ReadonlyMap<string, Route | typeof FREE | typeof REFUSED>;
+  private readonly literal = new Map<string, Route | typeof FREE | typeof REFUSED>();
+  private readonly templates: [RegExp, Route | typeof FREE | typeof REFUSED][] = [];
+
+  constructor(table: Record<string, Route | typeof FREE | typeof REFUSED>) {
+    this.table = new Map(Object.entries(table));
+    for (const [template, what] of this.table) {
+      if (template.endsWith('/**') && what !== REFUSED) throw new RangeError(`${template}: only REFUSED takes a whole area`);
+      if (!template.startsWith('/')) throw new RangeError(`${template}: a path starts with /`);
+      if (!isTemplate(template)) this.literal.set(template, what);
+    }
+    const templates = [...this.table.keys()].filter(isTemplate).sort(bySpecificity);
+    for (const template of templates) this.templates.push([pattern(template), this.table.get(template)!]);
+  }
+
+  /** What the table says of a POST to path (after the base URL's own path); null when it
+   * does not list it. */
+  find(path: string): Route | typeof FREE | typeof REFUSED | null {
+    const found = this.literal.get(path);
+    if (found !== undefined) return found;
+    for (const [template, what] of this.templates) if (template.test(path)) return what;
+    return null;
+  }
+
+  /** The route of a POST to path, under a base URL whose own path is prefix: FREE for one
+   * that bills nothing; null for one refused, one the table does not list, and one outside
+   * prefix. */
+  routing(path: string, prefix: string): Route | typeof FREE | null {
+    const found = within(path, prefix) ? this.find(path.slice(prefix.length)) : null;
+    return found === null || found === REFUSED ? null : found;
+  }
+}
 
 export function isObject(value: Json | undefined): value is JsonObject {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

@@ -183,6 +183,30 @@ test('an endpoint that bills and cannot be priced is refused unsent, once, namin
   assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
 });
 
+test('work billed out of its call is refused unsent, under any base URL path (issue 42)', async () => {
+  // Resuming fine-tuning restarts paid training; a container's files once passed as free
+  // for ending in /files. A copy under another base URL path is routed under it.
+  const { id, llm } = await meteredOn('doors', 1_000_000);
+  const proxied = llm.withOptions({ baseURL: FAKE_OPENAI_URL.replace(/\/v1$/, '/proxy/v1') });
+  const calls = [
+    llm.fineTuning.jobs.resume('ftjob-1'),
+    llm.containers.create({ name: NEVER_SENT }),
+    llm.containers.files.create('cntr_1', { file_id: NEVER_SENT }),
+    proxied.fineTuning.jobs.resume('ftjob-1'),
+    proxied.moderations.create({ input: 'hi' }).then(() => null, (e) => e.status),
+  ];
+  const outcomes = await Promise.all(calls.map((call) => call.catch((e) => e)));
+  assert.deepEqual(outcomes.slice(0, 4).map((e) => (e instanceof EndpointNotMeteredError ? e.about.endpoint : String(e))), [
+    'POST /v1/fine_tuning/jobs/ftjob-1/resume',
+    'POST /v1/containers',
+    'POST /v1/containers/cntr_1/files',
+    'POST /proxy/v1/fine_tuning/jobs/ftjob-1/resume',
+  ]);
+  // The fake serves no /proxy/v1: the free moderation reached it, and was answered 404.
+  assert.deepEqual([outcomes[4], spy.sent.map((r) => `${r.method} ${r.path}`)], [404, ['POST /proxy/v1/moderations']]);
+  assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
+});
+
 test('requests that bill nothing pass through without a hold', async () => {
   const { id, llm } = await meteredOn('free', 1_000_000);
   // The fake knows none of these paths: it answers 404, which the SDK throws.

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { anthropicRouting } from '../dist/esm/routes-anthropic.js';
 import { openaiRouting } from '../dist/esm/routes-openai.js';
-import { FREE, capToSend, shapeOf } from '../dist/esm/routes.js';
+import { FREE, REFUSED, Routes, capToSend, shapeOf } from '../dist/esm/routes.js';
 import { Events } from '../dist/esm/sse.js';
 
 const settings = { toolCallsMax: 10 };
@@ -13,25 +13,30 @@ const kind = (route) => (route === FREE ? 'free' : route === null ? 'refused' : 
 
 test('OpenAI POST paths route to metered, free or refused', () => {
   const paths = {
-    '/chat/completions': 'metered',
-    '/responses': 'metered',
-    '/embeddings': 'metered',
     '/v1/chat/completions': 'metered',
-    '/chat/completions/chatcmpl-1': 'free',
-    '/responses/input_tokens': 'free',
-    '/responses/resp_1/cancel': 'free',
-    '/moderations': 'free',
-    '/files': 'free',
-    '/uploads/upload_1/parts': 'free',
-    '/vector_stores/vs_1/files': 'free',
-    '/conversations/conv_1/items': 'free',
-    '/batches/batch_1/cancel': 'free',
-    '/images/generations': 'refused',
-    '/audio/speech': 'refused',
-    '/completions': 'refused',
-    '/batches': 'refused',
-    '/fine_tuning/jobs': 'refused',
-    '/responses/compact': 'refused',
+    '/v1/responses': 'metered',
+    '/v1/embeddings': 'metered',
+    '/v1/chat/completions/chatcmpl-1': 'free',
+    '/v1/responses/input_tokens': 'free',
+    '/v1/responses/resp_1/cancel': 'free',
+    '/v1/moderations': 'free',
+    '/v1/files': 'free',
+    '/v1/uploads/upload_1/parts': 'free',
+    '/v1/vector_stores/vs_1/files': 'free',
+    '/v1/conversations/conv_1/items': 'free',
+    '/v1/batches/batch_1/cancel': 'free',
+    '/v1/fine_tuning/jobs/ftjob-1/cancel': 'free',
+    '/v1/fine_tuning/jobs/ftjob-1/pause': 'free',
+    '/v1/images/generations': 'refused',
+    '/v1/audio/speech': 'refused',
+    '/v1/completions': 'refused',
+    '/v1/batches': 'refused',
+    '/v1/fine_tuning/jobs': 'refused',
+    '/v1/responses/compact': 'refused',
+    '/v1/vector_stores/vs_1/search': 'refused',
+    '/v1/threads/runs': 'refused',
+    '/v1/realtime/client_secrets': 'refused',
+    '/v1/something/new': 'refused',
   };
   assert.deepEqual(Object.fromEntries(Object.keys(paths).map((p) => [p, kind(openaiRouting(p))])), paths);
 });
@@ -40,11 +45,47 @@ test('Anthropic POST paths route to metered, free or refused', () => {
   const paths = {
     '/v1/messages': 'metered',
     '/v1/messages/count_tokens': 'free',
+    '/v1/messages/batches/msgbatch_1/cancel': 'free',
     '/v1/files': 'free',
     '/v1/messages/batches': 'refused',
     '/v1/complete': 'refused',
+    '/v1/skills/s/files': 'refused',
+    '/v1/something/new': 'refused',
   };
   assert.deepEqual(Object.fromEntries(Object.keys(paths).map((p) => [p, kind(anthropicRouting(p))])), paths);
+});
+
+test('the doors of issue 42 are refused and a path is matched whole after the base URL path', () => {
+  // Resuming a fine-tuning job restarts paid training; a container's files were free as
+  // anything ending in files/...; a dot segment or another prefix is no listed path.
+  const refused = [
+    '/v1/fine_tuning/jobs/ftjob-1/resume', '/v1/containers', '/v1/containers/cntr_1/files',
+    '/v1/containers/cntr_1/files/f/content', '/v1/files/../fine_tuning/jobs', '/v2/files',
+    '/v1/vector_stores/..', '/v1/vector_stores/.', '/v1/files/', '/v1/evals/e/files', '/files',
+    '/v1/chat/completions/a/b', '/v1/uploads//parts', '/v1x/files', '/v1/deployments/d/../files',
+  ];
+  assert.deepEqual(refused.map((p) => kind(openaiRouting(p))), refused.map(() => 'refused'));
+  assert.deepEqual(
+    [openaiRouting('/v1/files'), openaiRouting('/openai/v1/files', '/openai/v1'), openaiRouting('/v1/fine_tuning/jobs/ftjob-1/pause')],
+    [FREE, FREE, FREE],
+  );
+  const chat = openaiRouting('/v1/chat/completions');
+  assert.deepEqual(
+    [openaiRouting('/openai/deployments/gpt-4o/chat/completions', '/openai'), openaiRouting('/proxy/v1/chat/completions', '/proxy/v1'), openaiRouting('/chat/completions', '')],
+    [chat, chat, chat],
+  );
+  assert.deepEqual(
+    [anthropicRouting('/v1/messages/batches'), anthropicRouting('/v1/skills/s/files'), anthropicRouting('/v1/files'), anthropicRouting('/anthropic/v1/messages', '/anthropic')],
+    [null, null, FREE, anthropicRouting('/v1/messages')],
+  );
+});
+
+test('only a refusal takes a whole area, and a path starts with /', () => {
+  assert.throws(() => new Routes({ '/files/**': FREE }), /only REFUSED takes a whole area/);
+  assert.throws(() => new Routes({ 'files': FREE }), /a path starts with \//);
+  // A literal segment is preferred to an id, an id to an area's rest.
+  const routes = new Routes({ '/t/{id}': FREE, '/t/runs': REFUSED, '/t/**': REFUSED, '/t/{id}/x': FREE });
+  assert.deepEqual(['/t/a', '/t/runs', '/t/a/x', '/t/a/y', '/u'].map((p) => routes.find(p)), [FREE, REFUSED, FREE, REFUSED, null]);
 });
 
 test('a chat request is read for its model, prompt, maximum, choices, stream and tier', () => {
@@ -61,7 +102,7 @@ test('a chat request is read for its model, prompt, maximum, choices, stream and
     service_tier: 'priority',
   };
   // 9 + 22 + 3 characters: ceil(34 / 3) + 2 * 4 + 3 = 23 tokens.
-  assert.deepEqual(openaiRouting('/chat/completions').call(body, settings), {
+  assert.deepEqual(openaiRouting('/v1/chat/completions').call(body, settings), {
     model: 'gpt-4o', promptTokens: 23, asked: 200, choices: 2, stream: true, serviceTier: 'priority',
     toolCallsMax: {}, hasOutput: true,
   });
@@ -69,12 +110,12 @@ test('a chat request is read for its model, prompt, maximum, choices, stream and
 
 test('the default tier goes by its empty name whatever the request calls it', () => {
   const tiers = ['auto', 'default', undefined].map((service_tier) =>
-    openaiRouting('/chat/completions').call({ model: 'm', messages: [], service_tier }, settings).serviceTier);
+    openaiRouting('/v1/chat/completions').call({ model: 'm', messages: [], service_tier }, settings).serviceTier);
   assert.deepEqual(tiers, ['', '', '']);
 });
 
 test('a Responses request holds its built-in tools by kind, at max_tool_calls or the default', () => {
-  const route = openaiRouting('/responses');
+  const route = openaiRouting('/v1/responses');
   const tools = [{ type: 'web_search_preview' }, { type: 'file_search' }, { type: 'function', name: 'f' }];
   assert.deepEqual(route.call({ model: 'm', input: 'hi', tools }, settings).toolCallsMax, { web_search: 10, file_search: 10 });
   assert.deepEqual(route.call({ model: 'm', input: 'hi', tools, max_tool_calls: 3 }, settings).toolCallsMax, { web_search: 3, file_search: 3 });
@@ -88,7 +129,7 @@ test('a Responses request holds its built-in tools by kind, at max_tool_calls or
 });
 
 test('an embeddings request holds its inputs: text as a prompt, token ids one each', () => {
-  const route = openaiRouting('/embeddings');
+  const route = openaiRouting('/v1/embeddings');
   assert.equal(route.call({ model: 'm', input: 'abcdef' }, settings).promptTokens, 2 + 3);
   assert.equal(route.call({ model: 'm', input: [1, 2, 3, 4] }, settings).promptTokens, 4);
   assert.equal(route.call({ model: 'm', input: ['abc', [5, 6]] }, settings).promptTokens, 1 + 3 + 2);
@@ -148,7 +189,7 @@ test('a chat answer usage carries its cache reads and writes, and its tier', () 
     service_tier: 'priority',
     usage: { prompt_tokens: 120, completion_tokens: 30, prompt_tokens_details: { cached_tokens: 64, cache_write_tokens: 16 } },
   };
-  assert.deepEqual(openaiRouting('/chat/completions').usage(answer), {
+  assert.deepEqual(openaiRouting('/v1/chat/completions').usage(answer), {
     inputTokens: 120, outputTokens: 30, cachedInputTokens: 64, cacheWriteInputTokens: 16, serviceTier: 'priority',
   });
 });
@@ -159,7 +200,7 @@ test('a Responses answer usage counts its built-in tool calls from its output it
     output: [{ type: 'web_search_call' }, { type: 'web_search_call' }, { type: 'code_interpreter_call' }, { type: 'message' }],
     usage: { input_tokens: 10, output_tokens: 5, input_tokens_details: { cached_tokens: 2 } },
   };
-  assert.deepEqual(openaiRouting('/responses').usage(answer), {
+  assert.deepEqual(openaiRouting('/v1/responses').usage(answer), {
     inputTokens: 10, outputTokens: 5, cachedInputTokens: 2, cacheWriteInputTokens: 0, serviceTier: 'default',
     toolCalls: { web_search: 2, code_interpreter: 1 },
   });
@@ -184,8 +225,8 @@ test('an Anthropic stream usage is message_start merged with the cumulative mess
 
 test('a chat stream tally hides the usage chunk only when Earmark asked for it', () => {
   const usageChunk = { choices: [], service_tier: 'default', usage: { prompt_tokens: 6, completion_tokens: 3 } };
-  const hidden = openaiRouting('/chat/completions').tally(null, true);
-  const shown = openaiRouting('/chat/completions').tally(null, false);
+  const hidden = openaiRouting('/v1/chat/completions').tally(null, true);
+  const shown = openaiRouting('/v1/chat/completions').tally(null, false);
   assert.deepEqual([hidden.keep('', { choices: [{ index: 0 }], usage: null }), hidden.keep('', usageChunk), shown.keep('', usageChunk)], [true, false, true]);
   assert.deepEqual(hidden.usage(), { inputTokens: 6, outputTokens: 3, cachedInputTokens: 0, cacheWriteInputTokens: 0, serviceTier: 'default' });
 });
