@@ -17,12 +17,15 @@ from tests.integrations.litellm_proxy import MASTER
 KEYS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     # No metadata: a request names no budget it may use.
     "sk-plain": ({}, {}, {}),
-    # A key of team "research" in organization "acme": three nested budgets.
+    # A key of team "research" in organization "acme": three nested budgets, the key's
+    # allowed by its team.
     "sk-nested": (
         {"earmark_budget_id": "key-alice"},
-        {"earmark_budget_id": "team-research"},
+        {"earmark_budget_id": "team-research", "earmark_allowed_budget_ids": ["key-alice"]},
         {"earmark_budget_id": "org-acme"},
     ),
+    # A key whose own metadata (which its owner may write) names another team's budget.
+    "sk-self-named": ({"earmark_budget_id": "team-b"}, {"earmark_budget_id": "team-a"}, {}),
     # Two teams' keys, each on its own team's budget.
     "sk-team-a": ({}, {"earmark_budget_id": "team-a"}, {}),
     "sk-team-b": ({}, {"earmark_budget_id": "team-b"}, {}),

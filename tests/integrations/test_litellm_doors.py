@@ -118,8 +118,9 @@ async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """/openai/v1/chat/completions and /openai_passthrough/v1/chat/completions are held on
-    the key's budget and settled at what the fake billed; a streamed pass-through and a
-    pass-through to a route Earmark cannot price are refused, and reach nothing."""
+    the key's budget and settled at what the fake billed; a streamed pass-through, a
+    pass-through to a route Earmark cannot price, and a background response (through the
+    pass-through and the proxy's own route) are refused, and reach nothing."""
     await budget(priced, "team-a", 50_000_000)
     env = pass_through_env(priced, provider)
     async with litellm_proxy(config(provider.url), tmp_path, env) as url:
@@ -135,6 +136,11 @@ async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
                 )
             with pytest.raises(openai.PermissionDeniedError) as unpriced:
                 await client.images.generate(model="dall-e-3", prompt="a cat")
+            with pytest.raises(openai.BadRequestError) as background:
+                await client.responses.create(model=MODEL, input="later", background=True)
+        async with caller(f"{url}/v1", "sk-team-a") as client:
+            with pytest.raises(openai.BadRequestError) as background_proxied:
+                await client.responses.create(model=MODEL, input="later", background=True)
     held = await settled(priced, "team-a")
     state = await state_of(priced, "team-a")
     assert 2 == len(provider.state.billed)
@@ -142,6 +148,7 @@ async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
     assert [pb.RESERVATION_STATE_SETTLED] * 2 == [h.state for h in held]
     assert "streamed pass-through" in str(streamed.value)
     assert "/openai/v1/images/generations" in str(unpriced.value)
+    assert all("background" in str(e.value) for e in (background, background_proxied))
     await assert_invariants(priced.dsn)
 
 
@@ -149,14 +156,18 @@ async def test_a_key_names_no_budget_it_was_not_given(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A key without budget metadata, and another team's key, naming team B's budget by
-    header are refused 403: team B's budget is untouched and nothing is sent."""
+    header, and a key whose own metadata (which its owner may write) names team B's budget
+    outside what its team allows, are refused 403: team B's budget is untouched and nothing
+    is sent."""
     await budget(priced, "team-a", 50_000_000)
     await budget(priced, "team-b", 50_000_000)
     header = {"x-earmark-budget": "team-b"}
     refused = []
     async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
-        for key in ("sk-plain", "sk-team-a"):
-            async with caller(f"{url}/v1", key, default_headers=header) as client:
+        for key, headers in (
+            ("sk-plain", header), ("sk-team-a", header), ("sk-self-named", {}),
+        ):  # fmt: skip
+            async with caller(f"{url}/v1", key, default_headers=headers) as client:
                 with pytest.raises(openai.PermissionDeniedError) as caught:
                     await client.chat.completions.create(
                         model=MODEL, messages=message("hi"), max_tokens=5

@@ -103,13 +103,16 @@ async def test_the_proxy_refuses_every_socket_and_model_probe_unsent(
     priced: Running, provider: FakeOpenAI, tmp_path: Path, installed: dict[str, Any]
 ) -> None:
     """With the gate in the proxy's callbacks, every websocket route of the installed
-    LiteLLM is refused 403 before it opens, naming the route, and so are GET /health and
-    POST /health/test_connection; the provider hears nothing, and the proxy still serves."""
+    LiteLLM is refused 403 before it opens, naming the route, and so are the model probes
+    (GET /health, POST /health/test_connection), RAG ingestion, a pass-through prefix the
+    gate does not read (/azure) and a pass-through path LiteLLM would send elsewhere
+    (".%3F"); the provider hears nothing, and the proxy still serves."""
     table = installed["routes"]
     sockets = sorted({concrete(r["path"]) for r in table if r["websocket"]})
     env = env_of(
         priced, OPENAI_API_BASE=provider.url.removesuffix("v1"), OPENAI_API_KEY="sk-upstream"
     )
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     async with litellm_proxy(config(provider.url), tmp_path, env) as url:
         before = len(provider.state.requests)
         refused: dict[str, tuple[int, bool]] = {}
@@ -128,10 +131,19 @@ async def test_the_proxy_refuses_every_socket_and_model_probe_unsent(
             probes = [
                 await http.get("/health", headers=auth),
                 await http.post("/health/test_connection", headers=auth, json={}),
+                await http.post("/rag/ingest", headers=auth, json={}),
+                await http.post(
+                    "/azure/openai/deployments/gpt-4o/chat/completions", headers=auth, json=chat
+                ),
             ]
+            trick = await http.post(
+                "/openai/v1/chat/completions/.%3F", headers={"Authorization": "Bearer sk-team-a"},
+                json=chat,
+            )  # fmt: skip
             alive = await http.get("/health/liveliness")
     assert {path: (403, True) for path in sockets} == refused
-    assert [403, 403] == [p.status_code for p in probes]
+    assert [403] * 4 == [p.status_code for p in probes]
     assert all("Earmark's gate refuses" in p.json()["error"]["message"] for p in probes)
+    assert (403, True) == (trick.status_code, "dot segments" in trick.text)
     assert (200, before) == (alive.status_code, len(provider.state.requests))
     await assert_invariants(priced.dsn)

@@ -4,6 +4,7 @@ types bill, how a failed call's hold ends, and what a refusal or an error tells 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import httpx
@@ -17,7 +18,7 @@ from earmark.client.errors import (
 )
 from earmark.client.types import Refusal
 from earmark.client.wire_anthropic import Messages
-from earmark.client.wire_openai import Chat, Embeddings
+from earmark.client.wire_openai import Chat, Embeddings, Responses
 from earmark.core.model import Outcome, RefusalReason
 from earmark.integrations.litellm_rules import (
     GRACE_ENV,
@@ -31,7 +32,9 @@ from earmark.integrations.litellm_rules import (
     budgets_of,
     failed,
     pass_through_of,
+    plain_path,
     refusal_error,
+    refuse_unmetered,
     reserve_error,
     route_of,
     seconds_of,
@@ -53,7 +56,7 @@ def test_the_most_specific_budget_holds_and_the_others_nest_it() -> None:
     earmark_also_budget_ids (a list or a comma-separated string), are held with it."""
     actual = budgets_of(
         {"earmark_budget_id": "key", "earmark_also_budget_ids": ["task", "key"]},
-        {"earmark_budget_id": "team"},
+        {"earmark_budget_id": "team", "earmark_allowed_budget_ids": ["key"]},
         {"earmark_budget_id": "org", "earmark_also_budget_ids": "region, task"},
         {},
     )
@@ -79,6 +82,28 @@ def test_the_header_chooses_only_a_budget_the_metadata_allows() -> None:
         assert "team-b" not in caught.value.message
 
 
+def test_a_key_names_in_its_own_metadata_only_what_its_team_allows() -> None:
+    """A key's metadata, which its owner may write, names, nests or allows only budgets its
+    team or organization names, nests or allows; a key with neither names none, unless keys
+    are trusted (only admins make them)."""
+    team: dict[str, Any] = {"earmark_budget_id": "team", "earmark_allowed_budget_ids": ["proj"]}
+    assert Budgets("proj", ("team",)) == budgets_of({"earmark_budget_id": "proj"}, team, {}, {})
+    refused: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"earmark_budget_id": "other-team"}, team),
+        ({"earmark_also_budget_ids": ["other-team"]}, team),
+        ({"earmark_allowed_budget_ids": ["other-team"]}, team),
+        ({"earmark_budget_id": "mine"}, {}),
+    ]
+    for key, above in refused:
+        with pytest.raises(GateError) as caught:
+            budgets_of(key, above, None, {})
+        assert (403, True) == (
+            caught.value.status,
+            "earmark_allowed_budget_ids" in str(caught.value),
+        )
+    assert Budgets("mine") == budgets_of({"earmark_budget_id": "mine"}, {}, {}, {}, trust_keys=True)
+
+
 def test_the_master_key_may_name_any_budget() -> None:
     """The proxy's master key chooses any budget by header."""
     assert Budgets("any") == budgets_of({}, {}, {}, {"x-earmark-budget": "any"}, master=True)
@@ -98,7 +123,7 @@ def test_too_many_nested_budgets_are_a_bad_request() -> None:
     """More than limits.also_budget_ids_max nested budgets is a 400 naming the field."""
     many = [f"b{i}" for i in range(limits.also_budget_ids_max + 1)]
     with pytest.raises(GateError) as caught:
-        budgets_of({"earmark_budget_id": "a", "earmark_also_budget_ids": many}, {}, {}, {})
+        budgets_of({}, {"earmark_budget_id": "a", "earmark_also_budget_ids": many}, {}, {})
     assert (400, True) == (caught.value.status, "earmark_also_budget_ids" in caught.value.message)
 
 
@@ -272,3 +297,36 @@ def test_durations_are_bounded_and_named() -> None:
             seconds_of(GRACE_ENV, bad, 10.0)
     with pytest.raises(ValueError, match=LEASE_ENV):
         seconds_of(LEASE_ENV, "0.5", 120.0)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/openai/v1/chat/completions/.?",
+        "/openai/v1/responses/.?/cancel",
+        "/openai/v1/batches/.#/cancel",
+        "/anthropic/v1/messages/batches/..?/cancel",
+        "/openai/v1/files/%3F",
+        "/openai//v1/chat/completions",
+        "/openai/v1/chat/completions/",
+        "/openai/v1/files/.hidden",
+        "/openai/v1\\chat/completions",
+    ],
+)
+def test_a_pass_through_path_lite_llm_would_send_elsewhere_is_refused(path: str) -> None:
+    """A path with a query or fragment mark, an escape, a backslash, or an empty or dot
+    segment is refused: LiteLLM would cut or resolve it into another path than the one the
+    gate classified."""
+    with pytest.raises(GateError) as caught:
+        pass_through_of(path, {"model": "gpt-4o"})
+    assert (403, False) == (caught.value.status, plain_path(path))
+
+
+def test_a_background_response_is_refused() -> None:
+    """A background Responses call, which bills after its answer, is refused 400 naming the
+    field; a foreground one passes."""
+    with pytest.raises(GateError) as caught:
+        refuse_unmetered(Responses(), {"model": "m", "background": True})
+    refuse_unmetered(Responses(), {"model": "m", "background": False})
+    refuse_unmetered(Chat(), {"model": "m", "background": True})
+    assert (400, True) == (caught.value.status, caught.value.message.startswith("background"))

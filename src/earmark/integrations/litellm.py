@@ -69,6 +69,7 @@ from earmark.integrations.litellm_rules import (
     PASS_THROUGH_CALL_TYPES,
     RELEASED,
     ROUTES,
+    TRUST_KEYS_ENV,
     Budgets,
     Ending,
     GateError,
@@ -76,6 +77,7 @@ from earmark.integrations.litellm_rules import (
     failed,
     pass_through_of,
     refusal_error,
+    refuse_unmetered,
     reserve_error,
     route_of,
     seconds_of,
@@ -93,9 +95,13 @@ CALL_LABEL = "litellm.call_id"
 # call id (x-litellm-call-id) and reuse another's; it cannot guess this, and a value the
 # caller sends under this name is overwritten or removed before LiteLLM reads it.
 FLIGHT_FIELD = "earmark_flight"
-# Where LiteLLM keeps a request's metadata: "metadata", or "litellm_metadata" on the routes
-# whose provider API has a metadata parameter of its own.
-METADATA_FIELDS = ("metadata", "litellm_metadata")
+# Where LiteLLM keeps a request's metadata: "litellm_metadata" on the routes whose provider
+# API has a metadata parameter of its own (which "metadata" then is, and goes upstream),
+# else "metadata".
+METADATA_FIELDS = ("litellm_metadata", "metadata")
+# Metadata fields LiteLLM reads as its own report on a request, which a caller's metadata
+# must not carry (a pass-through merges the caller's body metadata into LiteLLM's).
+REPORT_FIELDS = (FLIGHT_FIELD, "client_disconnected", "error_information")
 
 
 @dataclass(eq=False)
@@ -132,6 +138,7 @@ class EarmarkGate(CustomLogger):
         self.outcome_grace_seconds = seconds_of(
             GRACE_ENV, given, limits.litellm_outcome_grace_seconds
         )
+        self.trust_keys = os.environ.get(TRUST_KEYS_ENV, "") == "1"
         self.lease_seconds: float | None = None
         lease = os.environ.get(LEASE_ENV)
         if lease:
@@ -179,12 +186,14 @@ class EarmarkGate(CustomLogger):
             # The proxy runs the hooks again for the same request (a fallback to another
             # model group): its first hold, never sent, makes way for the new one.
             self._end(earlier, RELEASED)
-        # Whatever the caller put under the gate's field is not the gate's: removed before
-        # the request is classified, so no event of it can name another request's flight.
+        # Whatever the caller put under the gate's field, or under LiteLLM's own reports on
+        # a request, is not theirs: removed before the request is classified, so that no
+        # event of it can name another request's flight or claim its client went away.
         for name in METADATA_FIELDS:
             metadata = data.get(name)
             if isinstance(metadata, dict):
-                metadata.pop(FLIGHT_FIELD, None)
+                for field_name in REPORT_FIELDS:
+                    metadata.pop(field_name, None)
         pass_through = call_type in PASS_THROUGH_CALL_TYPES
         if pass_through:
             found = pass_through_of(getattr(key, "request_route", None), data)
@@ -196,6 +205,7 @@ class EarmarkGate(CustomLogger):
             held = route_of(call_type)
             if held is None:
                 return data
+            refuse_unmetered(held, data)
             route, (provider, model) = held, priced_as(str(data.get("model", "")))
             call_id = str(data.get("litellm_call_id") or "")
         if not call_id or len(call_id) > limits.label_value_length_max:
@@ -208,8 +218,10 @@ class EarmarkGate(CustomLogger):
             getattr(key, "metadata", None),
             getattr(key, "team_metadata", None),
             getattr(key, "organization_metadata", None),
-            _headers(data),
+            # A pass-through's data is the caller's body: no header is read from it.
+            {} if pass_through else _headers(data),
             master=is_master(key),
+            trust_keys=self.trust_keys,
         )
         meter = Meter(
             budgets.budget_id,
@@ -260,12 +272,8 @@ class EarmarkGate(CustomLogger):
         """Puts the flight's key in the request's metadata, where LiteLLM logs it with each
         of the request's events (a pass-through's metadata is taken out of the body it
         sends upstream, and logged the same way)."""
-        named = [data[n] for n in METADATA_FIELDS if isinstance(data.get(n), dict)]
-        if not named:
-            data["metadata"] = {}
-            named = [data["metadata"]]
-        for metadata in named:
-            metadata[FLIGHT_FIELD] = key
+        name = next((n for n in METADATA_FIELDS if isinstance(data.get(n), dict)), "metadata")
+        data.setdefault(name, {})[FLIGHT_FIELD] = key
 
     def _to_send(self, data: dict[str, Any], flight: Flight, model: str) -> None:
         """The request as it goes out: its output cap set to what the hold covers and, on
@@ -339,8 +347,10 @@ class EarmarkGate(CustomLogger):
         else:
             usage = usage_of(response_obj, which.route, which.call)
         # A stream whose client went away ends without the provider's usage chunk; the
-        # usage LiteLLM logs for it is its own count of the chunks it read, not the bill.
-        if usage is None or client_disconnected(kwargs):
+        # usage LiteLLM logs for it is its own count of the chunks it read, not the bill. A
+        # pass-through streams nothing, and its metadata is the caller's.
+        gone = not which.pass_through and client_disconnected(kwargs)
+        if usage is None or gone:
             if flight is not None:
                 self._end(flight, IN_DOUBT)
             return
@@ -416,6 +426,8 @@ class EarmarkGate(CustomLogger):
         if flight.ended:
             return
         flight.ended = True
+        # The request's LiteLLM objects (its messages, its answer) are not kept past its end.
+        flight.request = None
         # Only this flight's own entry: an end never takes another request's.
         if self._flights.get(flight.key) is flight:
             del self._flights[flight.key]
@@ -647,7 +659,9 @@ def guard_proxy() -> None:
     server = sys.modules.get("litellm.proxy.proxy_server")
     app = getattr(server, "app", None)
     if app is not None:
-        litellm_routes.guard(app)
+        from litellm.proxy._types import LiteLLMRoutes
+
+        litellm_routes.guard(app, LiteLLMRoutes.mapped_pass_through_routes.value)
 
 
 gate = EarmarkGate()

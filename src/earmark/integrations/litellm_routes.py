@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from earmark import limits
+from earmark.integrations.litellm_rules import PASS_THROUGH
 
 
 class RouteClass(enum.StrEnum):
@@ -76,14 +77,25 @@ NO_PROVIDER_TAGS = frozenset(
 PASS_THROUGH_TAG_SUFFIX = "pass-through"
 # HTTP routes that call models with the proxy's own keys outside any hook, whatever their
 # tag says: the model health checks (GET /health calls every model; test_connection the one
-# it is given) and the auto router's shadow evaluation.
+# it is given), the auto router's shadow evaluation, the admin's AI usage chat and policy
+# suggestions, and RAG ingestion (its OCR and embedding models, chosen by the caller).
 REFUSED_ROUTES = frozenset(
     {
         ("GET", "/health"),
         ("POST", "/health/test_connection"),
         ("POST", "/auto_router/shadow_eval/start"),
+        ("POST", "/usage/ai/chat"),
+        ("POST", "/policy/templates/suggest"),
+        ("POST", "/policy/templates/enrich"),
+        ("POST", "/policy/templates/enrich/stream"),
+        ("POST", "/rag/ingest"),
+        ("POST", "/v1/rag/ingest"),
     }
 )
+# LiteLLM's pass-through prefixes the gate reads itself (litellm_rules.PASS_THROUGH): every
+# other pass-through prefix is refused by the guard, since some (/azure, /azure_ai,
+# /nvidia_nim, /vllm) send a request to a model group without running any hook.
+GATED_PASS_THROUGH_PREFIXES = frozenset(PASS_THROUGH)
 # The routes LiteLLM leaves untagged, by path: none calls a model but the queued chat
 # completion, which runs the same request processing as /chat/completions.
 UNTAGGED = {
@@ -149,9 +161,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def refusal_of(scope: Scope) -> str:
-    """Why the guard refuses a request ("": it passes): every websocket, and the REFUSED
-    HTTP routes, by the path the proxy routes on (its root path taken off)."""
+def refusal_of(scope: Scope, refused_prefixes: frozenset[str] = frozenset()) -> str:
+    """Why the guard refuses a request ("": it passes): every websocket, the REFUSED HTTP
+    routes, and every path under refused_prefixes (the pass-through prefixes the gate does
+    not read), by the path the proxy routes on (its root path taken off)."""
     path = str(scope.get("path", ""))
     root = str(scope.get("root_path", "")).rstrip("/")
     if root and path.startswith(root + "/"):
@@ -162,23 +175,32 @@ def refusal_of(scope: Scope) -> str:
             f"Earmark's gate refuses the websocket {shown!r}: a socket passes no hook the "
             "gate could hold it in; not opened"
         )
-    if scope.get("type") == "http" and (str(scope.get("method")), path) in REFUSED_ROUTES:
+    if scope.get("type") != "http":
+        return ""
+    if (str(scope.get("method")), path) in REFUSED_ROUTES:
         return (
             f"Earmark's gate refuses {scope.get('method')} {shown!r}: it calls models with "
             "the proxy's own keys outside any hook; not sent"
+        )
+    first = "/" + path.lstrip("/").split("/", 1)[0]
+    if first in refused_prefixes:
+        return (
+            f"Earmark's gate refuses the pass-through {shown!r}: only OpenAI's and "
+            "Anthropic's metered endpoints pass through the gate; not sent"
         )
     return ""
 
 
 class Guard:
-    """The proxy's ASGI app behind Earmark's guard: what refusal_of names is answered 403
-    before anything of the proxy runs; everything else goes on to the proxy."""
+    """The proxy's router behind Earmark's guard: what refusal_of names is answered 403
+    before any route of the proxy runs; everything else goes on to the router."""
 
-    def __init__(self, inner: ASGIApp) -> None:
+    def __init__(self, inner: ASGIApp, refused_prefixes: frozenset[str]) -> None:
         self.inner = inner
+        self.refused_prefixes = refused_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        why = refusal_of(scope)
+        why = refusal_of(scope, self.refused_prefixes)
         if not why:
             await self.inner(scope, receive, send)
             return
@@ -201,17 +223,14 @@ class Guard:
             await send({"type": "websocket.close", "code": 1008, "reason": why[:120]})
 
 
-def guard(app: Any) -> None:
-    """Puts the guard in front of a Starlette app (LiteLLM's proxy), once: around its
-    middleware stack now if it is built, and around the one it builds otherwise."""
-    if getattr(app, "earmark_guarded", False):
+def guard(app: Any, pass_through_prefixes: Iterable[str]) -> None:
+    """Puts the guard in front of a Starlette app's router (LiteLLM's proxy), once: inside
+    every middleware, so that the path it reads has had the proxy's per-request root path
+    taken off. pass_through_prefixes: the proxy's pass-through prefixes; those the gate does
+    not read are refused."""
+    router = app.router
+    if getattr(router, "earmark_guarded", False):
         return
-    build = app.build_middleware_stack
-
-    def guarded_stack() -> ASGIApp:
-        return Guard(build())
-
-    app.build_middleware_stack = guarded_stack
-    if app.middleware_stack is not None:
-        app.middleware_stack = Guard(app.middleware_stack)
-    app.earmark_guarded = True
+    refused = frozenset(pass_through_prefixes) - GATED_PASS_THROUGH_PREFIXES
+    router.middleware_stack = Guard(router.middleware_stack, refused)
+    router.earmark_guarded = True

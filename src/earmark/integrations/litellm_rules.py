@@ -5,6 +5,7 @@ wires these into LiteLLM's CustomLogger hooks."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,9 @@ BUDGET_HEADER = "x-earmark-budget"
 # lease (unset: the sidecar's default; each hold renews while its call runs).
 GRACE_ENV = "EARMARK_LITELLM_OUTCOME_GRACE_SECONDS"
 LEASE_ENV = "EARMARK_LEASE_SECONDS"
+# Set to 1 where only the proxy's admins make and change keys: then a key's own metadata may
+# name budgets its team or organization does not (see budgets_of).
+TRUST_KEYS_ENV = "EARMARK_LITELLM_TRUST_KEY_METADATA"
 
 # The proxy's call types that bill, by the OpenAI wire format LiteLLM's request body takes
 # for them (LiteLLM's CallTypes: the chat, Responses and embeddings endpoints).
@@ -156,16 +160,60 @@ def _listed(metadata: Mapping[str, Any] | None, field: str) -> list[str]:
     return []
 
 
+def _levels_budgets(metadata: Mapping[str, Any] | None) -> set[str]:
+    """Every budget one level's metadata names, nests or allows."""
+    named = _named(metadata, BUDGET_FIELD)
+    return {
+        *([named] if named else []),
+        *_listed(metadata, ALSO_FIELD),
+        *_listed(metadata, ALLOWED_FIELD),
+    }
+
+
+def _key_within(
+    key: Mapping[str, Any] | None,
+    team: Mapping[str, Any] | None,
+    organization: Mapping[str, Any] | None,
+    trust_keys: bool,
+) -> None:
+    """A key's metadata is written by whoever may make or change the key, which in LiteLLM
+    includes an internal user for keys of their own; its team's and organization's by their
+    admins. So every budget the key's metadata names, nests or allows must be one its team
+    or organization names, nests or allows (unless trust_keys: only admins make keys).
+    Raises GateError (403) otherwise, naming none of the team's budgets."""
+    mine = _levels_budgets(key)
+    if not mine or trust_keys:
+        return
+    above = _levels_budgets(team) | _levels_budgets(organization)
+    if not above:
+        raise GateError(
+            403,
+            "this key's own metadata names Earmark budgets, and its team and organization "
+            f"allow none: name them in the team's or organization's {ALLOWED_FIELD} (or set "
+            f"{TRUST_KEYS_ENV}=1 where only admins make keys); not sent",
+        )
+    stray = sorted(mine - above)
+    if stray:
+        shown = ", ".join(repr(b[: limits.label_value_length_max]) for b in stray[:3])
+        raise GateError(
+            403,
+            f"this key's metadata names budgets its team and organization do not allow "
+            f"({shown}): list them in the team's or organization's {ALLOWED_FIELD}; not sent",
+        )
+
+
 def budgets_of(
     key: Mapping[str, Any] | None,
     team: Mapping[str, Any] | None,
     organization: Mapping[str, Any] | None,
     headers: Mapping[str, str],
     master: bool = False,
+    trust_keys: bool = False,
 ) -> Budgets:
     """The budgets a request holds on: the most specific budget that metadata names (the
     key's, else the team's, else the organization's) and, nesting it, the others they name
-    and every earmark_also_budget_ids.
+    and every earmark_also_budget_ids. A key's own metadata counts only within what its team
+    or organization allows (_key_within).
 
     The x-earmark-budget header chooses the budget only among those the metadata allows
     (any level's earmark_allowed_budget_ids, and the budgets it already names), or for the
@@ -173,6 +221,7 @@ def budgets_of(
     header naming any other budget is refused (403), so that a key never spends a budget it
     was not given. Raises GateError (403) when nothing names a budget, so that no call goes
     out unheld."""
+    _key_within(key, team, organization, trust_keys)
     levels = [key, team, organization]
     named = [budget for budget in (_named(level, BUDGET_FIELD) for level in levels) if budget]
     listed = [b for level in levels for b in _listed(level, ALSO_FIELD)]
@@ -258,6 +307,15 @@ def pass_through_of(request_route: str | None, body: Mapping[str, Any]) -> PassT
     proxy's own provider key and the gate cannot tell a GET from a POST here."""
     path = request_route or ""
     shown = path[: limits.label_value_length_max]
+    if not plain_path(path):
+        # LiteLLM builds the upstream URL from the decoded path: a "?" or "#" cuts it and
+        # dot segments are resolved, so "/v1/chat/completions/.%3F" would be classified as
+        # one path and sent as another.
+        raise GateError(
+            403,
+            f"the pass-through path {shown!r} has characters or segments the gate does not "
+            "send (?, #, %, \\, control characters, empty or dot segments); not sent",
+        )
     prefix = next(
         (p for p in sorted(PASS_THROUGH, key=len, reverse=True) if path.startswith(p + "/")),
         None,
@@ -286,7 +344,36 @@ def pass_through_of(request_route: str | None, body: Mapping[str, Any]) -> PassT
             f"{shown}: a streamed pass-through is not metered (it passes the provider's "
             "chunks on unread); not sent: stream through the proxy's own route",
         )
+    refuse_unmetered(found, body)
     return PassThrough(provider, found)
+
+
+# What a pass-through path may hold: no query or fragment marks, no escapes, no control
+# characters; its segments neither empty nor dot segments nor hidden.
+_UNSAFE_PATH = re.compile(r"[?#%\\\x00-\x1f\x7f]")
+
+
+def plain_path(path: str) -> bool:
+    """path is one the gate classifies exactly as LiteLLM will send it."""
+    segments = path.split("/")[1:]
+    return (
+        path.startswith("/")
+        and not _UNSAFE_PATH.search(path)
+        and all(segment and not segment.startswith(".") for segment in segments)
+    )
+
+
+def refuse_unmetered(route: Route, body: Mapping[str, Any]) -> None:
+    """Raises GateError (400) for a body the gate's route would hold but could not settle: a
+    background Responses call answers before it runs, with no usage, and bills when it ends,
+    which LiteLLM logs no event for."""
+    if isinstance(route, Responses) and body.get("background"):
+        raise GateError(
+            400,
+            "background: a background response through Earmark's gate is not metered (it is "
+            "billed when it ends, after its answer); not sent: call it without background, or "
+            "through earmark's metered OpenAI client",
+        )
 
 
 @dataclass(frozen=True, slots=True)
