@@ -417,6 +417,17 @@ def _renew(state: BatchState, decision: BatchDecision, op: RenewOp, now: datetim
     hold = hold_of(state, op.reservation_id, op.owner)
     require_live(state, decision, hold, now)
     if op.labels:
+        # A label once set is kept: a Renew adds labels, and naming one again with its own
+        # value changes nothing, but it cannot rewrite one (a background response's id is
+        # the evidence earmark reconcile resolves the hold by). INVALID_ARGUMENT, as for a
+        # label past the bounds: the metered client then stops sending it with its renewals.
+        changed = sorted(k for k, v in op.labels.items() if hold.labels.get(k, v) != v)
+        if changed:
+            raise InvalidArgument(
+                "labels",
+                f"the hold has label {changed[0]!r} already, with another value; a Renew adds "
+                "labels and changes none",
+            )
         labels = {**hold.labels, **op.labels}
         if len(labels) > limits.label_count_max:
             raise InvalidArgument(
