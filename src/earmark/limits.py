@@ -731,9 +731,14 @@ reconcile_range_days_max = 31
 # responses (GET /responses/{id}) of in-doubt holds, the oldest first; the rest wait for
 # the next run.
 reconcile_responses_max = 1_000
+# A background response created more than reconcile_response_clock_skew_seconds before the
+# hold whose label names it (OpenAI's clock against the sidecar's; OpenAI's created_at is
+# whole seconds) cannot be that hold's call, and is refused.
+reconcile_response_clock_skew_seconds = 30.0
 assert (
     reconcile_billing_delay_seconds_min
     <= reconcile_billing_delay_seconds
     <= reconcile_billing_delay_seconds_max
 )
 assert 1 <= reconcile_responses_max <= 100_000
+assert 1 <= reconcile_response_clock_skew_seconds <= 300

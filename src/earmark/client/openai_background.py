@@ -18,11 +18,14 @@ cancelled and failed when anything ran).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from earmark import limits
 from earmark.core.prices import Usage, counts
+from earmark.core.reconcile_model import model_family
 
 # The hold label a background response's id is recorded under once OpenAI answers with it
 # (a Renew's labels): `earmark reconcile --project-key-file` retrieves the response by it.
@@ -41,7 +44,11 @@ TOOL_ITEMS = {
 
 class InvalidResponseError(ValueError):
     """A Response that is not in OpenAI's published shape, or not the one asked for: nothing
-    is settled or resolved from it."""
+    is settled or resolved from it. field names what failed ("usage.output_tokens")."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +87,7 @@ def _count(value: Any, where: str, *, strict: bool) -> int:
     ):
         return value
     if strict:
-        raise InvalidResponseError(f"{where} is {str(value)[:40]!r}, not a token count")
+        raise InvalidResponseError(f"{where} is {str(value)[:40]!r}, not a token count", where)
     return 0
 
 
@@ -92,17 +99,21 @@ def response_usage(response: dict[str, Any], *, strict: bool = False) -> Usage:
     details = usage.get("input_tokens_details") or {}
     if not isinstance(details, dict):
         if strict:
-            raise InvalidResponseError("usage.input_tokens_details is not an object")
+            raise InvalidResponseError(
+                "usage.input_tokens_details is not an object", "usage.input_tokens_details"
+            )
         details = {}
     if strict and not {"input_tokens", "output_tokens"} <= usage.keys():
-        raise InvalidResponseError("usage lacks input_tokens or output_tokens")
+        raise InvalidResponseError("usage lacks input_tokens or output_tokens", "usage")
     input_tokens = _count(usage.get("input_tokens"), "usage.input_tokens", strict=strict)
     output_tokens = _count(usage.get("output_tokens"), "usage.output_tokens", strict=strict)
-    cached = _count(details.get("cached_tokens"), "cached_tokens", strict=strict)
-    written = _count(details.get("cache_write_tokens"), "cache_write_tokens", strict=strict)
+    of = "usage.input_tokens_details"
+    cached = _count(details.get("cached_tokens"), f"{of}.cached_tokens", strict=strict)
+    written = _count(details.get("cache_write_tokens"), f"{of}.cache_write_tokens", strict=strict)
     if strict and cached + written > input_tokens:
         raise InvalidResponseError(
-            f"{cached} cached and {written} cache-written tokens of {input_tokens} input tokens"
+            f"{cached} cached and {written} cache-written tokens of {input_tokens} input tokens",
+            of,
         )
     tools: dict[str, int] = {}
     for item in response.get("output") or []:
@@ -110,7 +121,7 @@ def response_usage(response: dict[str, Any], *, strict: bool = False) -> Usage:
         if kind is not None:
             tools[kind] = tools.get(kind, 0) + 1
     if strict and any(n > limits.tool_calls_per_request_max for n in tools.values()):
-        raise InvalidResponseError("more tool calls than one request can make")
+        raise InvalidResponseError("more tool calls than one request can make", "output")
     tier = response.get("service_tier")
     return Usage(
         input_tokens=input_tokens,
@@ -128,21 +139,83 @@ def ending(response: Any, response_id: str) -> Ended | None:
     a status OpenAI does not publish, a usage that is not in its shape, or a completed or
     incomplete response without its usage."""
     if not isinstance(response, dict) or response.get("object", "response") != "response":
-        raise InvalidResponseError("the answer is not a Response object")
+        raise InvalidResponseError("the answer is not a Response object", "object")
     if response.get("id") != response_id:
         raise InvalidResponseError(
-            f"the answer is response {str(response.get('id'))[:80]!r}, not {response_id!r}"
+            f"the answer is response {str(response.get('id'))[:80]!r}, not {response_id!r}",
+            "id",
         )
     status = response.get("status")
     if status in RUNNING:
         return None
     if status not in TERMINAL:
-        raise InvalidResponseError(f"status {str(status)[:40]!r} is none that OpenAI publishes")
+        raise InvalidResponseError(
+            f"status {str(status)[:40]!r} is none that OpenAI publishes", "status"
+        )
     usage = response.get("usage")
     if usage is None:
         if status in WITH_USAGE:
-            raise InvalidResponseError(f"a {status} response without its usage")
+            raise InvalidResponseError(f"a {status} response without its usage", "usage")
         return Ended(str(status), None)
     if not isinstance(usage, dict):
-        raise InvalidResponseError("usage is not an object")
+        raise InvalidResponseError("usage is not an object", "usage")
     return Ended(str(status), response_usage(response, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a hold says of the call it covers. A response found by the id on a hold's label
+    (the worker's to write) is that call's only if it agrees: the model the call was held
+    for, made no earlier than the hold, and no more output than the hold could pay for."""
+
+    model: str
+    created_at: datetime
+    # The most output tokens the hold could have paid for (None: no bound), and how that
+    # was found, for the refusal's message.
+    output_tokens_max: int | None = None
+    output_bound: str = ""
+
+
+def same_model(held: str, answered: str) -> bool:
+    """Whether a response of model answered can be a call held for model held: the same
+    model, or a dated snapshot of it (gpt-4o-2024-08-06 for gpt-4o; not gpt-4o-mini)."""
+    if answered == held:
+        return True
+    return bool(held) and answered.startswith(f"{held}-") and model_family(answered) == held
+
+
+def check_held(response: dict[str, Any], ended: Ended | None, held: Held) -> None:
+    """Raises InvalidResponseError, naming the field, when response (already read by
+    ending) cannot be the call of the hold held: another model, created before the hold
+    (by more than limits.reconcile_response_clock_skew_seconds), or ended with more output
+    tokens than the hold could pay for."""
+    model = response.get("model")
+    if not isinstance(model, str) or not same_model(held.model, model):
+        raise InvalidResponseError(
+            f"the response is of model {str(model)[:80]!r}, the hold's call of {held.model!r}",
+            "model",
+        )
+    created = response.get("created_at")
+    if (
+        not isinstance(created, int | float)
+        or isinstance(created, bool)
+        or not math.isfinite(created)
+        or created < 0
+    ):
+        raise InvalidResponseError(f"created_at is {str(created)[:40]!r}, not a time", "created_at")
+    skew = limits.reconcile_response_clock_skew_seconds
+    if created < held.created_at.timestamp() - skew:
+        made = datetime.fromtimestamp(created, held.created_at.tzinfo).isoformat()
+        raise InvalidResponseError(
+            f"the response was created at {made}, before its hold ({held.created_at.isoformat()}, "
+            f"{skew:g} s of clock skew allowed): it cannot be the hold's call",
+            "created_at",
+        )
+    usage = ended.usage if ended is not None else None
+    most = held.output_tokens_max
+    if usage is not None and most is not None and usage.output_tokens > most:
+        raise InvalidResponseError(
+            f"{usage.output_tokens} output tokens, more than the hold could pay for: "
+            f"{most} ({held.output_bound})",
+            "usage.output_tokens",
+        )

@@ -11,8 +11,10 @@ that ends: deploy/kubernetes/reconcile-cronjob.yaml runs it on a schedule, and t
 EarmarkLedgerDrift alert reads them.
 
 In-doubt holds of OpenAI background responses (their id recorded on the hold) are not the
-reports' to prove: with --project-key-file each response is retrieved by its id and, once
-ended, resolved at its own usage (ops/reconcile_responses.py), before the reports' pass.
+reports' to prove: with --project-key-file each response is retrieved by its id, checked
+against its hold (one hold's response only, of its model, no older than it, within the
+output it could pay for) and, once ended, resolved at its own usage
+(ops/reconcile_responses.py), before the reports' pass.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def run_reconcile(args: argparse.Namespace) -> Answer:
         calls = ledger_calls(admin, provider, scope, since, until)
         backgrounds = reconcile_responses.background_holds(admin, calls)
         if responses is not None and backgrounds:
-            backgrounds = reconcile_responses.retrieve(responses, backgrounds)
+            backgrounds = reconcile_responses.retrieve(admin, provider, responses, backgrounds)
             if args.apply:
                 backgrounds = reconcile_responses.apply(admin, provider, backgrounds)
                 # The holds resolved are settled calls now, with the responses' usage.
@@ -307,6 +309,12 @@ def _as_text(
             parts.append(
                 f"{len(ended)} in-doubt background responses ended: run with --apply to "
                 "resolve them at their usage"
+            )
+        duplicates = sum(1 for b in backgrounds if b.found is reconcile_responses.Found.DUPLICATE)
+        if duplicates:
+            parts.append(
+                f"{duplicates} in-doubt holds name a response another hold names too: "
+                "resolved at none (exit 3)"
             )
         if any(b.found is reconcile_responses.Found.UNREAD for b in backgrounds):
             parts.append("in-doubt background responses: give --project-key-file to read them")
