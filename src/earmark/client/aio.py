@@ -383,8 +383,9 @@ class AsyncClient(AdminCalls):
         labels: Mapping[str, str] | None = None,
     ) -> datetime:
         """Extends the hold's lease; returns the new deadline. labels are added to the
-        hold's (a key it has takes the new value): what was learned after the Reserve,
-        such as the provider's id for a call that runs on after its answer."""
+        hold's (a key it has keeps its value: a different one is refused): what was
+        learned after the Reserve, such as the provider's id for a call that runs on after
+        its answer."""
         request = pb.RenewRequest(reservation_id=reservation_id, labels=dict(labels or {}))
         if lease_seconds is not None:
             request.lease.CopyFrom(duration_message(lease_seconds))

@@ -57,7 +57,7 @@ class RenewOp:
     reservation_id: str
     lease: timedelta
     owner: str = ""
-    # Added to the hold's labels (a key it has takes the new value).
+    # Added to the hold's labels (a key it has keeps its value: a different one is refused).
     labels: dict[str, str] = field(default_factory=dict)
 
 

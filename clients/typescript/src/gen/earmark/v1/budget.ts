@@ -670,7 +670,8 @@ export interface RenewRequest {
     | Duration
     | undefined;
   /**
-   * Labels added to the hold's own (a key it has takes the new value): what the worker
+   * Labels added to the hold's own (a key it has keeps its value: a different one is
+   * refused INVALID_ARGUMENT, a repeated one changes nothing): what the worker
    * learns once its work has started, such as the provider's id for a call that runs on
    * after its answer (openai.response_id, which earmark reconcile reads). Within the
    * bounds of ReserveRequest.labels, counted with the labels the hold has.
