@@ -151,15 +151,28 @@ export class StreamCappedError extends HoldCappedError {
 }
 
 /** A request to a provider endpoint that bills and that Earmark cannot price: it was not
- * sent. about.endpoint names it ("POST /v1/images/generations"). */
+ * sent. about.endpoint names it ("POST /v1/images/generations"). message is a subclass's
+ * own. */
 export class EndpointNotMeteredError extends EarmarkClientError {
-  constructor(method: string, path: string) {
+  constructor(method: string, path: string, message?: string) {
     super(
-      `${method} ${path} bills and Earmark cannot price it; not sent ` +
-        '(docs/sdk-typescript.md lists the endpoints that are metered)',
+      message ??
+        `${method} ${path} bills and Earmark cannot price it; not sent ` +
+          '(docs/sdk-typescript.md lists the endpoints that are metered)',
     );
     this.reason = 'ENDPOINT_NOT_METERED';
     this.about = { endpoint: `${method} ${path}` };
+  }
+}
+
+/** A websocket surface of a provider's SDK given a metered client (openai's
+ * OpenAIRealtimeWS, ResponsesWS...): Earmark meters the HTTP requests the SDK sends, and a
+ * websocket is no HTTP request, so it is refused before any connection is made.
+ * about.surface names it ("openai/realtime/ws OpenAIRealtimeWS"). */
+export class SocketNotMeteredError extends EndpointNotMeteredError {
+  constructor(surface: string) {
+    super('WEBSOCKET', surface, `${surface} opens a websocket Earmark cannot meter; not connected`);
+    this.about = { surface };
   }
 }
 

@@ -27,12 +27,22 @@
 //   provider may bill the call); a 4xx, or a connection refused before anything was sent,
 //   settles at nothing.
 // The SDK's own retries go through the fetch too, each attempt on a hold of its own.
+//
+// What the fetch does not carry is refused too. The openai package's websocket classes
+// (OpenAIRealtimeWS, OpenAIRealtimeWebSocket, ResponsesWS: routes-openai.ts OPENAI_SOCKETS)
+// take a client and open a socket from its baseURL and apiKey, no HTTP request. A metered
+// OpenAI client's baseURL is its provider's behind a scheme of Earmark's
+// ("earmark-not-metered+https://api.openai.com/v1"): its requests, which all go through the
+// metered fetch, are sent to the provider's own URL, and a URL built from it anywhere else
+// has a scheme no websocket library (nor fetch) connects to, so that a socket made from
+// the client fails before connecting, whatever made it. The known classes are refused by
+// name first: reading the baseURL from one of their modules throws SocketNotMeteredError.
 import type { EarmarkClient } from './client.js';
-import { EarmarkClientError, EndpointNotMeteredError, HoldCappedError, UnavailableError } from './errors.js';
+import { EarmarkClientError, EndpointNotMeteredError, HoldCappedError, SocketNotMeteredError, UnavailableError } from './errors.js';
 import { Hold } from './hold.js';
 import { OUTPUT_TOKENS_MAX, TOOL_CALLS_DEFAULT, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
 import { anthropicRouting } from './routes-anthropic.js';
-import { openaiRouting } from './routes-openai.js';
+import { OPENAI_SOCKETS, openaiRouting } from './routes-openai.js';
 import { FREE, capToSend, isObject, shapeOf, type Call, type Json, type JsonObject, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
 import { standIn } from './stand-in.js';
@@ -120,6 +130,18 @@ const CAUSE_DEPTH_MAX = 8;
 const READ_HEADERS = new Set(['content-encoding', 'content-length', 'transfer-encoding']);
 // Statuses whose answers have no body.
 const NULL_BODY = new Set([101, 204, 205, 304]);
+// What a metered OpenAI client's baseURL puts before its provider's: a scheme of its own,
+// which the WHATWG URL parser keeps when a websocket class sets its URL's protocol to wss,
+// and which ws, the platform's WebSocket and fetch refuse before resolving the host.
+export const NOT_METERED_SCHEME = 'earmark-not-metered+';
+// A frame of a call stack in one of the openai package's modules (the last node_modules/openai
+// of its file's path: pnpm nests them), or in its TypeScript source when the stack is
+// source-mapped (node --enable-source-maps): the module's path in the package, without its
+// extension.
+const OPENAI_FRAME = /^\s*at .*[\\/]node_modules[\\/]openai[\\/](?:src[\\/])?(.+?)\.[cm]?[jt]s:\d+:\d+\)?$/;
+// How many frames are searched for a websocket class's: it reads the baseURL a few calls
+// down from its constructor.
+const SOCKET_FRAMES_MAX = 32;
 
 /** How a hold ends: at the provider's usage, at nothing (nothing was billed), or in doubt
  * (the provider may have billed the call). */
@@ -197,6 +219,50 @@ function decodedPath(pathname: string): string | null {
   } catch {
     return null;
   }
+}
+
+/** url without the scheme a metered OpenAI client's baseURL puts before it. */
+function unsealed(url: string): string {
+  return url.startsWith(NOT_METERED_SCHEME) ? url.slice(NOT_METERED_SCHEME.length) : url;
+}
+
+/** The websocket surface of the openai package whose module the current call comes from
+ * ("openai/realtime/ws OpenAIRealtimeWS"), or null. The stack is the only witness of who
+ * reads a client's baseURL: the SDK's own requests and a websocket class read it alike. */
+function socketSurface(): string | null {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = SOCKET_FRAMES_MAX;
+  const stack = new Error().stack ?? '';
+  Error.stackTraceLimit = limit;
+  for (const line of stack.split('\n')) {
+    const module = OPENAI_FRAME.exec(line)?.[1].replace(/\\/g, '/');
+    if (module !== undefined && Object.hasOwn(OPENAI_SOCKETS, module)) return `openai/${module} ${OPENAI_SOCKETS[module]}`;
+  }
+  return null;
+}
+
+/**
+ * client (a metered OpenAI client) with its baseURL sealed (see the module's text): read,
+ * it answers the provider's behind NOT_METERED_SCHEME, or throws SocketNotMeteredError when
+ * a websocket class of the openai package reads it; set, it takes the new URL, whose path
+ * base.path follows.
+ */
+function seal(client: Internals, base: { path: string }): void {
+  let url = unsealed(client.baseURL);
+  base.path = basePathOf(url);
+  Object.defineProperty(client, 'baseURL', {
+    configurable: true,
+    enumerable: true,
+    get(): string {
+      const surface = socketSurface();
+      if (surface !== null) throw new SocketNotMeteredError(surface);
+      return NOT_METERED_SCHEME + url;
+    },
+    set(value: string) {
+      url = unsealed(String(value));
+      base.path = basePathOf(url);
+    },
+  });
 }
 
 /** The path of the client's base URL ('/v1' for OpenAI's, '' for Anthropic's): the routes
@@ -279,9 +345,16 @@ class Meter {
   private async send(
     inner: FetchLike,
     basePath: string,
-    input: string | URL | Request,
+    given: string | URL | Request,
     init: RequestInit | undefined,
   ): Promise<Response> {
+    // A metered OpenAI client builds its URLs from its sealed baseURL: each is sent to the
+    // provider's own.
+    const address = given instanceof Request ? given.url : String(given);
+    let input = given;
+    if (address.startsWith(NOT_METERED_SCHEME)) {
+      input = given instanceof Request ? new Request(unsealed(address), given) : unsealed(address);
+    }
     const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
     if (method !== 'POST') return inner(input, init);
     const url = new URL(input instanceof Request ? input.url : String(input));
@@ -459,14 +532,18 @@ function sdkErrorOf(client: object, api: Api): (new (message: string) => Error) 
 function install(
   source: Internals,
   options: { fetch?: FetchLike },
+  api: Api,
   meter: Meter,
   inner: FetchLike,
   sdkError: (new (message: string) => Error) | null,
 ): Internals {
   const sdkWithOptions = (Object.getPrototypeOf(source) as Internals).withOptions;
   const base = { path: '' };
+  // The SDK's copy takes the source's baseURL as it reads, sealed when the source is a
+  // metered client: seal() takes the provider's back.
   const copy = sdkWithOptions.call(source, { ...options, fetch: meter.fetch(inner, base) });
-  base.path = basePathOf(copy.baseURL);
+  if (api === 'openai') seal(copy, base);
+  else base.path = basePathOf(copy.baseURL);
   const statusError = copy.makeStatusError;
   if (typeof statusError === 'function') {
     define(copy, 'makeStatusError', function (this: Internals, status: number, error: unknown, message: string | undefined, headers: Headers) {
@@ -476,7 +553,7 @@ function install(
     });
   }
   define(copy, 'withOptions', function (this: Internals, more: { fetch?: FetchLike }) {
-    return install(this, more, meter, more.fetch ?? inner, sdkError);
+    return install(this, more, api, meter, more.fetch ?? inner, sdkError);
   });
   return copy;
 }
@@ -500,5 +577,5 @@ export function metered<C extends MeterableClient>(
   const had = internals.fetch ?? (globalThis.fetch as FetchLike);
   const inner = INNER.get(had) ?? had;
   const meter = new Meter(earmark, budgetId, options, settingsOf(api, options), ROUTING[api]);
-  return install(internals, {}, meter, inner, sdkErrorOf(client, api)) as unknown as C;
+  return install(internals, {}, api, meter, inner, sdkErrorOf(client, api)) as unknown as C;
 }

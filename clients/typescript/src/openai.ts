@@ -2,5 +2,5 @@
 // now meters OpenAI and Anthropic clients alike and lives at the package's root, with the
 // errors it throws.
 export { metered, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
-export { EndpointNotMeteredError, HoldCappedError, StreamCappedError } from './errors.js';
+export { EndpointNotMeteredError, HoldCappedError, SocketNotMeteredError, StreamCappedError } from './errors.js';
 export { RefusedError } from './types.js';

@@ -11,7 +11,8 @@
 // conversations); every other POST (images, audio, batches, fine-tuning and resuming it,
 // containers, the legacy completions, realtime sessions and client secrets...) is refused
 // before it is sent, naming it. A request that is not a POST passes. The websockets the
-// package opens from a client (its realtime and Responses sockets) are refused by metered.ts.
+// package opens from a client (OPENAI_SOCKETS: its realtime and Responses sockets) are
+// refused by metered.ts before they connect.
 import { TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
 import {
   FREE,
@@ -361,6 +362,20 @@ export const OPENAI_ROUTES = new Routes({
 // Azure OpenAI names the model's deployment in the path, before the endpoint's own path
 // (/openai/deployments/{deployment}/chat/completions); OpenAI's API has no such path.
 const DEPLOYMENT = /^\/deployments\/(?!\.\.?\/)[^/]+(?=\/)/;
+
+/** The openai package's websocket surfaces, by the module that opens each (its path in the
+ * package, as imported: openai/realtime/ws) and the class it exports. They take a client
+ * and open a socket from its baseURL and apiKey, no HTTP request, so a metered client
+ * refuses them before they connect (metered.ts); test/sockets.test.mjs finds every module of
+ * the installed package that opens a websocket and fails on one not listed here. */
+export const OPENAI_SOCKETS: Readonly<Record<string, string>> = {
+  'realtime/ws': 'OpenAIRealtimeWS',
+  'realtime/websocket': 'OpenAIRealtimeWebSocket',
+  'beta/realtime/ws': 'OpenAIRealtimeWS',
+  'beta/realtime/websocket': 'OpenAIRealtimeWebSocket',
+  'resources/responses/ws': 'ResponsesWS',
+  'resources/beta/responses/ws': 'ResponsesWS',
+};
 
 /** The route of a POST to path (the whole URL path), under a base URL whose own path is
  * prefix ('/v1' for OpenAI's). */
