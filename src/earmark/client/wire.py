@@ -10,12 +10,12 @@ of them with one mechanism and survives SDK upgrades that add methods; a wrapper
 methods covered only the methods it named, and was not the SDK's type.
 
 This module holds what every provider shares: how a billable request is read (Call), held
-(its shape and prompt charge), capped, and how a server-sent event stream is split into
-events so that the provider's own final usage can be read as it passes; the table a
-provider's POSTs are routed by (Routes: each whole path metered, free or refused, any
-other refused). The providers' routes are in wire_openai.py and wire_anthropic.py. A
-websocket is no HTTP request: a metered client refuses its SDK's websocket surfaces
-(SocketNotMeteredError, llm.py).
+(its shape and prompt charge; the fees of the built-in tools it gives the model: Tool),
+capped, and how a server-sent event stream is split into events so that the provider's
+own final usage can be read as it passes; the table a provider's POSTs are routed by
+(Routes: each whole path metered, free or refused, any other refused). The providers'
+routes are in wire_openai.py and wire_anthropic.py. A websocket is no HTTP request: a
+metered client refuses its SDK's websocket surfaces (SocketNotMeteredError, llm.py).
 """
 
 from __future__ import annotations
@@ -57,6 +57,71 @@ class SocketNotMeteredError(EndpointNotMeteredError):
             self, f"{surface} opens a websocket Earmark cannot meter; not connected"
         )
         self.about = {"surface": surface}
+
+
+class ToolNotMeteredError(EndpointNotMeteredError):
+    """A request to a metered endpoint that gives the model a built-in tool whose fee
+    Earmark cannot hold and settle (a tool the provider runs and bills apart from tokens,
+    or one Earmark does not know): refused before anything is held or sent. tool names its
+    type; why, what it bills that Earmark cannot hold."""
+
+    reason = "TOOL_NOT_METERED"
+
+    def __init__(self, tool: str, why: str) -> None:
+        EarmarkClientError.__init__(
+            self,
+            f"the {tool} tool {why}; not sent (the metered tools are listed in "
+            "docs/providers-python.md)",
+        )
+        self.tool, self.why = tool, why
+        self.about = {"tool": tool}
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """What a tool type bills beyond the tokens it adds, and so what a request that gives
+    the model one gets: fee, a kind of fee per call the price book prices (held for the
+    calls the request allows, settled at the calls the answer reports); refused, why its
+    fee cannot be held (the request is refused, unsent); neither, tokens only (the tool
+    runs at the caller's, or at the provider's for no fee)."""
+
+    fee: str = ""
+    refused: str = ""
+
+
+# A tool that bills its tokens alone.
+TOKENS_ONLY = Tool()
+# What a provider's tool types bill, by type: a Tool, or for a type whose bill depends on
+# how the tool is set up (where a shell runs), what reads the tool and says.
+Tools = Mapping[str, Tool | Callable[[dict[str, Any]], Tool]]
+
+
+def held_tools(
+    given: Any, table: Tools, untyped: str | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The tools of a request's `tools` that bill a fee per call, each with its fee kind.
+    Raises ToolNotMeteredError for a tool table refuses, and for one it does not list: a
+    tool type Earmark has not classified may bill anything. untyped is the type of a tool
+    that names none or null (Anthropic's custom tools); None refuses such a tool. An entry
+    that is not an object is no tool the provider runs (it answers 400): passed over."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for tool in given if isinstance(given, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        kind = tool.get("type")
+        kind = untyped if kind is None else kind
+        name = kind if isinstance(kind, str) else "untyped"
+        what = table.get(name) if isinstance(kind, str) else None
+        if what is None:
+            raise ToolNotMeteredError(
+                name, "is of a type Earmark has not classified, and may bill a fee it cannot hold"
+            )
+        classified = what if isinstance(what, Tool) else what(tool)
+        if classified.refused:
+            raise ToolNotMeteredError(name, classified.refused)
+        if classified.fee:
+            found.append((classified.fee, tool))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,12 @@ standing cost); every other POST (message batches, skills, managed agents and th
 sessions, administration...) is refused before it is sent, naming it. A request that is
 not a POST passes. The anthropic package opens no websocket.
 
+A request's tools are read by their type (TOOLS): the web search is held for its max_uses
+and settled at the searches the usage counts; tools that bill only tokens pass; code
+execution (billed by container time), the advisor (another model's tokens), and a type
+Earmark has not classified are refused before anything is held or sent
+(ToolNotMeteredError).
+
 Anthropic's input_tokens counts neither cache reads nor cache writes; Earmark's counts every
 input token, so they are added. A stream reports its usage twice: message_start's message
 (input counts) and message_delta's cumulative usage (output, and input again once a server
@@ -25,11 +31,15 @@ from earmark.client.meter import Meter
 from earmark.client.wire import (
     FREE,
     REFUSED,
+    TOKENS_ONLY,
     Call,
     Provider,
     Route,
     Routes,
     Tally,
+    Tool,
+    Tools,
+    held_tools,
     number,
     prompt_estimate,
     reported,
@@ -39,9 +49,57 @@ from earmark.core.prices import Usage, counts
 
 PROVIDER = "anthropic"
 
-# A server tool's type names its kind and version (web_search_20250305): priced by kind.
-# Only the web search has a fee per call; a web fetch bills its tokens alone.
-_SERVER_TOOLS = {"web_search_": "web_search"}
+_WEB_SEARCH = Tool(fee="web_search")
+_CODE_EXECUTION = Tool(
+    refused="bills its container's running time, which Earmark cannot hold",
+)
+# Every tool type of the Messages API (the anthropic package's ToolUnionParam and
+# BetaToolUnionParam), by what it bills beyond its tokens; a type not listed is refused. A
+# type names its tool and version (web_search_20250305). tests/client/test_tools.py reads
+# the installed package's types and fails on one not listed here.
+TOOLS: Tools = {
+    # Held: a fee per search, priced as web_search, held for each tool's max_uses and
+    # settled at usage.server_tool_use.web_search_requests.
+    "web_search_20250305": _WEB_SEARCH,
+    "web_search_20260209": _WEB_SEARCH,
+    "web_search_20260318": _WEB_SEARCH,
+    # Tokens only, run at Anthropic for no fee: a web fetch bills the fetched content's
+    # tokens (the usage's count of its calls is settled as web_fetch: _TOOL_COUNTS); tool
+    # search loads the caller's deferred tools; an MCP toolset's server is the caller's.
+    "web_fetch_20250910": TOKENS_ONLY,
+    "web_fetch_20260209": TOKENS_ONLY,
+    "web_fetch_20260309": TOKENS_ONLY,
+    "web_fetch_20260318": TOKENS_ONLY,
+    "tool_search_tool_bm25": TOKENS_ONLY,
+    "tool_search_tool_bm25_20251119": TOKENS_ONLY,
+    "tool_search_tool_regex": TOKENS_ONLY,
+    "tool_search_tool_regex_20251119": TOKENS_ONLY,
+    "mcp_toolset": TOKENS_ONLY,
+    # Tokens only: the caller's own tools (custom: a tool with no type), and the tools the
+    # caller runs (bash, a text editor, a computer, a browser, memory).
+    "custom": TOKENS_ONLY,
+    "bash_20241022": TOKENS_ONLY,
+    "bash_20250124": TOKENS_ONLY,
+    "text_editor_20241022": TOKENS_ONLY,
+    "text_editor_20250124": TOKENS_ONLY,
+    "text_editor_20250429": TOKENS_ONLY,
+    "text_editor_20250728": TOKENS_ONLY,
+    "computer_20241022": TOKENS_ONLY,
+    "computer_20250124": TOKENS_ONLY,
+    "computer_20251124": TOKENS_ONLY,
+    "computer_toolset_20260801": TOKENS_ONLY,
+    "browser_toolset_20260801": TOKENS_ONLY,
+    "memory_20250818": TOKENS_ONLY,
+    # Refused: code execution bills container hours, and the advisor another model's
+    # tokens, priced at that model's rates (the hold prices the request's model alone).
+    "code_execution_20250522": _CODE_EXECUTION,
+    "code_execution_20250825": _CODE_EXECUTION,
+    "code_execution_20260120": _CODE_EXECUTION,
+    "code_execution_20260521": _CODE_EXECUTION,
+    "advisor_20260301": Tool(
+        refused="bills another model's tokens at that model's rates, which Earmark cannot hold",
+    ),
+}
 # What a request's service_tier asks that runs at the default tier.
 _DEFAULT_TIERS = ("auto", "standard_only")
 # How usage.server_tool_use names each kind's calls.
@@ -70,13 +128,12 @@ def _chars(value: Any) -> int:
 
 
 def _server_tools(body: dict[str, Any], default: int) -> list[tuple[str, int]]:
+    """The fees a request's tools may bill, each kind held for its tool's max_uses (default
+    without one); raises ToolNotMeteredError for a tool whose fee cannot be held."""
     found: list[tuple[str, int]] = []
-    for tool in body.get("tools") or []:
-        kind = str(tool.get("type", "")) if isinstance(tool, dict) else ""
-        for prefix, name in _SERVER_TOOLS.items():
-            if kind.startswith(prefix):
-                uses = tool.get("max_uses")
-                found.append((name, uses if isinstance(uses, int) and uses > 0 else default))
+    for kind, tool in held_tools(body.get("tools"), TOOLS, untyped="custom"):
+        uses = tool.get("max_uses")
+        found.append((kind, uses if isinstance(uses, int) and uses > 0 else default))
     return found
 
 
@@ -104,6 +161,8 @@ class Messages:
     """POST .../v1/messages."""
 
     def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        # Read first: a tool whose fee cannot be held refuses the request before its hold.
+        tool_calls = counts(_server_tools(body, meter.tool_calls_max))
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
         chars = _chars(body.get("system"))
         if body.get("tools"):
@@ -118,7 +177,7 @@ class Messages:
             asked=most if isinstance(most, int) and most > 0 else None,
             stream=bool(body.get("stream")),
             service_tier=tier if isinstance(tier, str) and tier not in _DEFAULT_TIERS else "",
-            tool_calls_max=counts(_server_tools(body, meter.tool_calls_max)),
+            tool_calls_max=tool_calls,
         )
 
     def sent(

@@ -11,6 +11,12 @@ conversations); every other POST (images, audio, batches, fine-tuning and resumi
 containers, the legacy completions, realtime sessions and client secrets...) is refused
 before it is sent, naming it. A request that is not a POST passes. The websocket surfaces
 (SOCKETS: realtime.connect, responses.connect...) are refused before connecting.
+
+A metered request's built-in tools are read by their type (RESPONSES_TOOLS, CHAT_TOOLS):
+a tool with a fee per call Earmark prices (web search, file search, code interpreter) is
+held and settled; a tool that bills only tokens passes; one whose fee Earmark cannot hold
+(image generation, a hosted shell, Chat Completions' web_search_options), and a type it
+has not classified, is refused before anything is held or sent (ToolNotMeteredError).
 """
 
 from __future__ import annotations
@@ -32,11 +38,16 @@ from earmark.client.openai_background import (
 from earmark.client.wire import (
     FREE,
     REFUSED,
+    TOKENS_ONLY,
     Call,
     Provider,
     Route,
     Routes,
     Tally,
+    Tool,
+    ToolNotMeteredError,
+    Tools,
+    held_tools,
     number,
     prompt_estimate,
     reported,
@@ -47,12 +58,76 @@ from earmark.core.prices import Usage, counts
 
 PROVIDER = "openai"
 
-# The Responses API's built-in tools, by the kind their calls are priced as.
-_TOOLS = {
-    "web_search": "web_search",
-    "web_search_preview": "web_search",
-    "file_search": "file_search",
-    "code_interpreter": "code_interpreter",
+
+def _shell(tool: dict[str, Any]) -> Tool:
+    """A shell the caller runs (a local environment, or none named: the shell tool ran
+    locally before it had environments) bills tokens; one in a container at OpenAI bills
+    the container's time."""
+    environment = tool.get("environment")
+    if environment is None or (
+        isinstance(environment, dict) and environment.get("type") == "local"
+    ):
+        return TOKENS_ONLY
+    return Tool(
+        refused="in a container at OpenAI bills its running time, which Earmark cannot hold"
+    )
+
+
+# A namespace groups the caller's own tools (the openai package's NamespaceToolParam.Tool:
+# functions and custom tools), each classified as a tool of the request is.
+NAMESPACE_TOOLS: dict[str, Tool] = {"function": TOKENS_ONLY, "custom": TOKENS_ONLY}
+
+
+def _namespace(tool: dict[str, Any]) -> Tool:
+    held_tools(tool.get("tools"), NAMESPACE_TOOLS)
+    return TOKENS_ONLY
+
+
+# Every tool type of the Responses API (the openai package's ToolParam), by what it bills
+# beyond its tokens; a type not listed is refused. tests/client/test_tools.py reads the
+# installed package's types and fails on one not listed here.
+RESPONSES_TOOLS: Tools = {
+    # Held: a fee per call, priced by kind (--tool-fee web_search=...), held for the
+    # request's max_tool_calls of each and settled at the calls the answer's output items
+    # report (openai_background.TOOL_ITEMS). The dated types are the same tools, pinned.
+    "web_search": Tool(fee="web_search"),
+    "web_search_2025_08_26": Tool(fee="web_search"),
+    "web_search_preview": Tool(fee="web_search"),
+    "web_search_preview_2025_03_11": Tool(fee="web_search"),
+    "file_search": Tool(fee="file_search"),
+    "code_interpreter": Tool(fee="code_interpreter"),
+    # Tokens only: the caller's own tools, and the tools the caller runs (a computer, a
+    # local shell, patches), which bill only what the model reads and writes.
+    "function": TOKENS_ONLY,
+    "custom": TOKENS_ONLY,
+    "namespace": _namespace,
+    "computer": TOKENS_ONLY,
+    "computer_use_preview": TOKENS_ONLY,
+    "local_shell": TOKENS_ONLY,
+    "apply_patch": TOKENS_ONLY,
+    "shell": _shell,
+    # Tokens only, run at OpenAI for no fee: remote MCP servers and connectors (OpenAI
+    # bills the tokens of their listings and results; the server is the caller's), and
+    # tool search, which loads the caller's deferred tools.
+    "mcp": TOKENS_ONLY,
+    "tool_search": TOKENS_ONLY,
+    # Refused: fees Earmark has no count or price for.
+    "image_generation": Tool(
+        refused="bills each image it generates at the image model's rates, which Earmark "
+        "cannot hold"
+    ),
+    "programmatic_tool_calling": Tool(
+        refused="runs programs at OpenAI, at a cost Earmark has no price for"
+    ),
+}
+# Chat Completions' tools are the caller's own (the openai package's
+# ChatCompletionToolUnionParam); its built-in web search is a parameter of its own.
+CHAT_TOOLS: Tools = {"function": TOKENS_ONLY, "custom": TOKENS_ONLY}
+# Chat Completions' built-in tools that are parameters of the request, not tools: a search
+# model bills a search fee per call, and the answer counts no searches to settle it at.
+CHAT_TOOL_PARAMETERS = {
+    "web_search_options": "bills a search fee per call that the answer does not count, "
+    "which Earmark cannot hold and settle",
 }
 # A GET that reads a response again (retrieve, or a resumed stream), and a POST that
 # cancels one: the id is the path's segment after /responses.
@@ -94,6 +169,12 @@ class Chat:
     """POST .../chat/completions."""
 
     def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        # A tool whose fee cannot be held is refused before the hold: nothing is held for a
+        # request that is not sent.
+        for parameter, why in CHAT_TOOL_PARAMETERS.items():
+            if body.get(parameter) is not None:
+                raise ToolNotMeteredError(parameter, why)
+        held_tools(body.get("tools"), CHAT_TOOLS)
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
         chars = _tools_chars(body)
         for message in messages:
@@ -179,6 +260,7 @@ class Responses:
         self.later = Background()
 
     def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        kinds = {kind for kind, _ in held_tools(body.get("tools"), RESPONSES_TOOLS)}
         items = body.get("input")
         chars = _chars(body.get("instructions")) + _tools_chars(body)
         count = 1
@@ -190,11 +272,6 @@ class Responses:
                     chars += len(str(item.get("arguments", "")))
         else:
             chars += _chars(items)
-        kinds = {
-            _TOOLS[t["type"]]
-            for t in body.get("tools") or []
-            if isinstance(t, dict) and t.get("type") in _TOOLS
-        }
         most = _int(body, "max_tool_calls") or meter.tool_calls_max
         return Call(
             model=str(body.get("model", "")),

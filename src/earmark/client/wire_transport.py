@@ -43,6 +43,7 @@ from earmark.client.wire import (
     Provider,
     Route,
     Tally,
+    ToolNotMeteredError,
     answered,
     cap_to_send,
     is_stream,
@@ -155,6 +156,15 @@ class Metering:
         if kind not in self._errors:
             self._errors[kind] = type(kind.__name__, (kind, base), {"__module__": kind.__module__})
         return self._errors[kind]  # type: ignore[return-value]
+
+    def call(self, route: Route, body: dict[str, Any]) -> Call:
+        """What route reads of a billable request; raises, before anything is held or
+        sent, for a tool whose fee Earmark cannot hold, as the SDK's error too (the route
+        raises Earmark's own, which the LiteLLM gate answers with a status)."""
+        try:
+            return route.call(body, self.meter)
+        except ToolNotMeteredError as refused:
+            raise self.error(ToolNotMeteredError)(refused.tool, refused.why) from None
 
     def hold(self, call: Call) -> Hold:
         shape, prompt = shape_of(self.provider.name, call, self.meter)
@@ -326,7 +336,7 @@ class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
             response = await self.inner.send(request, stream=True)
             return response if running is None else await self._read_again(response, running)
         body = json_body(request)
-        call = route.call(body, self.metering.meter)
+        call = self.metering.call(route, body)
         hold = self.metering.hold(call)
         await hold.__aenter__()
         self.metering.admitted(hold)
@@ -500,7 +510,7 @@ class MeteredTransport(httpx2.BaseTransport):
             response = self.inner.send(request, stream=True)
             return response if running is None else self._read_again(response, running)
         body = json_body(request)
-        call = route.call(body, self.metering.meter)
+        call = self.metering.call(route, body)
         hold = self._run(_entered(self.metering.hold(call)))
         self.metering.admitted(hold)
         try:

@@ -57,7 +57,7 @@ from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
 from earmark.client.hold import Hold
 from earmark.client.meter import Meter
-from earmark.client.wire import Call, Route, cap_to_send, shape_of
+from earmark.client.wire import Call, Route, ToolNotMeteredError, cap_to_send, shape_of
 from earmark.core.model import Outcome
 from earmark.core.prices import Usage
 from earmark.integrations import litellm_routes
@@ -229,7 +229,11 @@ class EarmarkGate(CustomLogger):
             also_budget_ids=budgets.also_budget_ids,
             labels={CALL_LABEL: call_id},
         )
-        call = route.call({**data, "model": model}, meter)
+        try:
+            call = route.call({**data, "model": model}, meter)
+        except ToolNotMeteredError as refused:
+            # A built-in tool whose fee Earmark cannot hold: not sent, as an unpriced call.
+            raise GateError(403, str(refused)) from None
         hold = self._reserve(meter, budgets, call)
         try:
             await hold.__aenter__()
