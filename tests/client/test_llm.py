@@ -83,6 +83,27 @@ async def test_a_refusal_is_raised_before_any_request(
     await assert_invariants(priced.dsn)
 
 
+async def test_a_body_that_is_no_json_object_is_refused_once_unsent(
+    priced: Running, provider: FakeOpenAI
+) -> None:
+    """A billable POST whose body is not a JSON object raises Earmark's error as it is,
+    not a connection error the SDK retries: nothing is held or sent."""
+    await budget(priced, "odd", 5_000_000)
+    async with (
+        AsyncClient(priced.target) as earmark,
+        openai.AsyncOpenAI(api_key="k", base_url=provider.url, max_retries=2) as client,
+    ):
+        llm = metered(client, earmark, "odd")
+        with pytest.raises(openai.OpenAIError) as refused:
+            await llm.post("/chat/completions", cast_to=object, body=[1, 2])
+    assert (False, True) == (
+        isinstance(refused.value, openai.APIConnectionError),
+        "not a JSON object" in str(refused.value),
+    )
+    assert ([], []) == (provider.state.requests, await holds(priced, "odd"))
+    await assert_invariants(priced.dsn)
+
+
 async def test_each_of_the_sdks_retries_takes_a_new_hold(
     priced: Running, provider: FakeOpenAI
 ) -> None:

@@ -35,7 +35,7 @@ from earmark.client.wire import (
     Tools,
     held_tools,
 )
-from earmark.client.wire_anthropic import _TOOL_COUNTS, TOOLS, Messages
+from earmark.client.wire_anthropic import _TOOL_COUNTS, TOOLS, Messages, messages_usage
 from earmark.client.wire_openai import (
     CHAT_TOOL_PARAMETERS,
     CHAT_TOOLS,
@@ -376,3 +376,15 @@ def test_the_litellm_gate_answers_a_refused_tool_403_naming_it() -> None:
     )  # fmt: skip
     status, said = json.loads(done.stdout)
     assert (403, "the code_execution_20250825 tool bills its container") == (status, said[:52])
+
+
+def test_web_fetches_settle_at_their_tokens_alone() -> None:
+    """A message whose server tools fetched pages and searched the web settles the searches
+    as a fee and the fetches at their tokens: no web_fetch fee the book has no price for."""
+    usage = messages_usage(
+        {
+            "input_tokens": 10, "output_tokens": 5,
+            "server_tool_use": {"web_search_requests": 2, "web_fetch_requests": 3},
+        }
+    )  # fmt: skip
+    assert (("web_search", 2),) == usage.tool_calls

@@ -44,7 +44,12 @@ import httpx2
 from earmark.client.aio import AsyncClient
 from earmark.client.meter import HoldCappedError, Meter, StreamCappedError
 from earmark.client.sync import Client
-from earmark.client.wire import EndpointNotMeteredError, Provider, SocketNotMeteredError
+from earmark.client.wire import (
+    EndpointNotMeteredError,
+    Provider,
+    SocketNotMeteredError,
+    ToolNotMeteredError,
+)
 from earmark.client.wire_transport import AsyncMeteredTransport, MeteredTransport, Metering
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "Meter",
     "SocketNotMeteredError",
     "StreamCappedError",
+    "ToolNotMeteredError",
     "metered",
     "prompt_tokens",
 ]

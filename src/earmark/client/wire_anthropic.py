@@ -64,7 +64,7 @@ TOOLS: Tools = {
     "web_search_20260209": _WEB_SEARCH,
     "web_search_20260318": _WEB_SEARCH,
     # Tokens only, run at Anthropic for no fee: a web fetch bills the fetched content's
-    # tokens (the usage's count of its calls is settled as web_fetch: _TOOL_COUNTS); tool
+    # tokens (its count of calls is not settled as a fee: _TOOL_COUNTS); tool
     # search loads the caller's deferred tools; an MCP toolset's server is the caller's.
     "web_fetch_20250910": TOKENS_ONLY,
     "web_fetch_20260209": TOKENS_ONLY,
@@ -102,8 +102,11 @@ TOOLS: Tools = {
 }
 # What a request's service_tier asks that runs at the default tier.
 _DEFAULT_TIERS = ("auto", "standard_only")
-# How usage.server_tool_use names each kind's calls.
-_TOOL_COUNTS = {"web_search_requests": "web_search", "web_fetch_requests": "web_fetch"}
+# How usage.server_tool_use names the calls of each kind that bills a fee. Web fetches
+# (web_fetch_requests) bill their tokens alone, as Anthropic's pricing says: settled as a
+# fee they would need a web_fetch price the book has no source for, and the Settle would be
+# refused for it.
+_TOOL_COUNTS = {"web_search_requests": "web_search"}
 _USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",

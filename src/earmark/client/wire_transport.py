@@ -157,6 +157,15 @@ class Metering:
             self._errors[kind] = type(kind.__name__, (kind, base), {"__module__": kind.__module__})
         return self._errors[kind]  # type: ignore[return-value]
 
+    def body(self, request: httpx2.Request) -> dict[str, Any]:
+        """A billable request's JSON body; one that is not a JSON object raises, unsent, as
+        the SDK's error too, so that the SDK neither wraps it as a connection error nor
+        retries it."""
+        try:
+            return json_body(request)
+        except EarmarkClientError as refused:
+            raise self.error(EarmarkClientError)(str(refused)) from None
+
     def call(self, route: Route, body: dict[str, Any]) -> Call:
         """What route reads of a billable request; raises, before anything is held or
         sent, for a tool whose fee Earmark cannot hold, as the SDK's error too (the route
@@ -335,7 +344,7 @@ class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
             running = self.metering.reading(request)
             response = await self.inner.send(request, stream=True)
             return response if running is None else await self._read_again(response, running)
-        body = json_body(request)
+        body = self.metering.body(request)
         call = self.metering.call(route, body)
         hold = self.metering.hold(call)
         await hold.__aenter__()
@@ -509,7 +518,7 @@ class MeteredTransport(httpx2.BaseTransport):
             running = self.metering.reading(request)
             response = self.inner.send(request, stream=True)
             return response if running is None else self._read_again(response, running)
-        body = json_body(request)
+        body = self.metering.body(request)
         call = self.metering.call(route, body)
         hold = self._run(_entered(self.metering.hold(call)))
         self.metering.admitted(hold)
