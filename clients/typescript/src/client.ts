@@ -201,6 +201,34 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+// Each client's Settles under way, and the holds metered clients keep open on it past
+// their call's answer (a background response's), each with what ends it in doubt: for
+// metered.ts, which settles such holds in the background (flush() waits for them) and
+// leaves close() to end those still open.
+const SETTLING = new WeakMap<EarmarkClient, Set<Promise<unknown>>>();
+const KEPT = new WeakMap<EarmarkClient, Map<object, () => Promise<void>>>();
+
+/** Counts work (a Settle that starts once its hold's labels are sent) among client's
+ * settles under way, which flush() waits for. */
+export function settlingOn(client: EarmarkClient, work: Promise<unknown>): void {
+  const settling = SETTLING.get(client);
+  if (settling === undefined) return;
+  settling.add(work);
+  const done = (): void => void settling.delete(work);
+  work.then(done, done);
+}
+
+/** The holds kept open on client past their call's answer, each with what ends it in doubt
+ * (answering once its Settle is answered): close() ends them. */
+export function keptOn(client: EarmarkClient): Map<object, () => Promise<void>> {
+  let kept = KEPT.get(client);
+  if (kept === undefined) {
+    kept = new Map();
+    KEPT.set(client, kept);
+  }
+  return kept;
+}
+
 export class EarmarkClient {
   readonly target: string;
   readonly adminTarget: string;
@@ -217,6 +245,7 @@ export class EarmarkClient {
   private readonly settling = new Set<Promise<unknown>>();
 
   constructor(options: ClientOptions = {}) {
+    SETTLING.set(this, this.settling);
     this.target = options.target || process.env[TARGET_ENV] || DEFAULT_TARGET;
     this.adminTarget = options.adminTarget || process.env[ADMIN_TARGET_ENV] || DEFAULT_ADMIN_TARGET;
     this.timeoutMs = options.timeoutMs ?? 5000;
@@ -322,11 +351,11 @@ export class EarmarkClient {
 
   /** Extends the lease to now + leaseSeconds (the sidecar's default when absent); answers
    * the new deadline. */
-  async renew(reservationId: string, leaseSeconds?: number): Promise<Date> {
+  async renew(reservationId: string, leaseSeconds?: number, options: { labels?: Record<string, string> } = {}): Promise<Date> {
     const request: pb.RenewRequest = {
       reservationId,
       lease: leaseSeconds === undefined ? undefined : durationOf(leaseSeconds),
-      labels: {},
+      labels: { ...options.labels },
     };
     const reply = await this.budgetCall(this.budget.renew, request);
     return reply.expiresAt ?? new Date();
@@ -347,9 +376,7 @@ export class EarmarkClient {
     };
     const sent =
       this.journal === null ? this.budgetCall(this.budget.settle, request) : this.journaled(this.journal, request);
-    this.settling.add(sent);
-    const done = (): void => void this.settling.delete(sent);
-    sent.then(done, done);
+    settlingOn(this, sent);
     return settledOf(await sent);
   }
 
@@ -502,15 +529,37 @@ export class EarmarkClient {
     return Number(reply.version);
   }
 
-  /** Closes the channels; calls after this fail (a settle still under way fails, and its
-   * journal record stays for recover()): on shutdown, `await flush(timeoutMs)` first. */
-  close(): void {
+  /**
+   * Ends the holds metered clients keep open for calls still running at the provider (a
+   * background response's: in doubt, its id recorded on the hold for `earmark reconcile`),
+   * then closes the channels: at once when there are none, else once their Settles are
+   * answered (within flush()'s default wait). Calls after this fail; any other settle still
+   * under way fails, and its journal record stays for recover(): on shutdown,
+   * `await flush(timeoutMs)` first.
+   */
+  close(): Promise<void> {
+    const ending = [...keptOn(this).values()].map((end) => end());
+    if (ending.length === 0) {
+      this.closeChannels();
+      return Promise.resolve();
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, FLUSH_TIMEOUT_MS_DEFAULT);
+    });
+    return Promise.race([Promise.allSettled(ending), late]).then(() => {
+      clearTimeout(timer);
+      this.closeChannels();
+    });
+  }
+
+  private closeChannels(): void {
     this.budget.close();
     this.adminStub?.close();
   }
 
   [Symbol.dispose](): void {
-    this.close();
+    void this.close();
   }
 }
 

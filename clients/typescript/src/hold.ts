@@ -21,6 +21,7 @@ import {
   EarmarkClientError,
   HoldClosedError,
   HoldLostError,
+  InvalidArgumentError,
   ReservationNotFoundError,
 } from './errors.js';
 import { RefusedError, type Charged, type Outcome, type Refusal, type Reservation, type Settled, type Usage } from './types.js';
@@ -62,6 +63,9 @@ export class Hold {
   private readonly controller = new AbortController();
   private combined: AbortSignal | null = null;
   private readonly options: HoldOptions;
+  // Labels added by label() that no Renew has carried yet: the next renewal carries them,
+  // so that a Renew that failed does not lose them.
+  private readonly unsent: Record<string, string> = {};
 
   constructor(client: EarmarkClient, budgetId: string, amount: number, options: HoldOptions = {}) {
     this.client = client;
@@ -127,6 +131,38 @@ export class Hold {
     }
   }
 
+  /**
+   * Adds labels to the hold now, in a Renew that carries them: what was learned after the
+   * Reserve (the provider's id for a call that runs on after its answer). When that Renew
+   * fails the next renewal carries them again; labels the sidecar refuses
+   * (InvalidArgumentError: past its bounds, or a key the hold has with another value) are
+   * dropped and thrown, and a hold that is gone throws HoldLostError.
+   */
+  async label(labels: Record<string, string>): Promise<void> {
+    const rid = this.reservationId;
+    Object.assign(this.unsent, labels);
+    try {
+      await this.renewCarrying(rid);
+    } catch (error) {
+      if (error instanceof InvalidArgumentError) {
+        // Sent again, they would fail every renewal after this one, and the lease.
+        for (const key of Object.keys(labels)) delete this.unsent[key];
+      } else if (gone(error)) {
+        this.markLost(error);
+        throw new HoldLostError(`reservation ${rid} is gone: ${(error as Error).message}`, error);
+      }
+      throw error;
+    }
+  }
+
+  /** One Renew, with the labels no Renew has carried yet; those it carried are not sent
+   * again. */
+  private async renewCarrying(reservationId: string): Promise<void> {
+    const carried = { ...this.unsent };
+    await this.client.renew(reservationId, this.options.leaseSeconds, { labels: carried });
+    for (const [key, value] of Object.entries(carried)) if (this.unsent[key] === value) delete this.unsent[key];
+  }
+
   private markLost(error: unknown): void {
     this.lost = error;
     this.controller.abort(new HoldLostError(`reservation ${this.reservation?.reservationId} is gone`, error));
@@ -148,10 +184,19 @@ export class Hold {
   private async renewOnce(): Promise<void> {
     if (this.timer === null) return;
     try {
-      await this.client.renew(this.reservationId, this.options.leaseSeconds);
+      await this.renewCarrying(this.reservationId);
     } catch (error) {
       if (gone(error)) {
         this.markLost(error);
+        return;
+      }
+      if (error instanceof InvalidArgumentError) {
+        // Labels the sidecar refuses would fail every renewal, and so the lease.
+        process.emitWarning(
+          `earmark labels ${Object.keys(this.unsent).sort().join(', ')} of reservation ${this.reservationId} dropped: ${error.message}`,
+        );
+        for (const key of Object.keys(this.unsent)) delete this.unsent[key];
+        if (this.timer !== null) this.scheduleRenewal();
         return;
       }
       // Still unreachable after the client's retries: the lease may yet hold, so try again

@@ -19,3 +19,11 @@ export const OUTPUT_TOKENS_MAX = 10_000_000;
 /** A server-sent event of a stream is read when it is at most this many characters; a
  * larger one (a line that never ends is not SSE) is passed on unread. */
 export const SSE_EVENT_CHARS_MAX = 16 << 20;
+/** The longest value a hold's label may have (the sidecar's bound). */
+export const LABEL_VALUE_LENGTH_MAX = 256;
+/** The most tokens of any one kind one call may report: a count past it is no count. */
+export const TOKENS_PER_REQUEST_MAX = 10 ** 12;
+/** A metered client keeps at most this many holds open for calls that run on after their
+ * answer (OpenAI's background responses), each renewing its lease until the call is read
+ * again ended; past it, the oldest goes in doubt, its id recorded for earmark reconcile. */
+export const LLM_BACKGROUND_HOLDS_MAX = 1_000;

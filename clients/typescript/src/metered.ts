@@ -28,6 +28,15 @@
 //   settles at nothing.
 // The SDK's own retries go through the fetch too, each attempt on a hold of its own.
 //
+// A call that runs on after its answer (OpenAI's background responses: its route's
+// `later`) keeps its hold open and renewing, the call's id recorded on the hold as soon as
+// the answer gives it (Hold.label, a Renew's labels). A request through the same metered
+// client (or a copy of it) that reads the call again (a retrieve, a resumed stream, a
+// cancel) settles the hold once its answer says the call ended, at the usage it reports;
+// the Earmark client's close() leaves it in doubt, the id recorded for `earmark reconcile`,
+// as a process that dies does when the lease passes. At most LLM_BACKGROUND_HOLDS_MAX are
+// kept a metered client, the oldest going in doubt past it.
+//
 // What the fetch does not carry is refused too. The openai package's websocket classes
 // (OpenAIRealtimeWS, OpenAIRealtimeWebSocket, ResponsesWS: routes-openai.ts OPENAI_SOCKETS)
 // take a client and open a socket from its baseURL and apiKey, no HTTP request. A metered
@@ -37,13 +46,14 @@
 // has a scheme no websocket library (nor fetch) connects to, so that a socket made from
 // the client fails before connecting, whatever made it. The known classes are refused by
 // name first: reading the baseURL from one of their modules throws SocketNotMeteredError.
-import type { EarmarkClient } from './client.js';
+import { keptOn, settlingOn, type EarmarkClient } from './client.js';
 import { EarmarkClientError, EndpointNotMeteredError, HoldCappedError, SocketNotMeteredError, UnavailableError } from './errors.js';
 import { Hold } from './hold.js';
-import { OUTPUT_TOKENS_MAX, TOOL_CALLS_DEFAULT, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { LLM_BACKGROUND_HOLDS_MAX, OUTPUT_TOKENS_MAX, TOOL_CALLS_DEFAULT, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { InvalidResponseError, billedNothing } from './openai-background.js';
 import { anthropicRouting } from './routes-anthropic.js';
 import { OPENAI_SOCKETS, openaiRouting } from './routes-openai.js';
-import { FREE, capToSend, isObject, shapeOf, type Call, type Json, type JsonObject, type Route, type Routing } from './routes.js';
+import { FREE, capToSend, isObject, shapeOf, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
 import { standIn } from './stand-in.js';
 import { RefusedError, type Reservation, type Usage } from './types.js';
@@ -146,6 +156,17 @@ const SOCKET_FRAMES_MAX = 32;
 /** How a hold ends: at the provider's usage, at nothing (nothing was billed), or in doubt
  * (the provider may have billed the call). */
 type Ending = { usage: Usage } | 'nothing' | 'doubt';
+
+/** A hold kept open after its call answered, while the call runs on at the provider. */
+interface Running {
+  hold: Hold;
+  call: Call;
+  callId: string;
+  later: Later;
+  /** The Renew that records callId on the hold, waited for before the hold settles: a
+   * label sent after the Settle would find the hold closed, and reconcile without it. */
+  labelling: Promise<void>;
+}
 
 interface Settings {
   readonly provider: string;
@@ -300,16 +321,72 @@ function sending(input: string | URL | Request, init: RequestInit | undefined, b
   return { ...fromRequest, ...init, headers, body };
 }
 
-/** The provider's headers for an answer Earmark has read, with what the hold told it. */
-function answeredHeaders(from: Headers, reservation: Reservation): Headers {
+/** The provider's headers for an answer Earmark has read. */
+function readHeaders(from: Headers): Headers {
   const headers = new Headers();
   from.forEach((value, name) => {
     if (!READ_HEADERS.has(name.toLowerCase())) headers.append(name, value);
   });
+  return headers;
+}
+
+/** The provider's headers for an answer Earmark has read, with what the hold told it. */
+function answeredHeaders(from: Headers, reservation: Reservation): Headers {
+  const headers = readHeaders(from);
   headers.set('x-earmark-reservation-id', reservation.reservationId);
   headers.set('x-earmark-max-output-tokens', String(reservation.maxOutputTokens));
   headers.set('x-earmark-degraded', String(reservation.degraded));
   return headers;
+}
+
+function isStream(response: Response): boolean {
+  return (response.headers.get('content-type') ?? '').includes('text/event-stream') && response.body !== null;
+}
+
+/**
+ * response's stream passed on as it arrives through events (which read it on the way, and
+ * may drop events), end run once whichever way it ends: read to its end, failed, cancelled
+ * by its reader, or aborted by signal (the SDK aborts the request when its reader stops
+ * early, a break out of the loop or a timeout: the stream may never be read again).
+ */
+function relayed(response: Response, events: Events, finish: () => Promise<void>, signal?: AbortSignal): { stream: ReadableStream<Uint8Array>; end: () => Promise<void> } {
+  const reader = response.body!.getReader();
+  let ended: Promise<void> | null = null;
+  const end = (): Promise<void> => {
+    ended ??= (async () => {
+      signal?.removeEventListener('abort', aborted);
+      await finish();
+    })();
+    return ended;
+  };
+  const aborted = (): void => void end();
+  signal?.addEventListener('abort', aborted, { once: true });
+  const stream = new ReadableStream<Uint8Array>({
+    pull: async (controller) => {
+      let item: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        item = await reader.read();
+      } catch (error) {
+        await end();
+        controller.error(error);
+        return;
+      }
+      if (item.done) {
+        const rest = events.rest();
+        if (rest.length > 0) controller.enqueue(rest);
+        await end();
+        controller.close();
+        return;
+      }
+      const kept = events.feed(item.value);
+      if (kept.length > 0) controller.enqueue(kept);
+    },
+    cancel: async (reason) => {
+      await reader.cancel(reason).catch(() => undefined);
+      await end();
+    },
+  });
+  return { stream, end };
 }
 
 function parsed(content: string): Json {
@@ -325,6 +402,9 @@ class Meter {
   // Streams whose reader let go of them unread: their holds end in doubt when they are
   // collected, rather than renew for the life of the process.
   private readonly unread = new FinalizationRegistry<() => Promise<void>>((end) => void end());
+  // The calls running on after their answer, by id, oldest first, and what reads them again.
+  private readonly running = new Map<string, Running>();
+  private later: Later | null = null;
 
   constructor(
     private readonly earmark: EarmarkClient,
@@ -356,11 +436,11 @@ class Meter {
       input = given instanceof Request ? new Request(unsealed(address), given) : unsealed(address);
     }
     const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
-    if (method !== 'POST') return inner(input, init);
+    if (method !== 'POST') return this.passed(inner, input, init, method, basePath);
     const url = new URL(input instanceof Request ? input.url : String(input));
     const path = decodedPath(url.pathname);
     const route = path === null ? null : this.routing(path, basePath);
-    if (route === FREE) return inner(input, init);
+    if (route === FREE) return this.passed(inner, input, init, method, basePath);
     if (route === null) return refusedAnswer(new EndpointNotMeteredError(method, url.pathname));
     let call: Call;
     let body: JsonObject;
@@ -400,10 +480,7 @@ class Meter {
       return response;
     }
     const headers = answeredHeaders(response.headers, reservation);
-    const streamed = (response.headers.get('content-type') ?? '').includes('text/event-stream');
-    if (streamed && response.body !== null) {
-      return this.streamed(response, headers, hold, call, route, sent.hiddenUsage, signal ?? undefined);
-    }
+    if (isStream(response)) return this.streamed(response, headers, hold, call, route, sent.hiddenUsage, signal ?? undefined);
     let content: string;
     try {
       content = await response.text();
@@ -412,8 +489,58 @@ class Meter {
       await this.end(hold, call, 'doubt');
       throw error;
     }
-    const usage = route.usage(parsed(content), call);
-    await this.end(hold, call, usage === null ? 'doubt' : { usage });
+    const answer = parsed(content);
+    const callId = route.later?.running(body, answer) ?? null;
+    if (callId !== null) {
+      // Kept before the answer reaches the caller, who may read the call again at once.
+      this.keep(hold, call, route.later!, callId);
+    } else {
+      const usage = route.usage(answer, call);
+      await this.end(hold, call, usage === null ? 'doubt' : { usage });
+    }
+    return new Response(NULL_BODY.has(response.status) ? null : content, { status: response.status, statusText: response.statusText, headers });
+  }
+
+  /** A request that passes through, sent as it is: when it reads again a call this client
+   * keeps a hold open for (a retrieve, a resumed stream, a cancel), its answer is read on
+   * the way and the hold settled once it says the call ended. */
+  private async passed(
+    inner: FetchLike,
+    input: string | URL | Request,
+    init: RequestInit | undefined,
+    method: string,
+    basePath: string,
+  ): Promise<Response> {
+    const running = this.reading(input, method, basePath);
+    const response = await inner(input, init);
+    return running === null ? response : this.readAgain(response, running);
+  }
+
+  /** The running call of this client that a request reads again, if it is one. */
+  private reading(input: string | URL | Request, method: string, basePath: string): Running | null {
+    if (this.later === null || this.running.size === 0) return null;
+    const path = decodedPath(new URL(input instanceof Request ? input.url : String(input)).pathname);
+    const callId = path === null ? null : this.later.reads(method, path, basePath);
+    return callId === null ? null : (this.running.get(callId) ?? null);
+  }
+
+  /** The answer to a request that read a running call again, its hold settled when the
+   * answer says the call ended; an error status says nothing of the call. */
+  private async readAgain(response: Response, running: Running): Promise<Response> {
+    if (!response.ok) return response;
+    const headers = readHeaders(response.headers);
+    if (isStream(response)) {
+      const tally = running.later.resumed(running.callId);
+      const { stream } = relayed(response, new Events(tally), async () => {
+        // A resumed stream that stops before its final event leaves the call running.
+        const ended = tally.ended();
+        if (ended !== null) await this.endSoon(running, ended);
+      });
+      return new Response(stream, { status: response.status, statusText: response.statusText, headers });
+    }
+    const content = await response.text();
+    const ended = this.endedBy(running, parsed(content));
+    if (ended !== null) void this.endSoon(running, ended);
     const answer = NULL_BODY.has(response.status) ? null : content;
     return new Response(answer, { status: response.status, statusText: response.statusText, headers });
   }
@@ -436,7 +563,8 @@ class Meter {
   }
 
   /** A streamed answer passed to the SDK as it arrives, read for its usage on the way, its
-   * hold settled once when it ends, fails, is cancelled or is aborted. */
+   * hold settled once when it ends, fails, is cancelled or is aborted; kept open when it
+   * stopped before the end of a call that runs on after it (a background response). */
   private streamed(
     response: Response,
     headers: Headers,
@@ -447,47 +575,87 @@ class Meter {
     signal: AbortSignal | undefined,
   ): Response {
     const events = new Events(route.tally(call, hiddenUsage));
-    const reader = response.body!.getReader();
-    let ended: Promise<void> | null = null;
-    const end = (): Promise<void> => {
-      ended ??= (async () => {
-        signal?.removeEventListener('abort', aborted);
+    const { stream, end } = relayed(
+      response,
+      events,
+      async () => {
         const usage = events.tally.usage();
-        await this.end(hold, call, usage === null ? 'doubt' : { usage });
-      })();
-      return ended;
-    };
-    // The SDK aborts the request when its reader stops early (a break out of the loop, a
-    // timeout): the stream may never be read again.
-    const aborted = (): void => void end();
-    signal?.addEventListener('abort', aborted, { once: true });
-    const stream = new ReadableStream<Uint8Array>({
-      pull: async (controller) => {
-        let item: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          item = await reader.read();
-        } catch (error) {
-          await end();
-          controller.error(error);
-          return;
-        }
-        if (item.done) {
-          const rest = events.rest();
-          if (rest.length > 0) controller.enqueue(rest);
-          await end();
-          controller.close();
-          return;
-        }
-        const kept = events.feed(item.value);
-        if (kept.length > 0) controller.enqueue(kept);
+        const callId = usage === null ? (route.later?.leftRunning(events.tally) ?? null) : null;
+        if (callId !== null) this.keep(hold, call, route.later!, callId);
+        else await this.end(hold, call, usage === null ? 'doubt' : { usage });
       },
-      cancel: async (reason) => {
-        await reader.cancel(reason).catch(() => undefined);
-        await end();
-      },
-    });
+      signal,
+    );
     this.unread.register(stream, end);
     return new Response(stream, { status: response.status, statusText: response.statusText, headers });
+  }
+
+  /** Keeps hold open, renewing, while its call runs on, and records callId on it at once.
+   * Past LLM_BACKGROUND_HOLDS_MAX running, the oldest goes in doubt (its id recorded:
+   * reconcile resolves it). */
+  private keep(hold: Hold, call: Call, later: Later, callId: string): void {
+    // A hold ended before its call says how it ended stays in doubt.
+    hold.outcome = 'UNKNOWN';
+    this.later = later;
+    const earlier = this.running.get(callId);
+    if (earlier !== undefined) void this.endSoon(earlier, null);
+    while (this.running.size >= LLM_BACKGROUND_HOLDS_MAX) {
+      const oldest: Running = this.running.values().next().value!;
+      process.emitWarning(
+        `earmark: ${this.running.size} calls of one metered client run on after their answer, the most it keeps; ` +
+          `the hold of ${oldest.callId} goes in doubt, its id recorded for earmark reconcile`,
+      );
+      void this.endSoon(oldest, null);
+    }
+    const labelling = hold.label({ [later.label]: callId }).catch((error: unknown) => {
+      process.emitWarning(
+        `earmark: the hold ${hold.reservationId} did not record ${callId} yet (its next renewal carries it): ${(error as Error).message}`,
+      );
+    });
+    const running: Running = { hold, call, callId, later, labelling };
+    this.running.set(callId, running);
+    keptOn(this.earmark).set(running, () => this.endSoon(running, null));
+  }
+
+  /** How an answer that read running again says it ended; null while it runs, and for an
+   * answer that is not its Response (nothing is settled from it). */
+  private endedBy(running: Running, answer: Json): Ended | null {
+    try {
+      return running.later.ended(answer, running.callId);
+    } catch (error) {
+      if (!(error instanceof InvalidResponseError)) throw error;
+      process.emitWarning(`earmark: an answer about ${running.callId} is not its Response (${error.message}); its hold stays open`);
+      return null;
+    }
+  }
+
+  /** Settles running's hold in the background, once: as ended says, or in doubt (null).
+   * Answers once its Settle is answered (at once when another ended it first). */
+  private endSoon(running: Running, ended: Ended | null): Promise<void> {
+    if (this.running.get(running.callId) !== running) return Promise.resolve();
+    this.running.delete(running.callId);
+    keptOn(this.earmark).delete(running);
+    const settling = this.settleRunning(running, ended);
+    settlingOn(this.earmark, settling);
+    return settling;
+  }
+
+  private async settleRunning(running: Running, ended: Ended | null): Promise<void> {
+    const { hold, call } = running;
+    if (ended !== null && ended.usage !== null) {
+      hold.usage = { ...ended.usage, provider: this.settings.provider, model: call.model };
+      // A failed or cancelled call bills what it ran, and teaches no estimate.
+      hold.outcome = ended.status === 'failed' ? 'FAILED' : ended.status === 'cancelled' ? 'CANCELLED' : 'SUCCEEDED';
+    } else if (ended !== null && billedNothing(ended)) {
+      hold.used = 0;
+      hold.outcome = 'CANCELLED';
+    }
+    await running.labelling;
+    try {
+      await hold.finish();
+    } catch (error) {
+      process.emitWarning(`earmark settle of reservation ${hold.reservationId} failed: ${(error as Error).message}`);
+    }
   }
 
   /** Settles hold as ending says; a settle that fails is a warning, not the call's error:

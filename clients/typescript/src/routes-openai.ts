@@ -28,12 +28,16 @@ import {
   type Call,
   type CallSettings,
   type Json,
+  type Ended,
+  type Ends,
   type JsonObject,
+  type Later,
   type Route,
   type Routing,
   type Tally,
   within,
 } from './routes.js';
+import { InvalidResponseError, RESPONSE_ID_LABEL, ending, responseUsage, validId } from './openai-background.js';
 import type { Usage } from './types.js';
 
 // The Responses API's built-in tools, by the kind their calls are priced as (dated
@@ -43,11 +47,11 @@ const TOOL_KINDS: [RegExp, string][] = [
   [/^file_search$/, 'file_search'],
   [/^code_interpreter$/, 'code_interpreter'],
 ];
-// The output items a Responses answer bills a tool call for.
-const TOOL_ITEMS: Record<string, string> = {
-  web_search_call: 'web_search',
-  file_search_call: 'file_search',
-  code_interpreter_call: 'code_interpreter',
+// A GET that reads a response again (retrieve, or a resumed stream), and a POST that
+// cancels one: the id is the path's segment after /responses.
+const READS: Record<string, RegExp> = {
+  GET: /^\/responses\/([^/]+)$/,
+  POST: /^\/responses\/([^/]+)\/cancel$/,
 };
 // The names a request uses for the default tier: the price book's '' row prices them.
 const DEFAULT_TIERS = new Set(['', 'auto', 'default']);
@@ -153,36 +157,26 @@ const chat: Route = {
   },
 };
 
-/** A Response's usage, and the built-in tool calls its output items bill. */
-function responsesUsage(response: JsonObject, usage: JsonObject): Usage {
-  const details = isObject(usage.input_tokens_details) ? usage.input_tokens_details : {};
-  const output = Array.isArray(response.output) ? response.output : [];
-  const tools = counts(
-    output.filter(isObject).map((item): [string, number] => [TOOL_ITEMS[text(item.type)] ?? '', 1]),
-  );
-  delete tools[''];
-  return {
-    inputTokens: count(usage.input_tokens),
-    outputTokens: count(usage.output_tokens),
-    cachedInputTokens: count(details.cached_tokens),
-    cacheWriteInputTokens: count(details.cache_write_tokens),
-    serviceTier: text(response.service_tier),
-    toolCalls: tools,
-  };
-}
-
 // A Responses stream ends with one of these, whose response carries the usage.
 const FINAL_EVENTS = new Set(['response.completed', 'response.incomplete', 'response.failed']);
 
 class ResponsesTally implements Tally {
   private found: Usage | null = null;
+  /** A background response's id, from the events that open its stream, and whether a final
+   * event came: a background stream that stops before one leaves the response running at
+   * OpenAI. */
+  backgroundId: string | null = null;
+  ended = false;
 
   keep(event: string, data: Json): boolean {
     if (!isObject(data)) return true;
     const kind = event || text(data.type);
     const response = data.response;
-    if (FINAL_EVENTS.has(kind) && isObject(response) && isObject(response.usage)) {
-      this.found = responsesUsage(response, response.usage);
+    if (!isObject(response)) return true;
+    if (response.background === true && validId(response.id)) this.backgroundId = response.id;
+    if (FINAL_EVENTS.has(kind)) {
+      this.ended = true;
+      if (isObject(response.usage)) this.found = responseUsage(response);
     }
     return true;
   }
@@ -192,12 +186,83 @@ class ResponsesTally implements Tally {
   }
 }
 
+/** A resumed stream of a background response (GET .../responses/{id}?stream=true): its
+ * final event's response says how the response ended; one that is not the response's, or
+ * not in its published shape, says nothing. */
+class Resumed implements Ends {
+  private found: Ended | null = null;
+
+  constructor(private readonly responseId: string) {}
+
+  keep(event: string, data: Json): boolean {
+    if (!isObject(data)) return true;
+    const kind = event || text(data.type);
+    if (FINAL_EVENTS.has(kind) && isObject(data.response)) {
+      try {
+        this.found = ending(data.response, this.responseId);
+      } catch (error) {
+        if (!(error instanceof InvalidResponseError)) throw error;
+        this.found = null;
+      }
+    }
+    return true;
+  }
+
+  usage(): Usage | null {
+    return this.found?.usage ?? null;
+  }
+
+  ended(): Ended | null {
+    return this.found;
+  }
+}
+
+/**
+ * OpenAI's background responses (POST .../responses with background: true): answered at
+ * once, queued or in progress with no usage, they run on at OpenAI. The hold stays open,
+ * the response's id recorded on it (RESPONSE_ID_LABEL), until a retrieve (GET
+ * .../responses/{id}), a resumed stream (GET ...?stream=true) or a cancel (POST
+ * .../responses/{id}/cancel) answers the response ended (openai-background.ts ending()).
+ */
+const background: Later = {
+  label: RESPONSE_ID_LABEL,
+
+  running(body: JsonObject, answer: Json): string | null {
+    if (body.background !== true || !isObject(answer) || !validId(answer.id)) return null;
+    try {
+      return ending(answer, answer.id) === null ? answer.id : null;
+    } catch (error) {
+      if (error instanceof InvalidResponseError) return null;
+      throw error;
+    }
+  },
+
+  leftRunning(tally: Tally): string | null {
+    return tally instanceof ResponsesTally && !tally.ended ? tally.backgroundId : null;
+  },
+
+  reads(method: string, path: string, prefix: string): string | null {
+    const pattern = READS[method];
+    const found = pattern !== undefined && within(path, prefix) ? pattern.exec(path.slice(prefix.length)) : null;
+    return found === null ? null : found[1];
+  },
+
+  ended(answer: Json, callId: string): Ended | null {
+    return ending(answer, callId);
+  },
+
+  resumed(callId: string): Ends {
+    return new Resumed(callId);
+  },
+};
+
 function toolKind(type: string): string | null {
   for (const [pattern, kind] of TOOL_KINDS) if (pattern.test(type)) return kind;
   return null;
 }
 
-/** POST .../responses. */
+/** POST .../responses. A background one (background: true) runs on at OpenAI after its
+ * answer: later says how its hold stays open until the response ends. */
 const responses: Route = {
   call(body: JsonObject, settings: CallSettings): Call {
     const input = body.input;
@@ -235,12 +300,14 @@ const responses: Route = {
 
   usage(answer: Json): Usage | null {
     if (!isObject(answer) || !isObject(answer.usage)) return null;
-    return responsesUsage(answer, answer.usage);
+    return responseUsage(answer);
   },
 
   tally(): Tally {
     return new ResponsesTally();
   },
+
+  later: background,
 };
 
 /** POST .../embeddings: the input alone is billed. */

@@ -54,6 +54,45 @@ export interface Route {
   /** The usage of a JSON answer; null when it carries none. */
   usage(answer: Json, call: Call): Usage | null;
   tally(call: Call, hiddenUsage: boolean): Tally;
+  /** What becomes of the route's calls that run on after their answer; absent when none do. */
+  readonly later?: Later;
+}
+
+/** How a call that ran on after its answer ended: its final status, and the usage the
+ * provider reports (null: it reports none). */
+export interface Ended {
+  status: string;
+  usage: Usage | null;
+}
+
+/** The tally of a stream that reads a running call again: how the call ended, once an
+ * event said so. */
+export interface Ends extends Tally {
+  ended(): Ended | null;
+}
+
+/**
+ * A route's calls that run on after their answer (OpenAI's background responses,
+ * routes-openai.ts): which answer leaves one running, which request reads one again, and
+ * how one ended. The metered client keeps such a call's hold open, renewing, its id
+ * recorded on it under label, until a request through it reads the call again ended.
+ */
+export interface Later {
+  /** The hold label the call's id is recorded under. */
+  readonly label: string;
+  /** The id of the call a billable request's JSON answer left running; null when the
+   * answer ends it. */
+  running(body: JsonObject, answer: Json): string | null;
+  /** The id of the call a billable stream that stopped before its end left running. */
+  leftRunning(tally: Tally): string | null;
+  /** The id of the call a request (its method and whole path, under a base URL whose own
+   * path is prefix) reads again; null for any other request. */
+  reads(method: string, path: string, prefix: string): string | null;
+  /** How callId ended, from a JSON answer that read it again; null while it runs. Throws
+   * for an answer that is not the call's, or not in its shape. */
+  ended(answer: Json, callId: string): Ended | null;
+  /** The tally of a stream that reads callId again. */
+  resumed(callId: string): Ends;
 }
 
 /** A POST that bills nothing: sent as it is, with no hold. */

@@ -4,7 +4,8 @@
 // tests/clients/test_typescript.py), the test's prices, and a fetch that records what
 // reached the wire.
 import { randomUUID } from 'node:crypto';
-import { EarmarkClient } from '../dist/esm/index.js';
+import { credentials } from '@grpc/grpc-js';
+import { EarmarkClient, wire } from '../dist/esm/index.js';
 
 export function client(options = {}) {
   return new EarmarkClient(options);
@@ -93,4 +94,27 @@ export function wireSpy(earmark) {
 export async function ledger(earmark, id) {
   const state = await earmark.getBudget(id);
   return [state.used, state.held, state.openReservations];
+}
+
+/** The holds of a budget as the sidecar's Admin.ListHolds answers them (its first page):
+ * state, labels, expiresAt, settledUsed... (the generated wire.Hold). */
+export async function holdsOf(id) {
+  const admin = new wire.AdminClient(process.env.EARMARK_ADMIN_TARGET, credentials.createInsecure());
+  try {
+    const page = await new Promise((resolve, reject) =>
+      admin.listHolds({ budgetId: id, state: 0, pageSize: 0, pageToken: '' }, (error, answer) => (error ? reject(error) : resolve(answer))),
+    );
+    return page.holds;
+  } finally {
+    admin.close();
+  }
+}
+
+/** Waits until check() answers true, trying every 50 ms for at most withinMs; fails naming
+ * what it waited for. */
+export async function eventually(check, what, withinMs = 10_000) {
+  for (const start = Date.now(); Date.now() - start < withinMs; await new Promise((r) => setTimeout(r, 50))) {
+    if (await check()) return;
+  }
+  throw new Error(`${what}: not within ${withinMs} ms`);
 }

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { hold, RefusedError } from '../dist/esm/index.js';
-import { budgetId, client } from './helpers.mjs';
+import { Hold, hold, InvalidArgumentError, RefusedError, wire } from '../dist/esm/index.js';
+import { budgetId, client, holdsOf } from './helpers.mjs';
 
 const earmark = client();
 after(() => earmark.close());
@@ -125,4 +125,21 @@ test('a hold closed under the job makes the next charge throw HoldLostError', as
   assert.equal(seen.signal.aborted, true);
   const state = await earmark.getBudget(id);
   assert.deepEqual([state.used, state.held, state.openReservations], [0, 0, 0]);
+});
+
+test('label() adds labels to the open hold at once; a key it has with another value is refused and dropped', async () => {
+  const id = budgetId('hold-label');
+  await earmark.putBudget(id, 100_000, 'tokens');
+  const h = await new Hold(earmark, id, 1_000, { labels: { team: 'a' }, leaseSeconds: 2 }).start();
+  await h.label({ 'openai.response_id': 'resp_1' });
+  const [labelled] = await holdsOf(id);
+  const refused = await h.label({ team: 'b' }).catch((error) => error);
+  // The refused label is not carried by the renewals after it (one every 2/3 s): the lease
+  // goes on past its 2 s.
+  await sleep(2_500);
+  const [held] = await holdsOf(id);
+  await h.finish();
+  assert.deepEqual(labelled.labels, { team: 'a', 'openai.response_id': 'resp_1' });
+  assert.ok(refused instanceof InvalidArgumentError, String(refused));
+  assert.deepEqual([held.state, held.labels], [wire.ReservationState.RESERVATION_STATE_HELD, labelled.labels]);
 });
