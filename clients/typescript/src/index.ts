@@ -27,7 +27,7 @@ export {
   type JournalRecord,
 } from './journal.js';
 export { Hold, hold, type HoldOptions } from './hold.js';
-export { metered, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
+export { metered, NOT_METERED_SCHEME, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
 export * as limits from './limits.js';
 export {
   RefusedError,
