@@ -37,17 +37,23 @@ def pass_through_env(sidecar: Running, provider: FakeOpenAI) -> dict[str, str]:
     )
 
 
-async def test_requests_sharing_a_call_id_are_each_held_on_their_own(
+async def test_a_call_id_steers_no_other_request(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """6 concurrent requests with one x-litellm-call-id on room for 2, for 3 rounds: 2 reach
     the provider each round, the rest are refused, and the budget has used what the
-    provider billed, with nothing held or in doubt."""
+    provider billed; then, while team A's call is in flight, team B sends its call id: each
+    team's budget has used exactly what its own calls were billed. No hold is left held or
+    in doubt. (One proxy for both, since each takes seconds to start.)"""
+    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
+        await shared_id_rounds(priced, provider, url)
+        await reused_by_another_key(priced, provider, url)
+    await assert_invariants(priced.dsn)
+
+
+async def shared_id_rounds(priced: Running, provider: FakeOpenAI, url: str) -> None:
     room = 2 * hold_for("go", ASKED) + 100
-    async with (
-        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
-        caller(f"{url}/v1", MASTER) as client,
-    ):
+    async with caller(f"{url}/v1", MASTER) as client:
         for round_ in range(3):
             budget_id = f"shared-id-{round_}"
             await budget(priced, budget_id, room)
@@ -74,19 +80,14 @@ async def test_requests_sharing_a_call_id_are_each_held_on_their_own(
             assert (2, 4) == (len(billed), len(refused))
             assert (sum(cost(b) for b in billed), 0) == (state.used, state.held)
             assert [pb.RESERVATION_STATE_SETTLED] * 2 == [h.state for h in kept]
-    await assert_invariants(priced.dsn)
 
 
-async def test_another_key_reusing_a_call_id_changes_nothing_of_the_first(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
-) -> None:
-    """While team A's call is in flight, team B sends its call id: each team's budget has
-    used exactly what its own call was billed, and neither hold is left in doubt."""
+async def reused_by_another_key(priced: Running, provider: FakeOpenAI, url: str) -> None:
     for team in ("team-a", "team-b"):
         await budget(priced, team, 50_000_000)
     same = {"x-litellm-call-id": SHARED_ID}
+    requests, bills = len(provider.state.requests), len(provider.state.billed)
     async with (
-        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
         caller(f"{url}/v1", "sk-team-a") as victim,
         caller(f"{url}/v1", "sk-team-b") as reuser,
     ):
@@ -97,7 +98,7 @@ async def test_another_key_reusing_a_call_id_changes_nothing_of_the_first(
         )
 
         async def victim_sent() -> bool:
-            return len(provider.state.requests) == 1
+            return len(provider.state.requests) == requests + 1
 
         await eventually(victim_sent, within_seconds=20.0, what="team A's call reached the fake")
         for _ in range(2):
@@ -107,11 +108,10 @@ async def test_another_key_reusing_a_call_id_changes_nothing_of_the_first(
         provider.state.slow.set()
         await slow
     a_holds, b_holds = await settled(priced, "team-a"), await settled(priced, "team-b")
-    billed = {b.completion_tokens: cost(b) for b in provider.state.billed}
+    billed = {b.completion_tokens: cost(b) for b in provider.state.billed[bills:]}
     a, b = await state_of(priced, "team-a"), await state_of(priced, "team-b")
     assert (billed[20], 2 * billed[7]) == (a.used, b.used)
     assert [pb.RESERVATION_STATE_SETTLED] * 3 == [h.state for h in (*a_holds, *b_holds)]
-    await assert_invariants(priced.dsn)
 
 
 async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
@@ -152,67 +152,65 @@ async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
     await assert_invariants(priced.dsn)
 
 
-async def test_a_key_names_no_budget_it_was_not_given(
+async def test_a_key_spends_only_its_own_budgets_and_a_spent_one_is_final(
     priced: Running, provider: FakeOpenAI, tmp_path: Path
 ) -> None:
     """A key without budget metadata, and another team's key, naming team B's budget by
     header, and a key whose own metadata (which its owner may write) names team B's budget
     outside what its team allows, are refused 403: team B's budget is untouched and nothing
-    is sent."""
-    await budget(priced, "team-a", 50_000_000)
+    is sent. Then team A's spent budget is LiteLLM's own budget error (422,
+    budget_exceeded) naming the budget and what is left: the OpenAI SDK, with its default
+    retries, sends it once, and the sidecar refuses once. (One proxy for both.)"""
+    await budget(priced, "team-a", 10)
     await budget(priced, "team-b", 50_000_000)
-    header = {"x-earmark-budget": "team-b"}
-    refused = []
     async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
-        for key, headers in (
-            ("sk-plain", header), ("sk-team-a", header), ("sk-self-named", {}),
-        ):  # fmt: skip
-            async with caller(f"{url}/v1", key, default_headers=headers) as client:
-                with pytest.raises(openai.PermissionDeniedError) as caught:
-                    await client.chat.completions.create(
-                        model=MODEL, messages=message("hi"), max_tokens=5
-                    )
-                refused.append(caught.value)
-    state = await state_of(priced, "team-b")
+        await named_by_others(priced, url)
+        await spent_once(priced, url)
     posted = [r for r in provider.state.requests if r]
-    assert ([], [], (0, 0)) == (posted, await holds(priced, "team-b"), (state.used, state.held))
-    assert all("earmark_allowed_budget_ids" in str(r) for r in refused)
+    assert [] == posted
     await assert_invariants(priced.dsn)
 
 
-async def test_a_spent_budget_is_final_and_the_sdk_does_not_retry_it(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
-) -> None:
-    """Out of budget is LiteLLM's own budget error (422, budget_exceeded) naming the budget
-    and what is left: the OpenAI SDK, with its default retries, sends it once, and the
-    sidecar refuses once."""
-    await budget(priced, "team-a", 10)
+async def named_by_others(priced: Running, url: str) -> None:
+    header = {"x-earmark-budget": "team-b"}
+    refused = []
+    for key, headers in (
+        ("sk-plain", header), ("sk-team-a", header), ("sk-self-named", {}),
+    ):  # fmt: skip
+        async with caller(f"{url}/v1", key, default_headers=headers) as client:
+            with pytest.raises(openai.PermissionDeniedError) as caught:
+                await client.chat.completions.create(
+                    model=MODEL, messages=message("hi"), max_tokens=5
+                )
+            refused.append(caught.value)
+    state = await state_of(priced, "team-b")
+    assert ([], (0, 0)) == (await holds(priced, "team-b"), (state.used, state.held))
+    assert all("earmark_allowed_budget_ids" in str(r) for r in refused)
+
+
+async def spent_once(priced: Running, url: str) -> None:
     sent: list[httpx2.Request] = []
 
     async def count(request: httpx2.Request) -> None:
         sent.append(request)
 
-    refused_before = scrape(priced.sidecar.metrics_port).get(
-        ("earmark_reservations_total", (("outcome", "refused"), ("reason", "insufficient_budget"))),
-        0.0,
+    refusals = (
+        "earmark_reservations_total",
+        (("outcome", "refused"), ("reason", "insufficient_budget")),
     )
+    refused_before = scrape(priced.sidecar.metrics_port).get(refusals, 0.0)
     async with (
-        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
         httpx2.AsyncClient(event_hooks={"request": [count]}) as http,
         openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-team-a", http_client=http) as client,
     ):
         with pytest.raises(openai.UnprocessableEntityError) as refused:
             await client.chat.completions.create(model=MODEL, messages=message("hi"), max_tokens=5)
-    refused_after = scrape(priced.sidecar.metrics_port)[
-        ("earmark_reservations_total", (("outcome", "refused"), ("reason", "insufficient_budget")))
-    ]
+    refused_after = scrape(priced.sidecar.metrics_port)[refusals]
     body = refused.value.body
-    posted = [r for r in provider.state.requests if r]
-    assert (1, [], 1.0) == (len(sent), posted, refused_after - refused_before)
+    assert (1, 1.0) == (len(sent), refused_after - refused_before)
     assert isinstance(body, dict)
     assert ("budget_exceeded", "INSUFFICIENT_BUDGET") == (
         body.get("type"), refused.value.response.headers["x-earmark-refusal"],
     )  # fmt: skip
     assert "on budget 'team-a' (asked" in body["message"]
     assert "remaining 10" in body["message"]
-    await assert_invariants(priced.dsn)
