@@ -742,3 +742,21 @@ assert (
 )
 assert 1 <= reconcile_responses_max <= 100_000
 assert 1 <= reconcile_response_clock_skew_seconds <= 300
+# A report is checked before it is believed: each GET of it ends within
+# reconcile_http_request_seconds in all (--http-deadline-seconds, between the _min and the
+# _max; reconcile_http_timeout_seconds bounds each read of it), a count in it is an integer
+# from 0 to reconcile_report_count_max, an amount at most reconcile_report_usd_max dollars
+# either way, and a bucket starts at most reconcile_report_skew_seconds outside the range
+# asked for.
+reconcile_http_request_seconds = 120.0
+reconcile_http_request_seconds_min = 1.0
+reconcile_http_request_seconds_max = 3_600.0
+reconcile_report_count_max = 10**15
+reconcile_report_usd_max = 10**9
+reconcile_report_skew_seconds = 86_400
+assert (
+    reconcile_http_request_seconds_min
+    <= reconcile_http_timeout_seconds
+    <= reconcile_http_request_seconds
+    <= reconcile_http_request_seconds_max
+)

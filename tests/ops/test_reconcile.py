@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.client.llm_helpers import ONCE, ask
 from tests.conftest import Running
 from tests.fake_openai import Billed, FakeOpenAI, fake_openai
 from tests.helpers import FakeClock, assert_invariants, binary_missing, child, eventually, free_port
+from tests.http_fake import JsonHandler, StateServer, serving
 from tests.workloads.test_commands import earmark
 
 T0 = datetime(2026, 12, 1, 10, 0, 5, tzinfo=UTC)
@@ -289,3 +291,117 @@ def _get(url: str) -> str | None:
             return str(answer.read().decode())
     except OSError:
         return None
+
+
+@dataclass
+class Crafted:
+    """What a provider's usage report answers: the buckets of its one page (the
+    completions report's; the others are empty), or, trickling, a byte a second."""
+
+    completions: list[dict[str, Any]] = field(default_factory=list)
+    trickle: bool = False
+
+
+class _CraftedReports(JsonHandler):
+    server: StateServer[Crafted]
+
+    def do_GET(self) -> None:
+        crafted = self.server.state
+        if crafted.trickle:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "100000")
+            self.end_headers()
+            for _ in range(120):
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(1)
+            return
+        completions = self.path.startswith("/v1/organization/usage/completions")
+        data = crafted.completions if completions else []
+        self.send_json(200, {"object": "page", "data": data, "has_more": False, "next_page": None})
+
+
+def _bucket(start: float, **counts: Any) -> dict[str, Any]:
+    """A completions bucket of T0's minute with one result of the metered key's gpt-4o."""
+    result = {"model": "gpt-4o", "api_key_id": KEY_ID, "input_tokens": 12, "output_tokens": 5}
+    return {"start_time": start, "results": [{**result, "num_model_requests": 1, **counts}]}
+
+
+MINUTE_OF_T0 = int(T0.timestamp()) // 60 * 60
+REFUSED = {
+    "a duplicated bucket": (
+        [_bucket(MINUTE_OF_T0), _bucket(MINUTE_OF_T0)],
+        "the bucket of start_time 1796119200 comes twice",
+    ),
+    "a negative count": (
+        [_bucket(MINUTE_OF_T0, num_model_requests=-1)],
+        "bucket 2026-12-01T10:00Z model gpt-4o api_key_id key_metered: num_model_requests "
+        "is -1, not an integer",
+    ),
+    "Infinity": (
+        [_bucket(MINUTE_OF_T0, output_tokens=float("inf"))],
+        "output_tokens is inf, not an integer",
+    ),
+    "a 1e20 timestamp": ([_bucket(1e20)], "start_time 1e+20 lies outside the range asked for"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+async def test_a_report_that_fails_its_checks_is_one_line_and_resolves_nothing(
+    case: str, workload: Workload, book: Running, tmp_path: Path
+) -> None:
+    """A duplicated bucket, a negative count, Infinity or a 1e20 timestamp in the usage
+    report is one line naming it (exit 3), and the in-doubt hold stays in doubt."""
+    with pytest.raises(openai.APITimeoutError):
+        await workload.metered.chat.completions.create(**ask("unstarted", max_tokens=50))
+    await workload.earmark.flush()
+    buckets, named = REFUSED[case]
+    with serving(StateServer(_CraftedReports, Crafted(buckets)), "crafted reports") as port:
+        code, out, err = await _reconcile_text(book, f"http://127.0.0.1:{port}/v1", tmp_path)
+    doubted = await book.admin.ListHolds(pb.ListHoldsRequest(state=pb.RESERVATION_STATE_IN_DOUBT))
+    assert (3, 1, True, "", 1) == (
+        code,
+        len(out.splitlines()),
+        out.startswith("openai's usage report /organization/usage/completions is refused, "
+                       "and nothing is resolved: ") and named in out,
+        err,
+        len(doubted.holds),
+    ), out  # fmt: skip
+    await assert_invariants(book.dsn)
+
+
+async def test_a_trickling_report_ends_at_its_deadline_in_one_line(
+    book: Running, tmp_path: Path
+) -> None:
+    """A server that sends its answer a byte a second (each read well within its timeout)
+    is given up at --http-deadline-seconds, in one line."""
+    with serving(StateServer(_CraftedReports, Crafted(trickle=True)), "trickling") as port:
+        started = time.monotonic()
+        code, out, err = await _reconcile_text(
+            book, f"http://127.0.0.1:{port}/v1", tmp_path, "--http-deadline-seconds", "3"
+        )
+        took = time.monotonic() - started
+    assert (1, "", [
+        "earmark reconcile: openai's answer to GET /organization/usage/completions did not "
+        "end within 3 seconds (--http-deadline-seconds)"
+    ], True) == (code, out, err.splitlines(), took < 20)  # fmt: skip
+    await assert_invariants(book.dsn)
+
+
+async def _reconcile_text(
+    s: Running, base: str, tmp_path: Path, *flags: str
+) -> tuple[int, str, str]:
+    """`earmark reconcile` over the workload's day against base, as text."""
+    key_file = tmp_path / "openai-admin-key"
+    key_file.write_text(ADMIN_KEY)
+    key_file.chmod(0o600)
+    return await earmark(
+        "reconcile", "--provider", "openai", "--api-base", base,
+        "--admin-key-file", str(key_file), "--api-key-id", KEY_ID,
+        "--since", "2026-12-01T00:00:00Z", "--until", "2026-12-02T00:00:00Z",
+        "--admin-target", s.admin_target, *flags,
+    )  # fmt: skip

@@ -50,7 +50,14 @@ from earmark.ops.connect import (
 )
 from earmark.ops.reconcile_metrics import publish
 from earmark.ops.reconcile_responses import Background
-from earmark.ops.reports import COUNTS_REQUESTS, DEFAULT_BASES, READERS, ReportReader, Scope
+from earmark.ops.reports import (
+    COUNTS_REQUESTS,
+    DEFAULT_BASES,
+    READERS,
+    RefusedReport,
+    ReportReader,
+    Scope,
+)
 from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
@@ -139,6 +146,16 @@ def apply(admin: Admin, provider: str, resolutions: tuple[Resolution, ...]) -> l
 
 
 def run_reconcile(args: argparse.Namespace) -> Answer:
+    """A run; a report that fails its checks is one line, nothing resolved, exit 3."""
+    try:
+        return _run(args)
+    except RefusedReport as refused:
+        if args.output == "json":
+            return Answer(json.dumps({"refused": str(refused), "failing": True}), FAILING_STATUS)
+        return Answer(str(refused), FAILING_STATUS)
+
+
+def _run(args: argparse.Namespace) -> Answer:
     provider = args.provider
     if args.api_key_id and args.project_id:
         raise OpsError("--api-key-id and --project-id name one scope each; give one of them")
@@ -148,8 +165,12 @@ def run_reconcile(args: argparse.Namespace) -> Answer:
     tolerance = _tolerance(args)
     key = read_token(args.admin_key_file, "--admin-key-file")
     base = args.api_base or DEFAULT_BASES[provider]
-    reader = ReportReader(provider, base, key)
-    responses = _responses_reader(args, provider, base)
+    deadline = _bounded(
+        "--http-deadline-seconds", args.http_deadline_seconds,
+        limits.reconcile_http_request_seconds_min, limits.reconcile_http_request_seconds_max,
+    )  # fmt: skip
+    reader = ReportReader(provider, base, key, deadline)
+    responses = _responses_reader(args, provider, base, deadline)
     read_usage, read_costs = READERS[provider]
     reported = read_usage(reader, scope, since, until)
     billed = read_costs(reader, scope, since, until)
@@ -197,7 +218,9 @@ def run_reconcile(args: argparse.Namespace) -> Answer:
     return Answer(f"{text}\n{unpublished}" if unpublished else text, status)
 
 
-def _responses_reader(args: argparse.Namespace, provider: str, base: str) -> ReportReader | None:
+def _responses_reader(
+    args: argparse.Namespace, provider: str, base: str, deadline: float
+) -> ReportReader | None:
     """The reader of background responses, with the project key (None without one)."""
     if args.project_key_file is None:
         return None
@@ -206,7 +229,7 @@ def _responses_reader(args: argparse.Namespace, provider: str, base: str) -> Rep
             "--project-key-file retrieves OpenAI's background responses: --provider openai"
         )
     project_key = read_token(args.project_key_file, "--project-key-file")
-    return ReportReader(provider, base, project_key)
+    return ReportReader(provider, base, project_key, deadline)
 
 
 def _bounded(flag: str, value: float, low: float, high: float) -> float:
@@ -350,6 +373,13 @@ OPTIONS = (
         "buckets younger than this are still filling",
         default=limits.reconcile_billing_delay_seconds,
         shown=str(limits.reconcile_billing_delay_seconds),
+        convert=float,
+    ),
+    Option(
+        "http_deadline_seconds",
+        "each GET of a report ends within this, however slowly its answer comes",
+        default=limits.reconcile_http_request_seconds,
+        shown=str(limits.reconcile_http_request_seconds),
         convert=float,
     ),
     Option(

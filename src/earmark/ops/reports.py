@@ -7,7 +7,14 @@ OpenAI Response by its id (GET /responses/{id}), read with a project's API key: 
 background response whose hold was left in doubt.
 
 Errors are mapped once, here, to an OpsError that names the provider, the status and the
-provider's own message, and never the key."""
+provider's own message, and never the key.
+
+A report is checked before it is believed (RefusedReport, exit 3): every count a
+non-negative integer (no bool, float or string) within limits.reconcile_report_count_max,
+every amount a finite number within limits.reconcile_report_usd_max, every bucket's start
+a time near the range asked for, and no bucket, nor a bucket's (model, key or project),
+seen twice (as an overlapping page would give it). Each GET ends within its deadline
+(--http-deadline-seconds) in all, not only within a timeout of each read."""
 
 from __future__ import annotations
 
@@ -15,12 +22,13 @@ import contextlib
 import http.client
 import json
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -37,6 +45,16 @@ Params = list[tuple[str, str]]
 # A response id as it may go into a URL's path: a hold's label is the worker's to write, so
 # one that is not an id's characters is never sent (no "/", "." or "%" to reach another path).
 RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+class RefusedReport(OpsError):
+    """A report that fails its checks: nothing it says is believed and nothing is resolved;
+    the run says why in one line and exits 3."""
+
+
+class _Refused(ValueError):
+    """A value of a report out of its range (the field named): RefusedReport once the report
+    is named."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +92,15 @@ def checked_base(base: str) -> str:
 class ReportReader:
     """GETs of one provider's admin API, a page at a time."""
 
-    def __init__(self, provider: str, base: str, admin_key: str) -> None:
+    def __init__(
+        self,
+        provider: str,
+        base: str,
+        admin_key: str,
+        deadline_seconds: float = limits.reconcile_http_request_seconds,
+    ) -> None:
         self.provider = provider
+        self.deadline_seconds = deadline_seconds
         self.base = checked_base(base)
         self._key = admin_key
         if provider == "openai":
@@ -84,13 +109,45 @@ class ReportReader:
             self.headers = {"x-api-key": admin_key, "anthropic-version": ANTHROPIC_VERSION}
 
     def get(self, path: str, params: Params) -> dict[str, Any]:
+        """The JSON object a GET of path answers, within the request's deadline in all: a
+        server that trickles its answer a byte at a time is given up at the deadline (the
+        read is left to a daemon thread, which the run's end stops)."""
         url = f"{self.base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        done: list[bytes | BaseException] = []
+
+        def fetch() -> None:
+            try:
+                done.append(self._body(url, path))
+            except BaseException as error:  # handed to the caller's thread
+                done.append(error)
+
+        worker = threading.Thread(target=fetch, name=f"GET {path}", daemon=True)
+        worker.start()
+        worker.join(self.deadline_seconds)
+        if not done:
+            raise OpsError(
+                f"{self.provider}'s answer to GET {path} did not end within "
+                f"{self.deadline_seconds:g} seconds (--http-deadline-seconds)"
+            )
+        if isinstance(done[0], BaseException):
+            raise done[0]
+        body = done[0]
+        try:
+            found = json.loads(body)
+        except ValueError:
+            raise OpsError(f"{self.provider}'s answer to GET {path} is not JSON") from None
+        if not isinstance(found, dict):
+            raise OpsError(f"{self.provider}'s answer to GET {path} is not a JSON object")
+        return found
+
+    def _body(self, url: str, path: str) -> bytes:
         request = urllib.request.Request(
             url, headers={**self.headers, "accept": "application/json"}
         )
+        timeout = min(limits.reconcile_http_timeout_seconds, self.deadline_seconds)
         try:
-            with _OPENER.open(request, timeout=limits.reconcile_http_timeout_seconds) as r:
-                body = r.read(limits.reconcile_report_bytes_max + 1)
+            with _OPENER.open(request, timeout=timeout) as r:
+                body: bytes = r.read(limits.reconcile_report_bytes_max + 1)
         except urllib.error.HTTPError as error:
             # A provider that echoes the key in its message does not put it in ours.
             said = _message(error.read(4096))
@@ -106,20 +163,21 @@ class ReportReader:
         if len(body) > limits.reconcile_report_bytes_max:
             raise OpsError(f"{self.provider}'s answer to GET {path} is larger than "
                            f"{limits.reconcile_report_bytes_max} bytes")  # fmt: skip
-        try:
-            found = json.loads(body)
-        except ValueError:
-            raise OpsError(f"{self.provider}'s answer to GET {path} is not JSON") from None
-        if not isinstance(found, dict):
-            raise OpsError(f"{self.provider}'s answer to GET {path} is not a JSON object")
-        return found
+        return body
 
-    def buckets(self, path: str, params: Params) -> Iterator[dict[str, Any]]:
-        """Every bucket of a report, following next_page while has_more."""
+    def buckets(self, path: str, params: Params, start: str) -> Iterator[dict[str, Any]]:
+        """Every bucket of a report, following next_page while has_more; a bucket whose
+        start (its field start) comes twice is refused."""
         page = ""
+        seen: set[str] = set()
         for _ in range(limits.reconcile_pages_max):
             answer = self.get(path, [*params, *([("page", page)] if page else [])])
-            yield from answer.get("data") or []
+            for bucket in answer.get("data") or []:
+                at = str(bucket.get(start))
+                if at in seen:
+                    raise _Refused(f"the bucket of {start} {at[:40]} comes twice")
+                seen.add(at)
+                yield bucket
             page = answer.get("next_page") or ""
             if not answer.get("has_more") or not page:
                 return
@@ -149,6 +207,10 @@ def _published(provider: str, what: str) -> Iterator[None]:
     """A report that is not in its published shape is one line naming it, not a trace."""
     try:
         yield
+    except _Refused as refused:
+        raise RefusedReport(
+            f"{provider}'s {what} is refused, and nothing is resolved: {refused}"
+        ) from None
     except (KeyError, TypeError, ValueError, AttributeError, InvalidOperation) as error:
         raise OpsError(
             f"{provider}'s {what} is not in its published shape ({type(error).__name__}: "
@@ -164,10 +226,67 @@ def _rfc3339(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _when(value: Any) -> datetime:
-    if isinstance(value, int | float):
+def _shown(value: Any) -> str:
+    return repr(value)[:40]
+
+
+def _when(value: Any, name: str, since: datetime, until: datetime) -> datetime:
+    """A bucket's start (Unix seconds, or RFC 3339), within a day of [since, until]."""
+    skew = timedelta(seconds=limits.reconcile_report_skew_seconds)
+    low, high = since - skew, until + skew
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not low.timestamp() <= value <= high.timestamp():  # NaN fails both comparisons
+            raise _Refused(f"{name} {_shown(value)} lies outside the range asked for")
         return datetime.fromtimestamp(value, UTC)
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
+    if not isinstance(value, str):
+        raise _Refused(f"{name} is {_shown(value)}, not a time")
+    at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if at.tzinfo is None:
+        raise _Refused(f"{name} {_shown(value)} names no time zone")
+    if not low <= at <= high:
+        raise _Refused(f"{name} {_shown(value)} lies outside the range asked for")
+    return at.astimezone(UTC)
+
+
+def _count(row: dict[str, Any], name: str, within: str = "") -> int:
+    """A count of row (absent or null: 0): an integer from 0 to the limit, or refused."""
+    value = row.get(name)
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= limits.reconcile_report_count_max:
+        raise _Refused(
+            f"{within}{name} is {_shown(value)}, not an integer from 0 to "
+            f"{limits.reconcile_report_count_max}"
+        )
+    return value
+
+
+def _micros(value: Any, name: str, per: Decimal) -> int:
+    """An amount (a number, or a decimal string) in micro-dollars, per micro-dollars a unit
+    of it; finite and within the limit, or refused."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _Refused(f"{name} is {_shown(value)}, not an amount")
+    amount = Decimal(str(value))
+    bound = limits.reconcile_report_usd_max * MICROS_PER_DOLLAR
+    if not amount.is_finite() or abs(amount * per) > bound:
+        raise _Refused(
+            f"{name} is {_shown(value)}, beyond {limits.reconcile_report_usd_max} dollars"
+        )
+    return int((amount * per).to_integral_value())
+
+
+def _once(seen: set[tuple[Any, ...]], key: tuple[Any, ...], label: str) -> None:
+    """A bucket's (model, key or project) comes once; twice is refused, named."""
+    if key in seen:
+        raise _Refused(f"{label} comes twice")
+    seen.add(key)
+
+
+def _bucket_label(start: datetime, model: str, r: dict[str, Any], *groups: str) -> str:
+    owner = " ".join(f"{g} {r.get(g)}" for g in groups if r.get(g) is not None)
+    return f"bucket {start:%Y-%m-%dT%H:%MZ} model {model}" + (f" {owner}" if owner else "")
 
 
 def openai_usage(
@@ -185,17 +304,21 @@ def openai_usage(
     found = []
     for path in ("/organization/usage/completions", "/organization/usage/embeddings"):
         with _published("openai", f"usage report {path}"):
-            for bucket in reader.buckets(path, params):
-                start = _when(bucket["start_time"])
+            seen: set[tuple[Any, ...]] = set()
+            for bucket in reader.buckets(path, params, "start_time"):
+                start = _when(bucket["start_time"], "start_time", since, until)
                 for r in bucket.get("results") or []:
+                    model = str(r.get("model") or "")
+                    label = _bucket_label(start, model, r, "api_key_id", "project_id")
+                    _once(seen, (start, model, r.get("api_key_id"), r.get("project_id")), label)
                     tokens = Tokens(
-                        input=int(r.get("input_tokens") or 0),
-                        cached=int(r.get("input_cached_tokens") or 0),
-                        output=int(r.get("output_tokens") or 0),
-                        requests=int(r.get("num_model_requests") or 0),
-                        written=int(r.get("input_cache_write_tokens") or 0),
+                        input=_count(r, "input_tokens", f"{label}: "),
+                        cached=_count(r, "input_cached_tokens", f"{label}: "),
+                        output=_count(r, "output_tokens", f"{label}: "),
+                        requests=_count(r, "num_model_requests", f"{label}: "),
+                        written=_count(r, "input_cache_write_tokens", f"{label}: "),
                     )
-                    found.append(Reported(start, str(r.get("model") or ""), tokens))
+                    found.append(Reported(start, model, tokens))
     return found
 
 
@@ -214,12 +337,12 @@ def openai_costs(
         params.append(("project_ids[]", scope.project_id))
     found = []
     with _published("openai", "cost report"):
-        for bucket in reader.buckets("/organization/costs", params):
-            day = _when(bucket["start_time"]).date()
+        for bucket in reader.buckets("/organization/costs", params, "start_time"):
+            day = _when(bucket["start_time"], "start_time", since, until).date()
             for r in bucket.get("results") or []:
-                amount = (r.get("amount") or {}).get("value") or 0
+                amount = (r.get("amount") or {}).get("value")
                 model = str(r.get("line_item") or "").split(",")[0].strip()
-                micros = int((Decimal(str(amount)) * MICROS_PER_DOLLAR).to_integral_value())
+                micros = _micros(amount, f"day {day} {model} amount.value", MICROS_PER_DOLLAR)
                 found.append(Billed(day, model, micros))
     return found
 
@@ -239,23 +362,30 @@ def anthropic_usage(
     if scope.project_id:
         params += [("group_by[]", "workspace_id"), ("workspace_ids[]", scope.project_id)]
     found = []
+    seen: set[tuple[Any, ...]] = set()
+    path = "/v1/organizations/usage_report/messages"
     with _published("anthropic", "messages usage report"):
-        for bucket in reader.buckets("/v1/organizations/usage_report/messages", params):
-            start = _when(bucket["starting_at"])
+        for bucket in reader.buckets(path, params, "starting_at"):
+            start = _when(bucket["starting_at"], "starting_at", since, until)
             for r in bucket.get("results") or []:
+                model = str(r.get("model") or "")
+                label = _bucket_label(start, model, r, "api_key_id", "workspace_id")
+                _once(seen, (start, model, r.get("api_key_id"), r.get("workspace_id")), label)
+                at = f"{label}: "
                 creation = r.get("cache_creation") or {}
-                read = int(r.get("cache_read_input_tokens") or 0)
-                long = int(creation.get("ephemeral_1h_input_tokens") or 0)
-                written = int(creation.get("ephemeral_5m_input_tokens") or 0) + long
+                read = _count(r, "cache_read_input_tokens", at)
+                long = _count(creation, "ephemeral_1h_input_tokens", f"{at}cache_creation.")
+                short = _count(creation, "ephemeral_5m_input_tokens", f"{at}cache_creation.")
+                written = short + long
                 tokens = Tokens(
-                    input=int(r.get("uncached_input_tokens") or 0) + read + written,
+                    input=_count(r, "uncached_input_tokens", at) + read + written,
                     cached=read,
-                    output=int(r.get("output_tokens") or 0),
+                    output=_count(r, "output_tokens", at),
                     requests=None,
                     written=written,
                     written_long=long,
                 )
-                found.append(Reported(start, str(r.get("model") or ""), tokens))
+                found.append(Reported(start, model, tokens))
     return found
 
 
@@ -274,14 +404,12 @@ def anthropic_costs(
         params += [("group_by[]", "workspace_id"), ("workspace_ids[]", scope.project_id)]
     found = []
     with _published("anthropic", "cost report"):
-        for bucket in reader.buckets("/v1/organizations/cost_report", params):
-            day = _when(bucket["starting_at"]).date()
+        for bucket in reader.buckets("/v1/organizations/cost_report", params, "starting_at"):
+            day = _when(bucket["starting_at"], "starting_at", since, until).date()
             for r in bucket.get("results") or []:
                 model = str(r.get("model") or "")
-                amount = Decimal(str(r.get("amount") or "0"))
-                found.append(
-                    Billed(day, model, int((amount * MICROS_PER_CENT).to_integral_value()))
-                )
+                micros = _micros(r.get("amount"), f"day {day} {model} amount", MICROS_PER_CENT)
+                found.append(Billed(day, model, micros))
     return found
 
 
