@@ -3,6 +3,8 @@ the setting."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,38 @@ def test_every_commands_flags_are_options() -> None:
                 continue
             found.append(f"{path.relative_to(root)}:{ast.unparse(first) if first else ''}")
     assert ["cli.py:'--version'", "options.py:*names", "options.py:*names"] == found
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://hooks.example/a\tb", "notify_url: holds a control character"),
+        ("https://hooks.example/a\nb", "notify_url: holds a control character"),
+        ("https://hooks.example/a b", "notify_url: holds whitespace"),
+        ("https:///hooks", "notify_url: names no host"),
+        ("ftp://hooks.example/x", "notify_url: its scheme is 'ftp'"),
+        ("https://hooks.example:99x/", "notify_url: not a URL httpx can send"),
+    ],
+)
+def test_a_notify_url_httpx_cannot_send_is_refused_naming_what(url: str, why: str) -> None:
+    """A notify URL httpx cannot send to is refused with one line saying why, never the URL."""
+    with pytest.raises(ValueError, match=r"^notify_url: ") as refused:
+        settings.load({"notify_url": url, "notify_secret_file": "/etc/notify"}, {})
+    said = str(refused.value)
+    assert (True, 1, False) == (said.startswith(why), len(said.splitlines()), "hooks" in said)
+
+
+def test_a_notify_url_with_a_tab_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    """`earmark serve --notify-url` with a tab in it exits 1 at start, one line naming
+    notify_url."""
+    result = subprocess.run(
+        [sys.executable, "-m", "earmark", "serve", "--database-url", "postgresql://127.0.0.1:1/x",
+         "--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", str(tmp_path),
+         "--notify-url", "http://127.0.0.1:8080/hooks\ttoken",
+         "--notify-secret-file", str(tmp_path / "secret")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert (1, 1) == (result.returncode, len(lines)), result.stderr
+    assert lines[0].startswith("earmark: notify_url: holds a control character")
+    assert "token" not in result.stderr

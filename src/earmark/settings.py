@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from earmark import limits, options
 from earmark.options import Option, boolean
 
@@ -36,6 +38,25 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def unsendable(url: str) -> str | None:
+    """Why httpx, which posts the notices, cannot send to url (None when it can), in words
+    that never repeat the URL, which may carry the receiver's credentials."""
+    if any(ord(char) < 32 or ord(char) == 127 for char in url):
+        return "holds a control character (a tab or a newline, say); no request can be sent"
+    if any(char.isspace() for char in url):
+        return "holds whitespace; no request can be sent to it as given"
+    try:
+        parsed = httpx.URL(url)
+        parsed.port  # noqa: B018 - read so that every part is checked
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return "not a URL httpx can send a request to"
+    if not parsed.host:
+        return "names no host"
+    if parsed.scheme not in ("http", "https"):
+        return f"its scheme is {parsed.scheme!r}; notices are sent over https (or http)"
+    return None
 
 
 def unix_socket_path(value: str, name: str) -> Path:
@@ -391,15 +412,14 @@ class Settings:
             if self.notify_secret_file is not None:
                 raise ValueError("notify_secret_file: is read only with --notify-url")
             return
-        try:
-            url = urllib.parse.urlsplit(self.notify_url)
-            url.port  # noqa: B018 - a port that is not a number raises ValueError here
-        except ValueError:
-            raise ValueError("notify_url: not a URL") from None
-        plain_ok = url.scheme == "http" and is_loopback(url.hostname or "")
+        cannot = unsendable(self.notify_url)
+        if cannot:
+            raise ValueError(f"notify_url: {cannot}")
+        url = httpx.URL(self.notify_url)
+        plain_ok = url.scheme == "http" and is_loopback(url.host)
         if (
             len(self.notify_url) > limits.notify_url_length_max
-            or not url.hostname
+            or not url.host
             or not (url.scheme == "https" or plain_ok)
         ):
             raise ValueError(

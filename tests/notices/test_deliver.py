@@ -20,7 +20,7 @@ from earmark.notices.deliver import Deliverer, body_of
 from earmark.notices.signing import secret_bytes
 from earmark.notices.target import Target, shown_url
 from earmark.store.events import EventLog
-from tests.helpers import FakeClock, eventually, free_port, started
+from tests.helpers import FakeClock, assert_invariants, eventually, free_port, started
 from tests.notices.receiver import Inbox, receiving
 from tests.notices.recorded import (
     SECRET,
@@ -250,3 +250,38 @@ async def test_a_pass_waits_for_no_receiver_it_cannot_reach_past_its_timeout(
             await deliverer.close()
     row = (await deliveries(dsn))[event_id]
     assert f"timed out after {lease / 2:g}s" == row["last_error"]
+
+
+async def test_an_attempt_that_cannot_be_sent_is_retried_then_given_up(
+    dsn: str, clock: FakeClock
+) -> None:
+    """A target URL with a tab in it (injected past the settings' check) is an attempt that
+    failed, counted and retried after the backoff at each pass, and given up at the
+    notify_attempts_max-th; the receiver behind it is never reached."""
+    event_id = await insert_event(dsn, threshold_payload("acme/usd"))
+    attempts_max = limits.notify_attempts_max
+    with receiving(KEY, clock) as (url, inbox):
+        async with delivering(dsn, url + "/a\tb", clock) as (deliverer, metrics):
+            assert 0 == await deliverer.deliver_once()
+            first = (await deliveries(dsn))[event_id]
+            assert (1, "cannot be sent: InvalidURL", None) == (
+                first["attempts"],
+                first["last_error"],
+                first["failed_at"],
+            )
+            assert clock() < first["next_attempt_at"]
+            assert (0.0, 1.0, 0.0, 1.0) == outcomes(metrics)
+            for _ in range(attempts_max):
+                clock.advance(timedelta(seconds=limits.notify_backoff_seconds_max))
+                assert 0 == await deliverer.deliver_once()
+            counted = outcomes(metrics)
+    failed = (await deliveries(dsn))[event_id]
+    assert (attempts_max, "cannot be sent: InvalidURL", None, None) == (
+        failed["attempts"],
+        failed["last_error"],
+        failed["next_attempt_at"],
+        failed["delivered_at"],
+    )
+    assert failed["failed_at"] is not None
+    assert ([], (0.0, float(attempts_max - 1), 1.0, 0.0)) == (inbox.snapshot()[0], counted)
+    await assert_invariants(dsn)

@@ -23,7 +23,7 @@ LOOPBACK = "http://127.0.0.1:8080/hooks"
 @pytest.mark.parametrize(
     ("flags", "why"),
     [
-        ({"notify_url": "ftp://hooks.example/x?t=s3cret"}, "notify_url: needs an https:// URL"),
+        ({"notify_url": "ftp://hooks.example/x?t=s3cret"}, "notify_url: its scheme is 'ftp'"),
         ({"notify_url": "http://hooks.example/x?t=s3cret"}, "plain http only on a loopback"),
         ({"notify_url": "https://u:s3cret@hooks.example:99x/"}, "notify_url: not a URL"),
         ({"notify_url": "https://hooks.example/" + "s3cret" * 400}, "at most 2048 characters"),

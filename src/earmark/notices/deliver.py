@@ -10,9 +10,10 @@ it was made under still runs, as long as the sidecars' clocks agree within the o
 A notice is posted with its event_id as `webhook-id`, the same on every attempt and after a
 takeover, and its payload serialized one way (compact, keys sorted), so that the body is
 byte for byte the same each time: a receiver drops a repeat by its id. A 2xx answer
-delivers it; any other answer, a timeout or a connection that fails is tried again after a
-full-jitter backoff, and the notify_attempts_max-th failed attempt gives it up. A sidecar
-killed mid-attempt leaves the event open: whoever holds the lease next posts it again.
+delivers it; any other answer, a timeout, a connection that fails or a request that cannot
+be built or sent at all is tried again after a full-jitter backoff, and the
+notify_attempts_max-th failed attempt gives it up. A sidecar killed mid-attempt leaves the
+event open: whoever holds the lease next posts it again.
 
 Neither the secret nor the URL's userinfo, path or query reaches a log line or an error:
 errors name the answer's status or the exception's type, and logs the target's `shown`.
@@ -195,4 +196,10 @@ class Deliverer:
             return f"timed out after {self._timeout_seconds:g}s"
         except httpx.HTTPError as error:
             return type(error).__name__
+        except Exception as error:
+            # A request that cannot even be built or sent (httpx.InvalidURL is no
+            # HTTPError) is a failed attempt like any other: counted, retried after the
+            # backoff, given up at the last one, never a pass that dies with the notice
+            # left pending.
+            return f"cannot be sent: {type(error).__name__}"
         return None if 200 <= status < 300 else f"answered HTTP {status}"
