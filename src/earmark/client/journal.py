@@ -16,6 +16,15 @@ a failure that may pass (the sidecar unreachable) it stays for the next recover(
 that cannot be read, or of a version this SDK does not know, is moved to quarantine/, named
 in a warning, never replayed.
 
+The directory must be private: at start (Journal()) one that, after any symlink to it is
+followed, is not owned by the process's user or is writable by its group or by others is
+refused with UnsafeJournalError naming it, because any record found there is replayed, and
+another user's record would settle a hold that is not theirs. Each record is opened without
+following a symlink and without blocking (a FIFO named as a record must not hold the client
+forever), checked on its descriptor to be a regular file owned by the user and read to
+limits.journal_record_bytes_max and no further; anything else is quarantined unread.
+Journal.quarantined counts the files this journal set aside, and each warning says it.
+
 Records of the first format (the bare protobuf bytes, named by the first 32 hex digits of
 the digest with `.settle` after them) are still read: pending() moves each to the standard
 name of the reservation it holds, so an upgrade loses none.
@@ -24,11 +33,13 @@ name of the reservation it holds, so an upgrade loses none.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -91,6 +102,65 @@ def decode_record(data: bytes) -> pb.SettleRequest:
     return request
 
 
+class UnsafeJournalError(PermissionError):
+    """A journal directory another user could write, refused at start."""
+
+
+def _read_record(path: Path) -> bytes:
+    """The bytes of the record at path, if it is a regular file of this process's user no
+    larger than a record can be; else OSError or ValueError saying why it is none."""
+    # O_NOFOLLOW: a symlink is never followed to a file it names; O_NONBLOCK: opening a FIFO
+    # returns at once instead of waiting for a writer.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError("a symlink, not a record") from error
+        raise
+    try:
+        # Checked on the descriptor, not the name: the file read is the file checked.
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_uid != os.geteuid():
+            raise ValueError(f"owned by uid {info.st_uid}, not this process's {os.geteuid()}")
+        if info.st_size > limits.journal_record_bytes_max:
+            raise ValueError("larger than a Settle record can be")
+        # One byte past the bound tells a file that grew since fstat from one that did not.
+        chunks = []
+        left = limits.journal_record_bytes_max + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _check_directory(directory: Path) -> None:
+    """Raises UnsafeJournalError unless directory (its symlinks followed) is a directory of
+    this process's user that neither its group nor others can write."""
+    info = directory.stat()
+    uid = os.geteuid()
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeJournalError(f"earmark journal: {directory} is not a directory")
+    if info.st_uid != uid:
+        raise UnsafeJournalError(
+            f"earmark journal: {directory} is owned by uid {info.st_uid}, not this process's "
+            f"{uid}; a journal directory must be private (mode 0700, owned by its worker's user)"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeJournalError(
+            f"earmark journal: {directory} has mode {stat.S_IMODE(info.st_mode):04o}, writable "
+            "by others; a journal directory must be private (mode 0700, owned by its worker's "
+            "user)"
+        )
+
+
 def _decode_legacy(data: bytes) -> pb.SettleRequest:
     if len(data) > limits.journal_record_bytes_max:
         raise ValueError("larger than a Settle request can be")
@@ -104,8 +174,12 @@ class Journal:
     """Settle requests not yet answered, one file each, in directory."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_directory(directory)
+        # The directory checked, not a symlink that could be pointed elsewhere later.
+        self.directory = directory.resolve()
+        # Files this journal quarantined (unreadable, foreign, not regular, too large).
+        self.quarantined = 0
 
     def path_of(self, reservation_id: str) -> Path:
         return self.directory / record_name(reservation_id)
@@ -116,7 +190,8 @@ class Journal:
         path = self.path_of(request.reservation_id)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         data = encode_record(request)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o600)
         try:
             written = 0
             while written < len(data):
@@ -137,7 +212,7 @@ class Journal:
         path.unlink(missing_ok=True)
         legacy = self.directory / legacy_record_name(reservation_id)
         try:
-            holds = _decode_legacy(legacy.read_bytes()).reservation_id
+            holds = _decode_legacy(_read_record(legacy)).reservation_id
         except (OSError, ValueError, DecodeError):
             holds = None
         if holds == reservation_id:
@@ -152,7 +227,8 @@ class Journal:
         records = []
         for path in self.directory.glob(f"*{SUFFIX}"):
             try:
-                records.append((path.stat().st_mtime_ns, path))
+                # lstat: a symlink is dated itself, and quarantined below, never followed.
+                records.append((path.lstat().st_mtime_ns, path))
             except FileNotFoundError:
                 continue  # removed since it was listed (another client answered it)
         records.sort()
@@ -161,7 +237,7 @@ class Journal:
             try:
                 if not _STANDARD_NAME.fullmatch(path.name):
                     raise ValueError("not a record name this SDK writes")
-                request = decode_record(path.read_bytes())
+                request = decode_record(_read_record(path))
                 if path.name != record_name(request.reservation_id):
                     raise ValueError("named for another reservation")
             except FileNotFoundError:
@@ -178,15 +254,15 @@ class Journal:
         one that cannot be read is quarantined."""
         for legacy in sorted(self.directory.glob(f"*{LEGACY_SUFFIX}")):
             try:
-                stat = legacy.stat()
-                request = _decode_legacy(legacy.read_bytes())
+                dated = legacy.lstat()
+                request = _decode_legacy(_read_record(legacy))
             except FileNotFoundError:
                 continue
             except (OSError, ValueError, DecodeError) as error:
                 self._quarantine(legacy, error)
                 continue
             if not self.path_of(request.reservation_id).exists():
-                self.write(request, mtime_ns=stat.st_mtime_ns)
+                self.write(request, mtime_ns=dated.st_mtime_ns)
             # The file's own record is now under its standard name: removing it removes
             # nothing of another reservation.
             legacy.unlink(missing_ok=True)
@@ -200,11 +276,13 @@ class Journal:
             # An earlier file of the same name stays: both are evidence.
             target = folder / f"{path.name}.{time.time_ns()}"
         why = f"{type(error).__name__}: {error}"
-        log.warning("earmark journal: %s cannot be read (%s); moved to %s", path, why, folder)
         try:
             os.replace(path, target)
         except FileNotFoundError:
             return  # another client moved it first
+        self.quarantined += 1
+        log.warning("earmark journal: %s cannot be read (%s); moved to %s (%d quarantined "
+                    "by this client)", path, why, folder, self.quarantined)  # fmt: skip
         self._sync_directory()
 
     def _sync_directory(self) -> None:
