@@ -265,8 +265,9 @@ export class EarmarkClient {
     this.credentials = options.credentials ?? grpcCredentials.createInsecure();
     this.metadata = metadataOf(options.token, options.metadata);
     this.adminMetadata = metadataOf(options.adminToken, options.metadata);
-    this.budget = new pb.BudgetClient(this.target, this.credentials);
+    // The journal first: a directory it refuses (UnsafeJournalError) leaves no channel open.
     this.journal = options.journalDir ? new Journal(options.journalDir) : null;
+    this.budget = new pb.BudgetClient(this.target, this.credentials);
   }
 
   private admin(): pb.AdminClient {

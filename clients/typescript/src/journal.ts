@@ -15,14 +15,24 @@
 // answer or a final refusal; a record that cannot be read, or of a version this SDK does not
 // know, is moved to quarantine/, named in a warning, never replayed.
 //
+// The directory must be private: at start (new Journal()) one that, after any symlink to it is
+// followed, is not owned by the process's user or is writable by its group or by others is
+// refused with UnsafeJournalError naming it, because any record found there is replayed, and
+// another user's record would settle a hold that is not theirs. Each record is opened without
+// following a symlink and without blocking (a FIFO named as a record must not hold the client
+// forever), checked on its descriptor to be a regular file owned by the user and read to
+// limits.JOURNAL_RECORD_BYTES_MAX and no further; anything else is quarantined unread.
+// Journal.quarantined counts the files this journal set aside, and each warning says it.
+//
 // Records of the first format (the bare protobuf bytes, named by the first 32 hex digits of
 // the digest with `.settle` after them) are still read: pending() moves each to the standard
 // name of the reservation it holds, so an upgrade loses none.
 import { createHash } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { constants, mkdirSync, promises as fs, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { status as Status } from '@grpc/grpc-js';
 import * as pb from './gen/earmark/v1/budget.js';
+import * as limits from './limits.js';
 
 /** The record format this SDK writes and reads, in the record and in its file's name. */
 export const JOURNAL_RECORD_VERSION = 2;
@@ -35,7 +45,7 @@ export const QUARANTINE = 'quarantine';
 export const JOURNAL_REPLAY_RECORDS_MAX = 10_000;
 /** A record larger than this holds no Settle request (one is far smaller), so it is
  * quarantined (the Python SDK's bound). */
-export const JOURNAL_RECORD_BYTES_MAX = 1 << 16;
+export const JOURNAL_RECORD_BYTES_MAX = limits.JOURNAL_RECORD_BYTES_MAX;
 const STANDARD_NAME = /^v2-[0-9a-f]{64}\.json$/;
 
 /** The refusals after which sending the Settle again cannot help (the hold is not there, or
@@ -99,6 +109,63 @@ function missing(error: unknown): boolean {
   return (error as NodeJS.ErrnoException)?.code === 'ENOENT';
 }
 
+/** A journal directory another user could write, refused at start. */
+export class UnsafeJournalError extends Error {
+  override name = 'UnsafeJournalError';
+}
+
+const PRIVATE = 'a journal directory must be private (mode 0700, owned by its worker\'s user)';
+
+/** Throws UnsafeJournalError unless directory (its symlinks followed) is a directory of this
+ * process's user that neither its group nor others can write. */
+function checkDirectory(directory: string): void {
+  const stat = statSync(directory);
+  if (!stat.isDirectory()) throw new UnsafeJournalError(`earmark journal: ${directory} is not a directory`);
+  const uid = process.geteuid?.();
+  if (uid !== undefined && stat.uid !== uid) {
+    throw new UnsafeJournalError(
+      `earmark journal: ${directory} is owned by uid ${stat.uid}, not this process's ${uid}; ${PRIVATE}`,
+    );
+  }
+  if ((stat.mode & 0o022) !== 0) {
+    const mode = (stat.mode & 0o7777).toString(8).padStart(4, '0');
+    throw new UnsafeJournalError(`earmark journal: ${directory} has mode ${mode}, writable by others; ${PRIVATE}`);
+  }
+}
+
+/** The bytes of the record at record, if it is a regular file of this process's user no larger
+ * than a record can be; else an error saying why it is none. */
+async function readRecord(record: string): Promise<Buffer> {
+  let file: fs.FileHandle;
+  try {
+    // O_NOFOLLOW: a symlink is never followed to a file it names; O_NONBLOCK: opening a FIFO
+    // returns at once instead of waiting for a writer.
+    file = await fs.open(record, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException)?.code === 'ELOOP') throw new TypeError('a symlink, not a record');
+    throw error;
+  }
+  try {
+    // Checked on the descriptor, not the name: the file read is the file checked.
+    const stat = await file.stat();
+    if (!stat.isFile()) throw new TypeError('not a regular file');
+    const uid = process.geteuid?.();
+    if (uid !== undefined && stat.uid !== uid) throw new TypeError(`owned by uid ${stat.uid}, not this process's ${uid}`);
+    if (stat.size > JOURNAL_RECORD_BYTES_MAX) throw new RangeError('larger than a Settle record can be');
+    // One byte past the bound tells a file that grew since the stat from one that did not.
+    const buffer = Buffer.alloc(JOURNAL_RECORD_BYTES_MAX + 1);
+    let filled = 0;
+    while (filled < buffer.length) {
+      const { bytesRead } = await file.read(buffer, filled, buffer.length - filled, null);
+      if (bytesRead === 0) break;
+      filled += bytesRead;
+    }
+    return buffer.subarray(0, filled);
+  } finally {
+    await file.close();
+  }
+}
+
 /** A record found on disk: where it is, and the request it holds. */
 export interface JournalRecord {
   path: string;
@@ -108,27 +175,28 @@ export interface JournalRecord {
 /** Settle requests not yet answered, one file each, in directory. */
 export class Journal {
   readonly directory: string;
-  private ready: Promise<void> | null = null;
+  /** Files this journal quarantined (unreadable, foreign, not regular, too large). */
+  quarantined = 0;
 
+  /** Creates directory (mode 0700) if it is not there, and refuses one another user could
+   * write (UnsafeJournalError): at start, synchronously, so that a client never runs on it. */
   constructor(directory: string) {
-    this.directory = path.resolve(directory);
-  }
-
-  /** Creates the directory (mode 0700) once, on first use, since a constructor cannot wait. */
-  private made(): Promise<void> {
-    this.ready ??= fs.mkdir(this.directory, { recursive: true, mode: 0o700 }).then(() => undefined);
-    return this.ready;
+    const wanted = path.resolve(directory);
+    mkdirSync(wanted, { recursive: true, mode: 0o700 });
+    checkDirectory(wanted);
+    // The directory checked, not a symlink that could be pointed elsewhere later.
+    this.directory = realpathSync(wanted);
   }
 
   /** Writes request durably; the record's path. mtime dates the record (a migrated one
    * keeps its first date, so that replay stays oldest first). */
   async write(request: pb.SettleRequest, mtime?: Date): Promise<string> {
-    await this.made();
     const target = path.join(this.directory, journalRecordName(request.reservationId));
     // A name of this process's own, so that two processes writing one record never share
     // a temporary file; it does not end in .json, so recover() never reads it half written.
     const temporary = `${target.slice(0, -JOURNAL_SUFFIX.length)}.${process.pid}.tmp`;
-    const file = await fs.open(temporary, 'w', 0o600);
+    const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW;
+    const file = await fs.open(temporary, flags, 0o600);
     try {
       await file.writeFile(encodeJournalRecord(request));
       await file.sync();
@@ -149,7 +217,7 @@ export class Journal {
     const legacy = path.join(this.directory, legacyJournalRecordName(reservationId));
     let holds: string | null = null;
     try {
-      holds = decodeLegacy(await fs.readFile(legacy)).reservationId;
+      holds = decodeLegacy(await readRecord(legacy)).reservationId;
     } catch {
       // None there, or not one this id's record: left alone.
     }
@@ -161,15 +229,15 @@ export class Journal {
    * first-format records to their standard names; those that cannot be read are
    * quarantined. */
   async pending(): Promise<JournalRecord[]> {
-    await this.made();
     await this.migrate();
     const names = (await fs.readdir(this.directory)).filter((name) => name.endsWith(JOURNAL_SUFFIX));
     const dated: { path: string; mtime: bigint }[] = [];
     for (const name of names) {
       const record = path.join(this.directory, name);
       try {
-        const stat = await fs.stat(record, { bigint: true });
-        if (stat.isFile()) dated.push({ path: record, mtime: stat.mtimeNs });
+        // lstat: a symlink, a FIFO or a folder is dated itself, and quarantined below unread.
+        const stat = await fs.lstat(record, { bigint: true });
+        dated.push({ path: record, mtime: stat.mtimeNs });
       } catch {
         // Removed since it was listed (another client answered it): nothing to send.
       }
@@ -180,7 +248,7 @@ export class Journal {
       let request: pb.SettleRequest;
       try {
         if (!STANDARD_NAME.test(path.basename(record))) throw new TypeError('not a record name this SDK writes');
-        request = decodeJournalRecord(await fs.readFile(record));
+        request = decodeJournalRecord(await readRecord(record));
         if (path.basename(record) !== journalRecordName(request.reservationId)) {
           throw new TypeError('named for another reservation');
         }
@@ -204,8 +272,8 @@ export class Journal {
       let request: pb.SettleRequest;
       let mtime: Date;
       try {
-        mtime = (await fs.stat(legacy)).mtime;
-        request = decodeLegacy(await fs.readFile(legacy));
+        mtime = (await fs.lstat(legacy)).mtime;
+        request = decodeLegacy(await readRecord(legacy));
       } catch (error) {
         if (missing(error)) continue;
         await this.quarantine(legacy, error);
@@ -231,13 +299,16 @@ export class Journal {
     // An earlier file of the same name stays: both are evidence.
     if (await fs.stat(target).then(() => true, () => false)) target = `${target}.${process.hrtime.bigint()}`;
     const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    process.emitWarning(`earmark journal: ${record} cannot be read (${why}); moved to ${folder}`);
     try {
       await fs.rename(record, target);
     } catch (failure) {
       if (!missing(failure)) throw failure; // another client moved it first
       return;
     }
+    this.quarantined += 1;
+    process.emitWarning(
+      `earmark journal: ${record} cannot be read (${why}); moved to ${folder} (${this.quarantined} quarantined by this client)`,
+    );
     await this.syncDirectory();
   }
 

@@ -27,3 +27,7 @@ export const TOKENS_PER_REQUEST_MAX = 10 ** 12;
  * answer (OpenAI's background responses), each renewing its lease until the call is read
  * again ended; past it, the oldest goes in doubt, its id recorded for earmark reconcile. */
 export const LLM_BACKGROUND_HOLDS_MAX = 1_000;
+/** A settlement journal's record is at most this many bytes (a Settle request is far
+ * smaller): a file named as a record is read to this bound and no further, so a planted
+ * sparse file of gigabytes is quarantined unread (the Python SDK's journal_record_bytes_max). */
+export const JOURNAL_RECORD_BYTES_MAX = 1 << 16;

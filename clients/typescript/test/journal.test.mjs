@@ -99,7 +99,7 @@ test('an unreadable record is moved to quarantine with a warning and never sent'
     assert.deepEqual(records(dir), []);
     assert.deepEqual(readdirSync(path.join(dir, QUARANTINE)), ['bad.settle']);
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0], /^earmark journal: .*bad\.settle cannot be read \(\w+: .+\); moved to .*quarantine$/);
+    assert.match(warnings[0], /^earmark journal: .*bad\.settle cannot be read \(\w+: .+\); moved to .*quarantine \(1 quarantined by this client\)$/);
   } finally {
     journaled.close();
   }
