@@ -100,6 +100,11 @@ class Store:
         # The prices in effect at the repricer's last pass that saw every due hold (None:
         # no pass yet), so that a pass with nothing moved costs no scan of the open holds.
         self._repriced_for: list[tuple[str, str, str, int]] | None = None
+        # Where the repricer's scan of the due holds goes on from at its next pass (None:
+        # from the oldest), and the prices in effect the scan began with: one that moved
+        # starts the scan over.
+        self._reprice_after: repricing.After | None = None
+        self._reprice_scanning: list[tuple[str, str, str, int]] | None = None
         self._batches = Batches(
             self._serializable,
             self._read,
@@ -342,7 +347,10 @@ class Store:
     async def reprice_due(self, limit: int = limits.reprice_holds_per_pass_max) -> int:
         """Reprices at most limit holds priced by shape and not yet charged whose price in
         effect moved (a cutover passed, a version took effect), each in its budget's lane;
-        returns how many moved to the new price."""
+        returns how many moved to the new price. A pass goes on where the one before left
+        off: a page of holds that cannot move (no room for the new price) never keeps the
+        next pass from the holds behind them; the scan starts over once it reached the
+        newest, or when a price in effect moved."""
         assert 1 <= limit <= limits.reprice_holds_per_pass_max
         now = self._clock()
 
@@ -351,13 +359,18 @@ class Store:
             self._reprice_book = await queries.load_price_book(conn, self._reprice_book, seq)
             now_in = repricing.in_effect(self._reprice_book, now)
             if now_in == self._repriced_for:
-                # No price in effect moved since a pass that saw every due hold: a hold is
+                # No price in effect moved since a scan that saw every due hold: a hold is
                 # priced at the version in effect when it is reserved, so none is due.
                 return []
-            found = await repricing.due(conn, now_in, limit)
+            if now_in != self._reprice_scanning:
+                self._reprice_scanning, self._reprice_after = now_in, None
+            found = await repricing.due(conn, now_in, limit, self._reprice_after)
             if len(found) < limit:
-                self._repriced_for = now_in
-            return found
+                # The scan reached the newest due hold: it saw them all at these prices.
+                self._repriced_for, self._reprice_after = now_in, None
+            else:
+                self._reprice_after = found[-1]
+            return [reservation_id for _, reservation_id in found]
 
         moved = 0
         for reservation_id in await self._read(read):
