@@ -213,9 +213,14 @@ def repriced(budget: Budget, hold: Hold, book: PriceBook, now: datetime) -> Pric
         return None
     if shape.output_ceiling:
         # The call was told the ceiling the hold was priced with; the new price's rates
-        # apply to that many tokens.
-        shape = replace(shape, max_output_tokens=hold_output_tokens(hold, book))
-    if price.unpriced_tools(shape.max_tool_calls) or shape.max_output_tokens <= 0:
+        # apply to that many tokens. Without the version it was priced at, that ceiling is
+        # not known: the hold stays what it was.
+        ceiling = hold_output_tokens(hold, book)
+        if ceiling <= 0:
+            return None
+        shape = replace(shape, max_output_tokens=ceiling)
+    # A shape with no output tokens (an embedding's, say) is repriced at its input alone.
+    if price.unpriced_tools(shape.max_tool_calls):
         return None
     amount = _bounded("shape", prices.shape_cost(price, shape))
     return Priced(amount, EstimateSource.SHAPE, price.version, shape.max_output_tokens)
