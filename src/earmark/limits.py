@@ -748,6 +748,14 @@ assert 1 <= reconcile_response_clock_skew_seconds <= 300
 # from 0 to reconcile_report_count_max, an amount at most reconcile_report_usd_max dollars
 # either way, and a bucket starts at most reconcile_report_skew_seconds outside the range
 # asked for.
+# An in-doubt call may be billed in any minute from when it was sent to when it can have
+# ended: its hold's expires_at, and at least reconcile_call_seconds after it was sent (a
+# provider runs a request on after its client gave up; --call-seconds-max, between the
+# _min and the _max).
+reconcile_call_seconds = 600.0
+reconcile_call_seconds_min = 60.0
+reconcile_call_seconds_max = 86_400.0
+assert reconcile_call_seconds_min <= reconcile_call_seconds <= reconcile_call_seconds_max
 reconcile_http_request_seconds = 120.0
 reconcile_http_request_seconds_min = 1.0
 reconcile_http_request_seconds_max = 3_600.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 from earmark.core.model import HoldState
@@ -190,3 +191,19 @@ def test_without_request_counts_one_in_doubt_call_takes_the_surplus_tokens() -> 
     empty = run([], calls[:1], counts_requests=False)
     assert [("a", Tokens(120, 0, 80, 1)), ("b", None)] == resolved(result)
     assert ([Class.MATCHED], [("a", None)]) == (classes(empty), resolved(empty))
+
+
+def test_an_in_doubt_call_is_judged_over_its_whole_window() -> None:
+    """A call that can have run until 3 minutes after it was sent is billed in its
+    completion minute: judged before its window is whole it stays pending, after it is
+    resolved at that minute's surplus."""
+    long = replace(sent("a", HoldState.IN_DOUBT), ends_by=T0 + 3 * MINUTE)
+    booked = [Reported(T0 + 3 * MINUTE, "gpt-4o", Tokens(100, 0, 30, 1))]
+    early = reconcile([], [long], [], since=SINCE, until=UNTIL, now=T0 + 10 * MINUTE,
+                      where="openai key_1", scope="key_1")  # fmt: skip
+    late = run(booked, [long])
+    assert ([Class.PENDING], []) == (classes(early), resolved(early))
+    assert ([Class.MATCHED, Class.MATCHED], [("a", Tokens(100, 0, 30, 1))]) == (
+        classes(late),
+        resolved(late),
+    )

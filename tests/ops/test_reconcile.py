@@ -10,7 +10,7 @@ import json
 import time
 import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -138,27 +138,27 @@ async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
     call made outside Earmark is provider-only, the exit status is 3 and a second run
     changes nothing."""
     w = workload
-    # Each kind in a minute of its own with a quiet minute between: a call near a minute's
-    # edge may be billed in the next, so a minute proves its in-doubt calls only when the
-    # minutes around it balance.
+    # Each kind in minutes of its own with quiet minutes between: an in-doubt call may be
+    # billed in any minute until it can have ended (--call-seconds-max 60: its minute and
+    # the next), so its window proves it only when the minutes around it balance.
     await w.metered.chat.completions.create(**ask("one", max_tokens=50))
     await w.metered.chat.completions.create(**ask("two", max_tokens=50))
-    clock.advance(2 * MINUTE)
+    clock.advance(4 * MINUTE)
     with pytest.raises(openai.APITimeoutError):
         await w.metered.chat.completions.create(**ask("late", max_tokens=50))
-    clock.advance(2 * MINUTE)
+    clock.advance(4 * MINUTE)
     with pytest.raises(openai.APITimeoutError):
         await w.metered.chat.completions.create(**ask("unstarted", max_tokens=50))
-    clock.advance(2 * MINUTE)
+    clock.advance(4 * MINUTE)
     with pytest.raises(openai.APITimeoutError):
         await w.retried.chat.completions.create(**ask("late", max_tokens=60))
-    clock.advance(2 * MINUTE)
+    clock.advance(4 * MINUTE)
     await w.outside.chat.completions.create(**ask("outside", max_tokens=50))
     await w.earmark.flush()
     await billed_count(fake, 7)
     doubted = await book.admin.ListHolds(pb.ListHoldsRequest(state=pb.RESERVATION_STATE_IN_DOUBT))
-    code, found = await reconcile(book, fake, tmp_path, "--apply")
-    again, repeated = await reconcile(book, fake, tmp_path, "--apply")
+    code, found = await reconcile(book, fake, tmp_path, "--apply", "--call-seconds-max", "60")
+    again, repeated = await reconcile(book, fake, tmp_path, "--apply", "--call-seconds-max", "60")
     classes = [(b["model"], b["class"], len(b["resolutions"])) for b in found["buckets"]]
     assert [
         ("gpt-4o", "matched", 0),
@@ -178,7 +178,7 @@ async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
         repeated["resolved"],
         [b["class"] for b in repeated["buckets"]],
     )
-    outside_at = (T0 + 8 * MINUTE).timestamp()
+    outside_at = (T0 + 16 * MINUTE).timestamp()
     metered_bills = [b for b in fake.state.billed if b.at < outside_at]
     state = await book.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))
     assert (6, sum(cost(b) for b in metered_bills), 0, 0) == (
@@ -190,8 +190,8 @@ async def test_reconcile_resolves_in_doubt_holds_by_the_providers_usage(
     ledger = await book.admin.ListLedger(pb.ListLedgerRequest(budget_id="team"))
     evidence = [e.evidence for e in ledger.entries if e.kind == "resolve"]
     assert 5 == len(evidence)
-    assert all(e.startswith("openai key_metered bucket 2026-12-01T10:0") for e in evidence)
-    assert {"2026-12-01T10:02Z", "2026-12-01T10:04Z", "2026-12-01T10:06Z"} == {
+    assert all(e.startswith("openai key_metered buckets 2026-12-01T10:") for e in evidence)
+    assert {"2026-12-01T10:04Z", "2026-12-01T10:08Z", "2026-12-01T10:12Z"} == {
         e.split()[3] for e in evidence
     }
     await assert_invariants(book.dsn)
@@ -405,3 +405,45 @@ async def _reconcile_text(
         "--since", "2026-12-01T00:00:00Z", "--until", "2026-12-02T00:00:00Z",
         "--admin-target", s.admin_target, *flags,
     )  # fmt: skip
+
+
+async def test_not_billed_only_from_a_window_seen_whole(
+    workload: Workload, book: Running, fake: FakeOpenAI, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A call that may run 4 minutes, run 3, is booked at its completion minute and
+    published late: --apply before its window is whole resolves nothing (the hold listed
+    with when it can be decided); after, the hold resolves at the bill."""
+    with pytest.raises(openai.APITimeoutError):
+        await workload.metered.chat.completions.create(**ask("late", max_tokens=50))
+    await workload.earmark.flush()
+    await billed_count(fake, 1)
+    with fake.state.lock:
+        (bill,) = fake.state.billed
+        # Not published yet.
+        fake.state.billed.clear()
+    within = ("--apply", "--call-seconds-max", "240")
+    code, early = await reconcile(book, fake, tmp_path, *within, "--until",
+                                  "2026-12-01T10:04:05Z")  # fmt: skip
+    with fake.state.lock:
+        # Published, booked at its completion three minutes after it was sent.
+        fake.state.billed.append(replace(bill, at=bill.at + 180))
+    late_code, late = await reconcile(book, fake, tmp_path, *within)
+    (pending,) = early["buckets"]
+    assert (0, [], "pending", True) == (
+        code,
+        early["resolved"],
+        pending["class"],
+        pending["note"].startswith(
+            "window 2026-12-01T10:00Z to 10:04Z not yet whole: can be decided from "
+            "2026-12-01T10:16Z"
+        ),
+    ), early
+    # Exit 3: the day's drift is of the ledger as the run found it, before it resolved.
+    assert (3, 1, ["matched", "matched"]) == (
+        late_code,
+        len(late["resolved"]),
+        [b["class"] for b in late["buckets"]],
+    ), late
+    state = await book.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))
+    assert (cost(bill), 0, 0) == (state.used, state.held, state.open_reservations)
+    await assert_invariants(book.dsn)

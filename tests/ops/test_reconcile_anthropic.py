@@ -70,11 +70,11 @@ async def test_anthropic_in_doubt_messages_are_resolved_by_the_usage_report(
     ):
         llm = metered(sdk, client, "team", key_label=KEY_ID, retry=ONCE)
         await llm.messages.create(**ask("hello"))  # type: ignore[call-overload]
-        # A quiet minute between each: see tests/ops/test_reconcile.py.
-        clock.advance(2 * MINUTE)
+        # Quiet minutes between each (--call-seconds-max 60): see tests/ops/test_reconcile.py.
+        clock.advance(4 * MINUTE)
         with pytest.raises(anthropic.APITimeoutError):
             await llm.messages.create(**ask("late"))  # type: ignore[call-overload]
-        clock.advance(2 * MINUTE)
+        clock.advance(4 * MINUTE)
         with pytest.raises(anthropic.APITimeoutError):
             await llm.messages.create(**ask("unstarted"))  # type: ignore[call-overload]
         await client.flush()
@@ -91,6 +91,7 @@ async def test_anthropic_in_doubt_messages_are_resolved_by_the_usage_report(
         "--admin-key-file", str(key_file), "--api-key-id", KEY_ID,
         "--since", "2026-12-01T10:00:00Z", "--until", "2026-12-01T11:00:00Z",
         "--admin-target", clocked.admin_target, "-o", "json", "--apply",
+        "--call-seconds-max", "60",
     )  # fmt: skip
     found = json.loads(out or err)
     state = await clocked.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))

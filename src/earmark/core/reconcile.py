@@ -15,6 +15,11 @@ bucket can prove is only what its counts prove (docs/reconcile.md):
 A provider whose report counts no requests (Anthropic's) proves a bucket by its tokens:
 none unexplained, or one in-doubt call alone with the surplus.
 
+An in-doubt call is judged over its window (the minutes from its send to when it can have
+ended, Sent.ends_by), windows of one model that touch together, their counts summed; only
+once the window and the minute each side of it are in the range and older than the billing
+delay. Until then its calls are pending, the note saying from when.
+
 Pure: plain data in, a report and the resolutions to make out; `now` is an argument.
 """
 
@@ -186,7 +191,14 @@ def _doubt_blocker(t: Tally, neighbours_quiet: bool, scope: str) -> str:
     return ""
 
 
-def judge(t: Tally, where: str, scope: str, neighbours_quiet: bool, tolerance: Tolerance) -> Bucket:
+def judge(
+    t: Tally,
+    where: str,
+    scope: str,
+    neighbours_quiet: bool,
+    tolerance: Tolerance,
+    through: datetime | None = None,
+) -> Bucket:
     """A bucket's class, and the in-doubt calls its evidence proves: none of them ran (no
     unexplained request and the tokens agree), or all of them did (as many unexplained
     requests as calls; without request counts, one call alone with the surplus). Either
@@ -201,6 +213,8 @@ def judge(t: Tally, where: str, scope: str, neighbours_quiet: bool, tolerance: T
                       t.unexplained)  # fmt: skip
     n, u = len(t.in_doubt), t.unexplained
     label = f"{where} bucket {t.start:%Y-%m-%dT%H:%MZ} model {t.model}"
+    if through is not None and through > t.start:
+        label = f"{where} buckets {t.start:%Y-%m-%dT%H:%MZ} to {through:%H:%MZ} model {t.model}"
     if u.requests is not None:
         none_ran = u.requests == 0 and _tokens_agree(t.reported, t.ledger, tolerance)
         all_ran = u.requests == n
@@ -308,10 +322,92 @@ def reconcile(
                 return False
         return all(o.quiet(tolerance) for o in by_minute[t.start] if o is not t)
 
-    buckets = tuple(judge(t, where, scope, quiet_around(t), tolerance) for t in tallies)
+    windows = _windows(calls)
+    judged: dict[tuple[datetime, str], Bucket] = {}
+    by_key = {(t.start, t.model): t for t in tallies}
+    for model, s, e, doubted in windows:
+        minutes = [s + k * BUCKET for k in range((e - s) // BUCKET + 1)]
+        inside = [by_key[(m, model)] for m in minutes if (m, model) in by_key]
+        whole_from = e + 2 * BUCKET + tolerance.billing_delay
+        if s - BUCKET < first or e + BUCKET > last or e + 2 * BUCKET > filling_from:
+            # The window, with the minute each side of it, is not all in the range and
+            # older than the billing delay: a call booked at its end may not show yet.
+            note = (
+                f"window {s:%Y-%m-%dT%H:%MZ} to {e:%H:%MZ} not yet whole: can be decided "
+                f"from {whole_from:%Y-%m-%dT%H:%MZ} by a run whose --until is after "
+                f"{e + 2 * BUCKET:%Y-%m-%dT%H:%MZ}"
+            )
+            for t in inside:
+                judged[(t.start, t.model)] = Bucket(
+                    t.start, t.model, Class.PENDING, t.reported, t.ledger, t.unexplained,
+                    t.in_doubt, note=note,
+                )  # fmt: skip
+            continue
+        whole = _summed(s, model, inside, doubted, counts_requests)
+        quiet = all(
+            o.quiet(tolerance)
+            for m in (s - BUCKET, e + BUCKET)
+            for o in by_minute.get(m, [])
+        ) and all(o.quiet(tolerance) for m in minutes for o in by_minute.get(m, [])
+                  if o.model != model)  # fmt: skip
+        verdict = judge(whole, where, scope, quiet, tolerance, through=e)
+        for t in inside:
+            if t.start == min(c.sent_at for c in doubted).replace(second=0, microsecond=0):
+                judged[(t.start, t.model)] = Bucket(
+                    t.start, t.model, verdict.cls, t.reported, t.ledger, t.unexplained,
+                    verdict.in_doubt, verdict.resolutions, verdict.note,
+                )  # fmt: skip
+            elif verdict.resolutions or t.in_doubt:
+                cls = Class.MATCHED if verdict.resolutions else verdict.cls
+                judged[(t.start, t.model)] = Bucket(
+                    t.start, t.model, cls, t.reported, t.ledger, t.unexplained, (), (),
+                    f"in the window of in-doubt calls sent {s:%H:%MZ}",
+                )  # fmt: skip
+    buckets = tuple(
+        judged.get((t.start, t.model)) or judge(t, where, scope, quiet_around(t), tolerance)
+        for t in tallies
+    )
     drift = _drift(billed, calls, since, until, filling_from, tolerance)
     resolutions = tuple(r for b in buckets for r in b.resolutions)
     return Reconciliation(buckets, drift, resolutions)
+
+
+def _windows(calls: list[Sent]) -> list[tuple[str, datetime, datetime, tuple[Sent, ...]]]:
+    """The in-doubt calls by model, in windows of minutes: each call's from the minute it
+    was sent to the minute it can have ended by (its hold's lease), windows that touch
+    merged (a call may be booked in any minute of its window: at its completion)."""
+    spans: dict[str, list[tuple[datetime, datetime, Sent]]] = defaultdict(list)
+    for call in calls:
+        if call.state is HoldState.IN_DOUBT:
+            end = max(call.ends_by or call.sent_at, call.sent_at)
+            spans[model_family(call.model)].append((_minute(call.sent_at), _minute(end), call))
+    found = []
+    for model, spanned in sorted(spans.items()):
+        spanned.sort(key=lambda w: (w[0], w[2].reservation_id))
+        s, e, members = spanned[0][0], spanned[0][1], [spanned[0][2]]
+        for start, end, call in spanned[1:]:
+            if start <= e + BUCKET:
+                e, members = max(e, end), [*members, call]
+                continue
+            found.append((model, s, e, tuple(members)))
+            s, e, members = start, end, [call]
+        found.append((model, s, e, tuple(members)))
+    return found
+
+
+def _summed(
+    start: datetime, model: str, inside: list[Tally], doubted: tuple[Sent, ...], counted: bool
+) -> Tally:
+    """A window's tallies as one: its counts summed, its in-doubt calls all of its own."""
+    zero = Tokens(requests=0 if counted else None)
+    reported, ledger = zero, zero
+    for t in inside:
+        reported, ledger = reported + t.reported, ledger + t.ledger
+    return Tally(
+        start, model, reported, ledger, reported - ledger, doubted,
+        sum(t.held for t in inside), sum(t.unknown for t in inside),
+        sum(t.multi for t in inside), any(t.pending for t in inside),
+    )  # fmt: skip
 
 
 def _drift(

@@ -97,6 +97,9 @@ class Sent:
     key_label: str = ""
     # Its budget's unit: only micro-dollars are compared with the cost report.
     unit: str = USD_MICROS
+    # The latest it can have ended (its hold's lease or deadline); None: unknown, taken as
+    # its send minute's end.
+    ends_by: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

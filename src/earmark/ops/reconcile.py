@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -97,9 +97,16 @@ def _tokens(usage: pb.TokenUsage) -> Tokens:
 
 
 def ledger_calls(
-    admin: Admin, provider: str, scope: Scope, since: datetime, until: datetime
+    admin: Admin,
+    provider: str,
+    scope: Scope,
+    since: datetime,
+    until: datetime,
+    call_max: timedelta = timedelta(seconds=limits.reconcile_call_seconds),
 ) -> list[Sent]:
-    """The ledger's calls to provider sent in [since, until), with scope's key or none."""
+    """The ledger's calls to provider sent in [since, until), with scope's key or none; an
+    in-doubt call with the latest it can have ended by (call_max after it was sent, or its
+    hold's expires_at when later)."""
     request = pb.ListCallsRequest(provider=provider, key_label=scope.label,
                                   page_size=limits.page_size_max)  # fmt: skip
     request.since.FromDatetime(since)
@@ -117,8 +124,34 @@ def ledger_calls(
                 key_label=c.key_label, unit=c.unit,
             ))  # fmt: skip
         if not page.next_page_token:
-            return calls
+            return _with_ends(admin, calls, call_max)
         request.page_token = page.next_page_token
+
+
+def _with_ends(admin: Admin, calls: list[Sent], call_max: timedelta) -> list[Sent]:
+    """The in-doubt calls with the latest they can have ended by: call_max after they were
+    sent, or their hold's expires_at (ListHolds': its lease, or when it went in doubt) when
+    later. The provider runs a request on after its client gave up, so the lease alone does
+    not bound it."""
+    if not any(c.state is HoldState.IN_DOUBT for c in calls):
+        return calls
+    ends: dict[str, datetime] = {}
+    request = pb.ListHoldsRequest(
+        state=pb.RESERVATION_STATE_IN_DOUBT, page_size=limits.page_size_max
+    )
+    for _ in range(limits.reconcile_pages_max):
+        page = admin.call("ListHolds", request, pb.ListHoldsResponse)
+        for hold in page.holds:
+            if hold.HasField("expires_at"):
+                ends[hold.reservation_id] = hold.expires_at.ToDatetime(tzinfo=UTC)
+        if not page.next_page_token:
+            return [
+                replace(c, ends_by=max(c.sent_at + call_max, ends.get(c.reservation_id, c.sent_at)))
+                if c.state is HoldState.IN_DOUBT else c
+                for c in calls
+            ]  # fmt: skip
+        request.page_token = page.next_page_token
+    raise OpsError(f"the in-doubt holds span more than {limits.reconcile_pages_max} pages")
 
 
 def apply(admin: Admin, provider: str, resolutions: tuple[Resolution, ...]) -> list[Applied]:
@@ -175,15 +208,19 @@ def _run(args: argparse.Namespace) -> Answer:
     reported = read_usage(reader, scope, since, until)
     billed = read_costs(reader, scope, since, until)
     where = f"{provider} {scope.label or 'organization'}"
+    call_max = timedelta(seconds=_bounded(
+        "--call-seconds-max", args.call_seconds_max,
+        limits.reconcile_call_seconds_min, limits.reconcile_call_seconds_max,
+    ))  # fmt: skip
     with Admin(access_from(args)) as admin:
-        calls = ledger_calls(admin, provider, scope, since, until)
+        calls = ledger_calls(admin, provider, scope, since, until, call_max)
         backgrounds = reconcile_responses.background_holds(admin, calls)
         if responses is not None and backgrounds:
             backgrounds = reconcile_responses.retrieve(admin, provider, responses, backgrounds)
             if args.apply:
                 backgrounds = reconcile_responses.apply(admin, provider, backgrounds)
                 # The holds resolved are settled calls now, with the responses' usage.
-                calls = ledger_calls(admin, provider, scope, since, until)
+                calls = ledger_calls(admin, provider, scope, since, until, call_max)
         calls = reconcile_responses.in_flight(calls, backgrounds)
         result = reconcile(reported, calls, billed, since=since, until=until, now=now,
                            where=where, counts_requests=COUNTS_REQUESTS[provider],
@@ -259,7 +296,9 @@ def _bucket_json(b: Bucket) -> dict[str, Any]:
         "provider": _tokens_json(b.provider), "ledger": _tokens_json(b.ledger),
         "unexplained": _tokens_json(b.unexplained), "note": b.note,
         "in_doubt": [{"reservation_id": c.reservation_id, "budget_id": c.budget_id,
-                      "amount": c.amount, "charged": c.charged} for c in b.in_doubt],
+                      "amount": c.amount, "charged": c.charged,
+                      "ends_by": c.ends_by.isoformat() if c.ends_by else None}
+                     for c in b.in_doubt],
         "resolutions": [{"reservation_id": r.reservation_id, "evidence": r.evidence,
                          "apportioned": r.apportioned,
                          "usage": None if r.tokens is None else _tokens_json(r.tokens)}
@@ -373,6 +412,13 @@ OPTIONS = (
         "buckets younger than this are still filling",
         default=limits.reconcile_billing_delay_seconds,
         shown=str(limits.reconcile_billing_delay_seconds),
+        convert=float,
+    ),
+    Option(
+        "call_seconds_max",
+        "an in-doubt call may be billed until this long after it was sent",
+        default=limits.reconcile_call_seconds,
+        shown=str(limits.reconcile_call_seconds),
         convert=float,
     ),
     Option(
