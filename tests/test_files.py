@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from earmark.files import FileProblem, read_regular, read_text, require_regular
+from earmark.ops.connect import OpsError, read_token
 from tests.workloads.test_commands import earmark
 
 
@@ -97,3 +98,45 @@ async def test_earmark_console_refuses_a_fifo_for_its_token_file(tmp_path: Path)
         code,
         err.splitlines(),
     ), out
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (b"", "is empty (or only white space): it holds no token"),
+        (b" \n\t\n", "is empty (or only white space): it holds no token"),
+        (b"short-s3cret\n", "holds a token that is too short: a token is at least 16 characters"),
+        (b"s3cret" * 100, "holds a token that is too long: a token is at most 512 characters"),
+        (
+            b"first-s3cret-0123456789 second-s3cret-0123456789\n",
+            "holds more than one word: a token is one word, without white space",
+        ),
+        (b"\xffs3cret-0123456789abcdef", "is not UTF-8"),
+    ],
+)
+def test_a_token_file_that_will_not_do_says_what_is_wrong(
+    tmp_path: Path, text: bytes, why: str
+) -> None:
+    """Each token file that will not do is one line naming the flag, the file and what is
+    wrong with it, never the token."""
+    path = tmp_path / "token"
+    path.write_bytes(text)
+    with pytest.raises(OpsError) as refused:
+        read_token(path)
+    said = str(refused.value)
+    assert (f"--admin-token-file: {path}: {why}", False) == (said, "s3cret" in said)
+
+
+def test_a_token_file_that_cannot_be_read_says_so(tmp_path: Path) -> None:
+    """A token file that is not there is said to be unreadable, naming the flag and path."""
+    path = tmp_path / "absent"
+    with pytest.raises(OpsError) as refused:
+        read_token(path)
+    assert f"--admin-token-file: {path}: cannot read it (FileNotFoundError)" == str(refused.value)
+
+
+def test_a_token_file_of_one_word_is_read_without_its_white_space(tmp_path: Path) -> None:
+    """A token of one word between the bounds is read without its surrounding white space."""
+    path = tmp_path / "token"
+    path.write_text("  admin-0123456789abcdef\n")
+    assert "admin-0123456789abcdef" == read_token(path)

@@ -170,16 +170,24 @@ def access_from(args: argparse.Namespace, environ: Mapping[str, str] | None = No
 
 def read_token(path: Path, flag: str = "--admin-token-file") -> str:
     """The token in path, surrounding white space ignored; errors name the flag and the
-    file, never what it holds."""
+    file and say what is wrong (unreadable, empty, more than one word, too short or too
+    long, with the bound), never what it holds."""
     try:
         token = files.read_text(path, flag, limits.token_file_bytes_max).strip()
     except files.FileProblem as error:
         raise OpsError(str(error)) from None
-    if not limits.token_length_min <= len(token) <= limits.token_length_max or any(
-        c.isspace() for c in token
-    ):
-        raise OpsError(f"{flag}: {path} holds no token of one word")
-    return token
+    low, high = limits.token_length_min, limits.token_length_max
+    if not token:
+        why = "is empty (or only white space): it holds no token"
+    elif any(c.isspace() for c in token):
+        why = "holds more than one word: a token is one word, without white space"
+    elif len(token) < low:
+        why = f"holds a token that is too short: a token is at least {low} characters"
+    elif len(token) > high:
+        why = f"holds a token that is too long: a token is at most {high} characters"
+    else:
+        return token
+    raise OpsError(f"{flag}: {path}: {why}")
 
 
 def check_socket(target: str) -> None:
