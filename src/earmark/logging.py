@@ -7,6 +7,11 @@ the call that logged into an error: the line is dropped and counted
 (earmark_log_records_dropped_total, read from LogSink.dropped), and one line on stderr says
 when dropping starts and one when writes work again, so that a person reading the log knows
 where its gap is.
+
+The standard library's logging (asyncpg's: a pool's reconnect traceback while PostgreSQL
+restarts) goes through the same renderer to the same sink, so that every line of the log
+is one JSON document, a library's too; only its warnings and worse are written (a library's
+info lines, httpx's among them, would repeat URLs that may carry credentials).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -97,6 +103,50 @@ class SinkLogger:
     err = error = critical = exception = fatal = failure = msg
 
 
+class StdlibHandler(logging.Handler):
+    """The standard library's log records rendered by structlog's renderer (its formatter,
+    a ProcessorFormatter) and written where structlog writes: one line a record, its
+    traceback inside it."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        super().__init__()
+        self._write = write
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._write(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def _json_text(obj: Any, **kwargs: Any) -> str:
+    """orjson's rendering as text, which logging's formatters return."""
+    return orjson.dumps(obj, **kwargs).decode()
+
+
+def _route_stdlib(
+    shared: list[structlog.typing.Processor],
+    renderer: structlog.typing.Processor,
+    write: Callable[[str], None],
+    level: int,
+) -> None:
+    """Sends the root logger's records (every library's that propagates) through renderer
+    to write, at level or worse and never below warnings; replaces an earlier configure's
+    handler, and leaves others' (a test's capture) as they are."""
+    handler = StdlibHandler(write)
+    handler.setLevel(max(level, logging.WARNING))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    for earlier in [h for h in root.handlers if isinstance(h, StdlibHandler)]:
+        root.removeHandler(earlier)
+    root.addHandler(handler)
+
+
 # The process's sink, once configure() has run: the metrics read its count.
 _sink: LogSink | None = None
 
@@ -130,26 +180,38 @@ def configure(level: str = "info", fmt: str = "auto", *, tracing: bool = False) 
         from earmark.tracing import add_trace_ids
 
         shared.append(add_trace_ids)
+    stdlib_renderer: structlog.typing.Processor
     if fmt == "console":
         processors: list[structlog.typing.Processor] = [*shared, structlog.dev.ConsoleRenderer()]
+        stdlib_renderer = structlog.dev.ConsoleRenderer()
     else:
         # Every decision is a log line, so rendering is on the hot path: orjson renders
         # bytes several times faster than the json module, written without decoding.
         processors = [*shared, structlog.processors.JSONRenderer(serializer=orjson.dumps)]
-    factory: Any = structlog.PrintLoggerFactory(sys.stdout)
-    fd = _fileno(sys.stdout)
+        stdlib_renderer = structlog.processors.JSONRenderer(serializer=_json_text)
+    stream = sys.stdout
+    factory: Any = structlog.PrintLoggerFactory(stream)
+
+    def write(line: str) -> None:
+        print(line, file=stream, flush=True)
+
+    fd = _fileno(stream)
     if fd is not None:
         # What print() may have buffered goes first; it may fail on the same full disk.
         with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
+            stream.flush()
         notice = _fileno(sys.stderr)
         sink = _sink = LogSink(fd, None if notice == fd else notice)
         factory = lambda *args: SinkLogger(sink)  # noqa: E731
+
+        def write(line: str) -> None:
+            sink.write(line.encode())
+
+    numeric = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=factory,
         cache_logger_on_first_use=True,
     )
+    _route_stdlib(shared, stdlib_renderer, write, numeric)
