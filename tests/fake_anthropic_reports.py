@@ -77,6 +77,7 @@ from tests.fake_shared_reports import (
     grouped,
     page_size,
     paged,
+    published,
     width_of,
 )
 
@@ -231,7 +232,8 @@ def _shown(field: str, value: Any) -> Any:
 
 def _bills(state: AnthropicState) -> list[Bill]:
     with state.lock:
-        return list(state.billed)
+        bills = list(state.billed)
+    return published(state, bills, state.clock())
 
 
 def _usage(state: AnthropicState, query: Query) -> dict[str, Any]:

@@ -74,6 +74,7 @@ from tests.fake_shared_reports import (
     grouped,
     page_size,
     paged,
+    published,
     width_of,
 )
 
@@ -161,6 +162,7 @@ def _selected(state: OpenAIState, query: Query, endpoints: Collection[str]) -> l
     """The bills of endpoints that the query's filters let through."""
     with state.lock:
         bills = [billed for billed in state.billed if billed.endpoint in endpoints]
+    bills = published(state, bills, state.clock())
     for name, field in (("api_key_ids", "api_key_id"), ("project_ids", "project_id")):
         wanted = query.many(name)
         if wanted:

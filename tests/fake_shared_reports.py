@@ -11,14 +11,39 @@ as OpenAI's usage cookbook sends it); the fakes read both."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 R = TypeVar("R")
 WIDTHS = {"1m": 60, "1h": 3_600, "1d": 86_400}
 # Buckets a page by width: (default, most), as both providers document their `limit`.
 PAGE_BUCKETS = {"1m": (60, 1_440), "1h": (24, 168), "1d": (7, 31)}
+
+
+@dataclass(frozen=True)
+class Publication:
+    """How a fake's reports book and publish its bills: in the bucket booked_after_seconds
+    after the request arrived (at its completion, as a long request is booked), and only
+    published_after_seconds after that (usage data arrives late: Anthropic's within 5
+    minutes of completion, occasionally later). The default: at arrival, at once."""
+
+    booked_after_seconds: float = 0.0
+    published_after_seconds: float = 0.0
+
+
+def publish(state: object, publication: Publication) -> None:
+    """From now on state's reports book and publish its bills as publication says."""
+    setattr(state, "_publication", publication)  # noqa: B010 (the states are not ours)
+
+
+def published(state: object, bills: list[Any], now: float) -> list[Any]:
+    """The bills a report shows at now, each at the time it is booked at."""
+    publication = getattr(state, "_publication", None)
+    if not isinstance(publication, Publication):
+        return bills
+    booked = [replace(bill, at=bill.at + publication.booked_after_seconds) for bill in bills]
+    return [bill for bill in booked if bill.at + publication.published_after_seconds <= now]
 
 
 class ReportError(Exception):

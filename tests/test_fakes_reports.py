@@ -32,6 +32,7 @@ from openai.types.admin.organization.usage_embeddings_response import (
 from tests.fake_anthropic import Bill, FakeAnthropic, Rates, fake_anthropic
 from tests.fake_openai import Billed, FakeOpenAI, fake_openai
 from tests.fake_openai_state import RESPONSES
+from tests.fake_shared_reports import Publication, publish
 
 # 2026-01-01T00:00:00Z: the start of a UTC day.
 T0 = 1_767_225_600
@@ -148,6 +149,29 @@ def test_completions_usage_buckets_chat_and_responses_calls_by_minute_model_and_
         (T0 + 3 * MINUTE, T0 + 4 * MINUTE, []),
     ] == completions_rows(page)
     assert (False, None) == (page.has_more, page.next_page)
+
+
+def test_a_bill_booked_at_completion_is_published_after_its_delay() -> None:
+    """With a Publication a call is reported in the minute it completed, and only once the
+    publication delay has passed since: before then its minute is empty."""
+    with openai_org() as (fake, clock, admin), caller(fake, KEY_A) as a:
+        publish(fake.state, Publication(booked_after_seconds=3 * MINUTE,
+                                        published_after_seconds=2 * MINUTE))  # fmt: skip
+        a.chat.completions.create(model="gpt-4o", messages=chat("hi"))
+
+        def minutes() -> list[Any]:
+            page = admin.admin.organization.usage.completions(
+                start_time=T0, end_time=T0 + 4 * MINUTE, bucket_width="1m",
+                group_by=["model", "api_key_id"],
+            )  # fmt: skip
+            return [(start, [r[0] for r in results]) for start, _, results in
+                    completions_rows(page)]  # fmt: skip
+
+        early = minutes()
+        clock.move(5 * MINUTE)
+        late = minutes()
+    empty = [(T0 + k * MINUTE, []) for k in range(4)]
+    assert (empty, [*empty[:3], (T0 + 3 * MINUTE, ["gpt-4o"])]) == (early, late)
 
 
 def test_completions_usage_filters_by_key_and_model_and_groups_by_project_and_tier() -> None:

@@ -10,7 +10,7 @@ import json
 import time
 import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import ONCE, ask
 from tests.conftest import Running
 from tests.fake_openai import Billed, FakeOpenAI, fake_openai
+from tests.fake_shared_reports import Publication, publish
 from tests.helpers import FakeClock, assert_invariants, binary_missing, child, eventually, free_port
 from tests.http_fake import JsonHandler, StateServer, serving
 from tests.workloads.test_commands import earmark
@@ -413,20 +414,15 @@ async def test_not_billed_only_from_a_window_seen_whole(
     """A call that may run 4 minutes, run 3, is booked at its completion minute and
     published late: --apply before its window is whole resolves nothing (the hold listed
     with when it can be decided); after, the hold resolves at the bill."""
+    publish(fake.state, Publication(booked_after_seconds=180, published_after_seconds=120))
     with pytest.raises(openai.APITimeoutError):
         await workload.metered.chat.completions.create(**ask("late", max_tokens=50))
     await workload.earmark.flush()
     await billed_count(fake, 1)
-    with fake.state.lock:
-        (bill,) = fake.state.billed
-        # Not published yet.
-        fake.state.billed.clear()
     within = ("--apply", "--call-seconds-max", "240")
     code, early = await reconcile(book, fake, tmp_path, *within, "--until",
                                   "2026-12-01T10:04:05Z")  # fmt: skip
-    with fake.state.lock:
-        # Published, booked at its completion three minutes after it was sent.
-        fake.state.billed.append(replace(bill, at=bill.at + 180))
+    clock.advance(10 * MINUTE)
     late_code, late = await reconcile(book, fake, tmp_path, *within)
     (pending,) = early["buckets"]
     assert (0, [], "pending", True) == (
@@ -445,5 +441,6 @@ async def test_not_billed_only_from_a_window_seen_whole(
         [b["class"] for b in late["buckets"]],
     ), late
     state = await book.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))
+    (bill,) = fake.state.billed
     assert (cost(bill), 0, 0) == (state.used, state.held, state.open_reservations)
     await assert_invariants(book.dsn)
