@@ -11,11 +11,14 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from earmark import limits
 from earmark.metrics import Metrics
+from earmark.notices import signing
 from earmark.notices.deliver import Deliverer, body_of
 from earmark.notices.signing import secret_bytes
 from earmark.notices.target import Target, shown_url
@@ -284,4 +287,32 @@ async def test_an_attempt_that_cannot_be_sent_is_retried_then_given_up(
     )
     assert failed["failed_at"] is not None
     assert ([], (0.0, float(attempts_max - 1), 1.0, 0.0)) == (inbox.snapshot()[0], counted)
+    await assert_invariants(dsn)
+
+
+async def test_a_request_that_cannot_be_built_is_a_failed_attempt(
+    dsn: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Signing that raises something other than ValueError (a request that cannot be built)
+    is an attempt that failed and is retried; the next attempt delivers the notice."""
+    event_id = await insert_event(dsn, threshold_payload("acme/usd"))
+    headers = signing.headers
+
+    def failing(*args: Any) -> dict[str, str]:
+        monkeypatch.setattr(signing, "headers", headers)
+        raise RuntimeError("no signature this time")
+
+    monkeypatch.setattr(signing, "headers", failing)
+    with receiving(KEY, clock) as (url, inbox):
+        async with delivering(dsn, url, clock) as (deliverer, metrics):
+            assert 0 == await deliverer.deliver_once()
+            retrying = (await deliveries(dsn))[event_id]
+            clock.advance(timedelta(seconds=limits.notify_backoff_seconds_max))
+            assert 1 == await deliverer.deliver_once()
+            counted = outcomes(metrics)
+    assert (1, "cannot be sent: RuntimeError") == (retrying["attempts"], retrying["last_error"])
+    assert ([event_id], (1.0, 1.0, 0.0, 0.0)) == (
+        [request.webhook_id for request in inbox.snapshot()[0]],
+        counted,
+    )
     await assert_invariants(dsn)

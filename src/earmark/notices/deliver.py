@@ -154,7 +154,12 @@ class Deliverer:
             self._metrics.notices.labels("failed").inc()
             log.error("notice_failed", **about, error=why)
             return 0
-        failure = await self._post(body, headers)
+        except Exception as error:
+            # Anything else that keeps the request from being built is an attempt that
+            # failed, retried like any other, never a pass that dies.
+            failure: str | None = f"cannot be sent: {type(error).__name__}"
+        else:
+            failure = await self._post(body, headers)
         if failure is None:
             await self._events.delivered(event.seq, self._clock())
             self._metrics.notices.labels("delivered").inc()
