@@ -170,7 +170,7 @@ def test_a_bill_booked_at_completion_is_published_after_its_delay() -> None:
         early = minutes()
         clock.move(5 * MINUTE)
         late = minutes()
-    empty = [(T0 + k * MINUTE, []) for k in range(4)]
+    empty: list[Any] = [(T0 + k * MINUTE, []) for k in range(4)]
     assert (empty, [*empty[:3], (T0 + 3 * MINUTE, ["gpt-4o"])]) == (early, late)
 
 
