@@ -301,6 +301,7 @@ class Crafted:
 
     completions: list[dict[str, Any]] = field(default_factory=list)
     trickle: bool = False
+    costs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _CraftedReports(JsonHandler):
@@ -322,7 +323,8 @@ class _CraftedReports(JsonHandler):
                 time.sleep(1)
             return
         completions = self.path.startswith("/v1/organization/usage/completions")
-        data = crafted.completions if completions else []
+        costs = self.path.startswith("/v1/organization/costs")
+        data = crafted.completions if completions else crafted.costs if costs else []
         self.send_json(200, {"object": "page", "data": data, "has_more": False, "next_page": None})
 
 
@@ -443,4 +445,20 @@ async def test_not_billed_only_from_a_window_seen_whole(
     state = await book.admin.GetBudget(pb.GetBudgetRequest(budget_id="team"))
     (bill,) = fake.state.billed
     assert (cost(bill), 0, 0) == (state.used, state.held, state.open_reservations)
+    await assert_invariants(book.dsn)
+
+
+async def test_a_cost_report_in_another_currency_stops_the_run_in_one_line(
+    book: Running, tmp_path: Path
+) -> None:
+    """A cost line in euros is one line naming it (exit 3), not compared as dollars."""
+    day = int(datetime(2026, 12, 1, tzinfo=UTC).timestamp())
+    line = {"amount": {"value": 1.5, "currency": "eur"}, "line_item": "gpt-4o, input"}
+    crafted = Crafted(costs=[{"start_time": day, "results": [line]}])
+    with serving(StateServer(_CraftedReports, crafted), "crafted costs") as port:
+        code, out, err = await _reconcile_text(book, f"http://127.0.0.1:{port}/v1", tmp_path)
+    assert (3, [
+        "openai's cost report is refused, and nothing is resolved: day 2026-12-01 gpt-4o "
+        "amount.currency is 'eur', not USD: its dollars are not comparable"
+    ], "") == (code, out.splitlines(), err)  # fmt: skip
     await assert_invariants(book.dsn)

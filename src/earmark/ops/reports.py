@@ -277,6 +277,13 @@ def _micros(value: Any, name: str, per: Decimal) -> int:
     return int((amount * per).to_integral_value())
 
 
+def _usd(currency: Any, name: str) -> None:
+    """A cost in US dollars (absent: as both providers' reports are): any other currency
+    is refused, not compared with the ledger's micro-dollars."""
+    if currency is not None and str(currency).lower() != "usd":
+        raise _Refused(f"{name} is {_shown(currency)}, not USD: its dollars are not comparable")
+
+
 def _once(seen: set[tuple[Any, ...]], key: tuple[Any, ...], label: str) -> None:
     """A bucket's (model, key or project) comes once; twice is refused, named."""
     if key in seen:
@@ -342,6 +349,7 @@ def openai_costs(
             for r in bucket.get("results") or []:
                 amount = (r.get("amount") or {}).get("value")
                 model = str(r.get("line_item") or "").split(",")[0].strip()
+                _usd((r.get("amount") or {}).get("currency"), f"day {day} {model} amount.currency")
                 micros = _micros(amount, f"day {day} {model} amount.value", MICROS_PER_DOLLAR)
                 found.append(Billed(day, model, micros))
     return found
@@ -408,6 +416,7 @@ def anthropic_costs(
             day = _when(bucket["starting_at"], "starting_at", since, until).date()
             for r in bucket.get("results") or []:
                 model = str(r.get("model") or "")
+                _usd(r.get("currency"), f"day {day} {model} currency")
                 micros = _micros(r.get("amount"), f"day {day} {model} amount", MICROS_PER_CENT)
                 found.append(Billed(day, model, micros))
     return found
