@@ -171,6 +171,32 @@ def test_a_stale_price_is_drift_with_its_ratio() -> None:
     assert (1.83, True, True) == (drift.ratio, drift.beyond, result.failing())
 
 
+def test_a_cost_report_without_priority_tier_costs_is_unverifiable_not_drift() -> None:
+    """A day with priority-tier calls, whose costs Anthropic's cost report leaves out, is
+    unverifiable: no ratio and no drift; without them the same day is drift."""
+    claude = "claude-sonnet-4"
+    calls = [
+        replace(sent("a", HoldState.SETTLED, used=1_000_000, model=claude), service_tier=tier)
+        for tier in ("standard", "priority")
+    ]
+    billed = (Billed(date(2026, 12, 1), claude, 1_000_000),)
+
+    def judged(tiers: frozenset[str]) -> Reconciliation:
+        return reconcile([], calls, list(billed), since=SINCE, until=UNTIL, now=NOW,
+                         where="anthropic w", counts_requests=False, scope="key_1",
+                         uncosted_tiers=tiers)  # fmt: skip
+
+    (unverifiable,) = judged(frozenset({"priority"})).drift
+    (drift,) = judged(frozenset()).drift
+    assert (None, False, True, 0.5, True) == (
+        unverifiable.ratio,
+        unverifiable.beyond,
+        unverifiable.unverifiable.startswith("the cost report leaves out priority-tier calls"),
+        drift.ratio,
+        drift.beyond,
+    )
+
+
 def test_a_snapshot_name_is_its_alias() -> None:
     """Dated snapshots compare under the alias a call named."""
     assert ["gpt-4o", "claude-sonnet-4", "o3"] == [

@@ -281,12 +281,15 @@ def reconcile(
     counts_requests: bool = True,
     scope: str = "",
     tolerance: Tolerance = DEFAULT_TOLERANCE,
+    uncosted_tiers: frozenset[str] = frozenset(),
 ) -> Reconciliation:
     """Every bucket of [since, until) that either side has, oldest first; the days wholly
     inside it that the cost report has, against the ledger's priced calls.
     counts_requests: the provider's report counts requests (OpenAI's does, Anthropic's
     not). scope: the key or project reconciled; only in-doubt calls labelled with it are
-    resolved (an unlabelled call may have been sent with another key)."""
+    resolved (an unlabelled call may have been sent with another key). uncosted_tiers: the
+    service tiers the cost report leaves out: a day and model with calls of one is
+    unverifiable, not drift."""
     filling_from = now - tolerance.billing_delay
     zero = Tokens(requests=0 if counts_requests else None)
     by_bucket: dict[tuple[datetime, str], Tokens] = {}
@@ -367,7 +370,7 @@ def reconcile(
         judged.get((t.start, t.model)) or judge(t, where, scope, quiet_around(t), tolerance)
         for t in tallies
     )
-    drift = _drift(billed, calls, since, until, filling_from, tolerance)
+    drift = _drift(billed, calls, since, until, filling_from, tolerance, uncosted_tiers)
     resolutions = tuple(r for b in buckets for r in b.resolutions)
     return Reconciliation(buckets, drift, resolutions)
 
@@ -417,6 +420,7 @@ def _drift(
     until: datetime,
     filling_from: datetime,
     tolerance: Tolerance,
+    uncosted_tiers: frozenset[str] = frozenset(),
 ) -> tuple[Drift, ...]:
     """Each whole day of [since, until) that has ended a billing delay ago: the cost
     report's dollars per model against what the ledger priced its calls at (what each
@@ -428,7 +432,10 @@ def _drift(
         if row.model:
             provider[(row.day, model_family(row.model))] += row.usd_micros
     ledger: dict[tuple[date, str], int] = defaultdict(int)
+    uncosted: dict[tuple[date, str], str] = {}
     for call in calls:
+        if call.service_tier in uncosted_tiers:
+            uncosted[(call.sent_at.date(), model_family(call.model))] = call.service_tier
         if call.unit != USD_MICROS:
             # A budget in tokens or credits prices nothing in dollars.
             continue
@@ -440,6 +447,11 @@ def _drift(
         if start < since or start + DAY > until or start + DAY > filling_from:
             continue
         theirs, ours = provider.get((day, model), 0), ledger.get((day, model), 0)
+        tier = uncosted.get((day, model))
+        if tier:
+            why = f"the cost report leaves out {tier}-tier calls, which the ledger has"
+            days.append(Drift(day, model, theirs, ours, False, why))
+            continue
         beyond = not _agree(theirs, ours, tolerance.drift_share) if ours else theirs > 0
         days.append(Drift(day, model, theirs, ours, beyond))
     return tuple(days)

@@ -162,10 +162,13 @@ class Drift:
     provider_usd_micros: int
     ledger_usd_micros: int
     beyond: bool
+    # Why the two cannot be compared ("" when they can): the ledger priced calls of a tier
+    # the cost report leaves out (Anthropic's priority tier). Then no ratio, and no drift.
+    unverifiable: str = ""
 
     @property
     def ratio(self) -> float | None:
-        if self.ledger_usd_micros == 0:
+        if self.ledger_usd_micros == 0 or self.unverifiable:
             return None
         return self.provider_usd_micros / self.ledger_usd_micros
 

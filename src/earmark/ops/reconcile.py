@@ -54,6 +54,7 @@ from earmark.ops.reports import (
     COUNTS_REQUESTS,
     DEFAULT_BASES,
     READERS,
+    UNCOSTED_TIERS,
     RefusedReport,
     ReportReader,
     Scope,
@@ -224,7 +225,8 @@ def _run(args: argparse.Namespace) -> Answer:
         calls = reconcile_responses.in_flight(calls, backgrounds)
         result = reconcile(reported, calls, billed, since=since, until=until, now=now,
                            where=where, counts_requests=COUNTS_REQUESTS[provider],
-                           scope=scope.label, tolerance=tolerance)  # fmt: skip
+                           scope=scope.label, tolerance=tolerance,
+                           uncosted_tiers=UNCOSTED_TIERS[provider])  # fmt: skip
         applied = apply(admin, provider, result.resolutions) if args.apply else []
     refused = [a for a in applied if a.refused]
     failing = (
@@ -320,7 +322,8 @@ def _as_json(
         "drift": [{"day": d.day.isoformat(), "model": d.model,
                    "provider_usd_micros": d.provider_usd_micros,
                    "ledger_usd_micros": d.ledger_usd_micros, "ratio": d.ratio,
-                   "beyond_tolerance": d.beyond} for d in result.drift],
+                   "beyond_tolerance": d.beyond, "unverifiable": d.unverifiable}
+                  for d in result.drift],
         "applied": applying,
         "resolved": [a.resolution.reservation_id for a in applied if not a.refused],
         "refused": [{"reservation_id": a.resolution.reservation_id, "why": a.refused}
@@ -347,7 +350,8 @@ def _as_text(
     drift = [[d.day.isoformat(), d.model, f"{d.provider_usd_micros / 1e6:.6f}",
               f"{d.ledger_usd_micros / 1e6:.6f}",
               render.NONE if d.ratio is None else f"{d.ratio:.3f}",
-              "DRIFT" if d.beyond else "ok"] for d in result.drift]  # fmt: skip
+              "DRIFT" if d.beyond else "unverifiable" if d.unverifiable else "ok"]
+             for d in result.drift]  # fmt: skip
     if drift:
         parts.append(render.table(("DAY", "MODEL", "BILLED $", "LEDGER $", "RATIO", ""), drift))
     counts = ", ".join(f"{sum(1 for b in result.buckets if b.cls is c)} {c}" for c in Class)

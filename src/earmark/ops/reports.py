@@ -426,5 +426,8 @@ READERS = {
     "openai": (openai_usage, openai_costs),
     "anthropic": (anthropic_usage, anthropic_costs),
 }
+# The service tiers whose costs the provider's cost report leaves out: Anthropic's
+# priority tier is billed apart and not in its cost endpoint.
+UNCOSTED_TIERS = {"openai": frozenset[str](), "anthropic": frozenset({"priority"})}
 # Whether the provider's usage report counts requests (Anthropic's counts tokens only).
 COUNTS_REQUESTS = {"openai": True, "anthropic": False}
