@@ -233,3 +233,15 @@ def test_an_in_doubt_call_is_judged_over_its_whole_window() -> None:
         classes(late),
         resolved(late),
     )
+
+
+def test_an_in_doubt_call_from_before_the_range_leaves_the_windows_it_touches_pending() -> None:
+    """A call sent before --since that can have ended inside the range may be billed
+    there: the in-doubt call whose window it touches is not resolved by that minute's
+    request."""
+    before = replace(sent("a", HoldState.IN_DOUBT, at=SINCE - 2 * MINUTE),
+                     ends_by=SINCE + 5 * MINUTE)  # fmt: skip
+    inside = replace(sent("b", HoldState.IN_DOUBT, at=SINCE + 4 * MINUTE),
+                     ends_by=SINCE + 6 * MINUTE)  # fmt: skip
+    result = run([Reported(SINCE + 5 * MINUTE, "gpt-4o", Tokens(100, 0, 30, 1))], [before, inside])
+    assert ([], {Class.PENDING}) == (resolved(result), set(classes(result)))

@@ -337,8 +337,8 @@ def reconcile(
             # older than the billing delay: a call booked at its end may not show yet.
             note = (
                 f"window {s:%Y-%m-%dT%H:%MZ} to {e:%H:%MZ} not yet whole: can be decided "
-                f"from {whole_from:%Y-%m-%dT%H:%MZ} by a run whose --until is after "
-                f"{e + 2 * BUCKET:%Y-%m-%dT%H:%MZ}"
+                f"from {whole_from:%Y-%m-%dT%H:%MZ} by a run whose range holds "
+                f"{s - BUCKET:%Y-%m-%dT%H:%MZ} to {e + BUCKET:%Y-%m-%dT%H:%MZ}"
             )
             for t in inside:
                 judged[(t.start, t.model)] = Bucket(

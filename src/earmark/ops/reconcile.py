@@ -107,10 +107,12 @@ def ledger_calls(
 ) -> list[Sent]:
     """The ledger's calls to provider sent in [since, until), with scope's key or none; an
     in-doubt call with the latest it can have ended by (call_max after it was sent, or its
-    hold's expires_at when later)."""
+    hold's expires_at when later). An in-doubt call sent before since that can have ended
+    after it is among them too: it may be billed inside the range (its window is not whole
+    there, and leaves in doubt the calls whose windows it touches)."""
     request = pb.ListCallsRequest(provider=provider, key_label=scope.label,
                                   page_size=limits.page_size_max)  # fmt: skip
-    request.since.FromDatetime(since)
+    request.since.FromDatetime(since - call_max)
     request.until.FromDatetime(until)
     calls = []
     while True:
@@ -125,7 +127,10 @@ def ledger_calls(
                 key_label=c.key_label, unit=c.unit,
             ))  # fmt: skip
         if not page.next_page_token:
-            return _with_ends(admin, calls, call_max)
+            return [
+                c for c in _with_ends(admin, calls, call_max)
+                if c.sent_at >= since or (c.ends_by is not None and c.ends_by >= since)
+            ]  # fmt: skip
         request.page_token = page.next_page_token
 
 
