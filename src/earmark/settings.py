@@ -10,8 +10,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from earmark import limits, options
 from earmark.options import Option, boolean
 
@@ -47,6 +45,8 @@ def unsendable(url: str) -> str | None:
         return "holds a control character (a tab or a newline, say); no request can be sent"
     if any(char.isspace() for char in url):
         return "holds whitespace; no request can be sent to it as given"
+    import httpx  # the server's dependency; settings is read by client-only installs too
+
     try:
         parsed = httpx.URL(url)
         parsed.port  # noqa: B018 - read so that every part is checked
@@ -415,6 +415,8 @@ class Settings:
         cannot = unsendable(self.notify_url)
         if cannot:
             raise ValueError(f"notify_url: {cannot}")
+        import httpx  # the server's dependency; settings is read by client-only installs too
+
         url = httpx.URL(self.notify_url)
         plain_ok = url.scheme == "http" and is_loopback(url.host)
         if (
