@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -61,6 +62,12 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
     RESERVATION_STATE_IN_DOUBT: _ClassVar[ReservationState]
 
+class ThresholdBasis(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    THRESHOLD_BASIS_UNSPECIFIED: _ClassVar[ThresholdBasis]
+    THRESHOLD_BASIS_COMMITTED: _ClassVar[ThresholdBasis]
+    THRESHOLD_BASIS_USED: _ClassVar[ThresholdBasis]
+
 class EstimateSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ESTIMATE_SOURCE_UNSPECIFIED: _ClassVar[EstimateSource]
@@ -112,6 +119,9 @@ RESERVATION_STATE_HELD: ReservationState
 RESERVATION_STATE_SETTLED: ReservationState
 RESERVATION_STATE_EXPIRED: ReservationState
 RESERVATION_STATE_IN_DOUBT: ReservationState
+THRESHOLD_BASIS_UNSPECIFIED: ThresholdBasis
+THRESHOLD_BASIS_COMMITTED: ThresholdBasis
+THRESHOLD_BASIS_USED: ThresholdBasis
 ESTIMATE_SOURCE_UNSPECIFIED: EstimateSource
 ESTIMATE_SOURCE_CALLER: EstimateSource
 ESTIMATE_SOURCE_SHAPE: EstimateSource
@@ -290,7 +300,7 @@ class SettleResponse(_message.Message):
     def __init__(self, charged: _Optional[int] = ..., released: _Optional[int] = ..., overshoot: _Optional[int] = ..., state: _Optional[_Union[ReservationState, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
 
 class PutBudgetRequest(_message.Message):
-    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode", "admissions_per_minute", "units_per_minute")
+    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode", "admissions_per_minute", "units_per_minute", "threshold_basis")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +316,7 @@ class PutBudgetRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     ADMISSIONS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     UNITS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_BASIS_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     unit: str
@@ -321,7 +332,16 @@ class PutBudgetRequest(_message.Message):
     mode: BudgetMode
     admissions_per_minute: int
     units_per_minute: int
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_anchor: _Optional[int] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ...) -> None: ...
+    threshold_basis: ThresholdBasis
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_anchor: _Optional[int] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., threshold_basis: _Optional[_Union[ThresholdBasis, str]] = ...) -> None: ...
+
+class UpdateBudgetRequest(_message.Message):
+    __slots__ = ("budget", "update_mask")
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    budget: PutBudgetRequest
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, budget: _Optional[_Union[PutBudgetRequest, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
     __slots__ = ("budget_id",)
@@ -330,7 +350,7 @@ class GetBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class BudgetState(_message.Message):
-    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at", "period", "timezone", "period_start", "resets_at", "mode", "threshold_bps", "admissions_per_minute", "units_per_minute", "period_anchor")
+    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at", "period", "timezone", "period_start", "resets_at", "mode", "threshold_bps", "admissions_per_minute", "units_per_minute", "period_anchor", "threshold_basis", "refusals", "first_refused_at", "last_refused_at")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -360,6 +380,10 @@ class BudgetState(_message.Message):
     ADMISSIONS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     UNITS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     PERIOD_ANCHOR_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_BASIS_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_REFUSED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_REFUSED_AT_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     used: int
@@ -389,7 +413,11 @@ class BudgetState(_message.Message):
     admissions_per_minute: int
     units_per_minute: int
     period_anchor: int
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., period_anchor: _Optional[int] = ...) -> None: ...
+    threshold_basis: ThresholdBasis
+    refusals: int
+    first_refused_at: _timestamp_pb2.Timestamp
+    last_refused_at: _timestamp_pb2.Timestamp
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., period_anchor: _Optional[int] = ..., threshold_basis: _Optional[_Union[ThresholdBasis, str]] = ..., refusals: _Optional[int] = ..., first_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListCyclesRequest(_message.Message):
     __slots__ = ("account",)

@@ -314,6 +314,11 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.GetSpendRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.GetSpendResponse.FromString,
                 _registered_method=True)
+        self.UpdateBudget = channel.unary_unary(
+                '/earmark.v1.Admin/UpdateBudget',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.UpdateBudgetRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -425,6 +430,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateBudget(self, request, context):
+        """Changes only the fields update_mask names of an existing budget (AIP-134): its other
+        settings stay as they are. An empty or absent mask, or "*", is refused: to set every
+        field, PutBudget.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -497,6 +511,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetSpend,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.GetSpendRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.GetSpendResponse.SerializeToString,
+            ),
+            'UpdateBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateBudget,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.UpdateBudgetRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -878,6 +897,33 @@ class Admin:
             '/earmark.v1.Admin/GetSpend',
             earmark_dot_v1_dot_budget__pb2.GetSpendRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.GetSpendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/UpdateBudget',
+            earmark_dot_v1_dot_budget__pb2.UpdateBudgetRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
             options,
             channel_credentials,
             insecure,

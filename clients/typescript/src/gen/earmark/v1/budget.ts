@@ -19,6 +19,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration.js";
+import { FieldMask } from "../../google/protobuf/field_mask.js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
 
 /**
@@ -364,6 +365,49 @@ export function reservationStateToJSON(object: ReservationState): string {
     case ReservationState.RESERVATION_STATE_IN_DOUBT:
       return "RESERVATION_STATE_IN_DOUBT";
     case ReservationState.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/** What a budget's thresholds are shares of the limit of. */
+export enum ThresholdBasis {
+  /** THRESHOLD_BASIS_UNSPECIFIED - As COMMITTED. */
+  THRESHOLD_BASIS_UNSPECIFIED = 0,
+  /** THRESHOLD_BASIS_COMMITTED - used + held: a notice says money is spent or promised to calls still running. */
+  THRESHOLD_BASIS_COMMITTED = 1,
+  /** THRESHOLD_BASIS_USED - used alone: a notice says money is spent. */
+  THRESHOLD_BASIS_USED = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function thresholdBasisFromJSON(object: any): ThresholdBasis {
+  switch (object) {
+    case 0:
+    case "THRESHOLD_BASIS_UNSPECIFIED":
+      return ThresholdBasis.THRESHOLD_BASIS_UNSPECIFIED;
+    case 1:
+    case "THRESHOLD_BASIS_COMMITTED":
+      return ThresholdBasis.THRESHOLD_BASIS_COMMITTED;
+    case 2:
+    case "THRESHOLD_BASIS_USED":
+      return ThresholdBasis.THRESHOLD_BASIS_USED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ThresholdBasis.UNRECOGNIZED;
+  }
+}
+
+export function thresholdBasisToJSON(object: ThresholdBasis): string {
+  switch (object) {
+    case ThresholdBasis.THRESHOLD_BASIS_UNSPECIFIED:
+      return "THRESHOLD_BASIS_UNSPECIFIED";
+    case ThresholdBasis.THRESHOLD_BASIS_COMMITTED:
+      return "THRESHOLD_BASIS_COMMITTED";
+    case ThresholdBasis.THRESHOLD_BASIS_USED:
+      return "THRESHOLD_BASIS_USED";
+    case ThresholdBasis.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
   }
@@ -748,7 +792,24 @@ export interface PutBudgetRequest {
    * At most this much held amount admitted a minute, over a sliding window; absent: no
    * limit.
    */
-  unitsPerMinute?: bigint | undefined;
+  unitsPerMinute?:
+    | bigint
+    | undefined;
+  /**
+   * What threshold_bps measure: UNSPECIFIED and COMMITTED, used + held (money spent and
+   * money held for calls still running); USED, settled spend only.
+   */
+  thresholdBasis: ThresholdBasis;
+}
+
+/**
+ * AIP-134: budget.budget_id names the budget; the paths of update_mask, the
+ * PutBudgetRequest's field names (limit, threshold_bps, units_per_minute...), name what
+ * changes. A named field left unset in budget clears it (limit: unlimited).
+ */
+export interface UpdateBudgetRequest {
+  budget: PutBudgetRequest | undefined;
+  updateMask: string[] | undefined;
 }
 
 export interface GetBudgetRequest {
@@ -803,6 +864,15 @@ export interface BudgetState {
     | undefined;
   /** As PutBudgetRequest.period_anchor. */
   periodAnchor: number;
+  /** As PutBudgetRequest.threshold_basis (never UNSPECIFIED here). */
+  thresholdBasis: ThresholdBasis;
+  /**
+   * Reserves refused for want of room (INSUFFICIENT_BUDGET) in the current period, on this
+   * budget, and when the first and the latest of them were.
+   */
+  refusals: bigint;
+  firstRefusedAt: Date | undefined;
+  lastRefusedAt: Date | undefined;
 }
 
 export interface ListCyclesRequest {
@@ -2998,6 +3068,7 @@ function createBasePutBudgetRequest(): PutBudgetRequest {
     mode: 0,
     admissionsPerMinute: undefined,
     unitsPerMinute: undefined,
+    thresholdBasis: 0,
   };
 }
 
@@ -3066,6 +3137,9 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
         throw new globalThis.Error("value provided for field message.unitsPerMinute of type int64 too large");
       }
       writer.uint32(120).int64(message.unitsPerMinute);
+    }
+    if (message.thresholdBasis !== 0) {
+      writer.uint32(128).int32(message.thresholdBasis);
     }
     return writer;
   },
@@ -3213,6 +3287,14 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
             message.unitsPerMinute = reader.int64() as bigint;
             continue;
           }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.thresholdBasis = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3282,6 +3364,11 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
         : isSet(object.units_per_minute)
         ? BigInt(object.units_per_minute)
         : undefined,
+      thresholdBasis: isSet(object.thresholdBasis)
+        ? thresholdBasisFromJSON(object.thresholdBasis)
+        : isSet(object.threshold_basis)
+        ? thresholdBasisFromJSON(object.threshold_basis)
+        : 0,
     };
   },
 
@@ -3332,6 +3419,9 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
     if (message.unitsPerMinute !== undefined) {
       obj.unitsPerMinute = message.unitsPerMinute.toString();
     }
+    if (message.thresholdBasis !== 0) {
+      obj.thresholdBasis = thresholdBasisToJSON(message.thresholdBasis);
+    }
     return obj;
   },
 
@@ -3363,6 +3453,98 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
     message.unitsPerMinute = (object.unitsPerMinute !== undefined && object.unitsPerMinute !== null)
       ? BigInt(object.unitsPerMinute)
       : undefined;
+    message.thresholdBasis = object.thresholdBasis ?? 0;
+    return message;
+  },
+};
+
+function createBaseUpdateBudgetRequest(): UpdateBudgetRequest {
+  return { budget: undefined, updateMask: undefined };
+}
+
+export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
+  encode(message: UpdateBudgetRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budget !== undefined) {
+      PutBudgetRequest.encode(message.budget, writer.uint32(10).fork()).join();
+    }
+    if (message.updateMask !== undefined) {
+      FieldMask.encode(FieldMask.wrap(message.updateMask), writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateBudgetRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateBudgetRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.budget = PutBudgetRequest.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.updateMask = FieldMask.unwrap(FieldMask.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateBudgetRequest {
+    return {
+      budget: isSet(object.budget) ? PutBudgetRequest.fromJSON(object.budget) : undefined,
+      updateMask: isSet(object.updateMask)
+        ? FieldMask.unwrap(FieldMask.fromJSON(object.updateMask))
+        : isSet(object.update_mask)
+        ? FieldMask.unwrap(FieldMask.fromJSON(object.update_mask))
+        : undefined,
+    };
+  },
+
+  toJSON(message: UpdateBudgetRequest): unknown {
+    const obj: any = {};
+    if (message.budget !== undefined) {
+      obj.budget = PutBudgetRequest.toJSON(message.budget);
+    }
+    if (message.updateMask !== undefined) {
+      obj.updateMask = FieldMask.toJSON(FieldMask.wrap(message.updateMask));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateBudgetRequest>, I>>(base?: I): UpdateBudgetRequest {
+    return UpdateBudgetRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateBudgetRequest>, I>>(object: I): UpdateBudgetRequest {
+    const message = createBaseUpdateBudgetRequest();
+    message.budget = (object.budget !== undefined && object.budget !== null)
+      ? PutBudgetRequest.fromPartial(object.budget)
+      : undefined;
+    message.updateMask = object.updateMask ?? undefined;
     return message;
   },
 };
@@ -3471,6 +3653,10 @@ function createBaseBudgetState(): BudgetState {
     admissionsPerMinute: undefined,
     unitsPerMinute: undefined,
     periodAnchor: 0,
+    thresholdBasis: 0,
+    refusals: 0n,
+    firstRefusedAt: undefined,
+    lastRefusedAt: undefined,
   };
 }
 
@@ -3593,6 +3779,21 @@ export const BudgetState: MessageFns<BudgetState> = {
     }
     if (message.periodAnchor !== 0) {
       writer.uint32(232).int32(message.periodAnchor);
+    }
+    if (message.thresholdBasis !== 0) {
+      writer.uint32(240).int32(message.thresholdBasis);
+    }
+    if (message.refusals !== 0n) {
+      if (BigInt.asIntN(64, message.refusals) !== message.refusals) {
+        throw new globalThis.Error("value provided for field message.refusals of type int64 too large");
+      }
+      writer.uint32(248).int64(message.refusals);
+    }
+    if (message.firstRefusedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.firstRefusedAt), writer.uint32(258).fork()).join();
+    }
+    if (message.lastRefusedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.lastRefusedAt), writer.uint32(266).fork()).join();
     }
     return writer;
   },
@@ -3852,6 +4053,38 @@ export const BudgetState: MessageFns<BudgetState> = {
             message.periodAnchor = reader.int32();
             continue;
           }
+          case 30: {
+            if (tag !== 240) {
+              break;
+            }
+
+            message.thresholdBasis = reader.int32() as any;
+            continue;
+          }
+          case 31: {
+            if (tag !== 248) {
+              break;
+            }
+
+            message.refusals = reader.int64() as bigint;
+            continue;
+          }
+          case 32: {
+            if (tag !== 258) {
+              break;
+            }
+
+            message.firstRefusedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 33: {
+            if (tag !== 266) {
+              break;
+            }
+
+            message.lastRefusedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3967,6 +4200,22 @@ export const BudgetState: MessageFns<BudgetState> = {
         : isSet(object.period_anchor)
         ? globalThis.Number(object.period_anchor)
         : 0,
+      thresholdBasis: isSet(object.thresholdBasis)
+        ? thresholdBasisFromJSON(object.thresholdBasis)
+        : isSet(object.threshold_basis)
+        ? thresholdBasisFromJSON(object.threshold_basis)
+        : 0,
+      refusals: isSet(object.refusals) ? BigInt(object.refusals) : 0n,
+      firstRefusedAt: isSet(object.firstRefusedAt)
+        ? fromJsonTimestamp(object.firstRefusedAt)
+        : isSet(object.first_refused_at)
+        ? fromJsonTimestamp(object.first_refused_at)
+        : undefined,
+      lastRefusedAt: isSet(object.lastRefusedAt)
+        ? fromJsonTimestamp(object.lastRefusedAt)
+        : isSet(object.last_refused_at)
+        ? fromJsonTimestamp(object.last_refused_at)
+        : undefined,
     };
   },
 
@@ -4059,6 +4308,18 @@ export const BudgetState: MessageFns<BudgetState> = {
     if (message.periodAnchor !== 0) {
       obj.periodAnchor = Math.round(message.periodAnchor);
     }
+    if (message.thresholdBasis !== 0) {
+      obj.thresholdBasis = thresholdBasisToJSON(message.thresholdBasis);
+    }
+    if (message.refusals !== 0n) {
+      obj.refusals = message.refusals.toString();
+    }
+    if (message.firstRefusedAt !== undefined) {
+      obj.firstRefusedAt = message.firstRefusedAt.toISOString();
+    }
+    if (message.lastRefusedAt !== undefined) {
+      obj.lastRefusedAt = message.lastRefusedAt.toISOString();
+    }
     return obj;
   },
 
@@ -4108,6 +4369,10 @@ export const BudgetState: MessageFns<BudgetState> = {
       ? BigInt(object.unitsPerMinute)
       : undefined;
     message.periodAnchor = object.periodAnchor ?? 0;
+    message.thresholdBasis = object.thresholdBasis ?? 0;
+    message.refusals = (object.refusals !== undefined && object.refusals !== null) ? BigInt(object.refusals) : 0n;
+    message.firstRefusedAt = object.firstRefusedAt ?? undefined;
+    message.lastRefusedAt = object.lastRefusedAt ?? undefined;
     return message;
   },
 };
@@ -8854,6 +9119,20 @@ export const AdminService = {
     responseSerialize: (value: GetSpendResponse): Buffer => Buffer.from(GetSpendResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetSpendResponse => GetSpendResponse.decode(value),
   },
+  /**
+   * Changes only the fields update_mask names of an existing budget (AIP-134): its other
+   * settings stay as they are. An empty or absent mask, or "*", is refused: to set every
+   * field, PutBudget.
+   */
+  updateBudget: {
+    path: "/earmark.v1.Admin/UpdateBudget" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateBudgetRequest): Buffer => Buffer.from(UpdateBudgetRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateBudgetRequest => UpdateBudgetRequest.decode(value),
+    responseSerialize: (value: BudgetState): Buffer => Buffer.from(BudgetState.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BudgetState => BudgetState.decode(value),
+  },
 } as const;
 
 export interface AdminServer extends UntypedServiceImplementation {
@@ -8908,6 +9187,12 @@ export interface AdminServer extends UntypedServiceImplementation {
    * summed by the model its holds' calls went to, by the holds' job, or by UTC day.
    */
   getSpend: handleUnaryCall<GetSpendRequest, GetSpendResponse>;
+  /**
+   * Changes only the fields update_mask names of an existing budget (AIP-134): its other
+   * settings stay as they are. An empty or absent mask, or "*", is refused: to set every
+   * field, PutBudget.
+   */
+  updateBudget: handleUnaryCall<UpdateBudgetRequest, BudgetState>;
 }
 
 export interface AdminClient extends Client {
@@ -9154,6 +9439,26 @@ export interface AdminClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetSpendResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Changes only the fields update_mask names of an existing budget (AIP-134): its other
+   * settings stay as they are. An empty or absent mask, or "*", is refused: to set every
+   * field, PutBudget.
+   */
+  updateBudget(
+    request: UpdateBudgetRequest,
+    callback: (error: ServiceError | null, response: BudgetState) => void,
+  ): ClientUnaryCall;
+  updateBudget(
+    request: UpdateBudgetRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BudgetState) => void,
+  ): ClientUnaryCall;
+  updateBudget(
+    request: UpdateBudgetRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BudgetState) => void,
   ): ClientUnaryCall;
 }
 
