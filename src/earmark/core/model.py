@@ -70,6 +70,15 @@ class BudgetMode(enum.IntEnum):
     OBSERVE = 2
 
 
+class ThresholdBasis(enum.IntEnum):
+    """What a budget's thresholds are shares of the limit of; the numbers are the wire
+    enum's (unspecified is COMMITTED). COMMITTED: used + held, money spent and money held
+    for calls still running; USED: settled spend only."""
+
+    COMMITTED = 1
+    USED = 2
+
+
 class EstimateSource(enum.IntEnum):
     """Where a hold's amount came from; the numbers are the wire enum's."""
 
@@ -185,6 +194,12 @@ class Budget:
     threshold_bps: tuple[int, ...] = ()
     noticed_bps: tuple[int, ...] = ()
     exceeded_noticed: bool = False
+    threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
+    # Reserves refused for want of room in the current period, the first and the latest
+    # (the first writes the budget.refusing notice).
+    refusals: int = 0
+    first_refused_at: datetime | None = None
+    last_refused_at: datetime | None = None
     mode: BudgetMode = BudgetMode.ENFORCE
     # Rate windows: at most so many admissions, and so much held amount, a minute.
     admissions_per_minute: int | None = None
@@ -330,6 +345,7 @@ class Policies:
     mode: BudgetMode = BudgetMode.ENFORCE
     admissions_per_minute: int | None = None
     units_per_minute: int | None = None
+    threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
 
     def applied(self, spec: Budget) -> Budget:
         """spec with these policies."""
@@ -342,4 +358,5 @@ class Policies:
             mode=self.mode,
             admissions_per_minute=self.admissions_per_minute,
             units_per_minute=self.units_per_minute,
+            threshold_basis=self.threshold_basis,
         )

@@ -432,8 +432,8 @@ class AdminServicer:
 
     def UpdateBudget(self, request, context):
         """Changes only the fields update_mask names of an existing budget (AIP-134): its other
-        settings stay as they are. An empty or absent mask, or "*", is refused: to set every
-        field, PutBudget.
+        settings stay as they are. Without a mask, the fields budget sets (non-default) are
+        named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -9121,8 +9121,8 @@ export const AdminService = {
   },
   /**
    * Changes only the fields update_mask names of an existing budget (AIP-134): its other
-   * settings stay as they are. An empty or absent mask, or "*", is refused: to set every
-   * field, PutBudget.
+   * settings stay as they are. Without a mask, the fields budget sets (non-default) are
+   * named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
    */
   updateBudget: {
     path: "/earmark.v1.Admin/UpdateBudget" as const,
@@ -9189,8 +9189,8 @@ export interface AdminServer extends UntypedServiceImplementation {
   getSpend: handleUnaryCall<GetSpendRequest, GetSpendResponse>;
   /**
    * Changes only the fields update_mask names of an existing budget (AIP-134): its other
-   * settings stay as they are. An empty or absent mask, or "*", is refused: to set every
-   * field, PutBudget.
+   * settings stay as they are. Without a mask, the fields budget sets (non-default) are
+   * named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
    */
   updateBudget: handleUnaryCall<UpdateBudgetRequest, BudgetState>;
 }
@@ -9442,8 +9442,8 @@ export interface AdminClient extends Client {
   ): ClientUnaryCall;
   /**
    * Changes only the fields update_mask names of an existing budget (AIP-134): its other
-   * settings stay as they are. An empty or absent mask, or "*", is refused: to set every
-   * field, PutBudget.
+   * settings stay as they are. Without a mask, the fields budget sets (non-default) are
+   * named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
    */
   updateBudget(
     request: UpdateBudgetRequest,
