@@ -768,3 +768,8 @@ assert (
     <= reconcile_http_request_seconds
     <= reconcile_http_request_seconds_max
 )
+
+# A cost report's line that names no model (a tool's, storage's) is shown as the provider
+# wrote it, cut to reconcile_line_item_max_chars characters.
+reconcile_line_item_max_chars = 120
+assert 16 <= reconcile_line_item_max_chars <= 1_000

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from earmark.core.reconcile import Kind
 from earmark.ops.connect import OpsError
-from earmark.ops.reports import ReportReader, Scope, openai_usage
+from earmark.ops.reports import ReportReader, Scope, openai_line, openai_usage
 from tests.http_fake import JsonHandler, StateServer, serving
 
 SINCE = datetime(2026, 12, 1, tzinfo=UTC)
@@ -83,3 +84,32 @@ def test_a_report_out_of_its_shape_is_one_line() -> None:
     assert str(caught.value).startswith(
         "openai's usage report /organization/usage/completions is not in its published shape"
     )
+
+
+# OpenAI's line items: a model's "MODEL, KIND" (the cookbook's recorded run), "Image models"
+# (the SDK's published example), and the tools' and storage's lines as seen in the wild
+# (their text is not published: ../shared/notes/provider-usage-reports.md).
+LINE_ITEMS = {
+    "gpt-4o-2024-08-06, input": (Kind.MODEL, "gpt-4o-2024-08-06"),
+    "ft-gpt-4o-2024-08-06, output": (Kind.MODEL, "ft-gpt-4o-2024-08-06"),
+    "gpt-4o-mini-search-preview, cached input": (Kind.MODEL, "gpt-4o-mini-search-preview"),
+    "web search tool calls": (Kind.TOOLS, ""),
+    "Web Search Tool Calls": (Kind.TOOLS, ""),
+    "gpt-4o, web search tool calls": (Kind.TOOLS, ""),
+    "file search tool calls": (Kind.TOOLS, ""),
+    "code interpreter sessions": (Kind.TOOLS, ""),
+    "Code interpreter": (Kind.TOOLS, ""),
+    "containers": (Kind.TOOLS, ""),
+    "vector store storage": (Kind.STORAGE, ""),
+    "file search storage": (Kind.STORAGE, ""),
+    "Vector storage": (Kind.STORAGE, ""),
+    "Image models": (Kind.OTHER, ""),
+    "gpt-4o": (Kind.OTHER, ""),
+    "": (Kind.OTHER, ""),
+}
+
+
+def test_a_cost_line_is_classed_by_the_kind_it_names() -> None:
+    """A model's line is its model's, a tool's or storage's is classed by its words in any
+    case, and any other line is other, never a model."""
+    assert LINE_ITEMS == {line: openai_line(line) for line in LINE_ITEMS}

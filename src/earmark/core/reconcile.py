@@ -37,10 +37,13 @@ from earmark.core.reconcile_model import (
     DAY,
     DEFAULT_TOLERANCE,
     FAILING,
+    NOT_METERED,
+    UNRECOGNISED,
     Billed,
     Bucket,
     Class,
     Drift,
+    Kind,
     Reconciliation,
     Reported,
     Resolution,
@@ -56,6 +59,7 @@ __all__ = [
     "Bucket",
     "Class",
     "Drift",
+    "Kind",
     "Reconciliation",
     "Reported",
     "Resolution",
@@ -423,15 +427,25 @@ def _drift(
     uncosted_tiers: frozenset[str] = frozenset(),
 ) -> tuple[Drift, ...]:
     """Each whole day of [since, until) that has ended a billing delay ago: the cost
-    report's dollars per model against what the ledger priced its calls at (what each
-    settled at, or has charged while open), for calls on budgets in micro-dollars."""
+    report's dollars per model against what the ledger priced its calls' tokens at (what
+    each settled at, or has charged while open, less its tool fees), for calls on budgets
+    in micro-dollars; the day's tool lines, as one row, against those tool fees, by the
+    same rule; and each storage or unrecognised line, listed and never drift."""
     provider: dict[tuple[date, str], int] = defaultdict(int)
+    tools: dict[date, int] = defaultdict(int)
+    tool_lines: dict[date, set[str]] = defaultdict(set)
+    listed: dict[tuple[date, Kind, str], int] = defaultdict(int)
     for row in billed:
-        # A cost tied to no model (Anthropic's web search line) cannot be set against a
-        # model's calls, whose priced amounts include their tool fees.
-        if row.model:
+        if row.kind is Kind.TOOLS:
+            tools[row.day] += row.usd_micros
+            tool_lines[row.day].add(row.line)
+        elif row.kind is Kind.MODEL and row.model:
             provider[(row.day, model_family(row.model))] += row.usd_micros
+        else:
+            kind = Kind.STORAGE if row.kind is Kind.STORAGE else Kind.OTHER
+            listed[(row.day, kind, row.line)] += row.usd_micros
     ledger: dict[tuple[date, str], int] = defaultdict(int)
+    fees: dict[date, int] = defaultdict(int)
     uncosted: dict[tuple[date, str], str] = {}
     for call in calls:
         if call.service_tier in uncosted_tiers:
@@ -440,11 +454,20 @@ def _drift(
             # A budget in tokens or credits prices nothing in dollars.
             continue
         spent = call.settled_used if call.settled_used is not None else call.charged
-        ledger[(call.sent_at.date(), model_family(call.model))] += spent
+        fee = min(max(call.tool_fees, 0), max(spent, 0))
+        ledger[(call.sent_at.date(), model_family(call.model))] += spent - fee
+        fees[call.sent_at.date()] += fee
+
+    def whole(day: date) -> bool:
+        start = datetime(day.year, day.month, day.day, tzinfo=since.tzinfo)
+        return not (start < since or start + DAY > until or start + DAY > filling_from)
+
+    def beyond(theirs: int, ours: int) -> bool:
+        return not _agree(theirs, ours, tolerance.drift_share) if ours else theirs > 0
+
     days = []
     for day, model in sorted(provider.keys() | ledger.keys()):
-        start = datetime(day.year, day.month, day.day, tzinfo=since.tzinfo)
-        if start < since or start + DAY > until or start + DAY > filling_from:
+        if not whole(day):
             continue
         theirs, ours = provider.get((day, model), 0), ledger.get((day, model), 0)
         tier = uncosted.get((day, model))
@@ -452,6 +475,18 @@ def _drift(
             why = f"the cost report leaves out {tier}-tier calls, which the ledger has"
             days.append(Drift(day, model, theirs, ours, False, why))
             continue
-        beyond = not _agree(theirs, ours, tolerance.drift_share) if ours else theirs > 0
-        days.append(Drift(day, model, theirs, ours, beyond))
+        days.append(Drift(day, model, theirs, ours, beyond(theirs, ours)))
+    for day in sorted(tools.keys() | {d for d, fee in fees.items() if fee}):
+        if not whole(day):
+            continue
+        theirs, ours = tools.get(day, 0), fees.get(day, 0)
+        lines = tuple(sorted(tool_lines.get(day, ())))
+        days.append(
+            Drift(day, "", theirs, ours, beyond(theirs, ours), kind=Kind.TOOLS, lines=lines)
+        )
+    for (day, kind, line), theirs in sorted(listed.items()):
+        if not whole(day):
+            continue
+        why = NOT_METERED if kind is Kind.STORAGE else UNRECOGNISED
+        days.append(Drift(day, "", theirs, 0, False, why, kind, (line,)))
     return tuple(days)

@@ -100,15 +100,34 @@ class Sent:
     # The latest it can have ended (its hold's lease or deadline); None: unknown, taken as
     # its send minute's end.
     ends_by: datetime | None = None
+    # Of what the ledger priced it at, its built-in (server) tool calls' fees, in its
+    # budget's micro-dollars: compared with the cost report's tool lines, not its model's.
+    tool_fees: int = 0
+
+
+class Kind(StrEnum):
+    """What a cost line is for: a model's tokens, built-in tool calls (web search, file
+    search, code interpreter), storage (vector stores, files), or something else."""
+
+    MODEL = "model"
+    # Compared, as one row a day, with the fees of the tool calls the ledger priced.
+    TOOLS = "tools"
+    # Accrues with time, not with calls: Earmark holds nothing for it. Listed, not compared.
+    STORAGE = "storage"
+    # Names no model and no kind Earmark knows: listed, unverifiable, never compared.
+    OTHER = "other"
 
 
 @dataclass(frozen=True, slots=True)
 class Billed:
-    """One row of the provider's cost report: a day's dollars for a model."""
+    """One row of the provider's cost report: a day's dollars for a model, or for a line
+    that names none (kind, and the line as the provider wrote it)."""
 
     day: date
     model: str
     usd_micros: int
+    kind: Kind = Kind.MODEL
+    line: str = ""
 
 
 class Class(StrEnum):
@@ -153,9 +172,16 @@ class Bucket:
     note: str = ""
 
 
+# What a storage line's row says, and an unrecognised line's.
+NOT_METERED = "not metered by Earmark: storage accrues with time, not with calls"
+UNRECOGNISED = "names no model and no kind Earmark knows: listed, not compared"
+
+
 @dataclass(frozen=True, slots=True)
 class Drift:
-    """A day's cost report for a model against the ledger's priced calls."""
+    """A day's cost report for a model against the ledger's priced calls; or the day's
+    tool lines against the ledger's tool fees (kind tools, model ""); or one line the
+    ledger has nothing to set against (kind storage or other), listed."""
 
     day: date
     model: str
@@ -163,8 +189,12 @@ class Drift:
     ledger_usd_micros: int
     beyond: bool
     # Why the two cannot be compared ("" when they can): the ledger priced calls of a tier
-    # the cost report leaves out (Anthropic's priority tier). Then no ratio, and no drift.
+    # the cost report leaves out (Anthropic's priority tier); a storage line, which
+    # Earmark never meters; a line of no kind it knows. Then no ratio, and no drift.
     unverifiable: str = ""
+    kind: Kind = Kind.MODEL
+    # The provider's line items in the row (for a row of no model).
+    lines: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float | None:

@@ -32,6 +32,8 @@ from earmark.core.reconcile import (
     FAILING,
     Bucket,
     Class,
+    Drift,
+    Kind,
     Reconciliation,
     Resolution,
     Sent,
@@ -39,7 +41,7 @@ from earmark.core.reconcile import (
     Tolerance,
     reconcile,
 )
-from earmark.ops import reconcile_responses, render
+from earmark.ops import reconcile_responses, reconcile_tools, render
 from earmark.ops.connect import (
     Admin,
     Answer,
@@ -228,6 +230,7 @@ def _run(args: argparse.Namespace) -> Answer:
                 # The holds resolved are settled calls now, with the responses' usage.
                 calls = ledger_calls(admin, provider, scope, since, until, call_max)
         calls = reconcile_responses.in_flight(calls, backgrounds)
+        calls = reconcile_tools.with_tool_fees(admin, provider, calls)
         result = reconcile(reported, calls, billed, since=since, until=until, now=now,
                            where=where, counts_requests=COUNTS_REQUESTS[provider],
                            scope=scope.label, tolerance=tolerance,
@@ -324,8 +327,8 @@ def _as_json(
     return {
         "since": since.isoformat(), "until": until.isoformat(), "classes": counts,
         "buckets": [_bucket_json(b) for b in result.buckets],
-        "drift": [{"day": d.day.isoformat(), "model": d.model,
-                   "provider_usd_micros": d.provider_usd_micros,
+        "drift": [{"day": d.day.isoformat(), "kind": str(d.kind), "model": d.model,
+                   "lines": list(d.lines), "provider_usd_micros": d.provider_usd_micros,
                    "ledger_usd_micros": d.ledger_usd_micros, "ratio": d.ratio,
                    "beyond_tolerance": d.beyond, "unverifiable": d.unverifiable}
                   for d in result.drift],
@@ -352,13 +355,13 @@ def _as_text(
         headers = ("BUCKET", "MODEL", "CLASS", "REQUESTS P/L", "UNEXPLAINED IN/OUT",
                    "IN DOUBT", "NOTE")  # fmt: skip
         parts.append(render.table(headers, rows))
-    drift = [[d.day.isoformat(), d.model, f"{d.provider_usd_micros / 1e6:.6f}",
-              f"{d.ledger_usd_micros / 1e6:.6f}",
-              render.NONE if d.ratio is None else f"{d.ratio:.3f}",
-              "DRIFT" if d.beyond else "unverifiable" if d.unverifiable else "ok"]
+    drift = [[d.day.isoformat(), str(d.kind), _drift_name(d), f"{d.provider_usd_micros / 1e6:.6f}",
+              render.NONE if d.kind in UNLEDGERED else f"{d.ledger_usd_micros / 1e6:.6f}",
+              render.NONE if d.ratio is None else f"{d.ratio:.3f}", _drift_verdict(d)]
              for d in result.drift]  # fmt: skip
     if drift:
-        parts.append(render.table(("DAY", "MODEL", "BILLED $", "LEDGER $", "RATIO", ""), drift))
+        headers = ("DAY", "KIND", "MODEL OR LINE", "BILLED $", "LEDGER $", "RATIO", "")
+        parts.append(render.table(headers, drift))
     counts = ", ".join(f"{sum(1 for b in result.buckets if b.cls is c)} {c}" for c in Class)
     parts.append(f"buckets: {counts}")
     n = len(result.resolutions)
@@ -392,6 +395,25 @@ def _as_text(
     if any(b.cls in FAILING for b in result.buckets) or any(d.beyond for d in result.drift):
         parts.append("the ledger and the provider's bill disagree (exit 3); see docs/reconcile.md")
     return "\n".join(parts)
+
+
+# Kinds of cost line the ledger has no side of: listed, never compared.
+UNLEDGERED = frozenset({Kind.STORAGE, Kind.OTHER})
+
+
+def _drift_name(d: Drift) -> str:
+    """A drift row's model, or the provider's lines it holds ("; " between them)."""
+    return d.model or "; ".join(d.lines) or render.NONE
+
+
+def _drift_verdict(d: Drift) -> str:
+    if d.beyond:
+        return "DRIFT"
+    if d.kind is Kind.STORAGE:
+        return "not metered"
+    if d.kind is Kind.OTHER:
+        return "other: unverifiable"
+    return "unverifiable" if d.unverifiable else "ok"
 
 
 OPTIONS = (

@@ -66,7 +66,8 @@ def registry_of(
     latest: dict[str, float] = {}
     for d in sorted(result.drift, key=lambda d: d.day):
         if d.ratio is not None:
-            latest[d.model] = d.ratio
+            # The day's tool lines are one row of no model: labelled "(tools)".
+            latest[d.model or f"({d.kind})"] = d.ratio
     for model in sorted(latest)[: limits.reconcile_models_max]:
         ratio.labels(provider, key, model).set(latest[model])
     failed = Gauge(

@@ -4,7 +4,9 @@ OpenAI's /organization/usage/completions and /embeddings in one-minute buckets a
 /organization/costs by day; Anthropic's /v1/organizations/usage_report/messages and
 /cost_report. Both SDKs send list parameters as `name[]=value`, and so does this. And one
 OpenAI Response by its id (GET /responses/{id}), read with a project's API key: a
-background response whose hold was left in doubt.
+background response whose hold was left in doubt. A cost line is classed by its kind
+(core/reconcile_model.py Kind): a model's, built-in tools' (compared with the ledger's tool
+fees), storage's (not metered by Earmark), or other (listed, never compared as a model).
 
 Errors are mapped once, here, to an OpsError that names the provider, the status and the
 provider's own message, and never the key.
@@ -33,7 +35,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from earmark import limits
-from earmark.core.reconcile import Billed, Reported, Tokens
+from earmark.core.reconcile import Billed, Kind, Reported, Tokens
 from earmark.ops.connect import OpsError
 from earmark.settings import is_loopback
 
@@ -45,6 +47,9 @@ Params = list[tuple[str, str]]
 # A response id as it may go into a URL's path: a hold's label is the worker's to write, so
 # one that is not an id's characters is never sent (no "/", "." or "%" to reach another path).
 RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
+# Anthropic's cost types of its server tools (the cost report's cost_type), billed apart
+# from tokens: ../shared/notes/provider-usage-reports.md.
+ANTHROPIC_TOOL_COSTS = frozenset({"web_search", "code_execution"})
 
 
 class RefusedReport(OpsError):
@@ -329,11 +334,54 @@ def openai_usage(
     return found
 
 
+# OpenAI's cost report grouped by line_item names each line in free text: the SDK types it
+# `line_item: Optional[str]` with no list of values (openai-python
+# src/openai/types/admin/organization/usage_costs_response.py, CostsResult), and OpenAI
+# publishes none. Published examples: "ft-gpt-4o-2024-08-06, input" and "..., output" (a
+# model's line, "MODEL, KIND": the openai-cookbook's recorded run of
+# examples/completions_usage_api.ipynb) and "Image models" (a line naming no model: the
+# CostsResult example of openai-python api_reference/openapi.transformed.yml). The
+# built-in tools and storage are billed apart from tokens (OpenAI's pricing page: web
+# search and file search tool calls per 1,000, file search storage per GB a day, code
+# interpreter by container) and reported apart (usage.py: /organization/usage/
+# web_search_calls, file_search_calls, code_interpreter_sessions, vector_stores). Their
+# lines' exact text is not published; seen in the wild (unverified): "web search tool
+# calls", "file search tool calls", "vector store storage", "file search storage",
+# "Vector storage", "code interpreter sessions", "Code interpreter", "containers". So a
+# line is classed by the words of those published names, in any case, whatever the rest
+# of its text (checked facts: ../shared/notes/provider-usage-reports.md):
+# storage first (a file search's storage is storage, not a call), then tools; a line of
+# the published "MODEL, KIND" shape is its model's; anything else is other.
+_STORAGE_WORDS = ("storage", "vector store")
+_TOOL_WORDS = ("web search", "file search", "code interpreter", "container")
+
+
+def openai_line(line_item: str) -> tuple[Kind, str]:
+    """A cost line item's kind, and its model for a model's line ("" otherwise)."""
+    words = " ".join(line_item.lower().replace("_", " ").split())
+    if any(word in words for word in _STORAGE_WORDS):
+        return Kind.STORAGE, ""
+    if any(word in words for word in _TOOL_WORDS):
+        return Kind.TOOLS, ""
+    model, comma, _ = line_item.partition(",")
+    model = model.strip()
+    if comma and model and not any(c.isspace() for c in model):
+        return Kind.MODEL, model
+    return Kind.OTHER, ""
+
+
+def _line_shown(line_item: str) -> str:
+    """A line item as shown: printable, and cut to its bound."""
+    printable = "".join(c if c.isprintable() else " " for c in line_item)
+    return printable[: limits.reconcile_line_item_max_chars]
+
+
 def openai_costs(
     reader: ReportReader, scope: Scope, since: datetime, until: datetime
 ) -> list[Billed]:
-    """Dollars per day and model: a line item is "MODEL, KIND" ("gpt-4o-2024-08-06,
-    input"), summed over its kinds."""
+    """Dollars per day and model: a model's line item is "MODEL, KIND" ("gpt-4o-2024-08-06,
+    input"), summed over its kinds; a line that names no model is classed by its kind
+    (openai_line: tools, storage or other), never compared as a model."""
     params: Params = [
         ("start_time", _unix(since)), ("end_time", _unix(until)), ("bucket_width", "1d"),
         ("limit", str(limits.reconcile_range_days_max)), ("group_by[]", "line_item"),
@@ -348,10 +396,12 @@ def openai_costs(
             day = _when(bucket["start_time"], "start_time", since, until).date()
             for r in bucket.get("results") or []:
                 amount = (r.get("amount") or {}).get("value")
-                model = str(r.get("line_item") or "").split(",")[0].strip()
-                _usd((r.get("amount") or {}).get("currency"), f"day {day} {model} amount.currency")
-                micros = _micros(amount, f"day {day} {model} amount.value", MICROS_PER_DOLLAR)
-                found.append(Billed(day, model, micros))
+                line = _line_shown(str(r.get("line_item") or ""))
+                kind, model = openai_line(line)
+                named = model or repr(line)
+                _usd((r.get("amount") or {}).get("currency"), f"day {day} {named} amount.currency")
+                micros = _micros(amount, f"day {day} {named} amount.value", MICROS_PER_DOLLAR)
+                found.append(Billed(day, model, micros, kind, line))
     return found
 
 
@@ -400,8 +450,10 @@ def anthropic_usage(
 def anthropic_costs(
     reader: ReportReader, scope: Scope, since: datetime, until: datetime
 ) -> list[Billed]:
-    """Dollars per day and model (amounts are decimal strings in cents). The report cannot
-    be narrowed to an API key: with --api-key-id there is no drift to report."""
+    """Dollars per day and model (amounts are decimal strings in cents). Its cost_type
+    (tokens, web_search, code_execution) classes a line: a tool's is compared with the
+    ledger's tool fees, a line of no model and no tool is other. The report cannot be
+    narrowed to an API key: with --api-key-id there is no drift to report."""
     if scope.api_key_id:
         return []
     params: Params = [
@@ -416,9 +468,14 @@ def anthropic_costs(
             day = _when(bucket["starting_at"], "starting_at", since, until).date()
             for r in bucket.get("results") or []:
                 model = str(r.get("model") or "")
-                _usd(r.get("currency"), f"day {day} {model} currency")
-                micros = _micros(r.get("amount"), f"day {day} {model} amount", MICROS_PER_CENT)
-                found.append(Billed(day, model, micros))
+                line = _line_shown(str(r.get("description") or r.get("cost_type") or ""))
+                kind = Kind.MODEL if model else Kind.OTHER
+                if str(r.get("cost_type") or "") in ANTHROPIC_TOOL_COSTS:
+                    kind, model = Kind.TOOLS, ""
+                named = model or repr(line)
+                _usd(r.get("currency"), f"day {day} {named} currency")
+                micros = _micros(r.get("amount"), f"day {day} {named} amount", MICROS_PER_CENT)
+                found.append(Billed(day, model, micros, kind, line))
     return found
 
 
