@@ -13,7 +13,17 @@ from typing import assert_never
 
 from earmark import limits
 from earmark.core import admission as admit
-from earmark.core import amounts, bookkeeping, calls, ratelimit, records, rules, windows
+from earmark.core import (
+    amounts,
+    bookkeeping,
+    calls,
+    notices,
+    ratelimit,
+    records,
+    refusals,
+    rules,
+    windows,
+)
 from earmark.core.amounts import Priced
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
@@ -183,6 +193,10 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         if window is not None:
             ratelimit.give_back(window)
         each, refusal = refusing
+        # Counted on the budget that refused, and its period's first refusal noticed.
+        decision.touched[each.budget_id] = each
+        if refusals.count(each, now):
+            decision.events.append(notices.refusing_event(each, amount, refusal.remaining, now))
         message = f"budget {each.budget_id!r}: {refusal.message}"
         return _refused(
             amount, priced, RefusalReason.INSUFFICIENT_BUDGET, refusal.remaining,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from earmark.core import notices, resets
-from earmark.core.model import HoldState, OveragePolicy
+from earmark.core import notices, resets, thresholds
+from earmark.core.model import HoldState, OveragePolicy, ThresholdBasis
 from earmark.core.state import BatchDecision, BatchState
 
 
@@ -34,17 +34,21 @@ def counters(state: BatchState) -> dict[tuple[str, int], tuple[int, int]]:
     return counters
 
 
-def spent(state: BatchState) -> dict[tuple[str, int], int]:
-    """used + held of every period the batch may move, as _counters keys them."""
-    return {key: used + held for key, (used, held) in counters(state).items()}
+Spent = dict[tuple[str, int], tuple[int, int]]
 
 
-def notice(
-    state: BatchState,
-    decision: BatchDecision,
-    spent: dict[tuple[str, int], int],
-    now: datetime,
-) -> None:
+def spent(state: BatchState) -> Spent:
+    """(what its thresholds measure, used + held) of every period the batch may move, as
+    counters keys them."""
+    figures = {}
+    for key, (used, held) in counters(state).items():
+        owner = state.budgets.get(key[0])
+        basis = ThresholdBasis.COMMITTED if owner is None else owner.threshold_basis
+        figures[key] = (thresholds.measured(basis, used, held), used + held)
+    return figures
+
+
+def notice(state: BatchState, decision: BatchDecision, spent: Spent, now: datetime) -> None:
     """The notices of the spend that moved since spent was taken (which it updates): the
     thresholds reached and SOFT limits passed, in each budget's current period, and in a
     closed period a hold of it settled past its hold (the events' unique key drops one
@@ -52,14 +56,20 @@ def notice(
     for budget_id in sorted(decision.touched):
         budget = decision.touched[budget_id]
         key = (budget_id, budget.period_no)
-        was, spent[key] = spent.get(key, 0), budget.used + budget.held
+        was = spent.get(key, (0, 0))
+        spent[key] = (notices.measure(budget), budget.used + budget.held)
         if budget.threshold_bps or budget.overage_policy is OveragePolicy.SOFT:
             decision.events.extend(notices.budget_events(budget, was, now))
     for key in sorted({*decision.closed_moved, *decision.closed_new}):
         closed = state.closed[key]
-        was, spent[key] = spent.get(key, 0), closed.used + closed.held
         owner = state.budgets.get(key[0])
-        if owner is not None and closed.used + closed.held > was:
+        basis = ThresholdBasis.COMMITTED if owner is None else owner.threshold_basis
+        was = spent.get(key, (0, 0))
+        spent[key] = now_is = (
+            thresholds.measured(basis, closed.used, closed.held),
+            closed.used + closed.held,
+        )
+        if owner is not None and (now_is[0] > was[0] or now_is[1] > was[1]):
             decision.events.extend(notices.closed_events(owner, closed, was, now))
 
 

@@ -1,5 +1,7 @@
 """The notices a batch writes with its changes (issue 34): a threshold crossed, a SOFT
-budget gone past its limit, a hold gone into doubt. Each is an event of the Standard
+budget gone past its limit, a budget's first refusal for want of room in a period (issue
+43), a hold gone into doubt. Every budget notice carries used, held, committed (used +
+held) and the threshold basis, whatever the notice's kind. Each is an event of the Standard
 Webhooks shape ({"type", "timestamp", "data"}) with an id the deliverer sends on every
 attempt; the batch that caused it writes it in its own transaction, at most once per
 budget, period and threshold (the row's noticed_bps, and the events table's unique key).
@@ -13,10 +15,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from earmark.core import thresholds
-from earmark.core.model import Budget, BudgetMode, Hold, OveragePolicy, PeriodTotals
+from earmark.core.model import (
+    Budget,
+    BudgetMode,
+    Hold,
+    OveragePolicy,
+    PeriodTotals,
+    ThresholdBasis,
+)
 
 THRESHOLD_CROSSED = "budget.threshold_crossed"
 EXCEEDED = "budget.exceeded"
+REFUSING = "budget.refusing"
 IN_DOUBT = "hold.in_doubt"
 
 # Event ids are derived from what makes an event one (its dedupe key), so that a batch
@@ -46,6 +56,9 @@ def _event(kind: str, budget_id: str, key: str, data: dict[str, Any], now: datet
     return Event(event_id, kind, budget_id, key, payload, now)
 
 
+BASIS_NAMES = {ThresholdBasis.COMMITTED: "committed", ThresholdBasis.USED: "used"}
+
+
 def _budget_data(budget: Budget) -> dict[str, Any]:
     return {
         "budget_id": budget.budget_id,
@@ -53,28 +66,38 @@ def _budget_data(budget: Budget) -> dict[str, Any]:
         "limit": budget.limit,
         "used": budget.used,
         "held": budget.held,
+        "committed": budget.used + budget.held,
+        "threshold_basis": BASIS_NAMES[budget.threshold_basis],
         "period_start": _iso(budget.period_start),
         "resets_at": _iso(budget.period_end),
         "mode": "observe" if budget.mode is BudgetMode.OBSERVE else "enforce",
     }
 
 
-def budget_events(budget: Budget, before: int, now: datetime) -> list[Event]:
-    """The notices of a rise of the budget's spend (used + held) from before to now's:
-    each threshold the spend has reached and the period has not noticed yet (reached, not
-    only crossed: a limit lowered past a threshold is noticed at the next rise), and a SOFT
-    budget's first pass of its limit; marked noticed on the budget."""
-    after = budget.used + budget.held
-    if budget.limit is None or after <= before:
+def measure(budget: Budget) -> int:
+    """The figure budget's thresholds are shares of (its basis's)."""
+    return thresholds.measured(budget.threshold_basis, budget.used, budget.held)
+
+
+def budget_events(budget: Budget, before: tuple[int, int], now: datetime) -> list[Event]:
+    """The notices of a rise of the budget's spend from before's (measure, used + held) to
+    now's: each threshold its basis's figure has reached and the period has not noticed
+    yet (reached, not only crossed: a limit lowered past a threshold is noticed at the next
+    rise), and a SOFT budget's first pass of its limit (used + held: what it admitted);
+    marked noticed on the budget."""
+    measured, committed = measure(budget), budget.used + budget.held
+    if budget.limit is None or (measured <= before[0] and committed <= before[1]):
         return []
     events = []
     key = f"{budget.budget_id}/{budget.period_no}"
-    for bps in thresholds.reached(budget.limit, after, budget.threshold_bps):
+    rose = measured > before[0]
+    for bps in thresholds.reached(budget.limit, measured, budget.threshold_bps) if rose else []:
         if bps in budget.noticed_bps:
             continue
         budget.noticed_bps = tuple(sorted((*budget.noticed_bps, bps)))
         data = {**_budget_data(budget), "threshold_bps": bps}
         events.append(_event(THRESHOLD_CROSSED, budget.budget_id, f"{key}/{bps}", data, now))
+    after = committed
     soft = budget.overage_policy is OveragePolicy.SOFT
     if soft and not budget.exceeded_noticed and after > budget.limit:
         budget.exceeded_noticed = True
@@ -83,18 +106,22 @@ def budget_events(budget: Budget, before: int, now: datetime) -> list[Event]:
     return events
 
 
-def closed_events(budget: Budget, closed: PeriodTotals, before: int, now: datetime) -> list[Event]:
+def closed_events(
+    budget: Budget, closed: PeriodTotals, before: tuple[int, int], now: datetime
+) -> list[Event]:
     """The notices of a rise of a closed period's spend (a hold of it settled past its
-    hold): what it reached, against the period's own limit. The period's row does not keep
-    what it noticed; the events' unique key drops one it already had."""
+    hold): what its basis's figure reached, against the period's own limit. The period's
+    row does not keep what it noticed; the events' unique key drops one it already had."""
+    measured = thresholds.measured(budget.threshold_basis, closed.used, closed.held)
     after = closed.used + closed.held
-    if closed.limit is None or after <= before:
+    if closed.limit is None or (measured <= before[0] and after <= before[1]):
         return []
     data = {
         **_budget_data(budget),
         "limit": closed.limit,
         "used": closed.used,
         "held": closed.held,
+        "committed": after,
         "period_start": _iso(closed.period_start),
         "resets_at": _iso(closed.period_end),
     }
@@ -107,12 +134,26 @@ def closed_events(budget: Budget, closed: PeriodTotals, before: int, now: dateti
             {**data, "threshold_bps": bps},
             now,
         )
-        for bps in thresholds.reached(closed.limit, after, budget.threshold_bps)
+        for bps in thresholds.reached(closed.limit, measured, budget.threshold_bps)
+        if measured > before[0]
     ]
     if budget.overage_policy is OveragePolicy.SOFT and after > closed.limit:
         exceeded = {**data, "overage_limit": budget.overage_limit}
         events.append(_event(EXCEEDED, budget.budget_id, f"{key}/exceeded", exceeded, now))
     return events
+
+
+def refusing_event(budget: Budget, refused: int, remaining: int | None, now: datetime) -> Event:
+    """The budget's first refusal for want of room in its period: a Reserve of refused
+    units found remaining; budget.refusals counts the rest on its row."""
+    data = {
+        **_budget_data(budget),
+        "refused_amount": refused,
+        "remaining": remaining,
+        "first_refused_at": _iso(budget.first_refused_at),
+    }
+    key = f"{budget.budget_id}/{budget.period_no}/refusing"
+    return _event(REFUSING, budget.budget_id, key, data, now)
 
 
 def in_doubt_event(hold: Hold, now: datetime) -> Event:

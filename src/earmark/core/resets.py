@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from earmark.core import refusals
 from earmark.core.model import Budget, PeriodTotals
 from earmark.core.periods import Calendar, period_at
 
@@ -65,6 +66,7 @@ def roll(budget: Budget, now: datetime) -> PeriodTotals | None:
     budget.noticed_bps = ()
     budget.exceeded_noticed = False
     budget.overage_since = None
+    refusals.start_period(budget)
     return closed
 
 

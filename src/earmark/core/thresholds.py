@@ -1,5 +1,6 @@
 """Threshold notices' rule (issue 34): which of a budget's thresholds a change of its spend
-crossed. A budget's spend here is used plus held, against its limit; a threshold is a
+crossed. A budget's spend here is what its basis measures (issue 43): used plus held, or
+used alone (measured), against its limit; a threshold is a
 share of the limit in basis points (8000: 80%). A change crosses a threshold when the
 spend was below its level and is at or above it; a rise of spend reaches every threshold
 at or below it (core.notices notices each once a period, so that a threshold a lowered
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from earmark import limits
+from earmark.core.model import ThresholdBasis
 
 
 class BadThresholds(ValueError):
@@ -31,6 +33,12 @@ def checked(thresholds_bps: Sequence[int]) -> tuple[int, ...]:
         if not 1 <= bps <= limits.threshold_bps_max:
             raise BadThresholds(f"threshold_bps: {bps} is not from 1 to {limits.threshold_bps_max}")
     return tuple(sorted(thresholds_bps))
+
+
+def measured(basis: ThresholdBasis, used: int, held: int) -> int:
+    """What a budget's thresholds are shares of: COMMITTED, used + held (spent, and held for
+    calls still running, which may yet be spent); USED, settled spend alone."""
+    return used if basis is ThresholdBasis.USED else used + held
 
 
 def level(limit: int, bps: int) -> int:

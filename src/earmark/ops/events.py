@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from earmark.store.events import ListedEvent
 
 HEADERS = ("SEQ", "ID", "KIND", "BUDGET", "CREATED", "STATE", "ATTEMPTS", "LAST ERROR")
-KINDS = ("budget.threshold_crossed", "budget.exceeded", "hold.in_doubt")
+KINDS = ("budget.threshold_crossed", "budget.exceeded", "budget.refusing", "hold.in_doubt")
 # store/events.py's states, named here too so that the parser is built without the
 # server's packages (asyncpg), which cli.py checks for only when the command runs.
 STATES = ("pending", "retrying", "delivered", "failed")

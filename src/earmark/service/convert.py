@@ -94,6 +94,8 @@ def budget_state(budget: Budget) -> pb.BudgetState:
         period_anchor=budget.period_anchor,
         mode=int(budget.mode),  # type: ignore[arg-type]
         threshold_bps=list(budget.threshold_bps),
+        threshold_basis=int(budget.threshold_basis),  # type: ignore[arg-type]
+        refusals=budget.refusals,
     )
     if budget.admissions_per_minute is not None:
         reply.admissions_per_minute = budget.admissions_per_minute
@@ -110,7 +112,10 @@ def budget_state(budget: Budget) -> pb.BudgetState:
     if budget.account is not None:
         reply.account = budget.account
         reply.feature = budget.feature or ""
-    for name in ("cycle_start", "cycle_end", "limit_read_at", "overage_since", "archived_at"):
+    for name in (
+        "cycle_start", "cycle_end", "limit_read_at", "overage_since", "archived_at",
+        "first_refused_at", "last_refused_at",
+    ):  # fmt: skip
         at = getattr(budget, name)
         if at is not None:
             getattr(reply, name).CopyFrom(timestamp(at))

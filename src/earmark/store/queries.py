@@ -132,10 +132,11 @@ INSERT_BUDGET = NamedQuery(f"""
 INSERT INTO budgets (budget_id, limit_units, unit, default_estimate, estimate_policy,
                      escrow_bps, overage_policy, overage_limit, period, timezone,
                      period_anchor, period_start, period_end, threshold_bps, mode,
-                     admissions_per_minute, units_per_minute)
+                     admissions_per_minute, units_per_minute, threshold_basis)
 VALUES ($budget_id, $limit, $unit, $default_estimate, $estimate_policy, $escrow_bps,
         $overage_policy, $overage_limit, $period, $timezone, $period_anchor, $period_start,
-        $period_end, $threshold_bps, $mode, $admissions_per_minute, $units_per_minute)
+        $period_end, $threshold_bps, $mode, $admissions_per_minute, $units_per_minute,
+        $threshold_basis)
 ON CONFLICT (budget_id) DO NOTHING
 RETURNING {BUDGET_COLUMNS}
 """)
@@ -149,7 +150,8 @@ UPDATE budgets SET limit_units = $limit, unit = $unit, default_estimate = $defau
     period = $period, timezone = $timezone, period_anchor = $period_anchor,
     period_start = $period_start, period_end = $period_end, threshold_bps = $threshold_bps,
     mode = $mode, admissions_per_minute = $admissions_per_minute,
-    units_per_minute = $units_per_minute, updated_at = now()
+    units_per_minute = $units_per_minute, threshold_basis = $threshold_basis,
+    updated_at = now()
 WHERE budget_id = $budget_id
 RETURNING {BUDGET_COLUMNS}
 """)
@@ -174,6 +176,7 @@ def _budget_args(query: NamedQuery, spec: Budget) -> list[object]:
         mode=int(spec.mode),
         admissions_per_minute=spec.admissions_per_minute,
         units_per_minute=spec.units_per_minute,
+        threshold_basis=int(spec.threshold_basis),
     )
 
 

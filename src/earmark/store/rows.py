@@ -22,6 +22,7 @@ from earmark.core.model import (
     Phase,
     RateCounts,
     Settlement,
+    ThresholdBasis,
 )
 from earmark.core.periods import Period
 from earmark.core.prices import Price, Shape, counts
@@ -32,7 +33,8 @@ BUDGET_COLUMNS = (
     "overage_policy, overage_limit, overage_since, archived_at, period, timezone, "
     "period_anchor, period_no, period_start, period_end, threshold_bps, noticed_bps, "
     "exceeded_noticed, mode, admissions_per_minute, units_per_minute, rate_window_start, "
-    "rate_admissions, rate_units, rate_prev_admissions, rate_prev_units"
+    "rate_admissions, rate_units, rate_prev_admissions, rate_prev_units, threshold_basis, "
+    "refusals, first_refused_at, last_refused_at"
 )
 BUDGET_COLUMN_TYPES = {
     "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
@@ -47,6 +49,8 @@ BUDGET_COLUMN_TYPES = {
     "admissions_per_minute": "bigint", "units_per_minute": "bigint",
     "rate_window_start": "timestamptz", "rate_admissions": "bigint", "rate_units": "bigint",
     "rate_prev_admissions": "bigint", "rate_prev_units": "bigint",
+    "threshold_basis": "smallint", "refusals": "bigint", "first_refused_at": "timestamptz",
+    "last_refused_at": "timestamptz",
 }  # fmt: skip
 assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
@@ -118,6 +122,10 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         threshold_bps=tuple(row["threshold_bps"]),
         noticed_bps=tuple(row["noticed_bps"]),
         exceeded_noticed=row["exceeded_noticed"],
+        threshold_basis=ThresholdBasis(row["threshold_basis"]),
+        refusals=row["refusals"],
+        first_refused_at=row["first_refused_at"],
+        last_refused_at=row["last_refused_at"],
         mode=BudgetMode(row["mode"]),
         admissions_per_minute=row["admissions_per_minute"],
         units_per_minute=row["units_per_minute"],
