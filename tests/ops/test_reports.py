@@ -88,7 +88,7 @@ def test_a_report_out_of_its_shape_is_one_line() -> None:
 
 # OpenAI's line items: a model's "MODEL, KIND" (the cookbook's recorded run), "Image models"
 # (the SDK's published example), and the tools' and storage's lines as seen in the wild
-# (their text is not published: ../shared/notes/provider-usage-reports.md).
+# (their text is not published: docs/reconcile.md, "Cost lines that name no model").
 LINE_ITEMS = {
     "gpt-4o-2024-08-06, input": (Kind.MODEL, "gpt-4o-2024-08-06"),
     "ft-gpt-4o-2024-08-06, output": (Kind.MODEL, "ft-gpt-4o-2024-08-06"),

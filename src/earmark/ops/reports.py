@@ -341,15 +341,16 @@ def openai_usage(
 # model's line, "MODEL, KIND": the openai-cookbook's recorded run of
 # examples/completions_usage_api.ipynb) and "Image models" (a line naming no model: the
 # CostsResult example of openai-python api_reference/openapi.transformed.yml). The
-# built-in tools and storage are billed apart from tokens (OpenAI's pricing page: web
-# search and file search tool calls per 1,000, file search storage per GB a day, code
-# interpreter by container) and reported apart (usage.py: /organization/usage/
+# built-in tools and storage are billed apart from tokens (OpenAI's pricing page, as
+# third-party summaries give it: web search and file search tool calls per 1,000, file
+# search storage per GB a day, code interpreter by container) and reported apart
+# (openai-python resources/admin/organization/usage.py: /organization/usage/
 # web_search_calls, file_search_calls, code_interpreter_sessions, vector_stores). Their
 # lines' exact text is not published; seen in the wild (unverified): "web search tool
 # calls", "file search tool calls", "vector store storage", "file search storage",
 # "Vector storage", "code interpreter sessions", "Code interpreter", "containers". So a
 # line is classed by the words of those published names, in any case, whatever the rest
-# of its text (checked facts: ../shared/notes/provider-usage-reports.md):
+# of its text (the sources: docs/reconcile.md, "Cost lines that name no model"):
 # storage first (a file search's storage is storage, not a call), then tools; a line of
 # the published "MODEL, KIND" shape is its model's; anything else is other.
 _STORAGE_WORDS = ("storage", "vector store")
