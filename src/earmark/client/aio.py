@@ -230,11 +230,13 @@ class AsyncClient(AdminCalls):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _in_background(self, coroutine: Coroutine[Any, Any, Any]) -> None:
-        """Runs coroutine (a settle) without its caller waiting; flush() waits for it."""
+    def _in_background(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Runs coroutine (a settle, a hold's label) without its caller waiting; flush()
+        waits for it."""
         task = asyncio.ensure_future(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background_done)
+        return task
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

@@ -258,7 +258,8 @@ class Metering:
             )
             self.end_soon(oldest, None)
         running = Running(hold, call, call_id, later)
-        running.labelling = asyncio.ensure_future(self._label(running))
+        # In the background set, so that flush() waits for the id to be recorded too.
+        running.labelling = self.earmark._in_background(self._label(running))
         self.running[call_id] = running
         self.earmark._kept[running] = partial(self.end_soon, running, None)
 
