@@ -300,6 +300,12 @@ class Metrics:
             "earmark_budget_remaining", "What a budget has left.", ["budget_id", "unit"],
             registry=r,
         )  # fmt: skip
+        self.budget_refusals = Gauge(
+            "earmark_budget_refusals",
+            "Reserves a budget refused for want of room in its current period (0 again at "
+            "its next; exported budgets only).",
+            ["budget_id", "unit"], registry=r,
+        )  # fmt: skip
         self.budgets_exported = Gauge(
             "earmark_budgets_exported", "Budgets with per-budget gauges (at most the cap).",
             registry=r,
@@ -323,6 +329,7 @@ class Metrics:
         )
         self._replace(self.budget_used, {(b.budget_id, b.unit): b.used for b in budgets})
         self._replace(self.budget_held, {(b.budget_id, b.unit): b.held for b in budgets})
+        self._replace(self.budget_refusals, {(b.budget_id, b.unit): b.refusals for b in budgets})
         self.budgets_exported.set(len(budgets))
 
     def _replace(self, gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:

@@ -360,10 +360,12 @@ async def open_holds_by_unit(conn: Conn) -> list[UnitTotals]:
 
 
 async def most_used_budgets(conn: Conn, count: int) -> list[Budget]:
-    """The count live budgets with the highest (used + held) / limit; unlimited ones last."""
+    """The count live budgets that refused in their period first (a blocked team is the
+    one to watch), then those with the highest (used + held) / limit; unlimited ones last."""
     rows = await conn.fetch(
         f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE archived_at IS NULL "
-        "ORDER BY (used + held)::float8 / nullif(limit_units, 0) DESC NULLS LAST, "
+        "ORDER BY refusals > 0 DESC, "
+        "(used + held)::float8 / nullif(limit_units, 0) DESC NULLS LAST, "
         "budget_id LIMIT $1",
         count,
     )
