@@ -222,6 +222,13 @@ notify_tolerance_seconds = 300
 # limit up to threshold_bps_max basis points (past 100%: a SOFT budget's overage).
 thresholds_max = 8
 threshold_bps_max = 100_000
+# UpdateBudget's update_mask (issue 43) names at most update_mask_paths_max paths: there are
+# 15 fields, and `*`; a mask of more is refused before it is read.
+update_mask_paths_max = 32
+# A budget reads as refusing (CLI and console STATUS) while it refused a Reserve for want of
+# room within the last refusing_recent_seconds (or has refused this period and has nothing
+# left at all).
+refusing_recent_seconds = 300
 # A budget's rate window (issue 34) admits at most admissions_per_minute_max admissions a
 # minute: past it, a window is no bound (its units window is bounded by limit_units_max).
 admissions_per_minute_max = 1_000_000_000
@@ -611,6 +618,8 @@ assert 1 <= spend_rows_default <= spend_rows_max <= 10_000
 assert len("America/Argentina/ComodRivadavia") <= timezone_length_max <= 255
 assert 16 <= notify_secret_bytes_min <= 64
 assert 1 <= thresholds_max <= 64
+assert 16 <= update_mask_paths_max <= 256
+assert 10 <= refusing_recent_seconds <= 86_400
 assert bps_per_unit <= threshold_bps_max <= 1_000 * bps_per_unit
 assert 60 <= notify_tolerance_seconds <= 3600
 assert len(f"${limit_units_max // 10**6:,}.000000") <= amount_text_length_max <= 100

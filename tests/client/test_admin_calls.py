@@ -20,11 +20,12 @@ from earmark.client import (
     RefusalReason,
     Reservation,
     Shape,
+    ThresholdBasis,
 )
 from earmark.client.admin import LedgerEntry
 from earmark.core.model import LedgerKind
 from tests.conftest import Running
-from tests.helpers import FakeClock, eventually
+from tests.helpers import FakeClock, assert_invariants, eventually
 
 
 async def test_prices_and_cycles_through_the_client(sidecar: Running) -> None:
@@ -178,3 +179,41 @@ async def test_a_budgets_policies_through_the_client(clocked: Running) -> None:
         second.resets_at,
         second.retry_after is not None and second.retry_after > timedelta(0),
     )
+
+
+async def test_update_budget_changes_only_what_it_names(clocked: Running, clock: FakeClock) -> None:
+    """update_budget sends the settings given and names them in the mask: the limit raised
+    keeps the period, thresholds, basis, mode and windows; None clears an optional; an
+    explicit mask of `*` resets what it does not give; a budget refused by its limit
+    reads back its refusals, and nothing named is a ValueError before any call."""
+    async with AsyncClient(clocked.target, admin_target=clocked.admin_target) as client:
+        put = await client.put_budget(
+            "grow", 1_000, "tokens", period=Period.MONTH, threshold_bps=[8_000],
+            threshold_basis=ThresholdBasis.USED, mode=BudgetMode.OBSERVE,
+            admissions_per_minute=60,
+        )  # fmt: skip
+        raised = await client.update_budget("grow", limit=5_000)
+        unbound = await client.update_budget("grow", admissions_per_minute=None)
+        starred = await client.update_budget("grow", update_mask=["*"], limit=10, unit="tokens")
+        refused = await client.reserve("grow", 11)
+        read = await client.get_budget("grow")
+        with pytest.raises(ValueError, match="update_budget"):
+            await client.update_budget("grow")
+    policies = ("period", "threshold_bps", "threshold_basis", "mode", "admissions_per_minute")
+    assert isinstance(refused, Refusal)
+    assert (
+        [getattr(put, name) for name in policies],
+        (5_000, 1_000),
+        (None, 5_000, (8_000,)),
+        (10, Period.NEVER, (), ThresholdBasis.COMMITTED, BudgetMode.ENFORCE),
+        (1, clock(), clock()),
+    ) == (
+        [getattr(raised, name) for name in policies],
+        (raised.limit, put.limit),
+        (unbound.admissions_per_minute, unbound.limit, unbound.threshold_bps),
+        (starred.limit, starred.period, starred.threshold_bps, starred.threshold_basis,
+         starred.mode),
+        (read.refusals, read.first_refused_at, read.last_refused_at),
+    )  # fmt: skip
+    assert (Period.MONTH, ThresholdBasis.USED) == (put.period, put.threshold_basis)
+    await assert_invariants(clocked.dsn)

@@ -14,7 +14,14 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 
-from earmark.core.model import Budget, HoldState, Outcome, Policies, RefusalReason
+from earmark.core.model import (
+    Budget,
+    HoldState,
+    Outcome,
+    Policies,
+    RefusalReason,
+    ThresholdBasis,
+)
 from earmark.core.ops import (
     ChargeOp,
     ChargeResult,
@@ -28,6 +35,7 @@ from earmark.core.ops import (
 )
 from earmark.core.periods import Calendar, Period
 from earmark.core.prices import Price, Shape, Usage
+from earmark.core.specs import Fields
 from earmark.errors import EarmarkError, Reason
 from earmark.store import Store
 from earmark.store.interface import Holds
@@ -379,3 +387,47 @@ async def test_prices_are_versioned_and_price_a_reserve_by_shape(
     assert (4_000, 2) == (held.amount, held.price_version)
     assert (2_400, 2) == (settled.used, settled.price_version)
     assert (10_000, 2_400, 0, 0) == counters(await store.get_budget("m"))
+
+
+async def test_an_update_sets_only_the_fields_it_names(backend: Backend) -> None:
+    """update_budget merges the named fields into the stored budget (an unnamed one stays,
+    a named one unset is cleared), checks the merge with PutBudget's rules and puts it as
+    PutBudget does: counters kept, a unit in use locked, an unknown or archived budget
+    refused."""
+    store = backend.store
+    policies = Policies(
+        calendar=Calendar(Period.DAY),
+        threshold_bps=(8_000,),
+        admissions_per_minute=60,
+        threshold_basis=ThresholdBasis.USED,
+    )
+    await store.put_budget("u", 1_000, "tokens", escrow_bps=500, policies=policies)
+    await store.submit(reserve("u", 100, "k"))
+    raised = await store.update_budget(Fields("u", limit=2_000, unit="other"), frozenset({"limit"}))
+    settings = (
+        raised.limit, raised.unit, raised.escrow_bps, raised.period, raised.threshold_bps,
+        raised.admissions_per_minute, raised.threshold_basis, counters(raised)[1:],
+    )  # fmt: skip
+    cleared = await store.update_budget(Fields("u"), frozenset({"admissions_per_minute"}))
+    needs_limit = store.update_budget(Fields("u"), frozenset({"limit"}))
+    locked = store.update_budget(Fields("u", unit="credits"), frozenset({"unit"}))
+    missing = store.update_budget(Fields("none", limit=1), frozenset({"limit"}))
+    await store.put_budget("gone", None, "tokens")
+    await store.archive_budget("gone")
+    archived = store.update_budget(Fields("gone", limit=1), frozenset({"limit"}))
+    assert (
+        (2_000, "tokens", 500, Period.DAY, (8_000,), 60, ThresholdBasis.USED, (0, 100, 1)),
+        (None, 2_000),
+        ("InvalidArgument", Reason.INVALID_FIELD),
+        ("FailedPrecondition", Reason.UNIT_LOCKED),
+        ("NotFound", Reason.BUDGET_NOT_FOUND),
+        ("FailedPrecondition", Reason.BUDGET_ARCHIVED),
+    ) == (
+        settings,
+        (cleared.admissions_per_minute, cleared.limit),
+        await attempt(needs_limit),
+        await attempt(locked),
+        await attempt(missing),
+        await attempt(archived),
+    )
+    assert counters(raised) == counters(await store.get_budget("u"))

@@ -41,6 +41,7 @@ from earmark.core.model import (
     Outcome,
     OveragePolicy,
     RefusalReason,
+    ThresholdBasis,
 )
 from earmark.core.periods import Period
 from earmark.core.prices import Price, Shape, Usage
@@ -91,6 +92,7 @@ __all__ = [
     "Settled",
     "Shape",
     "SyncHold",
+    "ThresholdBasis",
     "UnauthenticatedError",
     "UnavailableError",
     "UnitLockedError",

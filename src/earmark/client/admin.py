@@ -8,6 +8,7 @@ the last one is read; Client turns them into plain iterators.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,10 +30,37 @@ from earmark.core.model import (
     LedgerKind,
     OveragePolicy,
     Phase,
+    ThresholdBasis,
 )
 from earmark.core.periods import Period
 from earmark.core.prices import Price, Usage, counts
 from earmark.v1 import budget_pb2 as pb
+
+
+class Unset(enum.Enum):
+    """update_budget's default for a setting it leaves as it is."""
+
+    UNSET = "unset"
+
+
+UNSET = Unset.UNSET
+
+
+def budget_request(budget_id: str, values: Mapping[str, object]) -> pb.PutBudgetRequest:
+    """A PutBudgetRequest setting values (PutBudgetRequest's field names): None leaves an
+    optional field absent, an enum is sent as its number."""
+    request = pb.PutBudgetRequest(budget_id=budget_id)
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name == "threshold_bps":
+            assert isinstance(value, Sequence)
+            request.threshold_bps.extend(value)
+        elif isinstance(value, enum.IntEnum):
+            setattr(request, name, int(value))
+        else:
+            setattr(request, name, value)
+    return request
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,41 +247,98 @@ class AdminCalls:
         mode: BudgetMode = BudgetMode.ENFORCE,
         admissions_per_minute: int | None = None,
         units_per_minute: int | None = None,
+        threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED,
     ) -> BudgetState:
-        """Creates or updates a budget (None: no limit); every setting not given takes its
-        default. escrow_bps keeps that share of the limit, in basis points, for final-phase
-        holds; a SOFT overage_policy admits past the limit up to overage_limit (None:
-        without bound) and flags the budget. period makes it start again at zero at the
-        local midnight of each period's first day in timezone (an IANA name, "" for UTC),
-        period_anchor the ISO weekday (WEEK) or day of the month (MONTH, QUARTER, YEAR) it
-        starts on (0: the first); a changed period takes effect at the next boundary.
-        threshold_bps writes a notice when spend reaches each share of the limit (8000 =
-        80%), once a period. OBSERVE mode admits what ENFORCE would refuse and says so
-        (Reservation.would_refuse). admissions_per_minute and units_per_minute bound what
-        it admits a minute, over a sliding window (None: no bound)."""
-        request = pb.PutBudgetRequest(
-            budget_id=budget_id,
-            unit=unit,
-            estimate_policy=int(estimate_policy),  # type: ignore[arg-type]
-            escrow_bps=escrow_bps,
-            overage_policy=int(overage_policy),  # type: ignore[arg-type]
-            period=int(period),  # type: ignore[arg-type]
-            timezone=timezone,
-            period_anchor=period_anchor,
-            threshold_bps=list(threshold_bps),
-            mode=int(mode),  # type: ignore[arg-type]
+        """Creates or replaces a budget (None: no limit); every setting not given takes its
+        default (update_budget changes only what it names). escrow_bps keeps that share of
+        the limit, in basis points, for final-phase holds; a SOFT overage_policy admits past
+        the limit up to overage_limit (None: without bound) and flags the budget. period
+        makes it start again at zero at the local midnight of each period's first day in
+        timezone (an IANA name, "" for UTC), period_anchor the ISO weekday (WEEK) or day of
+        the month (MONTH, QUARTER, YEAR) it starts on (0: the first); a changed period takes
+        effect at the next boundary. threshold_bps writes a notice when spend reaches each
+        share of the limit (8000 = 80%), once a period, measured on threshold_basis
+        (COMMITTED: used + held; USED: settled spend only). OBSERVE mode admits what
+        ENFORCE would refuse and says so (Reservation.would_refuse). admissions_per_minute
+        and units_per_minute bound what it admits a minute, over a sliding window (None: no
+        bound)."""
+        request = budget_request(
+            budget_id,
+            {
+                "limit": limit,
+                "unit": unit,
+                "default_estimate": default_estimate,
+                "estimate_policy": estimate_policy,
+                "escrow_bps": escrow_bps,
+                "overage_policy": overage_policy,
+                "overage_limit": overage_limit,
+                "period": period,
+                "timezone": timezone,
+                "period_anchor": period_anchor,
+                "threshold_bps": threshold_bps,
+                "mode": mode,
+                "admissions_per_minute": admissions_per_minute,
+                "units_per_minute": units_per_minute,
+                "threshold_basis": threshold_basis,
+            },
         )
-        if limit is not None:
-            request.limit = limit
-        if default_estimate is not None:
-            request.default_estimate = default_estimate
-        if overage_limit is not None:
-            request.overage_limit = overage_limit
-        if admissions_per_minute is not None:
-            request.admissions_per_minute = admissions_per_minute
-        if units_per_minute is not None:
-            request.units_per_minute = units_per_minute
         return budget_state_of(await self._admin_call("PutBudget", request))
+
+    async def update_budget(
+        self,
+        budget_id: str,
+        *,
+        update_mask: Sequence[str] | None = None,
+        limit: int | Unset | None = UNSET,
+        unit: str | Unset = UNSET,
+        default_estimate: int | Unset | None = UNSET,
+        estimate_policy: EstimatePolicy | Unset = UNSET,
+        escrow_bps: int | Unset = UNSET,
+        overage_policy: OveragePolicy | Unset = UNSET,
+        overage_limit: int | Unset | None = UNSET,
+        period: Period | Unset = UNSET,
+        timezone: str | Unset = UNSET,
+        period_anchor: int | Unset = UNSET,
+        threshold_bps: Sequence[int] | Unset = UNSET,
+        mode: BudgetMode | Unset = UNSET,
+        admissions_per_minute: int | Unset | None = UNSET,
+        units_per_minute: int | Unset | None = UNSET,
+        threshold_basis: ThresholdBasis | Unset = UNSET,
+    ) -> BudgetState:
+        """Changes only the settings given of an existing budget (UpdateBudget, AIP-134);
+        every other setting stays. None clears an optional one (limit=None: unlimited).
+        update_mask, when given, names the fields instead (PutBudgetRequest's names, or
+        ["*"] for every field, as put_budget sets them); a field it names that is not
+        given is cleared to its default. Raises BudgetNotFoundError for a budget that does
+        not exist, InvalidArgumentError naming the field for a merge PutBudget would
+        refuse, and ValueError when nothing is named."""
+        given: dict[str, object] = {
+            name: value
+            for name, value in (
+                ("limit", limit),
+                ("unit", unit),
+                ("default_estimate", default_estimate),
+                ("estimate_policy", estimate_policy),
+                ("escrow_bps", escrow_bps),
+                ("overage_policy", overage_policy),
+                ("overage_limit", overage_limit),
+                ("period", period),
+                ("timezone", timezone),
+                ("period_anchor", period_anchor),
+                ("threshold_bps", threshold_bps),
+                ("mode", mode),
+                ("admissions_per_minute", admissions_per_minute),
+                ("units_per_minute", units_per_minute),
+                ("threshold_basis", threshold_basis),
+            )
+            if value is not UNSET
+        }
+        paths = list(update_mask) if update_mask is not None else sorted(given)
+        if not paths:
+            raise ValueError("update_budget: give a setting to change, or an update_mask")
+        request = pb.UpdateBudgetRequest(budget=budget_request(budget_id, given))
+        request.update_mask.paths.extend(paths)
+        return budget_state_of(await self._admin_call("UpdateBudget", request))
 
     async def get_budget(self, budget_id: str) -> BudgetState:
         """A budget's limit, use, holds and settings."""

@@ -225,6 +225,7 @@ class Client(_Twin[AsyncClient]):
     renew = blocking(AsyncClient.renew)
     settle = blocking(AsyncClient.settle)
     put_budget = blocking(AsyncClient.put_budget)
+    update_budget = blocking(AsyncClient.update_budget)
     get_budget = blocking(AsyncClient.get_budget)
     delete_budget = blocking(AsyncClient.delete_budget)
     put_price = blocking(AsyncClient.put_price)

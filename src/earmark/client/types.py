@@ -22,6 +22,7 @@ from earmark.core.model import (
     HoldState,
     OveragePolicy,
     RefusalReason,
+    ThresholdBasis,
 )
 from earmark.core.periods import Period
 from earmark.core.prices import Shape, Usage
@@ -195,6 +196,12 @@ class BudgetState:
     threshold_bps: tuple[int, ...] = ()
     admissions_per_minute: int | None = None
     units_per_minute: int | None = None
+    # What the thresholds measure (COMMITTED: used + held; USED: settled spend only), and
+    # the Reserves refused for want of room this period, the first and the latest.
+    threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
+    refusals: int = 0
+    first_refused_at: datetime | None = None
+    last_refused_at: datetime | None = None
 
 
 # To the wire.
@@ -350,4 +357,8 @@ def budget_state_of(reply: pb.BudgetState) -> BudgetState:
         threshold_bps=tuple(reply.threshold_bps),
         admissions_per_minute=optional("admissions_per_minute"),
         units_per_minute=optional("units_per_minute"),
+        threshold_basis=ThresholdBasis(reply.threshold_basis or ThresholdBasis.COMMITTED),
+        refusals=reply.refusals,
+        first_refused_at=_time(reply, "first_refused_at"),
+        last_refused_at=_time(reply, "last_refused_at"),
     )

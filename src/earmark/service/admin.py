@@ -7,6 +7,7 @@ import structlog
 
 from earmark import limits, validate
 from earmark.core import resets
+from earmark.core.model import Budget
 from earmark.core.ops import ReleaseOp, ResolveOp, SettleResult
 from earmark.errors import FailedPrecondition, Reason, Unavailable
 from earmark.metrics import Metrics
@@ -40,56 +41,32 @@ class AdminService(pb_grpc.AdminServicer):
     @rpc("PutBudget")
     async def PutBudget(self, request: pb.PutBudgetRequest, context: Context) -> pb.BudgetState:
         budget_id = validate.budget_id(request.budget_id)
-        limit = validate.limit(request.limit) if request.HasField("limit") else None
-        unit = validate.unit(request.unit)
-        default_estimate = validate.default_estimate(
-            request.HasField("default_estimate"), request.default_estimate
-        )
-        policy = validate.estimate_policy(request.estimate_policy)
-        escrow_bps = validate_scopes.escrow_bps(request.escrow_bps, limit is not None)
-        overage_policy = validate_scopes.overage_policy(request.overage_policy)
-        overage_limit = validate_scopes.overage_limit(
-            request.HasField("overage_limit"), request.overage_limit, overage_policy
-        )
-        policies = validate_policies.policies(
-            period=request.period,
-            timezone=request.timezone,
-            anchor=request.period_anchor,
-            threshold_bps=request.threshold_bps,
-            has_limit=limit is not None,
-            mode_value=request.mode,
-            admissions=(request.HasField("admissions_per_minute"), request.admissions_per_minute),
-            units=(request.HasField("units_per_minute"), request.units_per_minute),
-        )
+        spec = validate_policies.spec(request)
+        given = spec.budget
         budget = await self.store.put_budget(
             budget_id,
-            limit,
-            unit,
-            default_estimate=default_estimate,
-            estimate_policy=policy,
-            escrow_bps=escrow_bps,
-            overage_policy=overage_policy,
-            overage_limit=overage_limit,
-            policies=policies,
+            given.limit,
+            given.unit,
+            default_estimate=given.default_estimate,
+            estimate_policy=given.estimate_policy,
+            escrow_bps=given.escrow_bps,
+            overage_policy=given.overage_policy,
+            overage_limit=given.overage_limit,
+            policies=spec.policies,
         )
-        log.info(
-            "put_budget",
-            budget_id=budget_id,
-            limit=limit,
-            unit=budget.unit,
-            default_estimate=default_estimate,
-            estimate_policy=policy.name,
-            escrow_bps=escrow_bps or None,
-            overage_policy=overage_policy.name,
-            overage_limit=overage_limit,
-            period=policies.calendar.period.name,
-            timezone=policies.calendar.timezone or None,
-            period_anchor=policies.calendar.anchor or None,
-            threshold_bps=list(policies.threshold_bps) or None,
-            mode=policies.mode.name,
-            admissions_per_minute=policies.admissions_per_minute,
-            units_per_minute=policies.units_per_minute,
-        )
+        log.info("put_budget", **_settings(budget))
+        return convert.budget_state(budget)
+
+    @rpc("UpdateBudget")
+    async def UpdateBudget(
+        self, request: pb.UpdateBudgetRequest, context: Context
+    ) -> pb.BudgetState:
+        """Sets only the fields the mask names (AIP-134); the store merges them into the
+        budget it locked and checks the whole as PutBudget does."""
+        validate.budget_id(request.budget.budget_id)
+        given, named = validate_policies.update(request)
+        budget = await self.store.update_budget(given, named)
+        log.info("update_budget", update_mask=sorted(named), **_settings(budget))
         return convert.budget_state(budget)
 
     @rpc("GetBudget")
@@ -265,3 +242,25 @@ class AdminService(pb_grpc.AdminServicer):
         budget = await self.store.archive_budget(validate.budget_id(request.budget_id))
         log.info("delete_budget", budget_id=budget.budget_id)
         return convert.budget_state(budget)
+
+
+def _settings(budget: Budget) -> dict[str, object]:
+    """What an operator set of a budget, as PutBudget and UpdateBudget log it."""
+    return {
+        "budget_id": budget.budget_id,
+        "limit": budget.limit,
+        "unit": budget.unit,
+        "default_estimate": budget.default_estimate,
+        "estimate_policy": budget.estimate_policy.name,
+        "escrow_bps": budget.escrow_bps or None,
+        "overage_policy": budget.overage_policy.name,
+        "overage_limit": budget.overage_limit,
+        "period": budget.period.name,
+        "timezone": budget.timezone or None,
+        "period_anchor": budget.period_anchor or None,
+        "threshold_bps": list(budget.threshold_bps) or None,
+        "threshold_basis": budget.threshold_basis.name,
+        "mode": budget.mode.name,
+        "admissions_per_minute": budget.admissions_per_minute,
+        "units_per_minute": budget.units_per_minute,
+    }

@@ -1,14 +1,16 @@
-"""PutBudget's transaction: create a budget, or set what an operator sets on one."""
+"""PutBudget's transaction: create a budget, or set what an operator sets on one; and
+UpdateBudget's, which sets only the fields an update names (core.updates) on the row it
+locked, checked whole with PutBudget's rules (core.specs)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
 
-from earmark.core import resets
+from earmark.core import resets, specs, updates
 from earmark.core.model import Budget
 from earmark.core.periods import Period
-from earmark.errors import FailedPrecondition, InvalidArgument, Reason
+from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
 from earmark.store import queries
 from earmark.store.tx import Conn
 
@@ -32,6 +34,24 @@ async def put(conn: Conn, spec: Budget, now: datetime) -> Budget:
         # Another sidecar created it since: update the row that won.
         budget = await queries.lock_budget_for_update(conn, budget_id)
         assert budget is not None
+    return await _put_on(conn, budget, spec, now)
+
+
+async def update(conn: Conn, given: specs.Fields, named: frozenset[str], now: datetime) -> Budget:
+    """Sets the fields named of given's budget: its row locked FOR UPDATE, read, the
+    fields named merged into what it holds, the whole checked as PutBudget checks it, and
+    put as PutBudget puts it. The lock makes a concurrent update of another field wait and
+    then merge into this one's result, so neither is lost. Not found: NOT_FOUND."""
+    budget = await queries.lock_budget_for_update(conn, given.budget_id)
+    if budget is None:
+        raise budget_not_found(given.budget_id)
+    spec = specs.checked(updates.merged(specs.fields_of(budget), given, named)).budget
+    return await _put_on(conn, budget, spec, now)
+
+
+async def _put_on(conn: Conn, budget: Budget, spec: Budget, now: datetime) -> Budget:
+    """Puts spec on budget, whose row this transaction has locked FOR UPDATE."""
+    budget_id = spec.budget_id
     if budget.archived_at is not None:
         raise FailedPrecondition(
             f"budget {budget_id!r} was archived; a new budget needs a new id",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
 from earmark.core.ops import Op, Result
 from earmark.core.prices import Price
+from earmark.core.specs import Fields
 from earmark.errors import Unavailable
 from earmark.store.cycles import Report
 from earmark.store.marks import Mark
@@ -51,6 +52,8 @@ class Budgets(Protocol):
         overage_limit: int | None = None,
         policies: Policies | None = None,
     ) -> Budget: ...
+
+    async def update_budget(self, given: Fields, named: frozenset[str]) -> Budget: ...
 
     async def get_budget(self, budget_id: str) -> Budget: ...
 

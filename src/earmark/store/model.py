@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from earmark import limits
-from earmark.core import resets
+from earmark.core import resets, specs, updates
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due, sample_keys
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
@@ -119,6 +119,20 @@ class Model:
             self.budgets.get(budget_id), spec, now, in_use_closed=bool(open_closed or used_closed)
         )
         self.budgets[budget_id] = stored
+        return resets.current(copy.deepcopy(stored), now)
+
+    async def update_budget(self, given: specs.Fields, named: frozenset[str]) -> Budget:
+        """Sets only the fields named of an existing budget, as store/budgets.py does: the
+        named fields merged into what it holds, checked whole, put as PutBudget puts."""
+        budget = self.budgets.get(given.budget_id)
+        if budget is None:
+            raise budget_not_found(given.budget_id)
+        spec = specs.checked(updates.merged(specs.fields_of(budget), given, named)).budget
+        now = self.clock()
+        open_closed, used_closed = self._closed_use(given.budget_id)
+        in_use_closed = bool(open_closed or used_closed)
+        stored = put_checked(budget, spec, now, in_use_closed=in_use_closed)
+        self.budgets[given.budget_id] = stored
         return resets.current(copy.deepcopy(stored), now)
 
     async def get_budget(self, budget_id: str) -> Budget:

@@ -66,6 +66,7 @@ def put_checked(
         period_start=window.start,
         period_end=window.end,
         threshold_bps=spec.threshold_bps,
+        threshold_basis=spec.threshold_basis,
         mode=spec.mode,
         admissions_per_minute=spec.admissions_per_minute,
         units_per_minute=spec.units_per_minute,

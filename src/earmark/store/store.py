@@ -12,7 +12,7 @@ from typing import TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.core import resets
+from earmark.core import resets, specs
 from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
 from earmark.core.ops import Op, RepriceOp, RepriceResult, Result
 from earmark.core.prices import Price, PriceBook
@@ -228,6 +228,18 @@ class Store:
 
         async def work(conn: Conn) -> Budget:
             return await budgets.put(conn, spec, self._clock())
+
+        return resets.current(await self._transaction(work, "read_committed"), self._clock())
+
+    async def update_budget(self, given: specs.Fields, named: frozenset[str]) -> Budget:
+        """Sets only the fields named (core.updates) of an existing budget, as PutBudget
+        would set them all: one READ COMMITTED transaction locks the row FOR UPDATE, merges
+        the named fields into what it holds, checks the whole with PutBudget's rules and
+        writes it, so an update of another field that runs at the same time waits and is
+        never lost. NOT_FOUND for a budget that does not exist."""
+
+        async def work(conn: Conn) -> Budget:
+            return await budgets.update(conn, given, named, self._clock())
 
         return resets.current(await self._transaction(work, "read_committed"), self._clock())
 

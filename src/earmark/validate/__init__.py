@@ -11,8 +11,7 @@ from typing import TypeVar
 from google.protobuf.duration_pb2 import Duration
 
 from earmark import limits
-from earmark.core import bounds
-from earmark.core.model import EstimatePolicy, Outcome
+from earmark.core.model import Outcome
 from earmark.errors import InvalidArgument
 
 E = TypeVar("E", bound=enum.IntEnum)
@@ -20,7 +19,6 @@ E = TypeVar("E", bound=enum.IntEnum)
 # Printable ASCII without spaces: ids travel in logs, metrics and shell commands. Every
 # pattern is applied with fullmatch: `$` would also match before a trailing newline.
 _ID = re.compile(r"[\x21-\x7e]+")
-_UNIT = re.compile(r"[a-z][a-z0-9_]*")
 _LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
 # Protobuf's bound on a Duration's seconds, about 10,000 years.
 _DURATION_SECONDS_MAX = 315_576_000_000
@@ -65,24 +63,6 @@ def amount(field: str, value: int, *, zero_ok: bool = False) -> int:
         raise InvalidArgument(field, f"is {value}; it must be {'>= 0' if zero_ok else '> 0'}")
     if value > limits.amount_units_max:
         raise InvalidArgument(field, f"is {value}; at most {limits.amount_units_max}")
-    return value
-
-
-def limit(value: int) -> int:
-    # The one bound on a limit, shared with the limits read from the billing provider.
-    problem = bounds.limit_problem(value)
-    if problem is not None:
-        raise InvalidArgument("limit", f"{problem} (absent is unlimited)" if value < 0 else problem)
-    return value
-
-
-def unit(value: str) -> str:
-    if len(value) > limits.unit_length_max:
-        raise InvalidArgument(
-            "unit", f"is {len(value)} characters; at most {limits.unit_length_max}"
-        )
-    if value and not _UNIT.fullmatch(value):
-        raise InvalidArgument("unit", "must be lower-case letters, digits and _ (like usd_micros)")
     return value
 
 
@@ -166,16 +146,6 @@ def feature(value: str) -> str:
 
 def job(value: str) -> str:
     return identifier("job", value, limits.job_length_max) if value else ""
-
-
-def default_estimate(present: bool, value: int) -> int | None:
-    return amount("default_estimate", value) if present else None
-
-
-def estimate_policy(value: int) -> EstimatePolicy:
-    if value == 0:
-        return EstimatePolicy.MEDIAN
-    return known("estimate_policy", value, EstimatePolicy, "EstimatePolicy")
 
 
 def price_filter(field: str, value: str, length_max: int) -> str:

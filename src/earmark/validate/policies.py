@@ -1,61 +1,50 @@
-"""Checks of a budget's policies (issue 34: period, notices, mode, rate windows); each
-failure names its field."""
+"""A PutBudgetRequest's settings (limit, unit, estimates, escrow, overage, and issue 34's
+period, notices, mode and rate windows, issue 43's threshold_basis), and an
+UpdateBudgetRequest's mask. The rules themselves are core.specs' (PutBudget's, which the
+store also runs on an update's merge) and core.updates' (the mask); each failure names its
+field."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from earmark import limits
-from earmark.core import periods, thresholds
-from earmark.core.model import BudgetMode, Policies
-from earmark.errors import InvalidArgument
-from earmark.validate import known
+from earmark.core import specs, updates
+from earmark.v1 import budget_pb2 as pb
 
 
-def mode(value: int) -> BudgetMode:
-    if value == 0:
-        return BudgetMode.ENFORCE
-    return known("mode", value, BudgetMode, "BudgetMode")
+def fields(request: pb.PutBudgetRequest) -> specs.Fields:
+    """The request as plain data, unchecked: an absent optional is None."""
 
+    def optional(name: str) -> int | None:
+        value: int = getattr(request, name)
+        return value if request.HasField(name) else None
 
-def per_minute(name: str, present: bool, value: int, most: int) -> int | None:
-    """A rate window's bound: absent, none; else from 1 to most."""
-    if not present:
-        return None
-    if not 1 <= value <= most:
-        raise InvalidArgument(name, f"is {value}; it must lie between 1 and {most}")
-    return value
-
-
-def policies(
-    *,
-    period: int,
-    timezone: str,
-    anchor: int,
-    threshold_bps: Sequence[int],
-    has_limit: bool,
-    mode_value: int,
-    admissions: tuple[bool, int],
-    units: tuple[bool, int],
-) -> Policies:
-    """The policies PutBudget sets, or InvalidArgument naming the first field that is
-    wrong."""
-    try:
-        calendar = periods.checked(period, timezone, anchor)
-    except periods.BadCalendar as bad:
-        raise InvalidArgument(bad.field, str(bad).removeprefix(f"{bad.field}: ")) from None
-    try:
-        checked = thresholds.checked(list(threshold_bps))
-    except thresholds.BadThresholds as bad:
-        raise InvalidArgument("threshold_bps", str(bad).removeprefix("threshold_bps: ")) from None
-    if checked and not has_limit:
-        raise InvalidArgument("threshold_bps", "needs a limit: thresholds are shares of it")
-    return Policies(
-        calendar=calendar,
-        threshold_bps=checked,
-        mode=mode(mode_value),
-        admissions_per_minute=per_minute(
-            "admissions_per_minute", *admissions, limits.admissions_per_minute_max
-        ),
-        units_per_minute=per_minute("units_per_minute", *units, limits.limit_units_max),
+    return specs.Fields(
+        budget_id=request.budget_id,
+        limit=optional("limit"),
+        unit=request.unit,
+        default_estimate=optional("default_estimate"),
+        estimate_policy=request.estimate_policy,
+        escrow_bps=request.escrow_bps,
+        overage_policy=request.overage_policy,
+        overage_limit=optional("overage_limit"),
+        period=request.period,
+        timezone=request.timezone,
+        period_anchor=request.period_anchor,
+        threshold_bps=tuple(request.threshold_bps),
+        mode=request.mode,
+        admissions_per_minute=optional("admissions_per_minute"),
+        units_per_minute=optional("units_per_minute"),
+        threshold_basis=request.threshold_basis,
     )
+
+
+def spec(request: pb.PutBudgetRequest) -> specs.Spec:
+    """What PutBudget sets, or InvalidArgument naming the first field that is wrong."""
+    return specs.checked(fields(request))
+
+
+def update(request: pb.UpdateBudgetRequest) -> tuple[specs.Fields, frozenset[str]]:
+    """An update's fields (unchecked: the store checks their merge) and the names of those
+    it changes, or InvalidArgument naming update_mask."""
+    given = fields(request.budget)
+    paths = list(request.update_mask.paths) if request.HasField("update_mask") else []
+    return given, updates.mask(paths, given)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from earmark import limits
-from earmark.core.model import OPEN_STATES, HoldState, OveragePolicy, Phase
+from earmark.core.model import OPEN_STATES, HoldState, Phase
 from earmark.errors import InvalidArgument
 from earmark.validate import identifier, known
 
@@ -30,35 +30,6 @@ def also_budget_ids(values: Sequence[str], own: str) -> tuple[str, ...]:
 
 def phase(value: int) -> Phase:
     return Phase.WORK if value == 0 else known("phase", value, Phase, "Phase")
-
-
-def escrow_bps(value: int, has_limit: bool) -> int:
-    if value < 0 or value > limits.escrow_bps_max:
-        raise InvalidArgument(
-            "escrow_bps", f"is {value}; it must lie between 0 and {limits.escrow_bps_max}"
-        )
-    if value and not has_limit:
-        raise InvalidArgument("escrow_bps", "needs a limit: an unlimited budget keeps no escrow")
-    return value
-
-
-def overage_policy(value: int) -> OveragePolicy:
-    if value == 0:
-        return OveragePolicy.HARD
-    return known("overage_policy", value, OveragePolicy, "OveragePolicy")
-
-
-def overage_limit(present: bool, value: int, policy: OveragePolicy) -> int | None:
-    """How far past its limit a SOFT budget may go; only SOFT takes one."""
-    if not present:
-        return None
-    if policy is not OveragePolicy.SOFT:
-        raise InvalidArgument("overage_limit", "is only for overage_policy OVERAGE_POLICY_SOFT")
-    if value < 0 or value > limits.limit_units_max:
-        raise InvalidArgument(
-            "overage_limit", f"is {value}; it must lie between 0 and {limits.limit_units_max}"
-        )
-    return value
 
 
 def page_size(value: int) -> int:

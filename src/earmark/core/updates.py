@@ -1,0 +1,63 @@
+"""UpdateBudget's merge (issue 43, AIP-134): which of a budget's settings an update names,
+and the settings it leaves: the named fields as the request gives them (a named field left
+unset clears it: a named limit left unset is unlimited), every other field as stored.
+
+The mask's paths are PutBudgetRequest's field names. No mask (absent, or no paths) names
+the fields the request populates (an optional present, anything else not its default);
+`*` alone names every field, as PutBudget sets them. The merge is plain data in and out;
+the store runs it in the transaction that locked the budget's row, then checks the result
+with PutBudget's rules (core.specs), so two updates of different fields never lose one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields, replace
+
+from earmark import limits
+from earmark.core.specs import Fields
+from earmark.errors import InvalidArgument
+
+# Every field an update may name, in PutBudgetRequest's order; budget_id names the budget.
+PATHS = tuple(f.name for f in fields(Fields) if f.name != "budget_id")
+EVERY = "*"
+# The shortest of a path the error about it quotes (an unknown path may be long).
+_QUOTED_CHARS = 64
+
+
+def mask(paths: Sequence[str], given: Fields) -> frozenset[str]:
+    """The fields an update changes: paths checked (each a PATHS name, or `*` alone), or
+    without paths those given populates; InvalidArgument naming update_mask otherwise."""
+    if len(paths) > limits.update_mask_paths_max:
+        raise InvalidArgument(
+            "update_mask", f"has {len(paths)} paths; at most {limits.update_mask_paths_max}"
+        )
+    if not paths:
+        return populated(given)
+    if EVERY in paths:
+        if len(paths) != 1:
+            raise InvalidArgument("update_mask", "`*` names every field; give it alone")
+        return frozenset(PATHS)
+    for path in paths:
+        if path == "budget_id":
+            raise InvalidArgument(
+                "update_mask", "path 'budget_id' names the budget; it cannot change"
+            )
+        if path not in PATHS:
+            shown = path[:_QUOTED_CHARS]
+            raise InvalidArgument(
+                "update_mask",
+                f"path {shown!r} is not a field of the budget; the fields are " + ", ".join(PATHS),
+            )
+    return frozenset(paths)
+
+
+def populated(given: Fields) -> frozenset[str]:
+    """The fields given sets: an optional present, anything else not its default."""
+    empty = Fields(budget_id=given.budget_id)
+    return frozenset(path for path in PATHS if getattr(given, path) != getattr(empty, path))
+
+
+def merged(current: Fields, given: Fields, named: frozenset[str]) -> Fields:
+    """current with the fields named taken from given (unset in given: cleared)."""
+    assert named <= frozenset(PATHS), named
+    return replace(current, **{path: getattr(given, path) for path in sorted(named)})
