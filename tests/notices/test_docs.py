@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from earmark.core import notices
+from earmark.core.model import Budget, OveragePolicy
 from earmark.notices import signing
 from earmark.notices.deliver import body_of
 from earmark.ops import events
@@ -78,3 +80,17 @@ def test_the_verification_by_hand_verifies_the_example_and_refuses_a_changed_bod
 def test_the_listed_states_are_the_commands() -> None:
     """Every state the doc offers to --state is one the command takes."""
     assert all(f"`{state}`" in DOC.read_text() for state in events.STATES)
+
+
+def test_each_budget_payload_has_the_keys_the_sidecar_writes() -> None:
+    """The doc's threshold, exceeded and refusing examples carry exactly the data keys
+    core.notices writes for them."""
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    budget = Budget("acme", 1_000, "tokens", held=900, threshold_bps=(5_000,))
+    (crossed,) = notices.budget_events(budget, (0, 0), at)
+    soft = Budget("soft", 100, "tokens", used=150, overage_policy=OveragePolicy.SOFT)
+    (exceeded,) = notices.budget_events(soft, (0, 0), at)
+    refusing = notices.refusing_event(budget, 300, 100, at)
+    for event in (crossed, exceeded, refusing):
+        documented = json.loads(block("json", f'"type": "{event.kind}"'))["data"]
+        assert sorted(event.payload["data"]) == sorted(documented)
