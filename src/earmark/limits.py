@@ -373,7 +373,8 @@ stop_holds_shown_max = 10
 stop_after_drain_seconds_max = 30.0
 # The repricer (a background loop) looks for holds priced by shape whose price in effect
 # moved every reprice_interval_seconds, and reprices at most reprice_holds_per_pass_max of
-# them a pass, soonest deadline first.
+# them a pass, oldest first, going on where the pass before left off (holds it cannot move
+# never starve the ones behind them).
 reprice_interval_seconds = 1.0
 reprice_holds_per_pass_max = 1_000
 # A background loop asked to stop finishes its current transaction, at most this long.

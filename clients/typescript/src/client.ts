@@ -165,7 +165,16 @@ export interface PutBudgetOptions {
   admissionsPerMinute?: number;
   /** At most this much held a minute, over a sliding window [no bound]. */
   unitsPerMinute?: number;
+  /** What thresholdBps are shares of: COMMITTED, used + held; USED, settled spend alone
+   * [COMMITTED]. */
+  thresholdBasis?: ThresholdBasis;
 }
+
+export type ThresholdBasis = 'COMMITTED' | 'USED';
+const THRESHOLD_BASIS: Record<ThresholdBasis, pb.ThresholdBasis> = {
+  COMMITTED: pb.ThresholdBasis.THRESHOLD_BASIS_COMMITTED,
+  USED: pb.ThresholdBasis.THRESHOLD_BASIS_USED,
+};
 
 export interface Price {
   provider: string;
@@ -493,6 +502,7 @@ export class EarmarkClient {
       timezone: options.timezone ?? '',
       periodAnchor: options.periodAnchor ?? 0,
       thresholdBps: [...(options.thresholdBps ?? [])],
+      thresholdBasis: THRESHOLD_BASIS[options.thresholdBasis ?? 'COMMITTED'],
       mode: BUDGET_MODE[options.mode ?? 'ENFORCE'],
       admissionsPerMinute:
         options.admissionsPerMinute === undefined

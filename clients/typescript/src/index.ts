@@ -14,6 +14,7 @@ export {
   type ReserveOptions,
   type RetryPolicy,
   type SettleOptions,
+  type ThresholdBasis,
 } from './client.js';
 export * from './errors.js';
 export {
@@ -25,6 +26,7 @@ export {
   JOURNAL_SUFFIX,
   QUARANTINE,
   type JournalRecord,
+  UnsafeJournalError,
 } from './journal.js';
 export { Hold, hold, type HoldOptions } from './hold.js';
 export { metered, NOT_METERED_SCHEME, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
