@@ -139,7 +139,7 @@ async def test_readme_operator_commands_run(sidecar: Running, tmp_path: Path) ->
         '"escrow_bps": 1500',
         "15%      archived",
         "observe   week in America/New_York",
-        "80%,95.5%    120 admissions/min",
+        "80%,95.5%    committed         120 admissions/min",
     ):
         assert expected in out, expected
     await assert_invariants(sidecar.dsn)

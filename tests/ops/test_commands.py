@@ -56,9 +56,10 @@ async def test_a_budget_is_put_read_and_deleted(sidecar: Running) -> None:
     )  # fmt: skip
     assert [
         ["BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW",
-         "STATUS", "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "RATE"],
+         "STATUS", "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS",
+         "THRESHOLD BASIS", "RATE", "REFUSALS"],
         ["session", "usd_micros", "$10.00", "$0.00", "$0.00", "$10.00", "0", "soft +$0.50",
-         "15%", "ok", "enforce", "never", "-", "-", "-", "-"],
+         "15%", "ok", "enforce", "never", "-", "-", "-", "committed", "-", "0"],
     ] == rows(put)  # fmt: skip
     state = await run_json(sidecar, "budgets", "get", "session")
     assert ("10000000", 1500, "OVERAGE_POLICY_SOFT", "500000", "20000", "ESTIMATE_POLICY_P75") == (
@@ -87,7 +88,7 @@ async def test_a_budgets_policies_are_put_and_shown(
     )  # fmt: skip
     state = await run_json(clocked, "budgets", "get", "team")
     listed = await run(clocked, "budgets", "list", "--prefix", "team")
-    again = await run(clocked, "budgets", "put", "team", "--unit", "usd_micros")
+    again = await run(clocked, "budgets", "put", "team", "--unit", "usd_micros", "--replace")
     # The clock reads 2026-12-01 12:00 UTC: Berlin's month from the 15th runs from November
     # 15th to December 15th, at its midnights (23:00 UTC the day before).
     shown = {
@@ -142,7 +143,7 @@ async def test_an_unlimited_budget_and_a_missing_one(sidecar: Running) -> None:
     put = rows(await run(sidecar, "budgets", "put", "meter", "--unit", "tokens"))
     assert [
         "meter", "tokens", "unlimited", "0", "0", "-", "0", "hard", "-", "ok", "enforce", "never",
-        "-", "-", "-", "-",
+        "-", "-", "-", "committed", "-", "0",
     ] == put[1]  # fmt: skip
     missing = await failure(sidecar, "budgets", "get", "nope")
     assert "NOT_FOUND BUDGET_NOT_FOUND: budget 'nope' not found" == missing

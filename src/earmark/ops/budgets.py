@@ -1,20 +1,27 @@
-"""`earmark budgets put|get|list|delete`: a budget's settings and state, through Admin.
+"""`earmark budgets put|update|get|list|delete`: a budget's settings and state, through Admin.
 
 `budgets list` lists every budget, or those whose id starts with `--prefix` (ListBudgets);
 `budgets list --account A` lists an account's billing-cycle budgets (ListCycles). `put`
 sets every field, its policies too (issue 34: period, thresholds, mode, rate windows): a
-flag not given takes its default, as PutBudget does with a field not sent."""
+flag not given takes its default, as PutBudget does with a field not sent. On a budget
+that exists, a put that would so drop its period, thresholds (or their basis), mode or
+rate windows refuses, naming them, unless given --replace (issue 43). `update` changes
+only the settings its flags name (UpdateBudget with their mask); `--unlimited`,
+`--no-thresholds` and `--clear FIELD` name a setting to clear."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from google.protobuf.message import Message
 
 from earmark import limits, options
+from earmark.core import refusing
+from earmark.errors import Reason
 from earmark.ops import policies, render
-from earmark.ops.connect import Admin, access_from, add_admin_arguments
+from earmark.ops.connect import Admin, OpsError, access_from, add_admin_arguments
 from earmark.ops.holds import follow_pages
 from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
@@ -23,9 +30,17 @@ OVERAGE_POLICIES = {"hard": pb.OVERAGE_POLICY_HARD, "soft": pb.OVERAGE_POLICY_SO
 ESTIMATE_POLICIES = {"median": pb.ESTIMATE_POLICY_MEDIAN, "p75": pb.ESTIMATE_POLICY_P75}
 HEADERS = (
     "BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW", "STATUS",
-    "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "RATE",
+    "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "THRESHOLD BASIS", "RATE",
+    "REFUSALS",
 )  # fmt: skip
 AMOUNTS = ("LIMIT", "USED", "HELD", "REMAINING", "HOLDS")
+# What `budgets update --clear FIELD` may clear, to its default: the PutBudgetRequest
+# fields an update may name, but the unit (which "" keeps).
+CLEARABLE = (
+    "limit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy",
+    "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode",
+    "admissions_per_minute", "units_per_minute", "threshold_basis",
+)  # fmt: skip
 
 
 def _threshold(text: str) -> int:
@@ -96,6 +111,13 @@ POLICY_OPTIONS = (
         metavar="PERCENT",
     ),
     Option(
+        "threshold_basis",
+        "what --threshold measures: committed, used + held (money spent and money held for "
+        "calls still running); used, settled spend only",
+        shown="committed",
+        choices=list(policies.BASES),
+    ),
+    Option(
         "mode",
         "enforce refuses what does not fit; observe admits it and answers would_refuse",
         shown="enforce",
@@ -114,6 +136,31 @@ POLICY_OPTIONS = (
         metavar="N",
     ),
 )
+REPLACE = Option(
+    "replace",
+    "on a budget that exists, set every field even where that drops its period, "
+    "thresholds, mode or rate windows (without it, such a put refuses and names them)",
+    default=False,
+    action="store_true",
+)
+# update's flags: put's, none with a default (a flag not given, None or for a repeatable
+# one empty, is not changed), and those that clear a setting.
+UPDATE_OPTIONS = (
+    *(Option(o.name, o.help, default=() if o.action == "append" else None, convert=o.convert,
+             choices=o.choices, action=o.action, metavar=o.metavar)
+      for o in (*PUT_OPTIONS, *POLICY_OPTIONS)),
+    Option("unlimited", "clear the limit: the budget becomes unlimited", default=False,
+           action="store_true"),
+    Option("no_thresholds", "clear every threshold", default=False, action="store_true"),
+    Option(
+        "clear",
+        "clear this setting to its default (as put without its flag); repeat for more",
+        default=(),
+        choices=CLEARABLE,
+        action="append",
+        metavar="FIELD",
+    ),
+)  # fmt: skip
 # One or the other.
 LIST_OPTIONS = (
     Option("prefix", "only budgets whose id starts with this", default=""),
@@ -128,11 +175,20 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     put = verbs.add_parser(
         "put",
         help="create a budget or replace its settings; a setting not given takes its "
-        "default (no --limit: unlimited; no --period: never resets; no --mode: enforce)",
+        "default (no --limit: unlimited; no --period: never resets; no --mode: enforce); "
+        "on an existing budget it refuses to drop a period, thresholds, mode or rate "
+        "windows without --replace (to change one setting: budgets update)",
     )
     put.add_argument("budget_id")
-    options.add_options(put, (*PUT_OPTIONS, *POLICY_OPTIONS))
+    options.add_options(put, (*PUT_OPTIONS, *POLICY_OPTIONS, REPLACE))
     put.set_defaults(run=put_budget)
+    update = verbs.add_parser(
+        "update",
+        help="change only the settings named (UpdateBudget); every other setting stays",
+    )
+    update.add_argument("budget_id")
+    options.add_options(update, UPDATE_OPTIONS)
+    update.set_defaults(run=update_budget)
     get = verbs.add_parser("get", help="a budget's settings and state")
     get.add_argument("budget_id")
     get.set_defaults(run=get_budget)
@@ -146,29 +202,35 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     delete.add_argument("budget_id")
     delete.set_defaults(run=delete_budget)
-    for verb in (put, get, listing, delete):
+    for verb in (put, update, get, listing, delete):
         add_admin_arguments(verb)
 
 
 def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
-    """The PutBudgetRequest the put command's flags describe."""
-    request = pb.PutBudgetRequest(budget_id=args.budget_id, unit=args.unit)
+    """The PutBudgetRequest the put (or update) command's flags describe: a flag not given
+    (None) leaves its field unset."""
+    request = pb.PutBudgetRequest(budget_id=args.budget_id, unit=args.unit or "")
     if args.limit is not None:
         request.limit = args.limit
     if args.default_estimate is not None:
         request.default_estimate = args.default_estimate
     if args.estimate_policy:
         request.estimate_policy = ESTIMATE_POLICIES[args.estimate_policy]
-    request.escrow_bps = args.escrow_bps
+    if args.escrow_bps is not None:
+        request.escrow_bps = args.escrow_bps
     if args.overage_policy:
         request.overage_policy = OVERAGE_POLICIES[args.overage_policy]
     if args.overage_limit is not None:
         request.overage_limit = args.overage_limit
     if args.period:
         request.period = policies.PERIODS[args.period]  # type: ignore[assignment]
-    request.timezone = args.timezone
-    request.period_anchor = args.period_anchor
-    request.threshold_bps.extend(args.threshold)
+    if args.timezone is not None:
+        request.timezone = args.timezone
+    if args.period_anchor is not None:
+        request.period_anchor = args.period_anchor
+    request.threshold_bps.extend(args.threshold or ())
+    if args.threshold_basis:
+        request.threshold_basis = policies.BASES[args.threshold_basis]  # type: ignore[assignment]
     if args.mode:
         request.mode = policies.MODES[args.mode]  # type: ignore[assignment]
     if args.admissions_per_minute is not None:
@@ -178,10 +240,98 @@ def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
     return request
 
 
+def dropped(current: pb.BudgetState, put: pb.PutBudgetRequest) -> list[str]:
+    """What of current's period, thresholds (and their basis), mode and rate windows put
+    would reset to its default, each as the operator reads it; none when put names them
+    all (or names others in their place)."""
+    found = []
+    calendar = (current.period, current.timezone, current.period_anchor)
+    if any(now and not then for now, then in zip(
+        calendar, (put.period, put.timezone, put.period_anchor), strict=True
+    )):  # fmt: skip
+        found.append(f"period {policies.period_text(*calendar)}")
+    if current.threshold_bps and not put.threshold_bps:
+        found.append(f"thresholds {','.join(policies.percents(current.threshold_bps))}")
+    if current.threshold_basis == pb.THRESHOLD_BASIS_USED and not put.threshold_basis:
+        found.append("threshold basis used")
+    if current.mode == pb.BUDGET_MODE_OBSERVE and not put.mode:
+        found.append("mode observe")
+    windows = [
+        f"{name} {getattr(current, name):,}"
+        for name in ("admissions_per_minute", "units_per_minute")
+        if current.HasField(name) and not put.HasField(name)
+    ]
+    if windows:
+        found.append("windows " + ", ".join(windows))
+    return found
+
+
 def put_budget(args: argparse.Namespace) -> str:
+    request = put_request(args)
     with Admin(access_from(args)) as admin:
-        state = admin.call("PutBudget", put_request(args), pb.BudgetState)
-    return show([state], args.output, state)
+        if not args.replace:
+            current = existing(admin, args.budget_id)
+            drops = dropped(current, request) if current is not None else []
+            if drops:
+                raise OpsError(
+                    f"budget {args.budget_id!r}: this put would drop {', '.join(drops)}; "
+                    "name them, use `budgets update`, or give --replace"
+                )
+        state = admin.call("PutBudget", request, pb.BudgetState)
+    return show([state], args.output, state, detail=True)
+
+
+def existing(admin: Admin, budget_id: str) -> pb.BudgetState | None:
+    """The budget as GetBudget answers it; None when there is none."""
+    try:
+        return admin.call("GetBudget", pb.GetBudgetRequest(budget_id=budget_id), pb.BudgetState)
+    except OpsError as error:
+        if str(error).startswith(f"NOT_FOUND {Reason.BUDGET_NOT_FOUND.value}:"):
+            return None
+        raise
+
+
+def update_request(args: argparse.Namespace) -> pb.UpdateBudgetRequest:
+    """The UpdateBudgetRequest of the update command's flags: the fields they set, and
+    those they clear, named in its mask; OpsError when they name none, or one twice."""
+    given = put_request(args)
+    flags = {
+        "limit": args.limit is not None,
+        "unit": args.unit is not None,
+        "default_estimate": args.default_estimate is not None,
+        "estimate_policy": args.estimate_policy is not None,
+        "escrow_bps": args.escrow_bps is not None,
+        "overage_policy": args.overage_policy is not None,
+        "overage_limit": args.overage_limit is not None,
+        "period": args.period is not None,
+        "timezone": args.timezone is not None,
+        "period_anchor": args.period_anchor is not None,
+        "threshold_bps": bool(args.threshold),
+        "mode": args.mode is not None,
+        "admissions_per_minute": args.admissions_per_minute is not None,
+        "units_per_minute": args.units_per_minute is not None,
+        "threshold_basis": args.threshold_basis is not None,
+    }
+    named = [name for name, on in flags.items() if on]
+    cleared = list(args.clear or ())
+    cleared += ["limit"] if args.unlimited else []
+    cleared += ["threshold_bps"] if args.no_thresholds else []
+    both = sorted(set(named) & set(cleared))
+    if both:
+        raise OpsError(f"{both[0]}: both set and cleared; give one or the other")
+    paths = sorted(set(named) | set(cleared))
+    if not paths:
+        raise OpsError("name a setting to change (a put flag, --unlimited, --clear FIELD)")
+    request = pb.UpdateBudgetRequest(budget=given)
+    request.update_mask.paths.extend(paths)
+    return request
+
+
+def update_budget(args: argparse.Namespace) -> str:
+    request = update_request(args)
+    with Admin(access_from(args)) as admin:
+        state = admin.call("UpdateBudget", request, pb.BudgetState)
+    return show([state], args.output, state, detail=True)
 
 
 def get_budget(args: argparse.Namespace) -> str:
@@ -189,7 +339,7 @@ def get_budget(args: argparse.Namespace) -> str:
         state = admin.call(
             "GetBudget", pb.GetBudgetRequest(budget_id=args.budget_id), pb.BudgetState
         )
-    return show([state], args.output, state)
+    return show([state], args.output, state, detail=True)
 
 
 def list_budgets(args: argparse.Namespace) -> str:
@@ -219,15 +369,19 @@ def delete_budget(args: argparse.Namespace) -> str:
     return show([state], args.output, state)
 
 
-def show(states: Sequence[pb.BudgetState], output: str, answer: Message) -> str:
-    """The answer as one JSON document, or its budgets as a table."""
+def show(
+    states: Sequence[pb.BudgetState], output: str, answer: Message, *, detail: bool = False
+) -> str:
+    """The answer as one JSON document, or its budgets as a table (detail: one budget's,
+    its latest refusal's time beside its count)."""
     if output == "json":
         return render.as_json(answer)
-    return render.table(HEADERS, [row(state) for state in states], right=AMOUNTS)
+    now = datetime.now(UTC)
+    return render.table(HEADERS, [row(state, now, detail) for state in states], right=AMOUNTS)
 
 
-def row(state: pb.BudgetState) -> list[str]:
-    """A budget's line of the table."""
+def row(state: pb.BudgetState, now: datetime, detail: bool = False) -> list[str]:
+    """A budget's line of the table at now."""
     unit = state.unit
 
     def optional(field: str, absent: str) -> str:
@@ -243,14 +397,24 @@ def row(state: pb.BudgetState) -> list[str]:
         f"{state.open_reservations:,}",
         policy(state),
         f"{state.escrow_bps / 100:g}%" if state.escrow_bps else render.NONE,
-        status(state),
+        status(state, now),
         policies.mode_name(state.mode),
         policies.period_text(state.period, state.timezone, state.period_anchor),
         render.timestamp(state.period_start),
         render.timestamp(state.resets_at),
         ",".join(policies.percents(state.threshold_bps)) or render.NONE,
+        policies.basis_name(state.threshold_basis),
         rate(state),
+        refusals(state, detail),
     ]
+
+
+def refusals(state: pb.BudgetState, detail: bool) -> str:
+    """Reserves refused for want of room this period; with detail, and the latest's time."""
+    count = f"{state.refusals:,}"
+    if not detail or not state.refusals:
+        return count
+    return f"{count}, last {render.timestamp(state.last_refused_at)}"
 
 
 def rate(state: pb.BudgetState) -> str:
@@ -269,15 +433,27 @@ def policy(state: pb.BudgetState) -> str:
     return "soft"
 
 
-def status(state: pb.BudgetState) -> str:
-    """What an operator should notice: archived, exceeded, in overage; else ok."""
+def status(state: pb.BudgetState, now: datetime) -> str:
+    """What an operator should notice at now: archived, exceeded, in overage, refusing
+    (core.refusing: refused for want of room this period, lately or with nothing left);
+    else ok."""
     flags = [
         name
         for name, on in (
             ("archived", state.HasField("archived_at")),
             ("exceeded", state.exceeded),
             ("overage", state.HasField("overage_since")),
+            ("refusing", is_refusing(state, now)),
         )
         if on
     ]
     return ",".join(flags) or "ok"
+
+
+def is_refusing(state: pb.BudgetState, now: datetime) -> bool:
+    """core.refusing's rule on a BudgetState."""
+    last = (
+        state.last_refused_at.ToDatetime(tzinfo=UTC) if state.HasField("last_refused_at") else None
+    )
+    remaining = state.remaining if state.HasField("remaining") else None
+    return refusing.refusing(state.refusals, remaining, last, now)

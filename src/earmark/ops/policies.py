@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 
 from earmark import limits
-from earmark.core.model import BudgetMode
+from earmark.core.model import BudgetMode, ThresholdBasis
 from earmark.core.periods import Period
 from earmark.ops import render
 
@@ -25,6 +25,7 @@ PERIODS = {
     "year": Period.YEAR,
 }
 MODES = {"enforce": BudgetMode.ENFORCE, "observe": BudgetMode.OBSERVE}
+BASES = {"committed": ThresholdBasis.COMMITTED, "used": ThresholdBasis.USED}
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 # A percent to at most two decimals, with or without its sign.
 PERCENT = re.compile(r"([0-9]{1,7})(?:\.([0-9]{1,2}))?%?", re.ASCII)
@@ -102,3 +103,8 @@ def rate_parts(admissions: int | None, units: int | None, unit: str) -> list[str
 def mode_name(mode: int) -> str:
     """enforce or observe (the wire's unspecified is enforce)."""
     return "observe" if mode == BudgetMode.OBSERVE else "enforce"
+
+
+def basis_name(basis: int) -> str:
+    """committed or used (the wire's unspecified is committed)."""
+    return "used" if basis == ThresholdBasis.USED else "committed"
