@@ -7,7 +7,8 @@ did, so their run-by-run ratios say what a change moved. Per half it measures: o
 one call at a time (Reserve p50 and Settle p50, scenario 7, and the health Check's p50 as
 the empty RPC's), and the sidecar's CPU per call
 (from /proc) for the health Check at 50 in flight (the floor, scenario 1) and for Reserve
-then Settle on one hot budget at 50 in flight (scenario 2). It prints each run's figures,
+then Settle on one hot budget at 50 in flight (scenario 2); and a Reserve refused on a full
+budget, one at a time and 50 in flight. It prints each run's figures,
 then the medians of after / before with [min .. max].
 """
 
@@ -34,7 +35,7 @@ from earmark.v1 import budget_pb2 as pb
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = (
     "Check p50 ms", "Reserve p50 ms", "Settle p50 ms", "floor CPU us", "hot CPU us",
-    "hot/floor CPU",
+    "hot/floor CPU", "Refused p50 ms", "refused hot p50 ms",
 )  # fmt: skip
 
 
@@ -89,6 +90,13 @@ async def half(sidecar: SpawnedSidecar, seconds: float) -> list[float]:
         hot = await hot_cpu.measure(pid, None, closed_loop(IN_FLIGHT, seconds, step))
         calls = hot.counts.get("reserve", 0) + hot.counts.get("settle", 0)
         hot_us = hot_cpu.per_call_us(calls)[1]
+        # A budget with no room: every Reserve refused, one at a time and 50 in flight
+        # (since issue 43 a refusal is counted on the budget's row, a write).
+        full_id = f"abba-full-{uuid.uuid4().hex[:8]}"
+        await s.admin.PutBudget(pb.PutBudgetRequest(budget_id=full_id, limit=0, unit="t"))
+        refusing = reserve_settle(s, full_id)
+        refused = await closed_loop(1, seconds / 2, refusing)
+        refused_hot = await closed_loop(IN_FLIGHT, seconds / 2, refusing)
         return [
             empty.ms("check", 0.5),
             single.ms("reserve", 0.5),
@@ -96,6 +104,8 @@ async def half(sidecar: SpawnedSidecar, seconds: float) -> list[float]:
             floor_us,
             hot_us,
             hot_us / floor_us,
+            refused.ms("refused", 0.5),
+            refused_hot.ms("refused", 0.5),
         ]
     finally:
         await s.close()
