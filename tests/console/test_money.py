@@ -178,7 +178,8 @@ async def test_a_budgets_policies_are_set_from_its_form(sidecar: Running, consol
     assert (
         "Set usd&#39;s policies: observe mode (admits what it would refuse, and says so); "
         "resets every week from Sunday in America/New_York (from the next boundary); "
-        "notices at 80%, 95.5% of the limit; at most 120 admissions/min and $1.50/min."
+        "notices at 80%, 95.5% of the limit (used + held); at most 120 admissions/min and "
+        "$1.50/min."
     ) in asked.text
     assert [400] * 5 == [answer.status_code for answer in refused]
     said = [found[1] if (found := PROBLEM.search(a.text)) else a.text for a in refused]

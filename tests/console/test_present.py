@@ -4,11 +4,13 @@ budget's policies."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from earmark import limits
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
 from earmark.console import present
@@ -149,15 +151,44 @@ def test_a_budgets_policies_read_as_words_and_fill_its_form() -> None:
             "80%, 95.5%", "120 admissions/min, $1.50/min",
             {
                 "period": "month", "timezone": "Europe/Berlin", "period_anchor": "15",
-                "thresholds": "80, 95.5", "mode": "observe", "admissions_per_minute": "120",
-                "units_per_minute": "1.50",
+                "thresholds": "80, 95.5", "mode": "observe", "threshold_basis": "committed",
+                "admissions_per_minute": "120", "units_per_minute": "1.50",
             },
         ),
         (
             "enforce", False, "never", False, "", "", "none", "no bound",
             {
                 "period": "never", "timezone": "", "period_anchor": "0", "thresholds": "",
-                "mode": "enforce", "admissions_per_minute": "", "units_per_minute": "",
+                "mode": "enforce", "threshold_basis": "committed", "admissions_per_minute": "",
+                "units_per_minute": "",
             },
         ),
-    ] == [tuple(present.budget_view(s)[k] for k in keys) for s in (policed, plain)]  # fmt: skip
+    ] == [
+        tuple(present.budget_view(s, NOW)[k] for k in keys) for s in (policed, plain)
+    ]  # fmt: skip
+
+
+def test_refusing_is_said_while_refusals_are_recent_or_nothing_is_left() -> None:
+    """A budget that refused this period reads refusing while its latest refusal is within
+    limits.refusing_recent_seconds, or while nothing is left; an older refusal with room
+    left reads only in its count, and a budget that never refused not at all."""
+    recent = NOW - timedelta(seconds=limits.refusing_recent_seconds)
+    older = recent - timedelta(seconds=1)
+
+    def view(refusals: int, remaining: int, last: datetime | None) -> tuple[list[str], str]:
+        state = BudgetState("r", 100, 100 - remaining, 0, remaining, "tokens", 0)
+        state = replace(state, refusals=refusals, last_refused_at=last, first_refused_at=last)
+        shown = present.budget_view(state, NOW)
+        return shown["states"], shown["refusals"]
+
+    assert [
+        (["refusing"], "once, last 2026-12-01 11:55:00 UTC"),
+        ([], "3 times, last 2026-12-01 11:54:59 UTC"),
+        (["refusing"], "3 times, last 2026-12-01 11:54:59 UTC"),
+        ([], "none"),
+    ] == [
+        view(1, 40, recent),
+        view(3, 40, older),
+        view(3, 0, older),
+        view(0, 0, None),
+    ]

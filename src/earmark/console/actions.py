@@ -12,7 +12,7 @@ from earmark.client import AsyncClient
 from earmark.client.types import BudgetState
 from earmark.console import fields, present
 from earmark.console.fields import BadInput
-from earmark.core.model import BudgetMode, HoldState
+from earmark.core.model import BudgetMode, HoldState, ThresholdBasis
 from earmark.core.periods import Period
 from earmark.core.prices import USD_MICROS
 from earmark.ops import policies as named
@@ -40,6 +40,7 @@ class Policies:
     admissions_per_minute: int | None = None
     units_typed: str = ""
     units_per_minute: int | None = None
+    threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,7 @@ def policies_of(form: dict[str, str]) -> Policies:
     zone and the anchor fits the period, and answers naming the field)."""
     period = named.PERIODS[_choice(form.get("period"), "period", named.PERIODS, "never")]
     mode = named.MODES[_choice(form.get("mode"), "mode", named.MODES, "enforce")]
+    basis_name = _choice(form.get("threshold_basis"), "threshold_basis", named.BASES, "committed")
     text = fields.text(form.get("thresholds"), "thresholds", THRESHOLDS_TEXT_MAX, False)
     try:
         thresholds = named.thresholds_of_text(text)
@@ -126,6 +128,7 @@ def policies_of(form: dict[str, str]) -> Policies:
         units_typed=fields.text(
             form.get("units_per_minute"), "units_per_minute", limits.amount_text_length_max, False
         ),
+        threshold_basis=named.BASES[basis_name],
     )
 
 
@@ -178,9 +181,9 @@ async def act(client: AsyncClient, action: Action, state: BudgetState) -> None:
         case "release":
             await client.release_hold(action.reservation_id)
         case "limit":
-            await put_as_is(client, state, limit=action.amount)
+            await client.update_budget(action.budget_id, limit=action.amount)
         case "policies":
-            await put_as_is(client, state, chosen=action.policies)
+            await update_policies(client, action.budget_id, action.policies)
         case _:
             await client.delete_budget(action.budget_id)
 
@@ -194,7 +197,10 @@ def policies_described(action: Action, state: BudgetState) -> str:
     if calendar != (state.period, state.timezone, state.period_anchor):
         resets += " (from the next boundary)"
     thresholds = named.percents(chosen.threshold_bps)
-    notices = f"notices at {', '.join(thresholds)} of the limit" if thresholds else "no notices"
+    basis = "used + held" if chosen.threshold_basis == ThresholdBasis.COMMITTED else "used"
+    notices = (
+        f"notices at {', '.join(thresholds)} of the limit ({basis})" if thresholds else "no notices"
+    )
     rate = named.rate_parts(chosen.admissions_per_minute, chosen.units_per_minute, unit)
     mode = (
         "observe mode (admits what it would refuse, and says so)"
@@ -205,38 +211,18 @@ def policies_described(action: Action, state: BudgetState) -> str:
     return f"Set {action.budget_id}'s policies: {mode}; {resets}; {notices}; {bound}."
 
 
-async def put_as_is(
-    client: AsyncClient,
-    state: BudgetState,
-    *,
-    limit: int | None = None,
-    chosen: Policies | None = None,
-) -> None:
-    """PutBudget with a new limit or new policies; PutBudget sets every field, so every
-    other setting (its policies too) is sent as it is."""
-    keep = chosen or Policies(
-        period=state.period,
-        timezone=state.timezone,
-        period_anchor=state.period_anchor,
-        threshold_bps=state.threshold_bps,
-        mode=state.mode,
-        admissions_per_minute=state.admissions_per_minute,
-        units_per_minute=state.units_per_minute,
-    )
-    await client.put_budget(
-        state.budget_id,
-        state.limit if limit is None else limit,
-        state.unit,
-        default_estimate=state.default_estimate,
-        estimate_policy=state.estimate_policy,
-        escrow_bps=state.escrow_bps,
-        overage_policy=state.overage_policy,
-        overage_limit=state.overage_limit,
-        period=keep.period,
-        timezone=keep.timezone,
-        period_anchor=keep.period_anchor,
-        threshold_bps=keep.threshold_bps,
-        mode=keep.mode,
-        admissions_per_minute=keep.admissions_per_minute,
-        units_per_minute=keep.units_per_minute,
+async def update_policies(client: AsyncClient, budget_id: str, chosen: Policies) -> None:
+    """UpdateBudget of the fields the policies form shows, and of no other: every setting
+    it does not show (the limit, escrow, overage, estimates) stays as the budget has it,
+    also when another operator changed one since the page was read."""
+    await client.update_budget(
+        budget_id,
+        period=chosen.period,
+        timezone=chosen.timezone,
+        period_anchor=chosen.period_anchor,
+        threshold_bps=chosen.threshold_bps,
+        threshold_basis=chosen.threshold_basis,
+        mode=chosen.mode,
+        admissions_per_minute=chosen.admissions_per_minute,
+        units_per_minute=chosen.units_per_minute,
     )

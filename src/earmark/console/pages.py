@@ -79,7 +79,7 @@ class Pages:
         return {
             "q": q,
             "page": token,
-            "budgets": [present.budget_view(state) for state in page.items],
+            "budgets": [present.budget_view(state, self.clock()) for state in page.items],
             "next": page.next_page_token,
         }
 
@@ -118,7 +118,7 @@ class Pages:
         return self.render(
             request,
             "budget.html",
-            budget=present.budget_view(state),
+            budget=present.budget_view(state, now),
             holds=[present.hold_view(h, unit, now) for h in open_holds],
             series=drawn.to_json(),
             overshoot=present.amount(drawn.overshoot, unit),
@@ -133,8 +133,9 @@ class Pages:
         """What a budget's page polls: its numbers (one GetBudget), and the moment they are
         of, which the chart adds as a point."""
         state = await self.client.get_budget(self._budget_id(request))
-        view = present.budget_view(state)
-        view["at"] = self.clock().timestamp()
+        now = self.clock()
+        view = present.budget_view(state, now)
+        view["at"] = now.timestamp()
         view["used_raw"], view["held_raw"], view["limit_raw"] = state.used, state.held, state.limit
         return JSONResponse(view)
 
@@ -190,7 +191,7 @@ class Pages:
         return self.render(
             request,
             "budget_holds.html",
-            budget=present.budget_view(state),
+            budget=present.budget_view(state, now),
             state=name,
             states=list(BUDGET_STATES),
             holds=[present.hold_view(h, state.unit, now) for h in page.items],

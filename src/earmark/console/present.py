@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
+from earmark.core import refusing
 from earmark.core.model import OPEN_STATES, BudgetMode, HoldState, OveragePolicy
 from earmark.core.periods import Period
 from earmark.core.prices import USD_MICROS, Price, PriceBook, Shape, shape_cost
@@ -58,8 +59,9 @@ def percent(part: int, whole: int | None) -> float:
     return max(0.0, min(100.0, 100.0 * part / whole))
 
 
-def states(state: BudgetState) -> list[str]:
-    """The words a budget's badges say: archived, exceeded, in overage."""
+def states(state: BudgetState, now: datetime) -> list[str]:
+    """The words a budget's badges say at now: archived, exceeded, in overage, refusing
+    (core.refusing, the rule `earmark budgets get` says it by)."""
     words = []
     if state.archived_at is not None:
         words.append("archived")
@@ -67,7 +69,17 @@ def states(state: BudgetState) -> list[str]:
         words.append("exceeded")
     if state.overage_since is not None:
         words.append("in overage")
+    if refusing.refusing(state.refusals, state.remaining, state.last_refused_at, now):
+        words.append("refusing")
     return words
+
+
+def refusals(state: BudgetState) -> str:
+    """The Reserves refused for want of room this period, and when the latest was."""
+    if not state.refusals:
+        return "none"
+    times = "once" if state.refusals == 1 else f"{state.refusals:,} times"
+    return f"{times}, last {stamp(state.last_refused_at)}"
 
 
 def overage(state: BudgetState) -> str:
@@ -121,6 +133,7 @@ def policies_view(state: BudgetState) -> dict[str, Any]:
         "starts_local": local_short(state.period_start, zone),
         "resets_local": local_short(state.resets_at, zone),
         "thresholds": ", ".join(thresholds) or "none",
+        "threshold_basis": policies.basis_name(state.threshold_basis),
         "rate": ", ".join(rate) or "no bound",
         # What the policies form starts from: the settings as a person would type them.
         "typed": {
@@ -129,6 +142,7 @@ def policies_view(state: BudgetState) -> dict[str, Any]:
             "period_anchor": str(state.period_anchor),
             "thresholds": ", ".join(t.removesuffix("%") for t in thresholds),
             "mode": policies.mode_name(state.mode),
+            "threshold_basis": policies.basis_name(state.threshold_basis),
             "admissions_per_minute": (
                 "" if state.admissions_per_minute is None else str(state.admissions_per_minute)
             ),
@@ -139,10 +153,10 @@ def policies_view(state: BudgetState) -> dict[str, Any]:
     }
 
 
-def budget_view(state: BudgetState) -> dict[str, Any]:
-    """One budget as a page row and as the JSON a page polls: strings to show, and the
-    bar's widths in percent (amounts themselves go out as strings: past 2^53 a browser's
-    numbers are not exact)."""
+def budget_view(state: BudgetState, now: datetime) -> dict[str, Any]:
+    """One budget as a page row and as the JSON a page polls at now: strings to show, and
+    the bar's widths in percent (amounts themselves go out as strings: past 2^53 a
+    browser's numbers are not exact)."""
     unit = state.unit
     return {
         "id": state.budget_id,
@@ -156,7 +170,9 @@ def budget_view(state: BudgetState) -> dict[str, Any]:
         "held_pct": round(percent(state.held, state.limit), 2),
         "escrow": f"{state.escrow_bps / 100:g}%" if state.escrow_bps else "none",
         "overage": overage(state),
-        "states": states(state),
+        "states": states(state, now),
+        "refusals": refusals(state),
+        "refusals_count": f"{state.refusals:,}",
         "open": state.open_reservations,
         "account": state.account,
         "feature": state.feature,
