@@ -1,5 +1,5 @@
 // EarmarkClient: Budget's calls (reserve, charge, renew, settle) on the workers' port and a
-// few of Admin's (putBudget, getBudget, putPrice) on the admin listener, over @grpc/grpc-js
+// few of Admin's (putBudget, updateBudget, getBudget, putPrice) on the admin listener, over @grpc/grpc-js
 // with the messages ts-proto generated from protos/ (src/gen/).
 //
 // Every call has a deadline (timeoutMs, 5 s by default) and waits within it for the
@@ -169,6 +169,38 @@ export interface PutBudgetOptions {
    * [COMMITTED]. */
   thresholdBasis?: ThresholdBasis;
 }
+
+/** What updateBudget changes: each setting given (not undefined) is named in the update's
+ * mask and set; every other stays as the budget has it. null clears an optional one (limit
+ * null: unlimited). */
+export interface BudgetChanges {
+  limit?: number | null;
+  unit?: string;
+  defaultEstimate?: number | null;
+  period?: Period;
+  timezone?: string;
+  periodAnchor?: number;
+  thresholdBps?: number[];
+  thresholdBasis?: ThresholdBasis;
+  mode?: BudgetMode;
+  admissionsPerMinute?: number | null;
+  unitsPerMinute?: number | null;
+}
+
+/** Each BudgetChanges key, as the mask's path (PutBudgetRequest's field name). */
+const CHANGE_PATHS: Record<keyof BudgetChanges, string> = {
+  limit: 'limit',
+  unit: 'unit',
+  defaultEstimate: 'default_estimate',
+  period: 'period',
+  timezone: 'timezone',
+  periodAnchor: 'period_anchor',
+  thresholdBps: 'threshold_bps',
+  thresholdBasis: 'threshold_basis',
+  mode: 'mode',
+  admissionsPerMinute: 'admissions_per_minute',
+  unitsPerMinute: 'units_per_minute',
+};
 
 export type ThresholdBasis = 'COMMITTED' | 'USED';
 const THRESHOLD_BASIS: Record<ThresholdBasis, pb.ThresholdBasis> = {
@@ -512,6 +544,39 @@ export class EarmarkClient {
         options.unitsPerMinute === undefined ? undefined : int64(options.unitsPerMinute, 'unitsPerMinute'),
     };
     return budgetStateOf(await this.adminCall((s) => s.putBudget, request));
+  }
+
+  /** Admin: changes only the settings given of an existing budget (UpdateBudget,
+   * AIP-134); every other stays. updateMask, when given, names the fields instead
+   * (PutBudgetRequest's names, or ['*'] for every field, as putBudget); a field it names
+   * that is not given is cleared. Throws BudgetNotFoundError for a budget that does not
+   * exist, InvalidArgumentError naming the field for a merge PutBudget would refuse, and
+   * RangeError when nothing is named. */
+  async updateBudget(budgetId: string, changes: BudgetChanges, updateMask?: string[]): Promise<BudgetState> {
+    const given = (Object.keys(CHANGE_PATHS) as (keyof BudgetChanges)[]).filter((k) => changes[k] !== undefined);
+    const paths = updateMask ?? given.map((k) => CHANGE_PATHS[k]).sort();
+    if (paths.length === 0) throw new RangeError('updateBudget: give a setting to change, or an updateMask');
+    const optional = (v: number | null | undefined, what: string) =>
+      v === undefined || v === null ? undefined : int64(v, what);
+    const budget: pb.PutBudgetRequest = {
+      budgetId,
+      limit: optional(changes.limit, 'limit'),
+      unit: changes.unit ?? '',
+      defaultEstimate: optional(changes.defaultEstimate, 'defaultEstimate'),
+      estimatePolicy: pb.EstimatePolicy.ESTIMATE_POLICY_UNSPECIFIED,
+      escrowBps: 0,
+      overagePolicy: pb.OveragePolicy.OVERAGE_POLICY_UNSPECIFIED,
+      overageLimit: undefined,
+      period: PERIOD[changes.period ?? 'NEVER'],
+      timezone: changes.timezone ?? '',
+      periodAnchor: changes.periodAnchor ?? 0,
+      thresholdBps: [...(changes.thresholdBps ?? [])],
+      thresholdBasis: THRESHOLD_BASIS[changes.thresholdBasis ?? 'COMMITTED'],
+      mode: BUDGET_MODE[changes.mode ?? 'ENFORCE'],
+      admissionsPerMinute: optional(changes.admissionsPerMinute, 'admissionsPerMinute'),
+      unitsPerMinute: optional(changes.unitsPerMinute, 'unitsPerMinute'),
+    };
+    return budgetStateOf(await this.adminCall((s) => s.updateBudget, { budget, updateMask: paths }));
   }
 
   /** Admin: appends a price version for a provider's model; answers its version. */

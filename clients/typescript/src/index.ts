@@ -11,6 +11,7 @@ export {
   type ClientOptions,
   type Price,
   type PutBudgetOptions,
+  type BudgetChanges,
   type ReserveOptions,
   type RetryPolicy,
   type SettleOptions,

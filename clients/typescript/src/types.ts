@@ -166,6 +166,12 @@ export interface BudgetState {
    * bound. */
   admissionsPerMinute: number | null;
   unitsPerMinute: number | null;
+  /** What thresholdBps measure: COMMITTED, used + held; USED, settled spend alone. */
+  thresholdBasis: 'COMMITTED' | 'USED';
+  /** Reserves refused for want of room this period, and the first's and latest's time. */
+  refusals: number;
+  firstRefusedAt: Date | null;
+  lastRefusedAt: Date | null;
 }
 
 /** hold() (and metered calls) throw a refusal as this, unless asked for it back. reason is
@@ -279,6 +285,10 @@ export function budgetStateOf(reply: pb.BudgetState): BudgetState {
     thresholdBps: [...reply.thresholdBps],
     admissionsPerMinute: maybe(reply.admissionsPerMinute, 'admissions_per_minute'),
     unitsPerMinute: maybe(reply.unitsPerMinute, 'units_per_minute'),
+    thresholdBasis: reply.thresholdBasis === pb.ThresholdBasis.THRESHOLD_BASIS_USED ? 'USED' : 'COMMITTED',
+    refusals: num(reply.refusals, 'refusals'),
+    firstRefusedAt: reply.firstRefusedAt ?? null,
+    lastRefusedAt: reply.lastRefusedAt ?? null,
   };
 }
 

@@ -175,3 +175,25 @@ test('backoff is full jitter, doubling, bounded', () => {
   assert.equal(backoffMs(policy, 10, () => 0), 0);
   assert.throws(() => new EarmarkClient({ retry: { attemptsMax: 0 } }), RangeError);
 });
+
+test('updateBudget changes only the settings given', async () => {
+  const id = budgetId('update');
+  const put = await earmark.putBudget(id, 1_000, 'tokens', {
+    period: 'MONTH',
+    thresholdBps: [8_000],
+    thresholdBasis: 'USED',
+    mode: 'OBSERVE',
+    admissionsPerMinute: 60,
+  });
+  const raised = await earmark.updateBudget(id, { limit: 5_000 });
+  assert.deepEqual(raised, { ...put, limit: 5_000, remaining: 5_000 });
+  const unbound = await earmark.updateBudget(id, { admissionsPerMinute: null });
+  assert.deepEqual([unbound.admissionsPerMinute, unbound.limit, unbound.thresholdBasis], [null, 5_000, 'USED']);
+  const starred = await earmark.updateBudget(id, { limit: 10, unit: 'tokens' }, ['*']);
+  assert.deepEqual(
+    [starred.limit, starred.period, starred.thresholdBps, starred.thresholdBasis, starred.mode, starred.refusals],
+    [10, 'NEVER', [], 'COMMITTED', 'ENFORCE', 0],
+  );
+  await assert.rejects(earmark.updateBudget(id, {}), RangeError);
+  await assert.rejects(earmark.updateBudget(budgetId('nobody'), { limit: 1 }), BudgetNotFoundError);
+});
