@@ -12,12 +12,14 @@ import asyncpg
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from earmark.core import updates
 from earmark.spawn import SpawnedSidecar, spawn_sidecar
 from earmark.store.audit import audit
 from earmark.v1 import budget_pb2 as pb
@@ -42,7 +44,7 @@ EXPECTED = {
 BUDGETS = ("fz/a", "fz/b", "fz/usd")
 ADMIN_METHODS = (
     "PutBudget", "GetBudget", "PutPrice", "ListPrices", "ListCycles", "RefreshLimits",
-    "ListBudgets",
+    "ListBudgets", "UpdateBudget",
 )  # fmt: skip
 PROVIDERS = ("openai", "anthropic")
 MODELS = ("gpt-4o", "claude")
@@ -212,6 +214,18 @@ def requests(f: Fuzzed) -> st.SearchStrategy[tuple[str, Any]]:
             pb.PutBudgetRequest, budget_id=budget_ids(),
             limit=st.one_of(st.none(), int64), unit=st.one_of(st.just("t"), text),
             default_estimate=st.one_of(st.none(), int64), estimate_policy=int32,
+        )),
+        st.tuples(st.just("UpdateBudget"), st.builds(
+            pb.UpdateBudgetRequest,
+            budget=st.builds(
+                pb.PutBudgetRequest, budget_id=budget_ids(),
+                limit=st.one_of(st.none(), int64), unit=st.one_of(st.just(""), st.just("t"), text),
+                escrow_bps=int32, threshold_bps=st.lists(int32, max_size=3),
+                threshold_basis=int32, mode=int32, period=int32,
+            ),
+            update_mask=st.one_of(st.none(), st.builds(FieldMask, paths=st.lists(
+                st.one_of(st.sampled_from([*updates.PATHS, "*", "budget_id"]), text), max_size=4,
+            ))),
         )),
         st.tuples(st.just("PutPrice"), st.builds(
             pb.PutPriceRequest, price=st.one_of(st.none(), prices),

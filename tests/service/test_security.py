@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -81,6 +82,38 @@ async def test_admin_over_tcp_needs_the_token(tcp_admin: Running, token: str | N
             pb.GetBudgetRequest(budget_id="b"), metadata=bearer(ADMIN_TOKEN)
         )
     assert grpc.StatusCode.NOT_FOUND == missing.value.code()
+
+
+async def test_update_budget_is_an_operators_call(tcp_admin: Running) -> None:
+    """UpdateBudget is Admin's, as PutBudget: on the workers' port UNIMPLEMENTED naming
+    Admin's listener, on Admin's without the token UNAUTHENTICATED; neither changes the
+    budget, and with the token it answers."""
+    token = bearer(ADMIN_TOKEN)
+    await tcp_admin.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="b", limit=100, unit="t"), metadata=token
+    )
+    raise_it = pb.UpdateBudgetRequest(
+        budget=pb.PutBudgetRequest(budget_id="b", limit=10**18),
+        update_mask=FieldMask(paths=["limit"]),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as on_workers:
+        await budget_pb2_grpc.AdminStub(tcp_admin.channel).UpdateBudget(raise_it, metadata=token)
+    with pytest.raises(grpc.aio.AioRpcError) as without_token:
+        await tcp_admin.admin.UpdateBudget(raise_it)
+    unchanged = await tcp_admin.admin.GetBudget(pb.GetBudgetRequest(budget_id="b"), metadata=token)
+    with_token = await tcp_admin.admin.UpdateBudget(raise_it, metadata=token)
+    assert (
+        (grpc.StatusCode.UNIMPLEMENTED, "earmark.v1.Admin/UpdateBudget"),
+        grpc.StatusCode.UNAUTHENTICATED,
+        100,
+        10**18,
+    ) == (
+        (on_workers.value.code(), reason_of(on_workers.value)[1]["method"]),
+        without_token.value.code(),
+        unchanged.limit,
+        with_token.limit,
+    )
+    await assert_invariants(tcp_admin.dsn)
 
 
 async def test_admin_over_tcp_with_the_token(tcp_admin: Running) -> None:
