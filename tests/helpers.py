@@ -130,8 +130,12 @@ async def stop_by_repeating(
 
     async def gone() -> bool:
         if process.returncode is None:
+            # os.kill, not process.send_signal: Popen.send_signal polls first, and that
+            # waitpid can reap the child before asyncio's child watcher does, which then
+            # reports returncode 255 ("Unknown child process pid"). A pid exited but not yet
+            # reaped is a zombie, never reused, so the signal cannot reach another process.
             with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signum)
+                os.kill(process.pid, signum)
         return process.returncode is not None
 
     await eventually(gone, within_seconds=within_seconds, what="the process's exit")
