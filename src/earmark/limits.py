@@ -225,6 +225,8 @@ threshold_bps_max = 100_000
 # UpdateBudget's update_mask (issue 43) names at most update_mask_paths_max paths: there are
 # 15 fields, and `*`; a mask of more is refused before it is read.
 update_mask_paths_max = 32
+# An unknown path is quoted in its error cut to update_mask_path_shown_chars_max characters.
+update_mask_path_shown_chars_max = 64
 # A budget reads as refusing (CLI and console STATUS) while it refused a Reserve for want of
 # room within the last refusing_recent_seconds (or has refused this period and has nothing
 # left at all).
@@ -780,6 +782,7 @@ assert (
 )
 
 # A cost report's line that names no model (a tool's, storage's) is shown as the provider
-# wrote it, cut to reconcile_line_item_max_chars characters.
-reconcile_line_item_max_chars = 120
-assert 16 <= reconcile_line_item_max_chars <= 1_000
+# wrote it, cut to reconcile_line_item_shown_chars_max characters.
+reconcile_line_item_shown_chars_max = 120
+assert 16 <= reconcile_line_item_shown_chars_max <= 1_000
+assert update_mask_path_shown_chars_max <= error_about_chars_max

@@ -14,7 +14,7 @@ from earmark import limits
 from earmark.client.admin import HoldRecord, LedgerEntry
 from earmark.client.types import BudgetState
 from earmark.console import present
-from earmark.core.model import BudgetMode, HoldState, LedgerKind
+from earmark.core.model import BudgetMode, HoldState, LedgerKind, OveragePolicy
 from earmark.core.periods import Period
 from earmark.core.prices import Price, Shape
 
@@ -171,13 +171,20 @@ def test_a_budgets_policies_read_as_words_and_fill_its_form() -> None:
 def test_refusing_is_said_while_refusals_are_recent_or_nothing_is_left() -> None:
     """A budget that refused this period reads refusing while its latest refusal is within
     limits.refusing_recent_seconds, or while nothing is left; an older refusal with room
-    left reads only in its count, and a budget that never refused not at all."""
+    left reads only in its count, and a budget that never refused not at all; a SOFT budget,
+    which admits past its limit, reads refusing only while its refusals are recent."""
     recent = NOW - timedelta(seconds=limits.refusing_recent_seconds)
     older = recent - timedelta(seconds=1)
 
-    def view(refusals: int, remaining: int, last: datetime | None) -> tuple[list[str], str]:
+    def view(
+        refusals: int,
+        remaining: int,
+        last: datetime | None,
+        policy: OveragePolicy = OveragePolicy.HARD,
+    ) -> tuple[list[str], str]:
         state = BudgetState("r", 100, 100 - remaining, 0, remaining, "tokens", 0)
         state = replace(state, refusals=refusals, last_refused_at=last, first_refused_at=last)
+        state = replace(state, overage_policy=policy)
         shown = present.budget_view(state, NOW)
         return shown["states"], shown["refusals"]
 
@@ -186,9 +193,11 @@ def test_refusing_is_said_while_refusals_are_recent_or_nothing_is_left() -> None
         ([], "3 times, last 2026-12-01 11:54:59 UTC"),
         (["refusing"], "3 times, last 2026-12-01 11:54:59 UTC"),
         ([], "none"),
+        ([], "3 times, last 2026-12-01 11:54:59 UTC"),
     ] == [
         view(1, 40, recent),
         view(3, 40, older),
         view(3, 0, older),
         view(0, 0, None),
+        view(3, 0, older, OveragePolicy.SOFT),
     ]

@@ -106,10 +106,16 @@ LINE_ITEMS = {
     "Image models": (Kind.OTHER, ""),
     "gpt-4o": (Kind.OTHER, ""),
     "": (Kind.OTHER, ""),
-}
+    # A fine-tuned model's name may hold the words: only the KIND after its comma is read.
+    "ft:gpt-4o-mini-2024-07-18:acme:storage-bot:abc123, input": (
+        Kind.MODEL, "ft:gpt-4o-mini-2024-07-18:acme:storage-bot:abc123",
+    ),
+    "ft:gpt-4.1:acme:container-ops:x1, input": (Kind.MODEL, "ft:gpt-4.1:acme:container-ops:x1"),
+    "ft:gpt-4.1:acme:file_search:x1, output": (Kind.MODEL, "ft:gpt-4.1:acme:file_search:x1"),
+}  # fmt: skip
 
 
 def test_a_cost_line_is_classed_by_the_kind_it_names() -> None:
-    """A model's line is its model's, a tool's or storage's is classed by its words in any
-    case, and any other line is other, never a model."""
+    """A model's line is its model's, whatever its name holds, a tool's or storage's is
+    classed by its words in any case, and any other line is other, never a model."""
     assert LINE_ITEMS == {line: openai_line(line) for line in LINE_ITEMS}

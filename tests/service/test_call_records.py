@@ -11,7 +11,7 @@ import pytest
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.helpers import FakeClock, assert_invariants
-from tests.service.test_calls import NOW, budget, call, side, stamp
+from tests.service.test_calls import NOW, budget, call, price, side, stamp
 
 __all__ = ["side"]
 
@@ -117,3 +117,22 @@ async def test_evidence_past_its_bound_changes_nothing(side: Running) -> None:
         call_record.state,
     )
     assert "evidence" in (caught.value.details() or "")
+
+
+async def test_a_call_keeps_the_tier_its_settle_was_priced_at(side: Running) -> None:
+    """A call sent for the priority tier that ran at the default one is recorded at the
+    default tier, which its Settle priced it at (reconcile prices its tokens there)."""
+    await side.admin.PutPrice(price(service_tier="priority", input_usd_micros_per_mtok=4_375_000))
+    await budget(side, "tiers", 10_000_000)
+    sent = [
+        await side.budget.Reserve(call("tiers", key, 100, service_tier="priority"))
+        for key in ("ran-priority", "ran-default")
+    ]
+    for reply, tier in zip(sent, ("priority", "default"), strict=True):
+        usage = pb.TokenUsage(input_tokens=1_000, output_tokens=100, service_tier=tier)
+        await side.budget.Settle(pb.SettleRequest(reservation_id=reply.reservation_id, usage=usage))
+    tiers = {
+        c.reservation_id: c.service_tier for c in (await side.admin.ListCalls(listing())).calls
+    }
+    assert ["priority", "default"] == [tiers[reply.reservation_id] for reply in sent]
+    await assert_invariants(side.dsn)

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
 
 from earmark.notices.signing import secret_bytes
 from earmark.server import Sidecar
@@ -99,12 +100,13 @@ async def test_a_blocked_budget_is_noticed_once_across_two_sidecars_and_counted(
                 return 1 == len(inbox.snapshot()[1])
 
             await eventually(taken, within_seconds=20, what="the notice delivered")
+            # Before the next period's notice can be posted too.
+            requests, bodies, duplicates = inbox.snapshot()
             clock.advance(timedelta(days=1))
             after = await get(a, "blocked")
             again = await hold(b, "blocked", 1_200)
             for reply in filled:
                 await settle(a, reply.reservation_id, 0)
-            requests, bodies, duplicates = inbox.snapshot()
     refusing = await events_of(dsn, "budget.refusing")
     (body,) = bodies.values()
     data = json.loads(body)["data"]
@@ -115,7 +117,7 @@ async def test_a_blocked_budget_is_noticed_once_across_two_sidecars_and_counted(
         state.HasField("first_refused_at"),
         state.last_refused_at.ToDatetime(tzinfo=UTC) == CLOCK_START,
     )
-    assert ["blocked/0/refusing", "blocked/1/refusing"] == [key for key, _ in refusing]
+    assert ["blocked/0/refusing/1", "blocked/1/refusing/1"] == [key for key, _ in refusing]
     assert (0, 800, 800, 300, 200, "committed") == (
         data["used"],
         data["held"],
@@ -182,4 +184,113 @@ async def test_a_threshold_fires_at_the_figure_of_its_basis(
     assert [pb.THRESHOLD_BASIS_COMMITTED, pb.THRESHOLD_BASIS_USED] == [
         state.threshold_basis for state in states
     ]
+    await assert_invariants(dsn)
+
+
+async def update(side: Running, budget_id: str, paths: list[str], **fields: Any) -> pb.BudgetState:
+    """UpdateBudget of budget_id naming paths."""
+    request = pb.UpdateBudgetRequest(
+        budget=pb.PutBudgetRequest(budget_id=budget_id, **fields),
+        update_mask=FieldMask(paths=paths),
+    )
+    state: pb.BudgetState = await side.admin.UpdateBudget(request)
+    return state
+
+
+async def test_a_new_limit_is_noticed_again_when_it_refuses(
+    dsn: str, socket_dir: Path, clock: FakeClock
+) -> None:
+    """A budget that never resets notices its first refusal; an update of its thresholds
+    does not rearm the notice, a raised limit does, and that limit's first refusal is
+    noticed once more, keyed by the count it came at."""
+    clock.set(CLOCK_START)
+    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as side:
+        await put(side, "forever", 100)
+        full = await hold(side, "forever", 100)
+        first = await hold(side, "forever", 50)
+        await update(side, "forever", ["threshold_bps"], threshold_bps=[9_000])
+        second = await hold(side, "forever", 50)
+        clock.advance(timedelta(days=20))
+        await update(side, "forever", ["limit"], limit=200)
+        third, fourth = await hold(side, "forever", 150), await hold(side, "forever", 150)
+        state = await get(side, "forever")
+        await settle(side, full.reservation_id, 100)
+    noticed = await events_of(dsn, "budget.refusing")
+    assert [False] * 4 == [r.admitted for r in (first, second, third, fourth)]
+    assert [("forever/0/refusing/1", 100, 1), ("forever/0/refusing/3", 200, 3)] == [
+        (key, data["limit"], data["refusals"]) for key, data in noticed
+    ]
+    assert (4, CLOCK_START) == (state.refusals, state.first_refused_at.ToDatetime(tzinfo=UTC))
+    await assert_invariants(dsn)
+
+
+async def test_an_update_keeps_the_overage_flag_unless_it_names_the_policy(
+    dsn: str, socket_dir: Path, clock: FakeClock
+) -> None:
+    """A SOFT budget past its limit keeps its overage flag through an update of its
+    threshold basis, and an update of its limit clears it, as PutBudget does."""
+    clock.set(CLOCK_START)
+    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as side:
+        await put(side, "soft", 100, overage_policy=pb.OVERAGE_POLICY_SOFT, overage_limit=100)
+        over = await hold(side, "soft", 150)
+        basis = await update(side, "soft", ["threshold_basis"], threshold_basis=2)
+        limit = await update(side, "soft", ["limit"], limit=300)
+        await settle(side, over.reservation_id, 150)
+    assert (True, True, False) == (
+        over.admitted,
+        basis.HasField("overage_since"),
+        limit.HasField("overage_since"),
+    )
+    await assert_invariants(dsn)
+
+
+async def test_a_basis_changed_mid_period_notices_its_thresholds_anew(
+    dsn: str, socket_dir: Path, clock: FakeClock
+) -> None:
+    """80% noticed on committed when a hold takes used + held there; switched to used, the
+    settle that takes used there notices it again, on the used basis."""
+    clock.set(CLOCK_START)
+    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as side:
+        await put(side, "switched", 100, threshold_bps=[8_000])
+        reply = await hold(side, "switched", 85)
+        await update(side, "switched", ["threshold_basis"], threshold_basis=2)
+        await settle(side, reply.reservation_id, 85)
+    noticed = await events_of(dsn, "budget.threshold_crossed")
+    assert [("switched/0/8000", "committed", 0), ("switched/0/8000/used", "used", 85)] == [
+        (key, data["threshold_basis"], data["used"]) for key, data in noticed
+    ]
+    await assert_invariants(dsn)
+
+
+async def test_a_period_a_previous_release_rolled_counts_its_own_refusals(
+    dsn: str, socket_dir: Path, clock: FakeClock
+) -> None:
+    """A daily budget with no room refuses on its first day; its row then rolled as the
+    previous release rolls it (period and window moved, the refusal columns untouched)
+    reads as having refused nothing, and the new day's first refusal is noticed."""
+    clock.set(CLOCK_START)
+    async with running(Sidecar(sidecar_settings(dsn, socket_dir), clock=clock), dsn) as side:
+        await put(side, "daily", 0, period=pb.PERIOD_DAY)
+        await hold(side, "daily", 1)
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(
+                "INSERT INTO budget_periods (budget_id, period_no, period_start, period_end, "
+                "limit_units, used, held, open_reservations) "
+                "SELECT budget_id, period_no, period_start, period_end, limit_units, 0, 0, 0 "
+                "FROM budgets WHERE budget_id = 'daily'"
+            )
+            await conn.execute(
+                "UPDATE budgets SET period_no = 1, period_start = period_end, "
+                "period_end = period_end + interval '1 day' WHERE budget_id = 'daily'"
+            )
+        finally:
+            await conn.close()
+        clock.advance(timedelta(days=1))
+        rolled = await get(side, "daily")
+        await hold(side, "daily", 1)
+        after = await get(side, "daily")
+    noticed = [key for key, _ in await events_of(dsn, "budget.refusing")]
+    assert (0, 1) == (rolled.refusals, after.refusals)
+    assert ["daily/0/refusing/1", "daily/1/refusing/1"] == noticed
     await assert_invariants(dsn)

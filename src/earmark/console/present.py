@@ -69,7 +69,8 @@ def states(state: BudgetState, now: datetime) -> list[str]:
         words.append("exceeded")
     if state.overage_since is not None:
         words.append("in overage")
-    if refusing.refusing(state.refusals, state.remaining, state.last_refused_at, now):
+    soft = state.overage_policy == OveragePolicy.SOFT
+    if refusing.refusing(state.refusals, state.remaining, state.last_refused_at, now, soft=soft):
         words.append("refusing")
     return words
 

@@ -195,11 +195,13 @@ class Budget:
     noticed_bps: tuple[int, ...] = ()
     exceeded_noticed: bool = False
     threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
-    # Reserves refused for want of room in the current period, the first and the latest
-    # (the first writes the budget.refusing notice).
+    # Reserves refused for want of room in the current period, the first and the latest;
+    # refusing_noticed: budget.refusing was written since the period began or the limit
+    # last changed (core.refusals).
     refusals: int = 0
     first_refused_at: datetime | None = None
     last_refused_at: datetime | None = None
+    refusing_noticed: bool = False
     mode: BudgetMode = BudgetMode.ENFORCE
     # Rate windows: at most so many admissions, and so much held amount, a minute.
     admissions_per_minute: int | None = None

@@ -10,7 +10,7 @@ budget, period and threshold (the row's noticed_bps, and the events table's uniq
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +74,26 @@ def _budget_data(budget: Budget) -> dict[str, Any]:
     }
 
 
+def kept_by_put(budget: Budget, spec: Budget) -> Budget:
+    """spec, put on budget, with what it keeps of budget's notices: the thresholds noticed
+    this period while the basis stays (another basis measures another figure: noticed
+    anew), and that budget.refusing was noticed while the limit stays (a new limit is a new
+    promise: its first refusal is noticed)."""
+    same_basis = spec.threshold_basis is budget.threshold_basis
+    return replace(
+        spec,
+        noticed_bps=budget.noticed_bps if same_basis else (),
+        refusing_noticed=budget.refusing_noticed and spec.limit == budget.limit,
+    )
+
+
+def _threshold_key(key: str, bps: int, basis: ThresholdBasis) -> str:
+    """A threshold notice's dedupe key: once per budget, period, threshold and basis (a
+    basis changed mid-period notices its thresholds anew, kept_by_put; COMMITTED's keys
+    are those of before there were bases)."""
+    return f"{key}/{bps}" if basis is ThresholdBasis.COMMITTED else f"{key}/{bps}/used"
+
+
 def measure(budget: Budget) -> int:
     """The figure budget's thresholds are shares of (its basis's)."""
     return thresholds.measured(budget.threshold_basis, budget.used, budget.held)
@@ -96,7 +116,8 @@ def budget_events(budget: Budget, before: tuple[int, int], now: datetime) -> lis
             continue
         budget.noticed_bps = tuple(sorted((*budget.noticed_bps, bps)))
         data = {**_budget_data(budget), "threshold_bps": bps}
-        events.append(_event(THRESHOLD_CROSSED, budget.budget_id, f"{key}/{bps}", data, now))
+        threshold_key = _threshold_key(key, bps, budget.threshold_basis)
+        events.append(_event(THRESHOLD_CROSSED, budget.budget_id, threshold_key, data, now))
     after = committed
     soft = budget.overage_policy is OveragePolicy.SOFT
     if soft and not budget.exceeded_noticed and after > budget.limit:
@@ -130,7 +151,7 @@ def closed_events(
         _event(
             THRESHOLD_CROSSED,
             budget.budget_id,
-            f"{key}/{bps}",
+            _threshold_key(key, bps, budget.threshold_basis),
             {**data, "threshold_bps": bps},
             now,
         )
@@ -144,15 +165,18 @@ def closed_events(
 
 
 def refusing_event(budget: Budget, refused: int, remaining: int | None, now: datetime) -> Event:
-    """The budget's first refusal for want of room in its period: a Reserve of refused
-    units found remaining; budget.refusals counts the rest on its row."""
+    """The budget's first refusal for want of room in its period, or since its limit last
+    changed (core.refusals): a Reserve of refused units found remaining; budget.refusals
+    counts the rest on its row. Keyed by the period and the count it fired at, which only
+    grows in a period."""
     data = {
         **_budget_data(budget),
         "refused_amount": refused,
         "remaining": remaining,
+        "refusals": budget.refusals,
         "first_refused_at": _iso(budget.first_refused_at),
     }
-    key = f"{budget.budget_id}/{budget.period_no}/refusing"
+    key = f"{budget.budget_id}/{budget.period_no}/refusing/{budget.refusals}"
     return _event(REFUSING, budget.budget_id, key, data, now)
 
 

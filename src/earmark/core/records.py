@@ -44,11 +44,15 @@ def sent(records: dict[str, CallRecord], hold: Hold, usage: Usage | None, now: d
 
 def reported(records: dict[str, CallRecord], hold: Hold, usage: Usage, evidence: str = "") -> None:
     """Records the usage a Settle or resolve gave for hold's call (all of it, as the
-    provider reported it). A call whose dispatch was not recorded (a hold of the previous
-    release) is recorded as sent when the hold was made."""
+    provider reported it), and the tier it names, which it was priced at (a call sent on
+    the default tier may have run on another). A call whose dispatch was not recorded (a
+    hold of the previous release) is recorded as sent when the hold was made."""
     earlier = records.get(hold.reservation_id) or _record(hold, usage, hold.created_at)
     if earlier is not None:
-        records[hold.reservation_id] = replace(earlier, usage=usage, evidence=evidence)
+        tier = usage.service_tier or earlier.service_tier
+        records[hold.reservation_id] = replace(
+            earlier, usage=usage, evidence=evidence, service_tier=tier
+        )
 
 
 def resolved(records: dict[str, CallRecord], hold: Hold, evidence: str) -> None:

@@ -16,12 +16,18 @@ RECENT = timedelta(seconds=limits.refusing_recent_seconds)
 
 
 def refusing(
-    refusals: int, remaining: int | None, last_refused_at: datetime | None, now: datetime
+    refusals: int,
+    remaining: int | None,
+    last_refused_at: datetime | None,
+    now: datetime,
+    *,
+    soft: bool = False,
 ) -> bool:
     """Whether a budget with refusals this period, remaining left (None: unlimited) and
-    its latest refusal at last_refused_at reads as refusing at now."""
+    its latest refusal at last_refused_at reads as refusing at now. A SOFT budget admits
+    past its limit (remaining stops at 0 there), so only a recent refusal says it refuses."""
     if refusals <= 0:
         return False
-    if remaining is not None and remaining <= 0:
+    if not soft and remaining is not None and remaining <= 0:
         return True
     return last_refused_at is not None and now - last_refused_at <= RECENT

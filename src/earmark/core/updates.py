@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 
 from earmark import limits
+from earmark.core.model import Budget
 from earmark.core.specs import Fields
 from earmark.errors import InvalidArgument
 
 # Every field an update may name, in PutBudgetRequest's order; budget_id names the budget.
 PATHS = tuple(f.name for f in fields(Fields) if f.name != "budget_id")
 EVERY = "*"
-# The shortest of a path the error about it quotes (an unknown path may be long).
-_QUOTED_CHARS = 64
 
 
 def mask(paths: Sequence[str], given: Fields) -> frozenset[str]:
@@ -43,7 +42,7 @@ def mask(paths: Sequence[str], given: Fields) -> frozenset[str]:
                 "update_mask", "path 'budget_id' names the budget; it cannot change"
             )
         if path not in PATHS:
-            shown = path[:_QUOTED_CHARS]
+            shown = path[: limits.update_mask_path_shown_chars_max]
             raise InvalidArgument(
                 "update_mask",
                 f"path {shown!r} is not a field of the budget; the fields are " + ", ".join(PATHS),
@@ -55,6 +54,17 @@ def populated(given: Fields) -> frozenset[str]:
     """The fields given sets: an optional present, anything else not its default."""
     empty = Fields(budget_id=given.budget_id)
     return frozenset(path for path in PATHS if getattr(given, path) != getattr(empty, path))
+
+
+# What a SOFT budget's overage flag is about: an update naming one of these clears it, as
+# PutBudget does; one that names none keeps it.
+OVERAGE_PATHS = frozenset({"limit", "overage_policy", "overage_limit", "mode"})
+
+
+def kept(budget: Budget, spec: Budget, named: frozenset[str]) -> Budget:
+    """spec, merged from an update naming named, with the overage flag budget has unless
+    the update named what it is about."""
+    return replace(spec, overage_since=None if named & OVERAGE_PATHS else budget.overage_since)
 
 
 def merged(current: Fields, given: Fields, named: frozenset[str]) -> Fields:

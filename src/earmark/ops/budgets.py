@@ -456,4 +456,5 @@ def is_refusing(state: pb.BudgetState, now: datetime) -> bool:
         state.last_refused_at.ToDatetime(tzinfo=UTC) if state.HasField("last_refused_at") else None
     )
     remaining = state.remaining if state.HasField("remaining") else None
-    return refusing.refusing(state.refusals, remaining, last, now)
+    soft = state.overage_policy == pb.OVERAGE_POLICY_SOFT
+    return refusing.refusing(state.refusals, remaining, last, now, soft=soft)

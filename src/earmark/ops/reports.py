@@ -352,29 +352,30 @@ def openai_usage(
 # line is classed by the words of those published names, in any case, whatever the rest
 # of its text (the sources: docs/reconcile.md, "Cost lines that name no model"):
 # storage first (a file search's storage is storage, not a call), then tools; a line of
-# the published "MODEL, KIND" shape is its model's; anything else is other.
+# the published "MODEL, KIND" shape is its model's; anything else is other. A model's
+# name is never read for those words (a fine-tuned model may be "ft:gpt-4.1:acme:
+# storage-bot:x1"): in the "MODEL, KIND" shape only the KIND is.
 _STORAGE_WORDS = ("storage", "vector store")
 _TOOL_WORDS = ("web search", "file search", "code interpreter", "container")
 
 
 def openai_line(line_item: str) -> tuple[Kind, str]:
     """A cost line item's kind, and its model for a model's line ("" otherwise)."""
-    words = " ".join(line_item.lower().replace("_", " ").split())
+    model, comma, kind = line_item.partition(",")
+    model = model.strip()
+    shaped = bool(comma and model and not any(c.isspace() for c in model))
+    words = " ".join((kind if shaped else line_item).lower().replace("_", " ").split())
     if any(word in words for word in _STORAGE_WORDS):
         return Kind.STORAGE, ""
     if any(word in words for word in _TOOL_WORDS):
         return Kind.TOOLS, ""
-    model, comma, _ = line_item.partition(",")
-    model = model.strip()
-    if comma and model and not any(c.isspace() for c in model):
-        return Kind.MODEL, model
-    return Kind.OTHER, ""
+    return (Kind.MODEL, model) if shaped else (Kind.OTHER, "")
 
 
 def _line_shown(line_item: str) -> str:
     """A line item as shown: printable, and cut to its bound."""
     printable = "".join(c if c.isprintable() else " " for c in line_item)
-    return printable[: limits.reconcile_line_item_max_chars]
+    return printable[: limits.reconcile_line_item_shown_chars_max]
 
 
 def openai_costs(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from earmark.core import resets, specs, updates
+from earmark.core import notices, resets, specs, updates
 from earmark.core.model import Budget
 from earmark.core.periods import Period
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
@@ -46,7 +46,7 @@ async def update(conn: Conn, given: specs.Fields, named: frozenset[str], now: da
     if budget is None:
         raise budget_not_found(given.budget_id)
     spec = specs.checked(updates.merged(specs.fields_of(budget), given, named)).budget
-    return await _put_on(conn, budget, spec, now)
+    return await _put_on(conn, budget, updates.kept(budget, spec, named), now)
 
 
 async def _put_on(conn: Conn, budget: Budget, spec: Budget, now: datetime) -> Budget:
@@ -81,4 +81,4 @@ async def _put_on(conn: Conn, budget: Budget, spec: Budget, now: datetime) -> Bu
         await queries.admit_unit(conn, new_unit)
     window = resets.window_on_put(budget, spec.calendar(), now)
     spec = replace(spec, unit=new_unit, period_start=window.start, period_end=window.end)
-    return await queries.update_budget(conn, spec)
+    return await queries.update_budget(conn, notices.kept_by_put(budget, spec))

@@ -131,7 +131,9 @@ class Model:
         now = self.clock()
         open_closed, used_closed = self._closed_use(given.budget_id)
         in_use_closed = bool(open_closed or used_closed)
-        stored = put_checked(budget, spec, now, in_use_closed=in_use_closed)
+        stored = put_checked(
+            budget, updates.kept(budget, spec, named), now, in_use_closed=in_use_closed
+        )
         self.budgets[given.budget_id] = stored
         return resets.current(copy.deepcopy(stored), now)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from earmark.core import resets
+from earmark.core import notices, resets
 from earmark.core.model import Budget
 from earmark.core.periods import Period
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason
@@ -17,7 +17,8 @@ def put_checked(
 ) -> Budget:
     """The budget PutBudget leaves: spec's new budget in the period containing now, or
     budget with what an operator sets (its counters, cycle, archive and rate counts stay,
-    its overage flag is cleared, and a changed calendar takes effect at the current
+    its overage flag is spec's (PutBudget's clears it; core.updates.kept), its notices
+    what core.notices.kept_by_put keeps, and a changed calendar takes effect at the current
     period's end). in_use_closed: a closed period of it has open holds or was used."""
     budget_id = spec.budget_id
     if budget is None:
@@ -50,6 +51,7 @@ def put_checked(
             unit=budget.unit,
         )
     window = resets.window_on_put(budget, spec.calendar(), now)
+    spec = notices.kept_by_put(budget, spec)
     return replace(
         budget,
         limit=spec.limit,
@@ -59,7 +61,9 @@ def put_checked(
         escrow_bps=spec.escrow_bps,
         overage_policy=spec.overage_policy,
         overage_limit=spec.overage_limit,
-        overage_since=None,
+        overage_since=spec.overage_since,
+        noticed_bps=spec.noticed_bps,
+        refusing_noticed=spec.refusing_noticed,
         period=spec.period,
         timezone=spec.timezone,
         period_anchor=spec.period_anchor,

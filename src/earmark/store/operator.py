@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 import asyncpg
 
 from earmark import limits
+from earmark.core import resets
 from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, UnitTotals
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
 from earmark.store import queries
@@ -359,17 +360,21 @@ async def open_holds_by_unit(conn: Conn) -> list[UnitTotals]:
     return [UnitTotals(r["unit"], r["holds"], r["held"], r["used"]) for r in rows]
 
 
-async def most_used_budgets(conn: Conn, count: int) -> list[Budget]:
-    """The count live budgets that refused in their period first (a blocked team is the
-    one to watch), then those with the highest (used + held) / limit; unlimited ones last."""
+async def most_used_budgets(conn: Conn, count: int, now: datetime) -> list[Budget]:
+    """The count live budgets that refused in their current period first (a blocked team
+    is the one to watch), then those with the highest (used + held) / limit, unlimited ones
+    last; each as a read at now sees it (a period ended but not yet closed reads as the
+    next, at zero: core.resets.current)."""
     rows = await conn.fetch(
         f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE archived_at IS NULL "
-        "ORDER BY refusals > 0 DESC, "
+        "ORDER BY (refusals > 0 AND refusals_period_no = period_no "
+        "    AND (period_end IS NULL OR period_end > $2)) DESC, "
         "(used + held)::float8 / nullif(limit_units, 0) DESC NULLS LAST, "
         "budget_id LIMIT $1",
         count,
+        now,
     )
-    return [budget_from_row(row) for row in rows]
+    return [resets.current(budget_from_row(row), now) for row in rows]
 
 
 async def held_among(conn: Conn, reservation_ids: list[str], now: datetime) -> list[str]:

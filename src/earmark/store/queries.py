@@ -146,7 +146,9 @@ RETURNING {BUDGET_COLUMNS}
 UPDATE_BUDGET = NamedQuery(f"""
 UPDATE budgets SET limit_units = $limit, unit = $unit, default_estimate = $default_estimate,
     estimate_policy = $estimate_policy, escrow_bps = $escrow_bps,
-    overage_policy = $overage_policy, overage_limit = $overage_limit, overage_since = NULL,
+    overage_policy = $overage_policy, overage_limit = $overage_limit,
+    overage_since = $overage_since, noticed_bps = $noticed_bps,
+    refusing_noticed = $refusing_noticed,
     period = $period, timezone = $timezone, period_anchor = $period_anchor,
     period_start = $period_start, period_end = $period_end, threshold_bps = $threshold_bps,
     mode = $mode, admissions_per_minute = $admissions_per_minute,
@@ -157,8 +159,9 @@ RETURNING {BUDGET_COLUMNS}
 """)
 
 
-def _budget_args(query: NamedQuery, spec: Budget) -> list[object]:
+def _budget_args(query: NamedQuery, spec: Budget, **more: object) -> list[object]:
     return query.args(
+        **more,
         budget_id=spec.budget_id,
         limit=spec.limit,
         unit=spec.unit,
@@ -187,9 +190,15 @@ async def insert_budget(conn: Conn, spec: Budget) -> Budget | None:
 
 
 async def update_budget(conn: Conn, spec: Budget) -> Budget:
-    """Sets what an operator sets (limit, unit, estimates, escrow and policy) and clears
-    the overage flag; the counters stay."""
-    row = await conn.fetchrow(UPDATE_BUDGET.sql, *_budget_args(UPDATE_BUDGET, spec))
+    """Sets what an operator sets (limit, unit, estimates, escrow and policy), and the
+    overage flag and notices as spec has them (core.notices.kept_by_put, core.updates.kept);
+    the counters stay."""
+    kept = {
+        "overage_since": spec.overage_since,
+        "noticed_bps": list(spec.noticed_bps),
+        "refusing_noticed": spec.refusing_noticed,
+    }
+    row = await conn.fetchrow(UPDATE_BUDGET.sql, *_budget_args(UPDATE_BUDGET, spec, **kept))
     assert row is not None
     return budget_from_row(row)
 

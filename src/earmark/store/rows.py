@@ -34,7 +34,7 @@ BUDGET_COLUMNS = (
     "period_anchor, period_no, period_start, period_end, threshold_bps, noticed_bps, "
     "exceeded_noticed, mode, admissions_per_minute, units_per_minute, rate_window_start, "
     "rate_admissions, rate_units, rate_prev_admissions, rate_prev_units, threshold_basis, "
-    "refusals, first_refused_at, last_refused_at"
+    "refusals, first_refused_at, last_refused_at, refusing_noticed, refusals_period_no"
 )
 BUDGET_COLUMN_TYPES = {
     "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
@@ -50,7 +50,8 @@ BUDGET_COLUMN_TYPES = {
     "rate_window_start": "timestamptz", "rate_admissions": "bigint", "rate_units": "bigint",
     "rate_prev_admissions": "bigint", "rate_prev_units": "bigint",
     "threshold_basis": "smallint", "refusals": "bigint", "first_refused_at": "timestamptz",
-    "last_refused_at": "timestamptz",
+    "last_refused_at": "timestamptz", "refusing_noticed": "boolean",
+    "refusals_period_no": "integer",
 }  # fmt: skip
 assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
@@ -93,6 +94,19 @@ CHARGE_COLUMNS = (
 )
 
 
+def _refusals_of(row: asyncpg.Record) -> dict[str, Any]:
+    """The refusal columns, when they count the row's current period: a period a previous
+    release rolled (migration 0024) has refused nothing yet."""
+    if row["refusals_period_no"] != row["period_no"]:
+        return {}
+    return {
+        "refusals": row["refusals"],
+        "first_refused_at": row["first_refused_at"],
+        "last_refused_at": row["last_refused_at"],
+        "refusing_noticed": row["refusing_noticed"],
+    }
+
+
 def budget_from_row(row: asyncpg.Record) -> Budget:
     return Budget(
         budget_id=row["budget_id"],
@@ -123,9 +137,7 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         noticed_bps=tuple(row["noticed_bps"]),
         exceeded_noticed=row["exceeded_noticed"],
         threshold_basis=ThresholdBasis(row["threshold_basis"]),
-        refusals=row["refusals"],
-        first_refused_at=row["first_refused_at"],
-        last_refused_at=row["last_refused_at"],
+        **_refusals_of(row),
         mode=BudgetMode(row["mode"]),
         admissions_per_minute=row["admissions_per_minute"],
         units_per_minute=row["units_per_minute"],

@@ -346,7 +346,7 @@ class Store:
 
     async def most_used_budgets(self, count: int) -> list[Budget]:
         assert 0 <= count <= limits.metrics_budgets_max_ceiling
-        return await self._read(lambda conn: operator.most_used_budgets(conn, count))
+        return await self._read(lambda conn: operator.most_used_budgets(conn, count, self._clock()))
 
     async def held_among(self, reservation_ids: list[str]) -> list[str]:
         """Which of reservation_ids are still held with their lease running (see

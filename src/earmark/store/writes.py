@@ -46,7 +46,7 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
         "budget_id", "used", "held", "open_reservations", "overage_since", "period_no",
         "period_start", "period_end", "noticed_bps", "exceeded_noticed", "rate_window_start",
         "rate_admissions", "rate_units", "rate_prev_admissions", "rate_prev_units", "rolled",
-        "refusals", "first_refused_at", "last_refused_at",
+        "refusals", "first_refused_at", "last_refused_at", "refusing_noticed",
     ),
     "write_budget_period": (
         "budget_id", "period_no", "period_start", "period_end", "limit_units", "used", "held",
@@ -167,6 +167,8 @@ WRITES: dict[str, str] = {
             coalesce(EXCLUDED.cache_write_input_tokens, c.cache_write_input_tokens),
         output_tokens = coalesce(EXCLUDED.output_tokens, c.output_tokens),
         requests = coalesce(EXCLUDED.requests, c.requests),
+        service_tier = CASE WHEN EXCLUDED.service_tier = '' THEN c.service_tier
+            ELSE EXCLUDED.service_tier END,
         evidence = CASE WHEN EXCLUDED.evidence = '' THEN c.evidence ELSE EXCLUDED.evidence END""",
     # A period closed by this batch: its row keeps the budget's ceiling of that period
     # (the statement's snapshot, before the budgets' update below).
@@ -197,6 +199,7 @@ WRITES: dict[str, str] = {
         rate_units = u.rate_units, rate_prev_admissions = u.rate_prev_admissions,
         rate_prev_units = u.rate_prev_units, refusals = u.refusals,
         first_refused_at = u.first_refused_at, last_refused_at = u.last_refused_at,
+        refusing_noticed = u.refusing_noticed, refusals_period_no = u.period_no,
         ceiling_max = CASE WHEN NOT u.rolled THEN b.ceiling_max
             ELSE budget_ceiling(b.limit_units, b.overage_policy, b.overage_limit, b.mode) END,
         updated_at = now()
@@ -220,7 +223,7 @@ def _budget_row(b: Budget, rolled: bool) -> tuple[object, ...]:
         b.budget_id, b.used, b.held, b.open_reservations, b.overage_since, b.period_no,
         b.period_start, b.period_end, list(b.noticed_bps), b.exceeded_noticed, rate.start,
         rate.admissions, rate.units, rate.prev_admissions, rate.prev_units, rolled,
-        b.refusals, b.first_refused_at, b.last_refused_at,
+        b.refusals, b.first_refused_at, b.last_refused_at, b.refusing_noticed,
     )  # fmt: skip
 
 
