@@ -173,6 +173,8 @@ def price_of(reply: pb.Price) -> Price:
         cache_write_long_per_mtok=reply.cache_write_long_usd_micros_per_mtok,
         service_tier=reply.service_tier,
         tool_fees=counts(reply.tool_usd_micros.items()),
+        input_tokens_above=reply.input_tokens_above,
+        window_timezone=reply.window_timezone,
     )
 
 

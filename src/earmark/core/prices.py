@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from earmark.core import periods
+
 # Budgets in these units can be priced from tokens; other units take amounts only.
 USD_MICROS = "usd_micros"
 TOKENS = "tokens"
@@ -69,6 +71,11 @@ class Price:
     service_tier: str = ""
     # A fee per server tool call, by kind.
     tool_fees: Counts = ()
+    # A prompt-length tier: for calls whose input tokens are above this many (0: the base
+    # row), all of their tokens at these rates.
+    input_tokens_above: int = 0
+    # The IANA zone the daily window's minutes are of ("": UTC).
+    window_timezone: str = ""
 
     def cached_rate(self) -> int:
         return self.cached_input_per_mtok or self.input_per_mtok
@@ -93,13 +100,18 @@ class Price:
             return False
         if self.effective_to is not None and at >= self.effective_to:
             return False
-        return in_daily_window(self.daily_from_minute, self.daily_to_minute, at)
+        return in_daily_window(
+            self.daily_from_minute, self.daily_to_minute, at, self.window_timezone
+        )
 
 
-def in_daily_window(from_minute: int, to_minute: int, at: datetime) -> bool:
-    """[from, to) in UTC minutes after midnight; both 0 is all day; from > to wraps."""
+def in_daily_window(from_minute: int, to_minute: int, at: datetime, timezone: str = "") -> bool:
+    """[from, to) in minutes after midnight in timezone (UTC when ""); both 0 is all day;
+    from > to wraps."""
     if from_minute == to_minute == 0:
         return True
+    if timezone:
+        at = at.astimezone(periods.zone_named(timezone))
     minute = at.hour * 60 + at.minute
     if from_minute < to_minute:
         return from_minute <= minute < to_minute

@@ -44,6 +44,8 @@ def price_of(p: pb.Price) -> prices.Price:
         cache_write_long_per_mtok=p.cache_write_long_usd_micros_per_mtok,
         service_tier=prices.tier(p.service_tier),
         tool_fees=prices.counts(p.tool_usd_micros.items()),
+        input_tokens_above=p.input_tokens_above,
+        window_timezone=p.window_timezone,
     )
 
 

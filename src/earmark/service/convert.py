@@ -145,6 +145,8 @@ def price_message(price: Price) -> pb.Price:
         cache_write_long_usd_micros_per_mtok=price.cache_write_long_per_mtok,
         service_tier=price.service_tier,
         tool_usd_micros=dict(price.tool_fees),
+        input_tokens_above=price.input_tokens_above,
+        window_timezone=price.window_timezone,
     )
     if price.effective_to is not None:
         reply.effective_to.CopyFrom(timestamp(price.effective_to))

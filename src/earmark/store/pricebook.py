@@ -21,14 +21,16 @@ INSERT_PRICE = NamedQuery(f"""
 INSERT INTO prices (provider, model, version, effective_from, effective_to, input_per_mtok,
                     output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at,
                     daily_from_minute, daily_to_minute, cache_write_per_mtok,
-                    max_output_tokens, cache_write_long_per_mtok, service_tier, tool_fees)
+                    max_output_tokens, cache_write_long_per_mtok, service_tier, tool_fees,
+                    input_tokens_above, window_timezone)
 VALUES ($provider, $model,
         (SELECT coalesce(max(version), 0) + 1 FROM prices
          WHERE provider = $provider AND model = $model),
         $effective_from, $effective_to, $input_per_mtok, $output_per_mtok,
         $cached_input_per_mtok, $request_fee, $source, $captured_at,
         $daily_from_minute, $daily_to_minute, $cache_write_per_mtok,
-        $max_output_tokens, $cache_write_long_per_mtok, $service_tier, $tool_fees::jsonb)
+        $max_output_tokens, $cache_write_long_per_mtok, $service_tier, $tool_fees::jsonb,
+        $input_tokens_above, $window_timezone)
 RETURNING {PRICE_COLUMNS}
 """)
 
@@ -70,6 +72,8 @@ async def insert_price(conn: Conn, price: Price) -> Price:
         cache_write_long_per_mtok=price.cache_write_long_per_mtok,
         service_tier=price.service_tier,
         tool_fees=json.dumps(dict(price.tool_fees)),
+        input_tokens_above=price.input_tokens_above,
+        window_timezone=price.window_timezone,
     )
     row = await conn.fetchrow(INSERT_PRICE.sql, *args)
     assert row is not None

@@ -58,7 +58,7 @@ PRICE_COLUMNS = (
     "price_id, provider, model, version, effective_from, effective_to, input_per_mtok, "
     "output_per_mtok, cached_input_per_mtok, request_fee, source, captured_at, "
     "daily_from_minute, daily_to_minute, cache_write_per_mtok, max_output_tokens, "
-    "cache_write_long_per_mtok, service_tier, tool_fees"
+    "cache_write_long_per_mtok, service_tier, tool_fees, input_tokens_above, window_timezone"
 )
 
 HOLD_COLUMN_NAMES = (
@@ -184,6 +184,8 @@ def price_from_row(row: asyncpg.Record) -> Price:
         cache_write_long_per_mtok=row["cache_write_long_per_mtok"],
         service_tier=row["service_tier"],
         tool_fees=counts(json.loads(row["tool_fees"]).items()),
+        input_tokens_above=row["input_tokens_above"],
+        window_timezone=row["window_timezone"],
     )
 
 

@@ -438,7 +438,7 @@ class RefreshLimitsRequest(_message.Message):
     def __init__(self, account: _Optional[str] = ...) -> None: ...
 
 class Price(_message.Message):
-    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute", "cache_write_usd_micros_per_mtok", "max_output_tokens", "cache_write_long_usd_micros_per_mtok", "service_tier", "tool_usd_micros")
+    __slots__ = ("provider", "model", "effective_from", "effective_to", "input_usd_micros_per_mtok", "output_usd_micros_per_mtok", "cached_input_usd_micros_per_mtok", "request_usd_micros", "source", "captured_at", "version", "daily_from_minute", "daily_to_minute", "cache_write_usd_micros_per_mtok", "max_output_tokens", "cache_write_long_usd_micros_per_mtok", "service_tier", "tool_usd_micros", "input_tokens_above", "window_timezone")
     class ToolUsdMicrosEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -464,6 +464,8 @@ class Price(_message.Message):
     CACHE_WRITE_LONG_USD_MICROS_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     SERVICE_TIER_FIELD_NUMBER: _ClassVar[int]
     TOOL_USD_MICROS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_ABOVE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TIMEZONE_FIELD_NUMBER: _ClassVar[int]
     provider: str
     model: str
     effective_from: _timestamp_pb2.Timestamp
@@ -482,7 +484,9 @@ class Price(_message.Message):
     cache_write_long_usd_micros_per_mtok: int
     service_tier: str
     tool_usd_micros: _containers.ScalarMap[str, int]
-    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ..., cache_write_usd_micros_per_mtok: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cache_write_long_usd_micros_per_mtok: _Optional[int] = ..., service_tier: _Optional[str] = ..., tool_usd_micros: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    input_tokens_above: int
+    window_timezone: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., effective_from: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_usd_micros_per_mtok: _Optional[int] = ..., output_usd_micros_per_mtok: _Optional[int] = ..., cached_input_usd_micros_per_mtok: _Optional[int] = ..., request_usd_micros: _Optional[int] = ..., source: _Optional[str] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., daily_from_minute: _Optional[int] = ..., daily_to_minute: _Optional[int] = ..., cache_write_usd_micros_per_mtok: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., cache_write_long_usd_micros_per_mtok: _Optional[int] = ..., service_tier: _Optional[str] = ..., tool_usd_micros: _Optional[_Mapping[str, int]] = ..., input_tokens_above: _Optional[int] = ..., window_timezone: _Optional[str] = ...) -> None: ...
 
 class PutPriceRequest(_message.Message):
     __slots__ = ("price",)

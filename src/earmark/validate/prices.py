@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfoNotFoundError
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
-from earmark.core import prices
+from earmark.core import periods, prices
 from earmark.core.prices import Counts, Price, Shape, Usage
 from earmark.errors import InvalidArgument
 from earmark.v1 import budget_pb2 as pb
@@ -177,6 +178,21 @@ def _minute(field: str, value: int) -> int:
     return value
 
 
+def _window_timezone(name: str) -> str:
+    """The IANA zone a daily window is in, or "" for UTC."""
+    if not name:
+        return ""
+    if len(name) > limits.timezone_length_max:
+        raise InvalidArgument(
+            "price.window_timezone", f"is longer than {limits.timezone_length_max} characters"
+        )
+    try:
+        periods.zone_named(name)
+    except ZoneInfoNotFoundError:
+        raise InvalidArgument("price.window_timezone", f"{name!r} is no IANA timezone") from None
+    return name
+
+
 def price(present: bool, value: pb.Price) -> Price:
     """A price version to append: rates bounded, a window that is not empty."""
     if not present:
@@ -196,6 +212,7 @@ def price(present: bool, value: pb.Price) -> Price:
     daily_to = _minute("price.daily_to_minute", value.daily_to_minute)
     if daily_from == daily_to != 0:
         raise InvalidArgument("price.daily_to_minute", "equals daily_from_minute: no minute is in")
+    window_timezone = _window_timezone(value.window_timezone)
     source = value.source
     if len(source) > limits.price_source_length_max or "\x00" in source:
         raise InvalidArgument(
@@ -238,6 +255,8 @@ def price(present: bool, value: pb.Price) -> Price:
             "price.tool_usd_micros", value.tool_usd_micros, limits.request_fee_usd_micros_max
         ),
         source=source,
+        input_tokens_above=_tokens("price.input_tokens_above", value.input_tokens_above),
+        window_timezone=window_timezone,
         captured_at=(
             timestamp("price.captured_at", value.captured_at)
             if value.HasField("captured_at")

@@ -911,8 +911,8 @@ export interface Price {
   /** Output only: increasing per provider and model. */
   version: bigint;
   /**
-   * A daily UTC window [from, to) in minutes after midnight; both 0: all day. A window
-   * with from > to wraps past midnight.
+   * A daily window [from, to) in minutes after midnight, in window_timezone (UTC when
+   * empty); both 0: all day. A window with from > to wraps past midnight.
    */
   dailyFromMinute: number;
   dailyToMinute: number;
@@ -935,6 +935,17 @@ export interface Price {
   serviceTier: string;
   /** A fee per server tool call, by kind (e.g. "web_search"), in micro-dollars. */
   toolUsdMicros: { [key: string]: bigint };
+  /**
+   * A prompt-length tier: the row applies to calls whose input tokens are above this many,
+   * for all of their tokens, as Google, Anthropic and OpenAI bill them; 0: the base row. A
+   * call is priced by the row of the highest input_tokens_above below its input tokens.
+   */
+  inputTokensAbove: bigint;
+  /**
+   * The IANA time zone the daily window's minutes are of (empty: UTC): a window keeps its
+   * local hours across daylight saving.
+   */
+  windowTimezone: string;
 }
 
 export interface Price_ToolUsdMicrosEntry {
@@ -4600,6 +4611,8 @@ function createBasePrice(): Price {
     cacheWriteLongUsdMicrosPerMtok: 0n,
     serviceTier: "",
     toolUsdMicros: {},
+    inputTokensAbove: 0n,
+    windowTimezone: "",
   };
 }
 
@@ -4689,6 +4702,15 @@ export const Price: MessageFns<Price> = {
     globalThis.Object.entries(message.toolUsdMicros).forEach(([key, value]: [string, bigint]) => {
       Price_ToolUsdMicrosEntry.encode({ key: key as any, value }, writer.uint32(146).fork()).join();
     });
+    if (message.inputTokensAbove !== 0n) {
+      if (BigInt.asIntN(64, message.inputTokensAbove) !== message.inputTokensAbove) {
+        throw new globalThis.Error("value provided for field message.inputTokensAbove of type int64 too large");
+      }
+      writer.uint32(152).int64(message.inputTokensAbove);
+    }
+    if (message.windowTimezone !== "") {
+      writer.uint32(162).string(message.windowTimezone);
+    }
     return writer;
   },
 
@@ -4852,6 +4874,22 @@ export const Price: MessageFns<Price> = {
             }
             continue;
           }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.inputTokensAbove = reader.int64() as bigint;
+            continue;
+          }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.windowTimezone = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4962,6 +5000,16 @@ export const Price: MessageFns<Price> = {
           {},
         )
         : {},
+      inputTokensAbove: isSet(object.inputTokensAbove)
+        ? BigInt(object.inputTokensAbove)
+        : isSet(object.input_tokens_above)
+        ? BigInt(object.input_tokens_above)
+        : 0n,
+      windowTimezone: isSet(object.windowTimezone)
+        ? globalThis.String(object.windowTimezone)
+        : isSet(object.window_timezone)
+        ? globalThis.String(object.window_timezone)
+        : "",
     };
   },
 
@@ -5027,6 +5075,12 @@ export const Price: MessageFns<Price> = {
         });
       }
     }
+    if (message.inputTokensAbove !== 0n) {
+      obj.inputTokensAbove = message.inputTokensAbove.toString();
+    }
+    if (message.windowTimezone !== "") {
+      obj.windowTimezone = message.windowTimezone;
+    }
     return obj;
   },
 
@@ -5080,6 +5134,10 @@ export const Price: MessageFns<Price> = {
       },
       {},
     );
+    message.inputTokensAbove = (object.inputTokensAbove !== undefined && object.inputTokensAbove !== null)
+      ? BigInt(object.inputTokensAbove)
+      : 0n;
+    message.windowTimezone = object.windowTimezone ?? "";
     return message;
   },
 };
