@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from zoneinfo import ZoneInfo
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -292,3 +293,96 @@ def test_a_price_is_looked_up_by_its_tier() -> None:
     book = PriceBook([tiered(1, "", 1), tiered(2, "priority", 2)])
     found = [book.at("p", "m", START, tier) for tier in ("", "default", "auto", "priority", "flex")]
     assert [1, 1, 1, 2, None] == [p.input_per_mtok if p else None for p in found]
+
+
+def gemini(version: int, above: int, input_rate: int, output_rate: int, **extra: object) -> Price:
+    values: dict[str, object] = {
+        "provider": "google", "model": "gemini-2.5-pro", "version": version,
+        "effective_from": START, "effective_to": None, "input_per_mtok": input_rate,
+        "output_per_mtok": output_rate, "input_tokens_above": above,
+    }  # fmt: skip
+    values.update(extra)
+    return Price(**values)  # type: ignore[arg-type]
+
+
+GEMINI_25_PRO = PriceBook(
+    [gemini(1, 0, 1_250_000, 10_000_000), gemini(2, 200_000, 2_500_000, 15_000_000)]
+)
+
+
+@given(st.integers(0, 10**7))
+def test_a_call_is_priced_by_the_highest_tier_below_its_input(input_tokens: int) -> None:
+    """At or below 200,000 input tokens the base row prices a call, above it the long
+    prompts' row, for all of the call's tokens."""
+    found = GEMINI_25_PRO.at("google", "gemini-2.5-pro", START, input_tokens=input_tokens)
+    assert found is not None
+    assert (2 if input_tokens > 200_000 else 1) == found.version
+
+
+def test_gemini_25_pro_tiers_price_whole_calls() -> None:
+    """100,000 in / 1,000 out costs $0.135 at the base rates; 250,000 in / 1,000 out costs
+    $0.64, every token at the long prompts' rates."""
+    costs = []
+    for input_tokens in (100_000, 250_000):
+        shape = Shape("google", "gemini-2.5-pro", input_tokens, 1_000)
+        price = GEMINI_25_PRO.at("google", "gemini-2.5-pro", START, input_tokens=input_tokens)
+        assert price is not None
+        costs.append(prices.shape_cost(price, shape))
+    assert [135_000, 640_000] == costs
+
+
+def test_a_newer_row_for_all_prompts_replaces_an_older_long_prompt_row() -> None:
+    """A base price put later is in effect for long prompts too, as a later all-day price
+    replaces an older window; a tier put with it keeps its place."""
+    later = START + timedelta(days=1)
+    book = PriceBook(
+        [
+            *GEMINI_25_PRO.versions("google", "gemini-2.5-pro"),
+            gemini(3, 0, 1, 1, effective_from=later),
+        ]
+    )
+    long_prompt = book.at("google", "gemini-2.5-pro", later, input_tokens=300_000)
+    assert long_prompt is not None
+    assert 3 == long_prompt.version
+    both = PriceBook(
+        [*book.versions("google", "gemini-2.5-pro"), gemini(4, 200_000, 2, 2, effective_from=later)]
+    )
+    assert [(0, 3), (200_000, 4)] == [
+        (above, p.version) for above, p in both.brackets("google", "gemini-2.5-pro", later)
+    ]
+
+
+def test_brackets_say_which_version_prices_each_range_of_prompts() -> None:
+    """The brackets of gemini-2.5-pro: the base row up to 200,000 tokens, the long row
+    above; a model without tiers has one bracket."""
+    brackets = GEMINI_25_PRO.brackets("google", "gemini-2.5-pro", START)
+    assert [(0, 1), (200_000, 2)] == [(above, p.version) for above, p in brackets]
+    assert [(0, 1)] == [
+        (above, p.version)
+        for above, p in PriceBook([version(1, START)]).brackets("deepseek", "v4-flash", START)
+    ]
+
+
+@given(
+    st.integers(0, 2 * 24 * 60 - 1), st.sampled_from([(2026, 3, 8), (2026, 11, 1), (2026, 7, 1)])
+)
+def test_a_window_in_a_zone_with_daylight_saving_keeps_its_local_hours(
+    minute: int, day: tuple[int, int, int]
+) -> None:
+    """A 09:00-17:00 America/New_York window holds 09:00 to 17:00 local time on the days
+    daylight saving starts and ends and on a summer day: its UTC hours move with the zone."""
+    zone = ZoneInfo("America/New_York")
+    book = PriceBook(
+        [
+            version(1, START - timedelta(days=365)),
+            version(
+                2, START - timedelta(days=365), daily_from_minute=9 * 60, daily_to_minute=17 * 60,
+                window_timezone="America/New_York",
+            ),
+        ]
+    )  # fmt: skip
+    at = datetime(*day, tzinfo=UTC) + timedelta(minutes=minute)
+    local = at.astimezone(zone)
+    found = book.at("deepseek", "v4-flash", at)
+    assert found is not None
+    assert (2 if 9 <= local.hour < 17 else 1) == found.version

@@ -343,5 +343,5 @@ def price_view(price: Price) -> dict[str, Any]:
 def cost_now(prices: Iterable[Price], shape: Shape, now: datetime) -> tuple[Price, int] | None:
     """The price in effect now for the shape's model and what the shape costs at it, as a
     Reserve by that shape would hold it (None: no price in effect)."""
-    price = PriceBook(prices).at(shape.provider, shape.model, now)
+    price = PriceBook(prices).at(shape.provider, shape.model, now, input_tokens=shape.input_tokens)
     return None if price is None else (price, shape_cost(price, shape))

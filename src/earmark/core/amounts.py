@@ -90,7 +90,7 @@ def with_ceiling(shape: Shape, book: PriceBook, now: datetime) -> Shape:
     (the price of its tier in effect says what the ceiling is)."""
     if not shape.output_ceiling:
         return shape
-    price = book.at(shape.provider, shape.model, now, shape.service_tier)
+    price = book.at(shape.provider, shape.model, now, shape.service_tier, shape.input_tokens)
     if price is None or price.max_output_tokens <= 0:
         raise FailedPrecondition(
             f"shape.output_ceiling: no output ceiling for provider {shape.provider!r} model "
@@ -111,7 +111,16 @@ def priced_shape(budget: Budget, shape: Shape, book: PriceBook, now: datetime) -
     if budget.unit == prices.TOKENS:
         amount = _bounded("shape", prices.shape_tokens(shape))
         return Priced(amount, EstimateSource.SHAPE, max_output_tokens=most)
-    price = _price_now(budget, "shape", shape.provider, shape.model, book, now, shape.service_tier)
+    price = _price_now(
+        budget,
+        "shape",
+        shape.provider,
+        shape.model,
+        book,
+        now,
+        shape.service_tier,
+        shape.input_tokens,
+    )
     _require_tools_priced(price, "shape.max_tool_calls", shape.max_tool_calls)
     amount = _bounded("shape", prices.shape_cost(price, shape))
     return Priced(amount, EstimateSource.SHAPE, price.version, most)
@@ -160,9 +169,13 @@ def usage_amount_of(
     # The tier the provider ran the call at; one the book has no price for (a request sent
     # with "auto") is priced at the tier it was held at, rather than refused, since a
     # refused Settle would lose what the provider billed.
-    price = book.at(provider, model, now, usage.service_tier or held_tier)
+    # A usage of several requests reports their tokens summed: it is priced in the tier of
+    # that sum, which is never below the tier any one of its requests was billed in.
+    price = book.at(provider, model, now, usage.service_tier or held_tier, usage.input_tokens)
     if price is None:
-        price = _price_now(budget, "usage", provider, model, book, now, held_tier)
+        price = _price_now(
+            budget, "usage", provider, model, book, now, held_tier, usage.input_tokens
+        )
     _require_tools_priced(price, "usage.tool_calls", usage.tool_calls)
     return _bounded("usage", prices.usage_cost(price, usage)), price.version
 
@@ -208,7 +221,7 @@ def repriced(budget: Budget, hold: Hold, book: PriceBook, now: datetime) -> Pric
         # price: it stays what it was.
         return None
     shape = hold.shape
-    price = book.at(shape.provider, shape.model, now, shape.service_tier)
+    price = book.at(shape.provider, shape.model, now, shape.service_tier, shape.input_tokens)
     if price is None or price.version == hold.price_version:
         return None
     if shape.output_ceiling:
@@ -245,9 +258,10 @@ def _price_now(
     book: PriceBook,
     now: datetime,
     service_tier: str = "",
+    input_tokens: int = 0,
 ) -> Price:
     _require_priced_unit(budget, field)
-    price = book.at(provider, model, now, service_tier)
+    price = book.at(provider, model, now, service_tier, input_tokens)
     if price is None:
         tier = prices.tier(service_tier)
         at_tier = f" at service tier {tier!r}" if tier else ""

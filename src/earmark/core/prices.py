@@ -77,6 +77,10 @@ class Price:
     # The IANA zone the daily window's minutes are of ("": UTC).
     window_timezone: str = ""
 
+    def applies_to(self, input_tokens: int) -> bool:
+        """Whether a call of input_tokens is in this row's prompt-length tier."""
+        return self.input_tokens_above == 0 or input_tokens > self.input_tokens_above
+
     def cached_rate(self) -> int:
         return self.cached_input_per_mtok or self.input_per_mtok
 
@@ -243,17 +247,53 @@ class PriceBook:
     def __len__(self) -> int:
         return sum(len(versions) for versions in self._by_model.values())
 
-    def at(self, provider: str, model: str, at: datetime, service_tier: str = "") -> Price | None:
-        """The price of the tier in effect at `at`: of the tier's versions whose windows
-        contain it, the one with the latest effective_from, and of those the highest version
-        (a correction)."""
+    def at(
+        self,
+        provider: str,
+        model: str,
+        at: datetime,
+        service_tier: str = "",
+        input_tokens: int = 0,
+    ) -> Price | None:
+        """The price of the tier in effect at `at` for a call of input_tokens: of the tier's
+        versions in effect then (their windows contain it) whose prompt-length tier the call
+        is in (input_tokens_above 0, or below input_tokens), the one with the latest
+        effective_from, then the longest prompts' tier, then the highest version (a
+        correction). A newer row for all prompts thus replaces an older long-prompt one, as
+        a newer all-day row replaces an older window."""
+        assert input_tokens >= 0
         wanted = tier(service_tier)
         live = [
             p
             for p in self._by_model.get((provider, model), ())
-            if p.service_tier == wanted and p.in_effect(at)
+            if p.service_tier == wanted and p.applies_to(input_tokens) and p.in_effect(at)
         ]
-        return max(live, key=lambda p: (p.effective_from, p.version), default=None)
+        return max(
+            live, key=lambda p: (p.effective_from, p.input_tokens_above, p.version), default=None
+        )
+
+    def brackets(
+        self, provider: str, model: str, at: datetime, service_tier: str = ""
+    ) -> list[tuple[int, Price]]:
+        """The prices of the tier in effect at `at` by prompt length: (n, price) for the
+        calls of more than n input tokens up to the next pair's n (all prompts from the
+        first, n 0), each the price `at` picks for them."""
+        above = sorted(
+            {0}
+            | {
+                p.input_tokens_above
+                for p in self._by_model.get((provider, model), ())
+                if p.service_tier == tier(service_tier) and p.in_effect(at)
+            }
+        )
+        found: list[tuple[int, Price]] = []
+        for n in above:
+            # A call of n + 1 tokens is in every tier up to n's, as any longer call up to
+            # the next threshold is; the base (n 0) also prices calls of 0 tokens.
+            price = self.at(provider, model, at, service_tier, n + 1 if n else 0)
+            if price is not None and (not found or found[-1][1] != price):
+                found.append((n, price))
+        return found
 
     def by_model(self) -> dict[tuple[str, str], list[Price]]:
         """Every version, by provider and model."""

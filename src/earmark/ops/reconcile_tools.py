@@ -54,7 +54,7 @@ def tool_fees(call: Sent, book: prices.PriceBook, provider: str) -> int:
     usage = call.usage
     if usage is None or call.settled_used is None or call.unit != prices.USD_MICROS:
         return 0
-    price = book.at(provider, call.model, call.sent_at, call.service_tier)
+    price = book.at(provider, call.model, call.sent_at, call.service_tier, max(usage.input, 0))
     if price is None or not price.tool_fees:
         return 0
     cached = min(max(usage.cached, 0), max(usage.input, 0))

@@ -17,16 +17,20 @@ from earmark.core.model import EstimateSource
 from earmark.core.prices import PriceBook, tier
 from earmark.store.tx import Conn
 
-# A hold's shape is stored as a JSON array (rows.py): provider, model, ... service tier at
-# position 8 (absent in shapes stored before it existed: the default tier).
+# A hold's shape is stored as a JSON array (rows.py): provider, model, input tokens, ...
+# service tier at position 8 (absent in shapes stored before it existed: the default tier).
+# A model's prices in effect come by prompt-length bracket: a hold's input tokens in
+# (above, upto], or [0, upto] for the base bracket (above 0), say which version is its.
 DUE = f"""
 SELECT r.reservation_id::text AS reservation_id, r.created_at
 FROM open_holds o
 JOIN reservations r USING (reservation_id)
-JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS now_in(provider, model, tier,
-     version)
+JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $8::bigint[], $9::bigint[])
+     AS now_in(provider, model, tier, version, above, upto)
   ON now_in.provider = (r.shape::jsonb ->> 0) AND now_in.model = (r.shape::jsonb ->> 1)
  AND now_in.tier = coalesce(r.shape::jsonb ->> 8, '')
+ AND ((r.shape::jsonb ->> 2)::bigint > now_in.above OR now_in.above = 0)
+ AND (r.shape::jsonb ->> 2)::bigint <= now_in.upto
 WHERE o.expires_at IS NOT NULL
   AND r.charged = 0 AND r.source = {int(EstimateSource.SHAPE)} AND r.shape IS NOT NULL
   AND r.price_version <> now_in.version
@@ -40,19 +44,27 @@ LIMIT $5
 After = tuple[datetime, str]
 
 
-def in_effect(book: PriceBook, at: datetime) -> list[tuple[str, str, str, int]]:
-    """(provider, model, tier, version) of every price in effect at `at`."""
-    found: dict[tuple[str, str, str], int] = {}
+# The most input tokens of the last bracket: any a shape can have.
+_ALL_TOKENS = 2**63 - 1
+# (provider, model, tier, version, above, upto): the version in effect for the calls of
+# that tier whose input tokens are in the bracket (above, upto].
+InEffect = tuple[str, str, str, int, int, int]
+
+
+def in_effect(book: PriceBook, at: datetime) -> list[InEffect]:
+    """Every price in effect at `at`, by provider, model, tier and prompt-length bracket."""
+    found: list[InEffect] = []
     for (provider, model), versions in book.by_model().items():
         for each in {tier(p.service_tier) for p in versions}:
-            price = book.at(provider, model, at, each)
-            if price is not None:
-                found[(provider, model, each)] = price.version
-    return [(*key, version) for key, version in sorted(found.items())]
+            brackets = book.brackets(provider, model, at, each)
+            ends = [above for above, _ in brackets[1:]] + [_ALL_TOKENS]
+            for (above, price), upto in zip(brackets, ends, strict=True):
+                found.append((provider, model, each, price.version, above, upto))
+    return sorted(found)
 
 
 async def due(
-    conn: Conn, now_in: list[tuple[str, str, str, int]], limit: int, after: After | None = None
+    conn: Conn, now_in: list[InEffect], limit: int, after: After | None = None
 ) -> list[After]:
     """The holds priced at another version than now_in's (in_effect), at most limit, oldest
     first, after `after` (None: from the oldest): each as its paging key, its id last."""
@@ -61,12 +73,14 @@ async def due(
     at, last_id = after if after is not None else (None, None)
     rows = await conn.fetch(
         DUE,
-        [p for p, _, _, _ in now_in],
-        [m for _, m, _, _ in now_in],
-        [t for _, _, t, _ in now_in],
-        [v for _, _, _, v in now_in],
+        [each[0] for each in now_in],
+        [each[1] for each in now_in],
+        [each[2] for each in now_in],
+        [each[3] for each in now_in],
         limit,
         at,
         last_id,
+        [each[4] for each in now_in],
+        [each[5] for each in now_in],
     )
     return [(row["created_at"], row["reservation_id"]) for row in rows]

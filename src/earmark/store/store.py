@@ -26,6 +26,7 @@ from earmark.store import (
     cycles,
     marks,
     operator,
+    price_notices,
     pricebook,
     probe,
     queries,
@@ -99,12 +100,12 @@ class Store:
         self._reprice_book = PriceBook()
         # The prices in effect at the repricer's last pass that saw every due hold (None:
         # no pass yet), so that a pass with nothing moved costs no scan of the open holds.
-        self._repriced_for: list[tuple[str, str, str, int]] | None = None
+        self._repriced_for: list[repricing.InEffect] | None = None
         # Where the repricer's scan of the due holds goes on from at its next pass (None:
         # from the oldest), and the prices in effect the scan began with: one that moved
         # starts the scan over.
         self._reprice_after: repricing.After | None = None
-        self._reprice_scanning: list[tuple[str, str, str, int]] | None = None
+        self._reprice_scanning: list[repricing.InEffect] | None = None
         self._batches = Batches(
             self._serializable,
             self._read,
@@ -258,10 +259,28 @@ class Store:
 
     async def put_price(self, price: Price) -> Price:
         """Appends price as the next version of its model; the stored version is returned.
-        READ COMMITTED under an advisory lock: appends of one model queue, they never abort."""
+        READ COMMITTED under an advisory lock: appends of one model queue, they never abort.
+        A version in effect at once writes its price.changed notice with it; one dated in
+        the future is noticed by notice_prices once its effective_from has passed."""
+        now = self._clock()
 
         async def work(conn: Conn) -> Price:
-            return await pricebook.insert_price(conn, price)
+            stored = await pricebook.insert_price(conn, price)
+            if stored.effective_from <= now:
+                await price_notices.write(conn, [stored], now)
+            return stored
+
+        return await self._transaction(work, "read_committed")
+
+    async def notice_prices(self, limit: int = limits.price_notices_per_pass_max) -> int:
+        """Writes price.changed for at most limit versions whose effective_from has passed
+        and that were not noticed (no other sidecar's pass holds them); returns how many
+        notices were written."""
+        assert 1 <= limit <= limits.price_notices_per_pass_max
+        now = self._clock()
+
+        async def work(conn: Conn) -> int:
+            return await price_notices.notice_due(conn, now, limit)
 
         return await self._transaction(work, "read_committed")
 
