@@ -201,3 +201,20 @@ def test_refusing_is_said_while_refusals_are_recent_or_nothing_is_left() -> None
         view(0, 0, None),
         view(3, 0, older, OveragePolicy.SOFT),
     ]
+
+
+def test_a_price_view_names_its_tier_prompts_zone_and_ceiling() -> None:
+    """A long-prompt row in a zoned window reads as such, with its output ceiling."""
+    price = Price(
+        provider="google", model="gemini-2.5-pro", version=2, effective_from=NOW,
+        effective_to=None, input_per_mtok=2_500_000, output_per_mtok=15_000_000,
+        daily_from_minute=30, daily_to_minute=510, window_timezone="Asia/Shanghai",
+        input_tokens_above=200_000, max_output_tokens=65_536, service_tier="priority",
+    )  # fmt: skip
+    view = present.price_view(price)
+    assert ("priority", "over 200,000 tokens", "00:30-08:30 Asia/Shanghai", "65,536") == (
+        view["tier"],
+        view["prompts"],
+        view["window"],
+        view["ceiling"],
+    )

@@ -330,7 +330,16 @@ def price_view(price: Price) -> dict[str, Any]:
         "version": price.version,
         "from": stamp(price.effective_from),
         "to": stamp(price.effective_to) or "open",
-        "window": daily if (daily := daily_window(price)) == "all day" else f"{daily} UTC",
+        "tier": price.service_tier or "default",
+        "prompts": (
+            f"over {price.input_tokens_above:,} tokens" if price.input_tokens_above else "all"
+        ),
+        "window": (
+            daily
+            if (daily := daily_window(price)) == "all day"
+            else f"{daily} {price.window_timezone or 'UTC'}"
+        ),
+        "ceiling": f"{price.max_output_tokens:,}" if price.max_output_tokens else "none",
         "input": amount(price.input_per_mtok, per_mtok),
         "cached": amount(price.cached_rate(), per_mtok),
         "cache_write": amount(price.cache_write_rate(), per_mtok),
