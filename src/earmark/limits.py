@@ -786,3 +786,11 @@ assert (
 reconcile_line_item_shown_chars_max = 120
 assert 16 <= reconcile_line_item_shown_chars_max <= 1_000
 assert update_mask_path_shown_chars_max <= error_about_chars_max
+
+# `earmark prices import` and `check` (issue 44): the output ceilings are read from a file
+# (LiteLLM's model map: 3 MB in litellm 1.108) of at most price_ceilings_file_bytes_max
+# bytes, and one import puts at most price_import_rows_max rows (a provider's every model,
+# tier, window and dated version; the book holds price_versions_max in all).
+price_ceilings_file_bytes_max = 64 * 2**20
+price_import_rows_max = 5_000
+assert price_import_rows_max <= price_versions_max
