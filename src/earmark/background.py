@@ -249,10 +249,16 @@ class Background:
 
     async def _reprice(self) -> None:
         """Holds priced by shape and not yet charged move to the price in effect soon after
-        a cutover (within a pass), rather than at their first Charge."""
+        a cutover (within a pass), rather than at their first Charge; the versions that
+        took effect are noticed (price.changed)."""
         moved = await self._store.reprice_due()
         if moved:
             log.info("repriced_at_cutover", holds=moved)
+        # A version that took effect since the last pass is also when its price.changed
+        # notice is due (issue 44); a pass notices a bounded batch, the next the rest.
+        noticed = await self._store.notice_prices()
+        if noticed:
+            log.info("prices_noticed", versions=noticed)
 
     async def _report(self) -> None:
         assert self._reporter is not None

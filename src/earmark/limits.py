@@ -794,3 +794,10 @@ assert update_mask_path_shown_chars_max <= error_about_chars_max
 price_ceilings_file_bytes_max = 64 * 2**20
 price_import_rows_max = 5_000
 assert price_import_rows_max <= price_versions_max
+
+# price.changed: a version in effect at its put is noticed with it; the pass beside the
+# repricer (every reprice_interval_seconds) notices at most price_notices_per_pass_max of
+# those dated in the future whose effective_from passed, oldest first, the rest at the
+# passes after (one transaction of bounded length each, as the deliverer's batches).
+price_notices_per_pass_max = 100
+assert 1 <= price_notices_per_pass_max <= notify_batch_max

@@ -389,6 +389,18 @@ async def test_prices_are_versioned_and_price_a_reserve_by_shape(
     assert (10_000, 2_400, 0, 0) == counters(await store.get_budget("m"))
 
 
+async def test_a_price_put_in_effect_is_noticed_with_its_put(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """A price version put in effect writes one price.changed, of no budget; one dated in
+    the future writes none with its put (the store's pass notices it later)."""
+    store = backend.store
+    now_in = Price("openai", "gpt", 0, clock.at - HOUR, None, 1_000_000, 4_000_000)
+    await store.put_price(now_in)
+    await store.put_price(replace(now_in, effective_from=clock.at + HOUR))
+    assert [("price.changed", "")] == await backend.events()
+
+
 async def test_an_update_sets_only_the_fields_it_names(backend: Backend) -> None:
     """update_budget merges the named fields into the stored budget (an unnamed one stays,
     a named one unset is cleared), checks the merge with PutBudget's rules and puts it as

@@ -23,11 +23,13 @@ from earmark.core.model import (
     PeriodTotals,
     ThresholdBasis,
 )
+from earmark.core.prices import Price
 
 THRESHOLD_CROSSED = "budget.threshold_crossed"
 EXCEEDED = "budget.exceeded"
 REFUSING = "budget.refusing"
 IN_DOUBT = "hold.in_doubt"
+PRICE_CHANGED = "price.changed"
 
 # Event ids are derived from what makes an event one (its dedupe key), so that a batch
 # retried after a conflict writes the same id, and the unique key drops it if it was.
@@ -192,3 +194,78 @@ def in_doubt_event(hold: Hold, now: datetime) -> Event:
     }
     key = f"hold/{hold.reservation_id}/in_doubt"
     return _event(IN_DOUBT, hold.budget_id, key, data, now)
+
+
+# A price notice concerns every budget that prices its model, not one: its events row's
+# budget_id is this (no budget's id is empty), so `earmark events list --budget` never
+# shows it and --kind price.changed does.
+PRICE_BUDGET_ID = ""
+
+
+def price_selector(price: Price) -> tuple[object, ...]:
+    """What a version replaces another's rates for: the same model, service tier,
+    prompt-length tier and daily window in the same zone."""
+    return (
+        price.provider,
+        price.model,
+        price.service_tier,
+        price.input_tokens_above,
+        price.daily_from_minute,
+        price.daily_to_minute,
+        price.window_timezone,
+    )
+
+
+def replaced(versions: list[Price], price: Price) -> Price | None:
+    """The version of price's selector that price follows: of the others, the latest by
+    (effective_from, version), the order the price book picks by, before price's own."""
+    before = [
+        p
+        for p in versions
+        if price_selector(p) == price_selector(price)
+        and p.version != price.version
+        and (p.effective_from, p.version) < (price.effective_from, price.version)
+    ]
+    return max(before, key=lambda p: (p.effective_from, p.version), default=None)
+
+
+def _rates(price: Price) -> dict[str, Any]:
+    return {
+        "input_per_mtok": price.input_per_mtok,
+        "output_per_mtok": price.output_per_mtok,
+        "cached_input_per_mtok": price.cached_input_per_mtok,
+        "cache_write_per_mtok": price.cache_write_per_mtok,
+        "cache_write_long_per_mtok": price.cache_write_long_per_mtok,
+        "request_fee": price.request_fee,
+        "tool_fees": dict(price.tool_fees),
+        "max_output_tokens": price.max_output_tokens,
+    }
+
+
+def price_key(price: Price) -> str:
+    """A version's dedupe key. Providers and models are printable ASCII without spaces
+    (validate.identifier) but may hold '/': the space after the provider and the version
+    read from the right tell them apart, and no budget's or hold's key has a space."""
+    return f"price/{price.provider} {price.model}/{price.version}/changed"
+
+
+def price_event(price: Price, before: Price | None, now: datetime) -> Event:
+    """price.changed: price's version took effect (it was put in effect, or its
+    effective_from passed), with the version of its selector it follows, if any."""
+    data = {
+        "provider": price.provider,
+        "model": price.model,
+        "service_tier": price.service_tier,
+        "version": price.version,
+        "effective_from": _iso(price.effective_from),
+        "effective_to": _iso(price.effective_to),
+        "daily_from_minute": price.daily_from_minute,
+        "daily_to_minute": price.daily_to_minute,
+        "window_timezone": price.window_timezone,
+        "input_tokens_above": price.input_tokens_above,
+        **_rates(price),
+        "source": price.source,
+        "captured_at": _iso(price.captured_at),
+        "replaces": None if before is None else {"version": before.version, **_rates(before)},
+    }
+    return _event(PRICE_CHANGED, PRICE_BUDGET_ID, price_key(price), data, now)

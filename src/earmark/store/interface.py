@@ -121,12 +121,14 @@ class PlanMarks(Protocol):
 
 
 class Upkeep(Protocol):
-    """What the background loops run: the sweeper, the repricer, the gauges' reads, the
-    pools' renewal and the write probe."""
+    """What the background loops run: the sweeper, the repricer (and the price notices
+    beside it), the gauges' reads, the pools' renewal and the write probe."""
 
     async def sweep_once(self, batch_size: int = ...) -> int: ...
 
     async def reprice_due(self, limit: int = ...) -> int: ...
+
+    async def notice_prices(self, limit: int = ...) -> int: ...
 
     async def expire_connections(self) -> None: ...
 

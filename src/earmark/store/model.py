@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from earmark import limits
-from earmark.core import resets, specs, updates
+from earmark.core import notices, resets, specs, updates
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due, sample_keys
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
@@ -214,6 +214,12 @@ class Model:
         versions = [p.version for p in self.prices if (p.provider, p.model) == model]
         stored = replace(price, version=max(versions, default=0) + 1)
         self.prices.append(stored)
+        # In effect at once: noticed with the put, as store/price_notices.py does (one dated
+        # in the future is noticed by the store's pass, which is SQL by nature).
+        now = self.clock()
+        if stored.effective_from <= now:
+            before = notices.replaced(self.prices, stored)
+            self.events.append(notices.price_event(stored, before, now))
         return stored
 
     # Holds.

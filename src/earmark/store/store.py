@@ -26,6 +26,7 @@ from earmark.store import (
     cycles,
     marks,
     operator,
+    price_notices,
     pricebook,
     probe,
     queries,
@@ -258,10 +259,28 @@ class Store:
 
     async def put_price(self, price: Price) -> Price:
         """Appends price as the next version of its model; the stored version is returned.
-        READ COMMITTED under an advisory lock: appends of one model queue, they never abort."""
+        READ COMMITTED under an advisory lock: appends of one model queue, they never abort.
+        A version in effect at once writes its price.changed notice with it; one dated in
+        the future is noticed by notice_prices once its effective_from has passed."""
+        now = self._clock()
 
         async def work(conn: Conn) -> Price:
-            return await pricebook.insert_price(conn, price)
+            stored = await pricebook.insert_price(conn, price)
+            if stored.effective_from <= now:
+                await price_notices.write(conn, [stored], now)
+            return stored
+
+        return await self._transaction(work, "read_committed")
+
+    async def notice_prices(self, limit: int = limits.price_notices_per_pass_max) -> int:
+        """Writes price.changed for at most limit versions whose effective_from has passed
+        and that were not noticed (no other sidecar's pass holds them); returns how many
+        notices were written."""
+        assert 1 <= limit <= limits.price_notices_per_pass_max
+        now = self._clock()
+
+        async def work(conn: Conn) -> int:
+            return await price_notices.notice_due(conn, now, limit)
 
         return await self._transaction(work, "read_committed")
 
