@@ -3,240 +3,542 @@ can be checked, against genai-prices (`pip install 'earmark[prices]'`).
 
 Why genai-prices: it is a maintained, open database of LLM API prices (Pydantic's, on
 PyPI) that ships its data inside the package, so a price is read from a pinned, reviewable
-version rather than from a web page at run time (its auto-update is never started here),
-and it carries what Earmark prices: input, output, cache reads, cache writes (5-minute and
-1-hour), web search fees, service tiers as variants, and dated price changes.
+version rather than from a web page at run time (its auto-update is never started here).
+It has no output ceilings: those come from LiteLLM's model map (price_sources.py).
 
-What is imported for each model of the provider: the price in effect now (of dated prices,
-the last one whose start has passed) as a version in effect from now, its service-tier
-variants (OpenAI's priority and flex) as rows of their own tier, and a web search fee.
-Skipped, and said so: prices by tiers of input length (Earmark has one rate a kind),
-prices by audio, image or characters, and batch processing (not sent through Earmark).
-A model whose book price in effect already equals what the database says is not put
-again, so an import run twice changes nothing.
+The import writes every rate the database has, as the rows price_sources.py reads it into
+(every version, window, tier of input length and service tier), each with the database's
+version and pricing page as its source and the import's time as captured_at. A (model,
+tier) whose book already prices every call from now on as the database does is not put
+again, so an import run twice puts nothing; one whose book was put by hand (a source that is
+not genai-prices') is kept unless --replace. A model the book's rows cannot represent is
+refused: no row of it is written, it is listed with the reason, and the import exits 3.
+
+The check compares what the book charges with what the database says, not row by row but
+as a call is priced: for every tier of input length, window and dated version from now on
+(so at any hour of the day the answer is the same), the row the book would select against
+the row the database implies, field by field; a $0 rate where the database's is not, an
+all-day row where the database has windows, and a row without an output ceiling are named.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from decimal import Decimal
-from typing import Any
+from datetime import UTC, date, datetime, time, timedelta
 
-from earmark import options
-from earmark.core.prices import tier
-from earmark.ops import render
+from earmark import limits, options
+from earmark.core import periods
+from earmark.core.prices import in_daily_window, tier
+from earmark.ops import price_sources, render
 from earmark.ops.connect import Admin, Answer, OpsError, access_from, add_admin_arguments
+from earmark.ops.price_sources import SOURCE_PREFIX, Catalogued
 from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
-PRICES_EXTRA = "pip install 'earmark[prices]'"
-MICROS_PER_DOLLAR = Decimal(1_000_000)
-# genai-prices' fields, by the Price field each is read into ($ per million tokens, or per
-# thousand searches for the fee).
-RATES = {
-    "input_mtok": "input_usd_micros_per_mtok",
-    "output_mtok": "output_usd_micros_per_mtok",
-    "cache_read_mtok": "cached_input_usd_micros_per_mtok",
-    "cache_write_mtok": "cache_write_usd_micros_per_mtok",
-    "cache_write_1h_mtok": "cache_write_long_usd_micros_per_mtok",
-}
-SEARCH_FEE = "web_searches_kcount"
-# What a book's price and the database's are compared on.
-COMPARED = (*RATES.values(), "tool_usd_micros")
-# The exit status of `earmark prices check` when the book and the database disagree.
+# The exit status of `earmark prices check` when the book and the database disagree, and of
+# `earmark prices import` when it refused a model (neither is a failure to run: each has
+# printed what it found).
 DISAGREE_STATUS = 3
+REFUSED_STATUS = 3
+# The rates compared, by how a call is charged them: Earmark's 0 for a cache rate means
+# "as input" (a 1-hour write: "as a cache write"), so a book that spells the fallback out
+# agrees with a database that leaves it implied.
+RATES = (
+    "input_usd_micros_per_mtok",
+    "output_usd_micros_per_mtok",
+    "cached_input_usd_micros_per_mtok",
+    "cache_write_usd_micros_per_mtok",
+    "cache_write_long_usd_micros_per_mtok",
+    "request_usd_micros",
+)
+CEILING = "max_output_tokens"
+# A dated version is probed over a day from its start: every window of every zone starts
+# once within it.
+PROBED_SPAN = timedelta(days=1)
+# A restarted version starts after the book's latest row where that is not yet past (a tie
+# of starts would be settled by the version numbers).
+AFTER_LATEST = timedelta(seconds=1)
 
 
-@dataclass
-class Found:
-    """What the database says of one (model, tier), as the Price to put, and why any of
-    its prices were left out."""
+@dataclass(frozen=True)
+class _Row:
+    """A row as a call selects it."""
 
-    model: str
-    tier: str
     price: pb.Price
-    skipped: list[str] = field(default_factory=list)
+    start: datetime
+    end: datetime | None
+    tier: str
+
+    @staticmethod
+    def of(price: pb.Price) -> _Row:
+        end = price.effective_to.ToDatetime(tzinfo=UTC) if price.HasField("effective_to") else None
+        return _Row(
+            price, price.effective_from.ToDatetime(tzinfo=UTC), end, tier(price.service_tier)
+        )
+
+    def applies(self, at: datetime, input_tokens: int) -> bool:
+        p = self.price
+        return (
+            self.start <= at
+            and (self.end is None or at < self.end)
+            and in_daily_window(p.daily_from_minute, p.daily_to_minute, at, p.window_timezone)
+            and (p.input_tokens_above == 0 or p.input_tokens_above < input_tokens)
+        )
 
 
-def _database() -> Any:
-    try:
-        from genai_prices import data_snapshot
-    except ImportError:
-        raise OpsError(f"genai-prices is not installed: {PRICES_EXTRA}") from None
-    return data_snapshot.get_snapshot()
+def selected(rows: Iterable[_Row], at: datetime, input_tokens: int) -> _Row | None:
+    """The row Earmark prices a call by (core.prices.PriceBook.at): of the rows in effect at
+    `at` whose tier of input length the call is in, the latest effective_from, then the
+    highest input_tokens_above, then the highest version."""
+    live = [r for r in rows if r.applies(at, input_tokens)]
+    return max(
+        live,
+        key=lambda r: (r.start, r.price.input_tokens_above, r.price.version),
+        default=None,
+    )
 
 
-def _version() -> str:
-    from importlib.metadata import version
+def probes(rows: Sequence[_Row], now: datetime) -> list[tuple[datetime, int]]:
+    """The calls a book is compared at: from now and from each later start or end of a row,
+    a day's every window start (in each row's zone), at no input tokens and just above each
+    tier of input length. Taken from now, not from the hour: the same at any hour."""
+    bounds = sorted({r.start for r in rows} | {r.end for r in rows if r.end is not None})
+    starts = [now, *(b for b in bounds if b > now)]
+    edges = {
+        (r.price.window_timezone, minute)
+        for r in rows
+        if r.price.daily_from_minute or r.price.daily_to_minute
+        for minute in (r.price.daily_from_minute, r.price.daily_to_minute)
+    }
+    instants: set[datetime] = set()
+    for i, start in enumerate(starts):
+        end = min([start + PROBED_SPAN, *starts[i + 1 : i + 2]])
+        instants.add(start)
+        for zone_name, minute in edges:
+            zone = periods.zone_named(zone_name) if zone_name else UTC
+            first = start.astimezone(zone).date() - timedelta(days=1)
+            for day in (first + timedelta(days=n) for n in range(3)):
+                at = _local(day, minute, zone)
+                if start <= at < end:
+                    instants.add(at)
+    lengths = sorted(
+        {0}
+        | {
+            r.price.input_tokens_above + 1
+            for r in rows
+            if r.price.input_tokens_above < limits.tokens_per_request_max
+        }
+    )
+    return [(at, n) for at in sorted(instants) for n in lengths]
 
-    return version("genai-prices")
+
+def _local(day: date, minute: int, zone: object) -> datetime:
+    at = datetime.combine(day, time(minute // 60, minute % 60), zone)  # type: ignore[arg-type]
+    return at.astimezone(UTC)
 
 
-def _micros(value: Decimal, per: Decimal = Decimal(1)) -> int:
-    return int((value * MICROS_PER_DOLLAR / per).to_integral_value())
+def _charged(price: pb.Price) -> dict[str, int]:
+    """A row's rates as a call is charged them (cache fallbacks resolved)."""
+    cached = price.cached_input_usd_micros_per_mtok or price.input_usd_micros_per_mtok
+    write = price.cache_write_usd_micros_per_mtok or price.input_usd_micros_per_mtok
+    return {
+        "input_usd_micros_per_mtok": price.input_usd_micros_per_mtok,
+        "output_usd_micros_per_mtok": price.output_usd_micros_per_mtok,
+        "cached_input_usd_micros_per_mtok": cached,
+        "cache_write_usd_micros_per_mtok": write,
+        "cache_write_long_usd_micros_per_mtok": price.cache_write_long_usd_micros_per_mtok or write,
+        "request_usd_micros": price.request_usd_micros,
+    }
 
 
-def _in_effect(prices: Any, at: datetime) -> Any:
-    """A model's price in effect at `at`: its only one, or of dated ones the last started."""
-    if not isinstance(prices, list):
-        return prices
-    live = [p for p in prices if p.constraint is None or p.constraint.active(at)]
-    return live[-1].prices if live else None
+def _windowed(price: pb.Price) -> bool:
+    return bool(price.daily_from_minute or price.daily_to_minute)
 
 
-def _rows(
-    model_price: Any, provider: str, model: str, service_tier: str, at: datetime, source: str
-) -> Found:
-    price = pb.Price(provider=provider, model=model, service_tier=service_tier, source=source)
-    price.effective_from.FromDatetime(at)
-    price.captured_at.FromDatetime(at)
-    found = Found(model, service_tier, price)
-    for name, value in vars(model_price).items():
-        if value is None or name.startswith("_"):
-            continue
-        if not isinstance(value, Decimal):
-            found.skipped.append(f"{name} varies with the input's length")
-        elif name in RATES:
-            setattr(price, RATES[name], _micros(value))
-        elif name == SEARCH_FEE:
-            price.tool_usd_micros["web_search"] = _micros(value, Decimal(1000))
-        else:
-            found.skipped.append(f"{name} has no rate in Earmark's price")
+def window_text(price: pb.Price) -> str:
+    """A row's daily window with its zone, or all day."""
+    if not _windowed(price):
+        return "all day"
+    start, end = divmod(price.daily_from_minute, 60), divmod(price.daily_to_minute, 60)
+    zone = price.window_timezone or "UTC"
+    return f"{start[0]:02d}:{start[1]:02d}-{end[0]:02d}:{end[1]:02d} {zone}"
+
+
+def _where(price: pb.Price, now: datetime) -> str:
+    """Which calls a finding is about: the database's row's selector."""
+    parts = []
+    if price.input_tokens_above:
+        parts.append(f"above {price.input_tokens_above} input tokens")
+    if _windowed(price):
+        parts.append(window_text(price))
+    start = price.effective_from.ToDatetime(tzinfo=UTC)
+    if start > now:
+        parts.append(f"from {start.isoformat().replace('+00:00', 'Z')}")
+    return ", ".join(parts) or "every call"
+
+
+def _compared(book: pb.Price, theirs: pb.Price) -> list[str]:
+    """Where a call priced by the book's row is charged otherwise than by the database's."""
+    found = []
+    ours, wanted = _charged(book), _charged(theirs)
+    for name in RATES:
+        if ours[name] == 0 and wanted[name]:
+            found.append(f"{name}: $0 in the book where genai-prices has {wanted[name]}")
+        elif ours[name] != wanted[name]:
+            found.append(f"{name}: book {ours[name]} vs {wanted[name]}")
+    if dict(book.tool_usd_micros) != dict(theirs.tool_usd_micros):
+        found.append(
+            f"tool_usd_micros: book {dict(sorted(book.tool_usd_micros.items()))} "
+            f"vs {dict(sorted(theirs.tool_usd_micros.items()))}"
+        )
+    if not book.max_output_tokens:
+        found.append(f"{CEILING}: none in the book (no output ceiling)")
+    elif theirs.max_output_tokens and book.max_output_tokens != theirs.max_output_tokens:
+        found.append(f"{CEILING}: book {book.max_output_tokens} vs {theirs.max_output_tokens}")
+    if _windowed(theirs) and not _windowed(book):
+        found.append("an all-day price where genai-prices has daily windows (flattened)")
     return found
 
 
-def found_prices(provider: str, models: list[str], at: datetime) -> list[Found]:
-    """Every (model, tier) price of provider (of models, when given) in effect at `at`."""
-    snapshot = _database()
-    known = {p.id: p for p in snapshot.providers}
-    if provider not in known:
-        raise OpsError(f"--provider: genai-prices has no provider {provider!r}")
-    entry = known[provider]
-    source = f"genai-prices {_version()}: " + ", ".join((entry.pricing_urls or [])[:1])
-    out: list[Found] = []
-    for model in entry.models:
-        if models and model.id not in models:
-            continue
-        base = _in_effect(model.prices, at)
-        if base is None:
-            continue
-        out.append(_rows(base, provider, model.id, "", at, source))
-        for variant in model.price_variants or []:
-            wanted = variant.when.get("service_tier")
-            if not wanted or set(variant.when) != {"service_tier"} or tier(wanted) == "":
-                continue  # batch processing, or the default tier again
-            if variant.constraint is not None and not variant.constraint.active(at):
+@dataclass(frozen=True)
+class Finding:
+    model: str
+    tier: str
+    where: str
+    difference: str
+
+
+def disagreements(
+    model: str, book: Sequence[_Row], theirs: Sequence[_Row], now: datetime
+) -> list[Finding]:
+    """Every way the book prices the model's calls from now on otherwise than the database,
+    once each, in the order first met."""
+    out: dict[Finding, None] = {}
+    tiers = sorted({r.tier for r in book} | {r.tier for r in theirs})
+    for name in tiers:
+        ours = [r for r in book if r.tier == name]
+        wanted = [r for r in theirs if r.tier == name]
+        for at, input_tokens in probes([*ours, *wanted], now):
+            mine, right = selected(ours, at, input_tokens), selected(wanted, at, input_tokens)
+            if mine is None and right is None:
                 continue
-            merged = {**vars(base), **{k: v for k, v in vars(variant.prices).items() if v}}
-            out.append(_rows(_Plain(merged), provider, model.id, wanted, at, source))
-    missing = sorted(set(models) - {f.model for f in out})
-    if missing:
-        raise OpsError(f"--model: genai-prices has no price for {provider} {missing[0]!r}")
-    return out
+            if right is None:
+                assert mine is not None
+                found = ["not in genai-prices"]
+                where = _where(mine.price, now)
+            else:
+                where = _where(right.price, now)
+                found = ["not in the book"] if mine is None else _compared(mine.price, right.price)
+            for difference in found:
+                out[Finding(model, name, where, difference)] = None
+    return list(out)
 
 
-class _Plain:
-    """A merged price as the attributes genai-prices' ModelPrice has."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
-
-
-def _book(admin: Admin, provider: str) -> dict[tuple[str, str], pb.Price]:
-    """The book's price in effect now for each (model, tier) of provider: the latest started
-    version with no end passed (daily windows aside: an imported price has none)."""
-    now = datetime.now(UTC)
+def _book(admin: Admin, provider: str) -> dict[str, list[_Row]]:
+    """Every row of the provider's book, by model, oldest version first."""
     listed = admin.call(
         "ListPrices", pb.ListPricesRequest(provider=provider), pb.ListPricesResponse
     )
-    book: dict[tuple[str, str], pb.Price] = {}
+    book: dict[str, list[_Row]] = {}
     for price in listed.prices:
-        started = price.effective_from.ToDatetime(tzinfo=UTC) <= now
-        ended = price.HasField("effective_to") and price.effective_to.ToDatetime(tzinfo=UTC) <= now
-        if started and not ended:
-            book[(price.model, tier(price.service_tier))] = price  # oldest first: last wins
+        book.setdefault(price.model, []).append(_Row.of(price))
     return book
 
 
-def _values(price: pb.Price) -> dict[str, object]:
-    values: dict[str, object] = {name: getattr(price, name) for name in RATES.values()}
-    values["tool_usd_micros"] = dict(price.tool_usd_micros)
-    return values
+def _by_tier(rows: Iterable[pb.Price]) -> dict[str, list[_Row]]:
+    out: dict[str, list[_Row]] = {}
+    for price in rows:
+        row = _Row.of(price)
+        out.setdefault(row.tier, []).append(row)
+    return out
 
 
-def differences(book: pb.Price | None, found: Found) -> list[str]:
-    """Where the book's price differs from the database's, field by field."""
-    if book is None:
-        return ["not in the book"]
-    ours, theirs = _values(book), _values(found.price)
-    return [f"{name}: book {ours[name]} vs {theirs[name]}" for name in COMPARED
-            if ours[name] != theirs[name]]  # fmt: skip
+def _restarted(theirs: list[_Row], ours: list[_Row], now: datetime) -> list[pb.Price]:
+    """The database's rows to put over a book that disagrees: the version in effect at the
+    restart (now, or just after the book's latest start if that is later) from then, and
+    every later version as it is. The book's rows before then stay its history."""
+    latest = max(r.start for r in ours)
+    start = now if latest < now else latest + AFTER_LATEST
+    current = max((r.start for r in theirs if r.start <= start), default=None)
+    out = []
+    for row in theirs:
+        if row.start == current:
+            copy = pb.Price()
+            copy.CopyFrom(row.price)
+            copy.effective_from.FromDatetime(start)
+            out.append(copy)
+        elif row.start > start:
+            out.append(row.price)
+    return out
 
 
-def import_prices(args: argparse.Namespace) -> str:
-    at = datetime.now(UTC).replace(microsecond=0)
-    found = found_prices(args.provider, args.model, at)
-    put, kept = [], 0
+@dataclass
+class Plan:
+    """What an import puts, keeps and refuses."""
+
+    put: list[pb.Price] = field(default_factory=list)
+    kept: list[pb.Price] = field(default_factory=list)
+    unchanged: list[tuple[str, str]] = field(default_factory=list)
+    found: list[Catalogued] = field(default_factory=list)
+
+
+def plan(
+    found: list[Catalogued], book: dict[str, list[_Row]], now: datetime, replace: bool
+) -> Plan:
+    """Per (model, tier): nothing where the book already prices as the database does, or
+    where its rows were put by hand (unless replace); every row where the book has none;
+    else the database's rows from now."""
+    out = Plan(found=found)
+    for model in found:
+        booked = _by_tier(r.price for r in book.get(model.model, ()))
+        for name, theirs in _by_tier(model.rows).items():
+            ours = booked.get(name, [])
+            by_hand = [r.price for r in ours if not r.price.source.startswith(SOURCE_PREFIX)]
+            if by_hand and not replace:
+                out.kept.append(by_hand[-1])
+            elif not ours:
+                out.put.extend(r.price for r in theirs)
+            elif not disagreements(model.model, ours, theirs, now):
+                out.unchanged.append((model.model, name))
+            else:
+                out.put.extend(_restarted(theirs, ours, now))
+    if len(out.put) > limits.price_import_rows_max:
+        raise OpsError(
+            f"the import would put {len(out.put)} rows, more than "
+            f"{limits.price_import_rows_max}: name fewer models (--model)"
+        )
+    # Each version's rows from the highest tier of input length down: a put cut short leaves
+    # the calls of the rows not yet put at the version before, whole.
+    out.put.sort(
+        key=lambda p: (
+            p.model,
+            p.service_tier,
+            p.effective_from.ToDatetime(tzinfo=UTC),
+            -p.input_tokens_above,
+            p.daily_from_minute,
+        )
+    )
+    return out
+
+
+def import_prices(args: argparse.Namespace, now: datetime | None = None) -> Answer:
+    at = (now or datetime.now(UTC)).replace(microsecond=0)
+    ceilings = price_sources.read_ceilings(args.ceilings)
+    found = price_sources.catalogue(args.provider, args.model, ceilings, at)
     with Admin(access_from(args)) as admin:
-        book = _book(admin, args.provider)
-        for each in found:
-            if not differences(book.get((each.model, tier(each.tier))), each):
-                kept += 1
-                continue
-            if not args.dry_run:
-                admin.call("PutPrice", pb.PutPriceRequest(price=each.price), pb.Price)
-            put.append(each)
+        planned = plan(found, _book(admin, args.provider), at, args.replace)
+        if not args.dry_run:
+            for row in planned.put:
+                admin.call("PutPrice", pb.PutPriceRequest(price=row), pb.Price)
+    status = REFUSED_STATUS if any(f.refused for f in found) else 0
     if args.output == "json":
-        return json.dumps({
-            "put": [{"model": f.model, "service_tier": f.tier, "skipped": f.skipped} for f in put],
-            "unchanged": kept, "dry_run": args.dry_run,
-        }, indent=2)  # fmt: skip
-    verb = "would put" if args.dry_run else "put"
-    rows = [[f.model, f.tier or "default", "; ".join(f.skipped) or render.NONE] for f in put]
-    table = render.table(("MODEL", "TIER", "LEFT OUT"), rows) if rows else ""
-    return f"{table}{verb} {len(put)} prices; {kept} already in the book as genai-prices has them"
+        return Answer(_import_json(planned, ceilings, args.dry_run), status)
+    return Answer(_import_text(planned, ceilings, args.dry_run), status)
 
 
-def check_prices(args: argparse.Namespace) -> Answer:
-    at = datetime.now(UTC)
-    found = found_prices(args.provider, args.model, at)
+def _row_json(price: pb.Price) -> dict[str, object]:
+    return {
+        "model": price.model,
+        "service_tier": price.service_tier or "default",
+        "effective_from": render.timestamp(price.effective_from),
+        "input_tokens_above": price.input_tokens_above,
+        "window": window_text(price),
+        **{name: getattr(price, name) for name in RATES},
+        "tool_usd_micros": dict(price.tool_usd_micros),
+        CEILING: price.max_output_tokens,
+    }
+
+
+def _import_json(planned: Plan, ceilings: price_sources.Ceilings, dry_run: bool) -> str:
+    return json.dumps(
+        {
+            "put": [_row_json(p) for p in planned.put],
+            "kept": [
+                _row_json(p) | {"source": p.source, "version": p.version} for p in planned.kept
+            ],
+            "unchanged": [
+                {"model": m, "service_tier": t or "default"} for m, t in planned.unchanged
+            ],
+            "refused": {f.model: f.refused for f in planned.found if f.refused},
+            "left_out": {f.model: f.left_out for f in planned.found if f.left_out},
+            "without_ceiling": [f.model for f in planned.found if not f.refused and not f.ceiling],
+            "ceilings": ceilings.source,
+            "dry_run": dry_run,
+        },
+        indent=2,
+    )
+
+
+ROW_HEADERS = (
+    "MODEL",
+    "TIER",
+    "FROM",
+    "ABOVE",
+    "WINDOW",
+    "INPUT/MTOK",
+    "OUTPUT/MTOK",
+    "CACHED/MTOK",
+    "CACHE WRITE/MTOK",
+    "1H WRITE/MTOK",
+    "TOOLS",
+    "MAX OUTPUT",
+)
+ROW_AMOUNTS = (
+    "ABOVE",
+    "INPUT/MTOK",
+    "OUTPUT/MTOK",
+    "CACHED/MTOK",
+    "CACHE WRITE/MTOK",
+    "1H WRITE/MTOK",
+    "MAX OUTPUT",
+)
+
+
+def _fallback(micros: int) -> str:
+    return render.dollars(micros) if micros else "as input"
+
+
+def _row_cells(price: pb.Price) -> list[str]:
+    return [
+        price.model,
+        price.service_tier or "default",
+        render.timestamp(price.effective_from),
+        str(price.input_tokens_above),
+        window_text(price),
+        render.dollars(price.input_usd_micros_per_mtok),
+        render.dollars(price.output_usd_micros_per_mtok),
+        _fallback(price.cached_input_usd_micros_per_mtok),
+        _fallback(price.cache_write_usd_micros_per_mtok),
+        _fallback(price.cache_write_long_usd_micros_per_mtok),
+        ",".join(f"{k}={render.dollars(v)}" for k, v in sorted(price.tool_usd_micros.items()))
+        or render.NONE,
+        str(price.max_output_tokens) if price.max_output_tokens else render.NONE,
+    ]
+
+
+def _import_text(planned: Plan, ceilings: price_sources.Ceilings, dry_run: bool) -> str:
+    parts = []
+    if planned.put:
+        parts.append(
+            render.table(ROW_HEADERS, [_row_cells(p) for p in planned.put], right=ROW_AMOUNTS)
+        )
+    if planned.kept:
+        parts.append(
+            "kept, put by hand (--replace puts genai-prices' rates over them):\n"
+            + "".join(
+                f"  {p.model} {p.service_tier or 'default'}: version "
+                f"{p.version}, {p.source or 'no source'}\n"
+                for p in planned.kept
+            )
+        )
+    refused = [f for f in planned.found if f.refused]
+    if refused:
+        parts.append(
+            "refused, no row written (Earmark's price cannot hold it):\n"
+            + "".join(f"  {f.model}: {'; '.join(f.refused)}\n" for f in refused)
+        )
+    left = [f for f in planned.found if f.left_out and not f.refused]
+    if left:
+        parts.append(
+            "left out:\n" + "".join(f"  {f.model}: {'; '.join(f.left_out)}\n" for f in left)
+        )
+    bare = [f.model for f in planned.found if not f.refused and not f.ceiling]
+    if bare:
+        where = ceilings.source or "no ceilings file (--ceilings, or litellm installed)"
+        parts.append(f"without an output ceiling in {where}: {', '.join(bare)}\n")
+    verb = "would put" if dry_run else "put"
+    parts.append(
+        f"{verb} {len(planned.put)} rows; {len(planned.unchanged)} tiers already as "
+        f"genai-prices {price_sources.database_version()} has them; {len(planned.kept)} kept; "
+        f"{len(refused)} models refused"
+    )
+    return "".join(parts)
+
+
+def check_prices(args: argparse.Namespace, now: datetime | None = None) -> Answer:
+    at = (now or datetime.now(UTC)).replace(microsecond=0)
+    ceilings = price_sources.read_ceilings(args.ceilings)
+    found = price_sources.catalogue(args.provider, args.model, ceilings, at)
     with Admin(access_from(args)) as admin:
         book = _book(admin, args.provider)
-    rows = []
-    for each in found:
-        for difference in differences(book.get((each.model, tier(each.tier))), each):
-            rows.append([each.model, each.tier or "default", difference])
-    known = {(f.model, tier(f.tier)) for f in found}
+    findings: list[Finding] = []
+    for model in found:
+        ours = book.get(model.model, [])
+        if model.refused:
+            if ours:
+                findings.append(
+                    Finding(
+                        model.model,
+                        "",
+                        "every call",
+                        "cannot be checked: " + "; ".join(model.refused),
+                    )
+                )
+            continue
+        theirs = [_Row.of(p) for p in model.rows]
+        findings.extend(disagreements(model.model, ours, theirs, at))
+    known = {f.model for f in found}
     wanted = set(args.model)
-    for model, service_tier in sorted(book):
-        if (model, service_tier) not in known and (not wanted or model in wanted):
-            rows.append([model, service_tier or "default", "not in genai-prices"])
+    for name in sorted(book):
+        if name not in known and (not wanted or name in wanted):
+            findings.append(Finding(name, "", "every call", "not in genai-prices"))
+    status = DISAGREE_STATUS if findings else 0
     if args.output == "json":
-        disagreements = [{"model": m, "service_tier": t, "difference": d} for m, t, d in rows]
-        return Answer(json.dumps({"disagreements": disagreements}, indent=2),
-                      DISAGREE_STATUS if rows else 0)  # fmt: skip
-    if not rows:
-        return Answer(f"the book agrees with genai-prices {_version()} on {len(found)} prices")
-    return Answer(render.table(("MODEL", "TIER", "DIFFERENCE"), rows), DISAGREE_STATUS)
+        listed = [
+            {
+                "model": f.model,
+                "service_tier": f.tier or "default",
+                "where": f.where,
+                "difference": f.difference,
+            }
+            for f in findings
+        ]
+        return Answer(json.dumps({"disagreements": listed}, indent=2), status)
+    if not findings:
+        checked = sum(1 for f in found if not f.refused)
+        return Answer(
+            f"the book agrees with genai-prices {price_sources.database_version()} on "
+            f"{checked} models, every tier, window and version from now"
+        )
+    rows = [[f.model, f.tier or "default", f.where, f.difference] for f in findings]
+    return Answer(render.table(("MODEL", "TIER", "CALLS", "DIFFERENCE"), rows), status)
 
 
 # Which prices `prices import` and `prices check` look up.
 CHOSEN = (
     Option("provider", "as genai-prices names it: openai", required=True),
     Option("model", "only these (repeatable)", default=(), action="append"),
+    Option(
+        "ceilings",
+        "LiteLLM's model_prices_and_context_window.json, for output ceilings",
+        default="",
+        shown="the installed litellm's copy",
+        metavar="FILE",
+    ),
 )
 
 
 def add_commands(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`earmark prices import` and `earmark prices check`."""
     importing = verbs.add_parser(
-        "import", help="put the prices genai-prices has for a provider's models (new only)"
+        "import",
+        help=f"put every rate genai-prices has for a provider's models (exit {REFUSED_STATUS} "
+        "if a model is refused)",
     )
     options.add_options(
-        importing, (Option("dry_run", "say what would be put", default=False, action="store_true"),)
+        importing,
+        (
+            Option("dry_run", "list the rows it would put", default=False, action="store_true"),
+            Option(
+                "replace",
+                "put over prices put by hand",
+                default=False,
+                action="store_true",
+            ),
+        ),
     )
     importing.set_defaults(run=import_prices)
     checking = verbs.add_parser(

@@ -31,10 +31,10 @@ RATES = (
     ("max_output_tokens", "the most output tokens one call may produce (0: unknown)"),
 )
 HEADERS = ("PROVIDER", "MODEL", "TIER", "VERSION", "FROM", "TO", "INPUT/MTOK", "OUTPUT/MTOK",
-           "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL", "MAX OUTPUT", "WINDOW",
+           "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL", "MAX OUTPUT", "INPUT ABOVE", "WINDOW",
            "SOURCE")  # fmt: skip
-AMOUNTS = ("VERSION", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK", "CACHE WRITE/MTOK", "PER CALL",
-           "MAX OUTPUT")  # fmt: skip
+AMOUNTS = ("VERSION", "INPUT ABOVE", "INPUT/MTOK", "OUTPUT/MTOK", "CACHED/MTOK",
+           "CACHE WRITE/MTOK", "PER CALL", "MAX OUTPUT")  # fmt: skip
 
 
 PUT_OPTIONS = (
@@ -42,8 +42,28 @@ PUT_OPTIONS = (
     Option("effective_from", "ISO 8601, as 2026-01-01T00:00:00Z", default="", shown="now"),
     Option("effective_to", "ISO 8601", default="", shown="until superseded"),
     Option("source", "where the rate was read (a URL)", default=""),
-    Option("daily_from_minute", "a daily UTC window", default=0, shown="0", convert=int),
-    Option("daily_to_minute", "(both 0: all day)", default=0, shown="0", convert=int),
+    Option(
+        "daily_from_minute",
+        "a daily window, minutes after midnight in --window-timezone",
+        default=0,
+        shown="0",
+        convert=int,
+    ),
+    Option(
+        "daily_to_minute",
+        "(both 0: all day; from > to wraps)",
+        default=0,
+        shown="0",
+        convert=int,
+    ),
+    Option("window_timezone", "the IANA zone the daily window is in", default="", shown="UTC"),
+    Option(
+        "input_tokens_above",
+        "a prompt-length tier: for calls with more input tokens than this, all their tokens",
+        default=0,
+        shown="0: the base row",
+        convert=int,
+    ),
     Option(
         "service_tier",
         "the provider's service tier these rates are for",
@@ -98,6 +118,8 @@ def put_request(args: argparse.Namespace) -> pb.PutPriceRequest:
         source=args.source,
         daily_from_minute=args.daily_from_minute,
         daily_to_minute=args.daily_to_minute,
+        window_timezone=args.window_timezone,
+        input_tokens_above=args.input_tokens_above,
         service_tier=args.service_tier,
         tool_usd_micros=tool_fees(args.tool_fee),
         **{field: getattr(args, field) for field, _ in RATES},
@@ -142,11 +164,17 @@ class Windowed(Protocol):
 
 
 def window(price: Windowed) -> str:
-    """The daily UTC window as HH:MM-HH:MM, or all day."""
+    """The daily window as HH:MM-HH:MM (minutes of the price's window_timezone), or all day."""
     if not price.daily_from_minute and not price.daily_to_minute:
         return "all day"
     start, end = divmod(price.daily_from_minute, 60), divmod(price.daily_to_minute, 60)
     return f"{start[0]:02d}:{start[1]:02d}-{end[0]:02d}:{end[1]:02d}"
+
+
+def zoned_window(price: pb.Price) -> str:
+    """The daily window with its zone (UTC when it names none), or all day."""
+    daily = window(price)
+    return daily if daily == "all day" else f"{daily} {price.window_timezone or 'UTC'}"
 
 
 def table(prices: list[pb.Price]) -> str:
@@ -168,7 +196,8 @@ def table(prices: list[pb.Price]) -> str:
             else "as input",
             render.dollars(price.request_usd_micros),
             str(price.max_output_tokens) if price.max_output_tokens else render.NONE,
-            window(price),
+            str(price.input_tokens_above),
+            zoned_window(price),
             price.source or render.NONE,
         ]
         for price in prices
