@@ -46,6 +46,37 @@ export class InvalidResponseError extends Error {
   }
 }
 
+// The longest service tier name the sidecar takes (src/earmark/limits.py
+// service_tier_length_max), and its characters: printable ASCII without spaces.
+const SERVICE_TIER_LENGTH_MAX = 32;
+const TIER_NAME = /^[\x21-\x7e]+$/;
+
+// Why the next two bound what a report says (src/earmark/client/wire_usage.py): the
+// sidecar refuses a usage whose cache parts exceed its input, or whose tier is no name it
+// takes, and a refused Settle leaves the hold to be swept, the call charged nothing.
+
+/** A count of input tokens read from (or written to) the provider's cache: a whole number
+ * from 0 to inputTokens; anything else counts 0, its tokens priced as input. */
+export function cachePart(value: Json | undefined, inputTokens: number): number {
+  const most = Math.min(inputTokens, TOKENS_PER_REQUEST_MAX);
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 && value <= most ? value : 0;
+}
+
+/** [cache reads, cache writes] of inputTokens, each bounded by cachePart; when the two
+ * together are more than the input, the reads count 0 (their tokens at the input rate, the
+ * higher of the two). */
+export function cacheParts(inputTokens: number, read: Json | undefined, written: Json | undefined): [number, number] {
+  const cached = cachePart(read, inputTokens);
+  const wrote = cachePart(written, inputTokens);
+  return [cached + wrote > inputTokens ? 0 : cached, wrote];
+}
+
+/** The service tier an answer says it ran at, as given ("default" says the default tier);
+ * '' (the tier it was held at) when it names none, or a name the sidecar would refuse. */
+export function servedTier(value: Json | undefined): string {
+  return typeof value === 'string' && value.length <= SERVICE_TIER_LENGTH_MAX && TIER_NAME.test(value) ? value : '';
+}
+
 /** Cancelled before it reported any usage: nothing ran that bills. */
 export function billedNothing(ended: Ended): boolean {
   return ended.usage === null && ended.status === 'cancelled';
@@ -82,11 +113,14 @@ export function responseUsage(response: JsonObject, strict = false): Usage {
   const inputTokens = tokens(usage.input_tokens, 'usage.input_tokens', strict);
   const outputTokens = tokens(usage.output_tokens, 'usage.output_tokens', strict);
   const of = 'usage.input_tokens_details';
-  const cached = tokens(details.cached_tokens, `${of}.cached_tokens`, strict);
-  const written = tokens(details.cache_write_tokens, `${of}.cache_write_tokens`, strict);
-  if (strict && cached + written > inputTokens) {
-    throw new InvalidResponseError(`${cached} cached and ${written} cache-written tokens of ${inputTokens} input tokens`, of);
+  const read = tokens(details.cached_tokens, `${of}.cached_tokens`, strict);
+  const wrote = tokens(details.cache_write_tokens, `${of}.cache_write_tokens`, strict);
+  if (strict && read + wrote > inputTokens) {
+    throw new InvalidResponseError(`${read} cached and ${wrote} cache-written tokens of ${inputTokens} input tokens`, of);
   }
+  // Read as the metered client passes it on: parts the input cannot hold are priced as
+  // input, rather than failing the Settle.
+  const [cached, written] = cacheParts(inputTokens, read, wrote);
   const output = Array.isArray(response.output) ? response.output : [];
   const tools = counts(output.filter(isObject).map((item): [string, number] => [TOOL_ITEMS[text(item.type)] ?? '', 1]));
   delete tools[''];
@@ -98,7 +132,8 @@ export function responseUsage(response: JsonObject, strict = false): Usage {
     outputTokens,
     cachedInputTokens: cached,
     cacheWriteInputTokens: written,
-    serviceTier: text(response.service_tier),
+    // The tier the response ran at, which OpenAI bills (a request's may differ).
+    serviceTier: servedTier(response.service_tier),
     toolCalls: tools,
   };
 }

@@ -37,7 +37,15 @@ import {
   type Tally,
   within,
 } from './routes.js';
-import { InvalidResponseError, RESPONSE_ID_LABEL, ending, responseUsage, validId } from './openai-background.js';
+import {
+  InvalidResponseError,
+  RESPONSE_ID_LABEL,
+  cacheParts,
+  ending,
+  responseUsage,
+  servedTier,
+  validId,
+} from './openai-background.js';
 import type { Usage } from './types.js';
 
 // The Responses API's built-in tools, by the kind their calls are priced as (dated
@@ -72,15 +80,25 @@ function tier(body: JsonObject): string {
 
 /** A CompletionUsage as Earmark prices it: prompt_tokens counts cached reads and cache
  * writes, completion_tokens counts reasoning. The caller names the provider and the model
- * the call was held for (an answer names a dated snapshot the book may not have). */
-function chatUsage(usage: JsonObject, serviceTier: string): Usage {
+ * the call was held for (an answer names a dated snapshot the book may not have).
+ *
+ * DeepSeek (OpenAI-compatible, api-docs.deepseek.com) reports its cache reads as
+ * prompt_cache_hit_tokens, of prompt_tokens, beside prompt_cache_miss_tokens; its
+ * prompt_tokens_details.cached_tokens is absent or 0, so its own count is read when it sends
+ * one. The tier is the one the answer says it ran at, which OpenAI and Azure bill and which
+ * may differ from the one asked for. */
+function chatUsage(usage: JsonObject, serviceTier: Json | undefined): Usage {
   const prompt = isObject(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
+  const inputTokens = count(usage.prompt_tokens);
+  const hits = usage.prompt_cache_hit_tokens;
+  const read = hits === undefined || hits === null ? prompt.cached_tokens : hits;
+  const [cached, written] = cacheParts(inputTokens, read, prompt.cache_write_tokens);
   return {
-    inputTokens: count(usage.prompt_tokens),
+    inputTokens,
     outputTokens: count(usage.completion_tokens),
-    cachedInputTokens: count(prompt.cached_tokens),
-    cacheWriteInputTokens: count(prompt.cache_write_tokens),
-    serviceTier,
+    cachedInputTokens: cached,
+    cacheWriteInputTokens: written,
+    serviceTier: servedTier(serviceTier),
   };
 }
 
@@ -149,7 +167,7 @@ const chat: Route = {
 
   usage(answer: Json): Usage | null {
     if (!isObject(answer) || !isObject(answer.usage)) return null;
-    return chatUsage(answer.usage, text(answer.service_tier));
+    return chatUsage(answer.usage, answer.service_tier);
   },
 
   tally(_call: Call, hiddenUsage: boolean): Tally {

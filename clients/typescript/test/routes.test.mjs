@@ -194,6 +194,35 @@ test('a chat answer usage carries its cache reads and writes, and its tier', () 
   });
 });
 
+test("DeepSeek's cache hits are read as cache reads, before a zero cached_tokens", () => {
+  // DeepSeek's usage (api-docs.deepseek.com): prompt_cache_hit_tokens and
+  // prompt_cache_miss_tokens of prompt_tokens; OpenAI's cached_tokens absent or 0.
+  const usage = (extra) => ({ prompt_tokens: 1_000, completion_tokens: 200, prompt_cache_miss_tokens: 360, ...extra });
+  const route = openaiRouting('/chat/completions', '');
+  const read = [
+    { prompt_cache_hit_tokens: 640 },
+    { prompt_cache_hit_tokens: 640, prompt_tokens_details: { cached_tokens: 0 } },
+  ].map((extra) => route.usage({ usage: usage(extra) }).cachedInputTokens);
+  assert.deepEqual(read, [640, 640]);
+});
+
+test('cache reads out of their shape are priced as input, and a tier the sidecar would refuse as the held one', () => {
+  const route = openaiRouting('/v1/chat/completions');
+  const hits = [1_001, -5, '800', 800.5, true].map(
+    (prompt_cache_hit_tokens) => route.usage({ usage: { prompt_tokens: 1_000, completion_tokens: 1, prompt_cache_hit_tokens } }).cachedInputTokens,
+  );
+  const both = route.usage({ usage: { prompt_tokens: 100, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 80, cache_write_tokens: 40 } } });
+  const tiers = ['default', 'flex', 'not a tier', 'x'.repeat(33), 7].map((service_tier) =>
+    route.usage({ service_tier, usage: { prompt_tokens: 1, completion_tokens: 1 } }).serviceTier);
+  const responses = openaiRouting('/v1/responses').usage({
+    service_tier: 'é', usage: { input_tokens: 10, output_tokens: 1, input_tokens_details: { cached_tokens: 8, cache_write_tokens: 4 } },
+  });
+  assert.deepEqual(
+    [hits, [both.cachedInputTokens, both.cacheWriteInputTokens], tiers, [responses.cachedInputTokens, responses.cacheWriteInputTokens, responses.serviceTier]],
+    [[0, 0, 0, 0, 0], [0, 40], ['default', 'flex', '', '', ''], [0, 4, '']],
+  );
+});
+
 test('a Responses answer usage counts its built-in tool calls from its output items', () => {
   const answer = {
     service_tier: 'default',

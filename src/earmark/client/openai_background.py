@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from earmark import limits
+from earmark.client.wire_usage import cache_parts, served_tier
 from earmark.core.prices import Usage, counts
 from earmark.core.reconcile_model import model_family
 
@@ -115,6 +116,9 @@ def response_usage(response: dict[str, Any], *, strict: bool = False) -> Usage:
             f"{cached} cached and {written} cache-written tokens of {input_tokens} input tokens",
             of,
         )
+    # Read as the metered client passes it on: parts the input cannot hold are priced as
+    # input, rather than failing the Settle (wire_usage.py).
+    cached, written = cache_parts(input_tokens, cached, written)
     tools: dict[str, int] = {}
     for item in response.get("output") or []:
         kind = TOOL_ITEMS.get(str(item.get("type"))) if isinstance(item, dict) else None
@@ -122,13 +126,13 @@ def response_usage(response: dict[str, Any], *, strict: bool = False) -> Usage:
             tools[kind] = tools.get(kind, 0) + 1
     if strict and any(n > limits.tool_calls_per_request_max for n in tools.values()):
         raise InvalidResponseError("more tool calls than one request can make", "output")
-    tier = response.get("service_tier")
     return Usage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_input_tokens=cached,
         cache_write_input_tokens=written,
-        service_tier=tier if isinstance(tier, str) else "",
+        # The tier the response ran at, which OpenAI bills (a request's may differ).
+        service_tier=served_tier(response.get("service_tier")),
         tool_calls=counts(tools.items()),
     )
 

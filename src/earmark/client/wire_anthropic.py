@@ -45,6 +45,7 @@ from earmark.client.wire import (
     reported,
     with_cap,
 )
+from earmark.client.wire_usage import served_tier
 from earmark.core.prices import Usage, counts
 
 PROVIDER = "anthropic"
@@ -148,14 +149,13 @@ def messages_usage(usage: dict[str, Any]) -> Usage:
     by_ttl = usage.get("cache_creation") or {}
     long = min(written, number(by_ttl.get("ephemeral_1h_input_tokens")))
     tools = usage.get("server_tool_use") or {}
-    tier = usage.get("service_tier")
     return Usage(
         input_tokens=number(usage.get("input_tokens")) + written + read,
         output_tokens=number(usage.get("output_tokens")),
         cached_input_tokens=read,
         cache_write_input_tokens=written,
         cache_write_long_input_tokens=long,
-        service_tier=tier if isinstance(tier, str) else "",
+        service_tier=served_tier(usage.get("service_tier")),
         tool_calls=counts((kind, number(tools.get(name))) for name, kind in _TOOL_COUNTS.items()),
     )
 

@@ -54,6 +54,7 @@ from earmark.client.wire import (
     with_cap,
     within,
 )
+from earmark.client.wire_usage import cache_parts, served_tier
 from earmark.core.prices import Usage, counts
 
 PROVIDER = "openai"
@@ -217,15 +218,28 @@ class Chat:
 def chat_usage(usage: dict[str, Any], answer: dict[str, Any]) -> Usage:
     """A CompletionUsage as Earmark prices it: prompt_tokens counts cached reads and cache
     writes, completion_tokens counts reasoning. The transport names the provider and the
-    model the call was held for (an answer names a dated snapshot the book may not have)."""
-    prompt = usage.get("prompt_tokens_details") or {}
-    tier = answer.get("service_tier")
+    model the call was held for (an answer names a dated snapshot the book may not have).
+
+    DeepSeek (OpenAI-compatible, api-docs.deepseek.com) reports its cache reads as
+    prompt_cache_hit_tokens, of prompt_tokens, beside prompt_cache_miss_tokens; its
+    prompt_tokens_details.cached_tokens is absent or 0, so its own count is read when it
+    sends one. The tier is the one the answer says it ran at, which OpenAI and Azure bill
+    and which may differ from the one asked for."""
+    details = usage.get("prompt_tokens_details")
+    prompt = details if isinstance(details, dict) else {}
+    input_tokens = number(usage.get("prompt_tokens"))
+    hits = usage.get("prompt_cache_hit_tokens")
+    cached, written = cache_parts(
+        input_tokens,
+        prompt.get("cached_tokens") if hits is None else hits,
+        prompt.get("cache_write_tokens"),
+    )
     return Usage(
-        input_tokens=number(usage.get("prompt_tokens")),
+        input_tokens=input_tokens,
         output_tokens=number(usage.get("completion_tokens")),
-        cached_input_tokens=number(prompt.get("cached_tokens")),
-        cache_write_input_tokens=number(prompt.get("cache_write_tokens")),
-        service_tier=tier if isinstance(tier, str) else "",
+        cached_input_tokens=cached,
+        cache_write_input_tokens=written,
+        service_tier=served_tier(answer.get("service_tier")),
     )
 
 
