@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -84,13 +85,14 @@ def test_prometheus_config_is_valid() -> None:
 @needs_promtool
 def test_alert_rules_are_valid() -> None:
     """`promtool check rules` accepts every alert rule."""
-    assert "SUCCESS: 18 rules found" in promtool("check", "rules", "earmark-rules.yml")
+    assert "SUCCESS: 20 rules found" in promtool("check", "rules", "earmark-rules.yml")
 
 
 @needs_promtool
 def test_alert_rules_unit_tests_pass() -> None:
     """`promtool test rules` passes: the 80%, exhausted, overshoot, in-doubt, overage,
-    meter-rejected and provider-forbidden alerts fire when due, and only then."""
+    meter-rejected, provider-forbidden and price-check alerts fire when due, and only
+    then."""
     assert "SUCCESS" in promtool("test", "rules", "earmark-rules.test.yml")
 
 
@@ -137,8 +139,8 @@ def prometheus_peer(namespace: str) -> dict[str, Any]:
 def test_the_base_and_the_overlay_render_what_an_operator_applies(directory: Path) -> None:
     """`kubectl kustomize` renders the base and the example overlay, without a warning, into
     the worker with its sidecar, the webhooks receiver and its Service, their
-    NetworkPolicies, the reconcile CronJob and the PrometheusRule: no Secret, and in the
-    overlay every resource in its namespace."""
+    NetworkPolicies, the reconcile and prices CronJobs and the PrometheusRule: no Secret,
+    and in the overlay every resource in its namespace."""
     docs = rendered(directory)
     assert {
         ("Deployment", "ai-worker"),
@@ -147,6 +149,7 @@ def test_the_base_and_the_overlay_render_what_an_operator_applies(directory: Pat
         ("Service", "earmark-kinde-webhooks"),
         ("NetworkPolicy", "earmark-kinde-webhooks"),
         ("CronJob", "earmark-reconcile-openai"),
+        ("CronJob", "earmark-prices-openai"),
         ("PrometheusRule", "earmark"),
     } == {(d["kind"], d["metadata"]["name"]) for d in docs}
     namespaces = {d["metadata"].get("namespace") for d in docs}
@@ -351,8 +354,7 @@ def test_the_reconcile_cronjob_runs_a_command_the_cli_takes(directory: Path) -> 
     line takes, against the sidecar in its own pod through the shared data dir's socket,
     started once that sidecar's database answers, with the provider's admin key mounted
     read-only rather than in its env."""
-    (job,) = [d for d in rendered(directory) if d["kind"] == "CronJob"]
-    spec = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    spec = pod_specs(rendered(directory))["earmark-reconcile-openai"]
     (sidecar,) = spec["initContainers"]
     (reconcile,) = spec["containers"]
     args = cli.parser().parse_args(reconcile["args"])
@@ -375,6 +377,66 @@ def test_the_reconcile_cronjob_runs_a_command_the_cli_takes(directory: Path) -> 
     assert {"port": health_port, "service": "earmark.v1.Budget"} == startup["grpc"]
     assert startup["periodSeconds"] * startup["failureThreshold"] > (
         limits.database_wait_seconds_default
+    )
+
+
+@needs_kubectl
+@both
+def test_the_prices_cronjob_imports_then_checks_through_its_own_sidecar(directory: Path) -> None:
+    """The prices CronJob runs `earmark prices import` (an init container, after the native
+    sidecar is started once its database answers) then `earmark prices check` (the job's
+    container), with flags the command line takes, against the sidecar in its own pod
+    through the shared data dir's socket; a check's exit 3 is not retried; its pod, sidecar
+    and containers are confined as the reconcile CronJob's are, and read no Secret but the
+    database's."""
+    docs = rendered(directory)
+    job = resource(docs, "CronJob", "earmark-prices-openai")["spec"]["jobTemplate"]["spec"]
+    spec = job["template"]["spec"]
+    sidecar, importing = spec["initContainers"]
+    (checking,) = spec["containers"]
+    reconciling = pod_specs(docs)["earmark-reconcile-openai"]
+    imported = cli.parser().parse_args(importing["args"])
+    checked = cli.parser().parse_args(checking["args"])
+    sidecar_env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert (("prices", "import", "openai"), ("prices", "check", "openai")) == (
+        (imported.command, imported.verb, imported.provider),
+        (checked.command, checked.verb, checked.provider),
+    )
+    assert (0, "Never", "Always", None) == (
+        job["backoffLimit"],
+        spec["restartPolicy"],
+        sidecar["restartPolicy"],
+        importing.get("restartPolicy"),
+    )
+    assert {sidecar_env["EARMARK_DATA_DIR"]} == {
+        str(imported.data_dir),
+        str(checked.data_dir),
+    }
+    (reconcile_sidecar,) = reconciling["initContainers"]
+    assert reconcile_sidecar == sidecar
+    assert (reconciling["securityContext"], reconciling["volumes"][:1]) == (
+        spec["securityContext"],
+        spec["volumes"],
+    )
+    (reconcile,) = reconciling["containers"]
+    assert [reconcile["securityContext"]] * 2 == [
+        importing["securityContext"],
+        checking["securityContext"],
+    ]
+    assert [] == [e for c in (importing, checking) for e in c.get("env", [])]
+
+
+def test_the_image_installs_what_the_prices_cronjob_runs() -> None:
+    """The image installs the server and the prices extra (genai-prices, which `earmark
+    prices import` and `check` read), and the prices extra is one pyproject declares."""
+    dockerfile = (DEPLOY / "docker" / "Dockerfile").read_text()
+    install = re.search(r"pip install [^\n]*'\.\[([a-z,]+)\]'", dockerfile)
+    assert install is not None
+    extras = set(install[1].split(","))
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert ({"server", "prices"}, set()) == (
+        extras,
+        extras - set(declared["optional-dependencies"]),
     )
 
 
