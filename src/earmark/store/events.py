@@ -1,10 +1,11 @@
 """The SQL of budget notices' delivery: the deliverer's lease, the events due, what came of
 each attempt, and the operator's listing (`earmark events list`).
 
-Only the batches write `events`; only the deliverer writes `event_deliveries` and
-`notify_lease` (migration 0019), in short READ COMMITTED transactions of their own, so that
-a delivery never conflicts with a serializable batch (as the meter reporter's meter_sent
-beside meter_outbox).
+Only the batches write `events`, and the price book's puts and passes their price.changed
+(store/price_notices.py, READ COMMITTED, no budget touched); only the deliverer writes
+`event_deliveries` and `notify_lease` (migration 0019), in short READ COMMITTED
+transactions of their own, so that a delivery never conflicts with a serializable batch
+(as the meter reporter's meter_sent beside meter_outbox).
 """
 
 from __future__ import annotations
