@@ -288,21 +288,21 @@ class Plan:
 def plan(
     found: list[Catalogued], book: dict[str, list[_Row]], now: datetime, replace: bool
 ) -> Plan:
-    """Per (model, tier): nothing where the book already prices as the database does, or
-    where its rows were put by hand (unless replace); every row where the book has none;
-    else the database's rows from now."""
+    """Per (model, tier): every row where the book has none; nothing where the book already
+    prices as the database does, or where it disagrees but has rows put by hand (unless
+    replace); else the database's rows from now."""
     out = Plan(found=found)
     for model in found:
         booked = _by_tier(r.price for r in book.get(model.model, ()))
         for name, theirs in _by_tier(model.rows).items():
             ours = booked.get(name, [])
             by_hand = [r.price for r in ours if not r.price.source.startswith(SOURCE_PREFIX)]
-            if by_hand and not replace:
-                out.kept.append(by_hand[-1])
-            elif not ours:
+            if not ours:
                 out.put.extend(r.price for r in theirs)
             elif not disagreements(model.model, ours, theirs, now):
                 out.unchanged.append((model.model, name))
+            elif by_hand and not replace:
+                out.kept.append(by_hand[-1])
             else:
                 out.put.extend(_restarted(theirs, ours, now))
     if len(out.put) > limits.price_import_rows_max:
