@@ -363,6 +363,29 @@ async def test_ceilings_come_from_the_file_given(side: Running, tmp_path: Any) -
     )
 
 
+async def test_a_model_without_a_ceiling_is_imported_once_and_named_by_check(
+    side: Running, tmp_path: Any
+) -> None:
+    """With a ceilings file that has none for deepseek-chat, it is imported and listed as
+    without one; a second import puts nothing; check names the missing ceiling, exit 3."""
+    empty = tmp_path / "map.json"
+    empty.write_text("{}")
+    chosen = ("--provider", "deepseek", "--model", "deepseek-chat", "--ceilings", str(empty))
+    first = await run(side, CLOCK_START, "import", *chosen, "-o", "json")
+    second = await run(side, CLOCK_START, "import", *chosen, "-o", "json")
+    checked = await run(side, CLOCK_START, "check", *chosen, "-o", "json")
+    found = {d["difference"] for d in json.loads(checked.text)["disagreements"]}
+    assert (["deepseek-chat"], 2) == (
+        json.loads(first.text)["without_ceiling"],
+        len(json.loads(first.text)["put"]),
+    )
+    assert [] == json.loads(second.text)["put"]
+    assert DISAGREE_STATUS == checked.status
+    assert {
+        "max_output_tokens: none in the book (no output ceiling), nor in the ceilings source"
+    } == found
+
+
 def test_check_exits_3_from_the_command_line() -> None:
     """The command line turns a check's findings into exit status 3."""
     args = argparse.Namespace(

@@ -55,6 +55,10 @@ RATES = (
     "request_usd_micros",
 )
 CEILING = "max_output_tokens"
+# A row without an output ceiling: check names it either way; an import puts no new version
+# for it where the ceilings source has none either (it would change nothing).
+NO_CEILING = f"{CEILING}: none in the book (no output ceiling)"
+NO_CEILING_ANYWHERE = f"{NO_CEILING}, nor in the ceilings source"
 # A dated version is probed over a day from its start: every window of every zone starts
 # once within it.
 PROBED_SPAN = timedelta(days=1)
@@ -195,7 +199,7 @@ def _compared(book: pb.Price, theirs: pb.Price) -> list[str]:
             f"vs {dict(sorted(theirs.tool_usd_micros.items()))}"
         )
     if not book.max_output_tokens:
-        found.append(f"{CEILING}: none in the book (no output ceiling)")
+        found.append(NO_CEILING if theirs.max_output_tokens else NO_CEILING_ANYWHERE)
     elif theirs.max_output_tokens and book.max_output_tokens != theirs.max_output_tokens:
         found.append(f"{CEILING}: book {book.max_output_tokens} vs {theirs.max_output_tokens}")
     if _windowed(theirs) and not _windowed(book):
@@ -299,7 +303,11 @@ def plan(
             by_hand = [r.price for r in ours if not r.price.source.startswith(SOURCE_PREFIX)]
             if not ours:
                 out.put.extend(r.price for r in theirs)
-            elif not disagreements(model.model, ours, theirs, now):
+            elif not [
+                f
+                for f in disagreements(model.model, ours, theirs, now)
+                if f.difference != NO_CEILING_ANYWHERE
+            ]:
                 out.unchanged.append((model.model, name))
             elif by_hand and not replace:
                 out.kept.append(by_hand[-1])
