@@ -413,9 +413,12 @@ class _Reader:
         where the database's has a fraction of a micro-dollar, and never 0 where it is not."""
         micros = value * MICROS_PER_DOLLAR / per
         whole = int(micros.to_integral_value(rounding=ROUND_CEILING))
+        most = (
+            limits.rate_usd_micros_per_mtok_max if per == 1 else limits.request_fee_usd_micros_max
+        )
         if micros > 0 and micros < 1:
             self.refuse(f"{key} is ${value}: below a micro-dollar, the least a price holds")
-        if whole > limits.rate_usd_micros_per_mtok_max:
+        if whole > most:
             self.refuse(f"{key} is ${value}: above the most a price holds")
         return whole
 
