@@ -21,6 +21,9 @@ export const OUTPUT_TOKENS_MAX = 10_000_000;
 export const SSE_EVENT_CHARS_MAX = 16 << 20;
 /** The longest value a hold's label may have (the sidecar's bound). */
 export const LABEL_VALUE_LENGTH_MAX = 256;
+/** The longest service tier name the sidecar takes (limits.py service_tier_length_max): an
+ * answer naming a longer one is charged at the held tier. */
+export const SERVICE_TIER_LENGTH_MAX = 32;
 /** The most tokens of any one kind one call may report: a count past it is no count. */
 export const TOKENS_PER_REQUEST_MAX = 10 ** 12;
 /** A metered client keeps at most this many holds open for calls that run on after their

@@ -13,7 +13,12 @@
 // them), input_tokens_details {cached_tokens, cache_write_tokens}, output_tokens
 // (reasoning among them), present once the response has ended (completed or incomplete
 // always; cancelled and failed when anything ran).
-import { LABEL_VALUE_LENGTH_MAX, TOKENS_PER_REQUEST_MAX, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import {
+  LABEL_VALUE_LENGTH_MAX,
+  SERVICE_TIER_LENGTH_MAX,
+  TOKENS_PER_REQUEST_MAX,
+  TOOL_CALLS_PER_REQUEST_MAX,
+} from './limits.js';
 import { counts, isObject, text, type Ended, type Json, type JsonObject } from './routes.js';
 import type { Usage } from './types.js';
 
@@ -46,9 +51,7 @@ export class InvalidResponseError extends Error {
   }
 }
 
-// The longest service tier name the sidecar takes (src/earmark/limits.py
-// service_tier_length_max), and its characters: printable ASCII without spaces.
-const SERVICE_TIER_LENGTH_MAX = 32;
+// A service tier name's characters the sidecar takes: printable ASCII without spaces.
 const TIER_NAME = /^[\x21-\x7e]+$/;
 
 // Why the next two bound what a report says (src/earmark/client/wire_usage.py): the
