@@ -56,7 +56,7 @@ def in_doubt_payload(budget_id: str) -> dict[str, Any]:
 async def insert_event(dsn: str, payload: dict[str, Any], *, event_id: str | None = None) -> str:
     """Records payload as a batch would (its kind is its type); returns its event id."""
     event_id = event_id or f"msg_{uuid.uuid4().hex}"
-    budget_id = payload["data"]["budget_id"]
+    budget_id = payload["data"].get("budget_id", "")
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(

@@ -53,10 +53,14 @@ def test_the_example_request_verifies_as_sent() -> None:
 
 @pytest.mark.parametrize("kind", events.KINDS)
 def test_each_payload_has_the_envelope_and_its_budget(kind: str) -> None:
-    """Every example payload is {type, timestamp, data} with the budget it is about."""
+    """Every example payload is {type, timestamp, data} with the budget it is about (a
+    price's, with the model it is about)."""
     payload = json.loads(block("json", f'"type": "{kind}"'))
     assert (["data", "timestamp", "type"], kind) == (sorted(payload), payload["type"])
-    assert payload["data"]["budget_id"]
+    if kind in events.UNBUDGETED_KINDS:
+        assert all((payload["data"]["provider"], payload["data"]["model"]))
+    else:
+        assert payload["data"]["budget_id"]
 
 
 def test_the_verification_by_hand_verifies_the_example_and_refuses_a_changed_body() -> None:

@@ -111,3 +111,17 @@ async def test_events_list_says_when_there_is_nothing_or_no_database(dsn: str) -
 def test_the_command_offers_the_states_the_store_knows() -> None:
     """--state's choices are the states the listing's SQL gives."""
     assert store_events.STATES == ops_events.STATES
+
+
+async def test_events_list_narrows_to_price_notices_which_name_no_budget(dsn: str) -> None:
+    """--kind price.changed lists the price notices, their budget shown as none."""
+    await insert_event(dsn, threshold_payload("acme/usd"))
+    price = {
+        "type": "price.changed",
+        "timestamp": "2026-12-01T11:59:30Z",
+        "data": {"provider": "openai", "model": "gpt-4o", "version": 2},
+    }
+    price_id = await insert_event(dsn, price)
+    listed = await earmark("events", "list", "--database-url", dsn, "--kind", "price.changed")
+    assert 0 == listed.returncode, listed.stderr
+    assert [[price_id, "price.changed", "-"]] == [row[1:4] for row in rows(listed.stdout)[1:]]

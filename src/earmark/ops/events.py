@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from earmark.store.events import ListedEvent
 
 HEADERS = ("SEQ", "ID", "KIND", "BUDGET", "CREATED", "STATE", "ATTEMPTS", "LAST ERROR")
-KINDS = ("budget.threshold_crossed", "budget.exceeded", "budget.refusing", "hold.in_doubt")
+KINDS = (
+    "budget.threshold_crossed",
+    "budget.exceeded",
+    "budget.refusing",
+    "hold.in_doubt",
+    "price.changed",
+)
+# The notices about no one budget (budget_id ''): a price concerns every budget pricing it.
+UNBUDGETED_KINDS = ("price.changed",)
 # store/events.py's states, named here too so that the parser is built without the
 # server's packages (asyncpg), which cli.py checks for only when the command runs.
 STATES = ("pending", "retrying", "delivered", "failed")
@@ -121,7 +129,7 @@ def row(event: ListedEvent) -> list[str]:
         str(event.seq),
         event.event_id,
         event.kind,
-        event.budget_id,
+        event.budget_id or render.NONE,
         _instant(event.created_at) or render.NONE,
         state(event),
         str(event.attempts),
