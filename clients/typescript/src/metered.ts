@@ -47,16 +47,17 @@
 // the client fails before connecting, whatever made it. The known classes are refused by
 // name first: reading the baseURL from one of their modules throws SocketNotMeteredError.
 import { keptOn, settlingOn, type EarmarkClient } from './client.js';
-import { EarmarkClientError, EndpointNotMeteredError, HoldCappedError, SocketNotMeteredError, UnavailableError } from './errors.js';
-import { Hold } from './hold.js';
-import { LLM_BACKGROUND_HOLDS_MAX, OUTPUT_TOKENS_MAX, TOOL_CALLS_DEFAULT, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { EarmarkClientError, EndpointNotMeteredError, SocketNotMeteredError, UnavailableError } from './errors.js';
+import { HeldCall, endCall, neverSent, reserveCall, settingsOf, type Ending, type MeterOptions, type Settings } from './held.js';
+import type { Hold } from './hold.js';
+import { LLM_BACKGROUND_HOLDS_MAX } from './limits.js';
 import { InvalidResponseError, billedNothing } from './openai-background.js';
 import { anthropicRouting } from './routes-anthropic.js';
 import { OPENAI_SOCKETS, openaiRouting } from './routes-openai.js';
-import { FREE, capToSend, isObject, shapeOf, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
+import { FREE, isObject, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
 import { standIn } from './stand-in.js';
-import { RefusedError, type Reservation, type Usage } from './types.js';
+import { RefusedError, type Reservation } from './types.js';
 
 /** The fetch both provider SDKs take (their `Fetch` type). */
 export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
@@ -68,37 +69,7 @@ export interface MeterableClient {
   withOptions(options: { fetch?: FetchLike }): unknown;
 }
 
-export interface MeterOptions {
-  /** The provider the price book knows the models under: "openai" for an OpenAI client,
-   * "anthropic" for an Anthropic one, by default (another name for an OpenAI-compatible
-   * API priced apart). */
-  provider?: string;
-  /** The kind of job, whose estimates learn (a SOFT budget holds them). */
-  job?: string;
-  /** Hold each call on these budgets too, all or nothing. */
-  alsoBudgetIds?: string[];
-  /** With budgetId "": the calls hold on the account's current billing cycle. */
-  account?: string;
-  labels?: Record<string, string>;
-  /** Each hold's lease; the sidecar's default when absent. The hold renews while its call
-   * runs. */
-  leaseSeconds?: number;
-  /** When the budget cannot cover a call's maximum, send it with the largest maximum the
-   * budget covers instead of refusing it (the answer's x-earmark-degraded header says so). */
-  degrade?: boolean;
-  /** The most output tokens one call is held for and sent with: a request asking for more
-   * (Anthropic's required max_tokens is often far above what a call needs), or for none,
-   * is sent with this maximum. Absent: the request's own, else the model's ceiling. */
-  outputTokensMax?: number;
-  /** Server tool calls of each kind (web_search...) a request that names no maximum of its
-   * own is held for; 10 by default. */
-  toolCallsMax?: number;
-  /** The id of the provider key (OpenAI's "key_...", Anthropic's "apikey_...") or project
-   * the calls are sent with, never the key itself: recorded with each call (the label
-   * "earmark.key") so that `earmark reconcile` compares that key's usage report with these
-   * calls. */
-  keyLabel?: string;
-}
+export type { MeterOptions } from './held.js';
 
 /** The API a client speaks, and so the routes its requests take. */
 type Api = 'openai' | 'anthropic';
@@ -121,20 +92,6 @@ const INNER = new WeakMap<FetchLike, FetchLike>();
 // The error of a request refused before it was sent, by the headers of the answer that
 // stands for it (see refusedAnswer).
 const EARLY = new WeakMap<Headers, Error>();
-// Codes of errors raised before a request's bytes left: the connection was never made, so
-// the provider saw nothing and billed nothing.
-const NOT_SENT = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EAI_NONAME',
-  'ENETUNREACH',
-  'EHOSTUNREACH',
-  'EADDRNOTAVAIL',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
-// How deep an error's causes are searched for a code: the SDK and fetch wrap it twice.
-const CAUSE_DEPTH_MAX = 8;
 // What a copy of an answer leaves out of the provider's headers: the body was read and
 // decoded, so its length and encoding no longer hold.
 const READ_HEADERS = new Set(['content-encoding', 'content-length', 'transfer-encoding']);
@@ -153,10 +110,6 @@ const OPENAI_FRAME = /^\s*at .*[\\/]node_modules[\\/]openai[\\/](?:src[\\/])?(.+
 // down from its constructor.
 const SOCKET_FRAMES_MAX = 32;
 
-/** How a hold ends: at the provider's usage, at nothing (nothing was billed), or in doubt
- * (the provider may have billed the call). */
-type Ending = { usage: Usage } | 'nothing' | 'doubt';
-
 /** A hold kept open after its call answered, while the call runs on at the provider. */
 interface Running {
   hold: Hold;
@@ -168,12 +121,6 @@ interface Running {
   labelling: Promise<void>;
 }
 
-interface Settings {
-  readonly provider: string;
-  readonly outputTokensMax: number | null;
-  readonly toolCallsMax: number;
-}
-
 function apiOf(client: object): Api {
   const copies = typeof (client as { withOptions?: unknown }).withOptions === 'function';
   if (copies && 'chat' in client && 'responses' in client) return 'openai';
@@ -182,28 +129,6 @@ function apiOf(client: object): Api {
     'metered() takes an OpenAI client (the openai package, 5 or later) or an Anthropic one ' +
       '(@anthropic-ai/sdk, 0.50 or later)',
   );
-}
-
-function settingsOf(api: Api, options: MeterOptions): Settings {
-  const { outputTokensMax, toolCallsMax = TOOL_CALLS_DEFAULT } = options;
-  if (outputTokensMax !== undefined && !(Number.isSafeInteger(outputTokensMax) && outputTokensMax >= 1 && outputTokensMax <= OUTPUT_TOKENS_MAX)) {
-    throw new RangeError(`outputTokensMax must be a whole number from 1 to ${OUTPUT_TOKENS_MAX}, not ${outputTokensMax}`);
-  }
-  if (!(Number.isSafeInteger(toolCallsMax) && toolCallsMax >= 1 && toolCallsMax <= TOOL_CALLS_PER_REQUEST_MAX)) {
-    throw new RangeError(`toolCallsMax must be a whole number from 1 to ${TOOL_CALLS_PER_REQUEST_MAX}, not ${toolCallsMax}`);
-  }
-  return { provider: options.provider ?? api, outputTokensMax: outputTokensMax ?? null, toolCallsMax };
-}
-
-/** Whether error (or what caused it) is one raised before the request left. */
-function neverSent(error: unknown): boolean {
-  let at = error;
-  for (let depth = 0; at !== null && typeof at === 'object' && depth < CAUSE_DEPTH_MAX; depth += 1) {
-    const code = (at as { code?: unknown }).code;
-    if (typeof code === 'string' && NOT_SENT.has(code)) return true;
-    at = (at as { cause?: unknown }).cause;
-  }
-  return false;
 }
 
 /**
@@ -444,21 +369,16 @@ class Meter {
     if (route === null) return refusedAnswer(new EndpointNotMeteredError(method, url.pathname));
     let call: Call;
     let body: JsonObject;
-    let hold: Hold;
+    let held: HeldCall;
     try {
       body = await jsonBody(input, init, `${method} ${url.pathname}`);
       call = route.call(body, this.settings);
-      hold = await this.reserve(call);
+      // Refused (RefusedError, HoldCappedError, the sidecar unreachable): nothing is sent.
+      held = await HeldCall.open(this.earmark, this.budgetId, this.options, this.settings, call);
     } catch (error) {
       return refusedAnswer(error);
     }
-    if (hold.refusal !== null) return refusedAnswer(new RefusedError(hold.refusal));
-    const reservation = hold.reservation!;
-    const cap = capToSend(call, reservation.maxOutputTokens, reservation.degraded);
-    if (cap === 0) {
-      await this.end(hold, call, 'nothing');
-      return refusedAnswer(new HoldCappedError(reservation.reservationId, 'it covers no output token a choice; the call was not sent'));
-    }
+    const { hold, reservation, cap } = held;
     const sent = route.sent(body, call, cap);
     const signal = init?.signal ?? (input instanceof Request ? input.signal : undefined);
     if (signal?.aborted) {
@@ -547,19 +467,7 @@ class Meter {
 
   /** Reserves the call's hold by shape, with its prompt charged at once. */
   private reserve(call: Call): Promise<Hold> {
-    const { shape, charge } = shapeOf(this.settings.provider, call, this.settings.outputTokensMax);
-    const o = this.options;
-    return new Hold(this.earmark, this.budgetId, 0, {
-      shape,
-      charge,
-      degrade: o.degrade ?? false,
-      job: o.job,
-      alsoBudgetIds: o.alsoBudgetIds,
-      account: o.account,
-      labels: o.keyLabel ? { ...o.labels, "earmark.key": o.keyLabel } : o.labels,
-      leaseSeconds: o.leaseSeconds,
-      returnRefusal: true,
-    }).start();
+    return reserveCall(this.earmark, this.budgetId, this.options, this.settings, call);
   }
 
   /** A streamed answer passed to the SDK as it arrives, read for its usage on the way, its
@@ -658,23 +566,9 @@ class Meter {
     }
   }
 
-  /** Settles hold as ending says; a settle that fails is a warning, not the call's error:
-   * the provider's answer stands, and the hold ends in doubt when its lease passes. */
-  private async end(hold: Hold, call: Call, ending: Ending): Promise<void> {
-    if (ending === 'nothing') {
-      hold.used = 0;
-      hold.outcome = 'FAILED';
-    } else if (ending === 'doubt') {
-      hold.outcome = 'UNKNOWN';
-    } else {
-      hold.usage = { ...ending.usage, provider: this.settings.provider, model: call.model };
-      hold.outcome = 'SUCCEEDED';
-    }
-    try {
-      await hold.finish();
-    } catch (error) {
-      process.emitWarning(`earmark settle of reservation ${hold.reservationId} failed: ${(error as Error).message}`);
-    }
+  /** Settles hold as ending says (held.ts endCall). */
+  private end(hold: Hold, call: Call, ending: Ending): Promise<void> {
+    return endCall(hold, this.settings.provider, call, ending);
   }
 }
 
