@@ -27,7 +27,7 @@ import grpc
 from earmark import limits
 from earmark.client.admin import AdminCalls
 from earmark.client.errors import ClientError, from_rpc_error, unreachable
-from earmark.client.hold import Hold
+from earmark.client.hold import Hold, HoldInput
 from earmark.client.journal import Journal
 from earmark.client.types import (
     BudgetState,
@@ -494,19 +494,19 @@ class AsyncClient(AdminCalls):
         (and amount 0) it holds what the shape may cost, with job the job's estimate;
         final, as for reserve(), may reach the budget's output escrow; charge and degrade
         as for reserve()."""
-        return Hold(
-            self,
+        what = HoldInput(
             budget_id,
             amount,
-            lease_seconds=lease_seconds,
-            labels=labels,
-            raise_on_refusal=raise_on_refusal,
-            account=account,
-            feature=feature,
             shape=shape,
+            charge=charge,
             job=job,
             also_budget_ids=also_budget_ids,
-            final=final,
-            charge=charge,
+            labels=labels or {},
+            lease_seconds=lease_seconds,
+            account=account,
+            feature=feature,
             degrade=degrade,
+            final=final,
+            raise_on_refusal=raise_on_refusal,
         )
+        return Hold(self, what)

@@ -14,6 +14,11 @@ h.used (what was charged, if the block never set it). When the block raises, it 
 with outcome FAILED (CANCELLED for a cancellation) before the exception reaches the
 caller. If a renewal finds the hold gone, the next charge raises HoldLostError.
 
+Code whose hold spans no one block (a metered call settled when its stream ends, the
+LiteLLM gate's hooks) drives the same steps by name: `await h.open()`, then `await
+h.end(usage=...)` (or used=, outcome=) or `await h.end_in_doubt()`; the block is a thin
+user of them. A hold ends once: an end after the first does nothing.
+
 A retry of the expensive work must take a new hold: each hold() has its own idempotency
 key, so a cheap first attempt never authorizes an expensive second one.
 """
@@ -25,6 +30,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Protocol
@@ -85,6 +91,33 @@ class Calls(Protocol):
 
 log = logging.getLogger("earmark.client")
 
+
+@dataclass(frozen=True, slots=True)
+class HoldInput:
+    """What a hold holds, as one value: AsyncClient.hold and Client.hold build it from
+    their keywords, a metered call from its request (earmark.client.held_call), and each
+    passes it down as it is, so that a field is added in one place."""
+
+    budget_id: str
+    amount: int = 0
+    # With amount 0: what the call may cost at the price in effect.
+    shape: Shape | None = None
+    # Charged by the Reserve itself (a call's prompt): the hold is dispatched from the start.
+    charge: Usage | None = None
+    job: str = ""
+    also_budget_ids: Sequence[str] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # None: the sidecar's default lease (bounded by its --lease-seconds-max).
+    lease_seconds: float | None = None
+    # With budget_id "": the account's current billing cycle, for feature.
+    account: str = ""
+    feature: str = ""
+    degrade: bool = False
+    final: bool = False
+    # False: a refusal is handed back on the Hold (Hold.refusal) instead of raised.
+    raise_on_refusal: bool = True
+
+
 # Renew when this fraction of the lease has passed, so two renewals can fail in a row
 # before the hold expires.
 renew_fraction = 1 / 3
@@ -95,44 +128,27 @@ _settling: set[asyncio.Task[Settled]] = set()
 
 
 class Hold:
-    """One reservation for the length of an `async with` block."""
+    """One reservation for the length of an `async with` block, or from open() to end."""
 
-    def __init__(
-        self,
-        client: Calls,
-        budget_id: str,
-        amount: int,
-        *,
-        lease_seconds: float | None,
-        labels: Mapping[str, str] | None,
-        raise_on_refusal: bool,
-        account: str = "",
-        feature: str = "",
-        shape: Shape | None = None,
-        job: str = "",
-        also_budget_ids: Sequence[str] = (),
-        final: bool = False,
-        charge: Usage | None = None,
-        degrade: bool = False,
-    ) -> None:
+    def __init__(self, client: Calls, what: HoldInput) -> None:
         self.client = client
         # Charged on the hold by the Reserve itself (a call's prompt): the hold is
         # dispatched from the start, and charged counts it.
-        self.prompt = charge
-        self.degrade = degrade
-        self.account = account
-        self.feature = feature
-        self.final = final
-        self.budget_id = budget_id
-        self.amount = amount
-        self.shape = shape
-        self.job = job
-        self.also_budget_ids = tuple(also_budget_ids)
+        self.prompt = what.charge
+        self.degrade = what.degrade
+        self.account = what.account
+        self.feature = what.feature
+        self.final = what.final
+        self.budget_id = what.budget_id
+        self.amount = what.amount
+        self.shape = what.shape
+        self.job = what.job
+        self.also_budget_ids = tuple(what.also_budget_ids)
         # None: the sidecar's default lease (bounded by its --lease-seconds-max), learned
         # from the Reserve's answer for the renewals' pace.
-        self.lease_seconds = lease_seconds
-        self.labels = dict(labels or {})
-        self.raise_on_refusal = raise_on_refusal
+        self.lease_seconds = what.lease_seconds
+        self.labels = dict(what.labels)
+        self.raise_on_refusal = what.raise_on_refusal
         self.idempotency_key = uuid.uuid4().hex
         # What the job used in all, set before the block ends: an amount, or the provider's
         # usage (priced by the sidecar; it wins over used).
@@ -149,6 +165,9 @@ class Hold:
         self.settled: Settled | None = None
         self._lost: BaseException | None = None
         self._renewer: asyncio.Task[None] | None = None
+        # Set by the first open() and the first end: a Hold reserves once and settles once.
+        self._opened = False
+        self._ended = False
         # Labels added by label() that no Renew has carried yet: the next renewal carries
         # them, so that a Renew that failed does not lose them.
         self._unsent: dict[str, str] = {}
@@ -169,6 +188,15 @@ class Hold:
         return self.reservation.reservation_id
 
     async def __aenter__(self) -> Hold:
+        return await self.open()
+
+    async def open(self) -> Hold:
+        """Reserves and starts renewing; a refusal raises RefusedError, or with
+        raise_on_refusal False is kept in refusal (nothing is held, and end does nothing).
+        A Hold opens once: a retry takes a new hold, with its own idempotency key."""
+        if self._opened:
+            raise RuntimeError("this hold was opened already: a retry takes a new hold")
+        self._opened = True
         result = await self.client.reserve(
             self.budget_id,
             self.amount,
@@ -284,8 +312,36 @@ class Hold:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.reservation is None:
-            return
+        await self._end(exc)
+
+    async def end(
+        self, *, usage: Usage | None = None, used: int | None = None, outcome: Outcome | None = None
+    ) -> Settled | None:
+        """Settles now: at usage (the provider's count, priced by the sidecar; it wins over
+        used), or at used (None: what was charged), with outcome (None: SUCCEEDED). What is
+        not given is what the code set on the hold (used, usage, outcome). Returns the
+        settle's answer; None for a refused hold, and for an end after the first, which
+        does nothing (a hold settles once)."""
+        if usage is not None:
+            self.usage = usage
+        if used is not None:
+            self.used = used
+        if outcome is not None:
+            self.outcome = outcome
+        return await self._end(None)
+
+    async def end_in_doubt(self) -> Settled | None:
+        """Settles in doubt (Outcome.UNKNOWN) with what was charged: the work may have run
+        (a provider call that timed out after it was sent); ResolveHold or a later Settle
+        closes it."""
+        return await self.end(outcome=Outcome.UNKNOWN)
+
+    async def _end(self, exc: BaseException | None) -> Settled | None:
+        """The one settle: its outcome the one set on the hold, else what exc (the block's
+        exception, None for none) implies."""
+        if self.reservation is None or self._ended:
+            return None
+        self._ended = True
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -314,9 +370,13 @@ class Hold:
             self.settled = await asyncio.shield(task)
         except ClientError as error:
             if exc is None:
+                # Not settled: an end after this one sends the same Settle again (the
+                # sidecar answers a repeated Settle the same).
+                self._ended = False
                 raise
             # The block's own exception matters more; the sweeper returns the hold.
             log.warning("earmark settle failed after %r: %s", exc, error)
+        return self.settled
 
     def _refusal(self) -> Refusal:
         assert self.refusal is not None

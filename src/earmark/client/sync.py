@@ -36,7 +36,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 import grpc
 
 from earmark.client.aio import AsyncClient
-from earmark.client.hold import Hold
+from earmark.client.hold import Hold, HoldInput
 from earmark.client.types import (
     Refusal,
     Reservation,
@@ -266,24 +266,22 @@ class Client(_Twin[AsyncClient]):
         degrade: bool = False,
     ) -> SyncHold:
         """As AsyncClient.hold, as a plain `with` block."""
-        return SyncHold(
-            self,
-            self._async.hold(
-                budget_id,
-                amount,
-                lease_seconds=lease_seconds,
-                labels=labels,
-                raise_on_refusal=raise_on_refusal,
-                account=account,
-                feature=feature,
-                shape=shape,
-                job=job,
-                also_budget_ids=also_budget_ids,
-                final=final,
-                charge=charge,
-                degrade=degrade,
-            ),
+        what = HoldInput(
+            budget_id,
+            amount,
+            shape=shape,
+            charge=charge,
+            job=job,
+            also_budget_ids=also_budget_ids,
+            labels=labels or {},
+            lease_seconds=lease_seconds,
+            account=account,
+            feature=feature,
+            degrade=degrade,
+            final=final,
+            raise_on_refusal=raise_on_refusal,
         )
+        return SyncHold(self, Hold(self._async, what))
 
 
 class _Mirror(Generic[T]):
@@ -347,10 +345,16 @@ class SyncHold(_Twin[Hold]):
 
     charge = blocking(Hold.charge)
     label = blocking(Hold.label)
+    end = blocking(Hold.end)
+    end_in_doubt = blocking(Hold.end_in_doubt)
+
+    def open(self) -> SyncHold:
+        """As Hold.open: reserves, and renews on the Client's loop until the hold ends."""
+        self._run(self.hold.open())
+        return self
 
     def __enter__(self) -> SyncHold:
-        self._run(self.hold.__aenter__())
-        return self
+        return self.open()
 
     def __exit__(
         self,
