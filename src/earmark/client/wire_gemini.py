@@ -1,0 +1,409 @@
+"""Gemini at the wire: the Gemini API's and Vertex AI's generateContent held, capped and
+settled from the usageMetadata Google reports (the google-genai SDK's GenerateContentResponse
+and its UsageMetadata), as the published REST API has them
+(ai.google.dev/api/generate-content; cloud.google.com/vertex-ai/generative-ai/docs/reference/rest).
+
+Routing is by the `:method` that ends the path, whatever the API version and the resource
+form before the model (`/v1/models/{model}`, `/v1beta/...`, Vertex's
+`/v1beta1/publishers/google/models/{model}` and
+`/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{model}`): metered,
+generateContent and streamGenerateContent (held for their output), embedContent and
+batchEmbedContents (held for their input: genai-prices prices gemini-embedding-001 and
+-2 by input tokens alone, and an embedding answer may report usageMetadata.promptTokenCount;
+without it the hold stays in doubt with the estimate charged); free, countTokens and
+computeTokens (they bill nothing), and uploading files (kept for free); every other POST
+(Vertex's :predict embeddings of models genai-prices does not price, image and video
+generation, batches, tuned models and deployed endpoints, cached contents, which bill their
+storage by the hour) is refused before it is sent. The model is the path's, as genai-prices
+names Google's models (gemini-2.5-flash).
+
+What a request may ask that Earmark cannot price is refused before anything is held: a tool
+that bills a fee per call (Google Search and Maps grounding, Vertex AI Search, file search:
+their fees are counted per prompt or per query in groundingMetadata, which is not settled
+yet), an output modality other than text (images and speech, billed at their own rates),
+and audio input (billed above the text rate). Images and video in the prompt bill as input
+tokens at the text rate on the Gemini 2.x models genai-prices prices.
+
+The usage: promptTokenCount counts the whole prompt, the cached part
+(cachedContentTokenCount) included; toolUsePromptTokenCount, the tool results fed back,
+bills as input; thoughtsTokenCount, the thinking, is not inside candidatesTokenCount and
+bills as output (ai.google.dev/gemini-api/docs/pricing: "output price (including thinking
+tokens)"; genai-prices' google extractor adds both). A stream's events are JSON
+GenerateContentResponse chunks (`data:` lines, no event names, no [DONE]); early chunks
+may carry a partial usageMetadata, the last one the whole: the last one read wins, once a
+chunk has said the answer ended (a finishReason, or a blocked prompt). A stream that stops
+before that leaves the hold in doubt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from earmark import limits
+from earmark.client.meter import Meter
+from earmark.client.wire import (
+    FREE,
+    Call,
+    EndpointNotMeteredError,
+    Provider,
+    Route,
+    Tally,
+    ToolNotMeteredError,
+    number,
+    prompt_estimate,
+)
+from earmark.client.wire_usage import cache_parts
+from earmark.core.prices import Usage
+
+# genai-prices' name for Google's models, the Gemini API's and Vertex AI's both.
+PROVIDER = "google"
+
+# A path's API version segment: v1, v1beta, v1beta1, v1alpha, v2...
+_VERSION = r"v\d+(?:(?:alpha|beta)\d*)?"
+# The resource before the model: none (the Gemini API), publishers/google (Vertex express
+# mode and global), or a project's location's (Vertex).
+_PARENT = r"(?:projects/[^/]+/locations/[^/]+/)?(?:publishers/google/)?"
+_MODEL_PATH = re.compile(
+    rf"/{_VERSION}/{_PARENT}models/(?P<model>(?!\.\.?:)[^/:]+):(?P<method>[A-Za-z]+)"
+)
+# The methods that generate text, held for their output; the stream's flag.
+GENERATE = {"generateContent": False, "streamGenerateContent": True}
+EMBED = ("embedContent", "batchEmbedContents")
+# Files (the Gemini API's uploads, their resumable parts and registrations): a standing cost
+# that Google does not bill, passed as free.
+_FILES = re.compile(rf"(?:/upload)?/{_VERSION}/files(?::register)?")
+FREE_METHODS = ("countTokens", "computeTokens")
+
+# A Gemini tool is an object whose one key names its kind (the published Tool message:
+# functionDeclarations, googleSearch...); each kind by what it bills beyond its tokens.
+# A kind not listed is refused. The SDK sends camelCase; protobuf's JSON reader takes the
+# snake_case names too, so both are listed.
+_GROUNDING = (
+    "bills a fee per grounded prompt or search query (counted in groundingMetadata), "
+    "which Earmark does not hold and settle yet"
+)
+TOOLS: dict[str, str] = {
+    # Tokens only: the caller's own functions, code run in Gemini's sandbox (billed as
+    # tokens), URLs fetched into the context, a computer the caller drives.
+    "functionDeclarations": "",
+    "function_declarations": "",
+    "codeExecution": "",
+    "code_execution": "",
+    "urlContext": "",
+    "url_context": "",
+    "computerUse": "",
+    "computer_use": "",
+    # Refused: fees per call Earmark does not hold yet.
+    "googleSearch": _GROUNDING,
+    "google_search": _GROUNDING,
+    "googleSearchRetrieval": _GROUNDING,
+    "google_search_retrieval": _GROUNDING,
+    "enterpriseWebSearch": _GROUNDING,
+    "enterprise_web_search": _GROUNDING,
+    "googleMaps": _GROUNDING,
+    "google_maps": _GROUNDING,
+    "retrieval": "bills Vertex AI Search or RAG Engine queries, which Earmark cannot hold",
+    "fileSearch": "bills the embeddings of the stores it searches, which Earmark cannot hold",
+    "file_search": "bills the embeddings of the stores it searches, which Earmark cannot hold",
+}
+
+
+class ModalityNotMeteredError(EndpointNotMeteredError):
+    """A generateContent request with input or output Earmark prices at the wrong rate
+    (audio in; images or speech out): refused before anything is held or sent."""
+
+    def __init__(self, what: str) -> None:
+        EndpointNotMeteredError.__init__(self, "POST", "generateContent")
+        self.args = (f"{what} bills at rates Earmark does not price; not sent",)
+        self.about = {"modality": what}
+
+
+def _field(holder: Any, camel: str, snake: str) -> Any:
+    """A field of a request object by either of its JSON names (camelCase first)."""
+    if not isinstance(holder, dict):
+        return None
+    value = holder.get(camel)
+    return holder.get(snake) if value is None else value
+
+
+def _positive(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _part_chars(part: Any) -> int:
+    """The characters of a Part the model reads as text: its text, and a function call's
+    or response's, or code's, JSON."""
+    if not isinstance(part, dict):
+        return len(part) if isinstance(part, str) else 0
+    chars = len(str(part.get("text") or ""))
+    for camel, snake in (
+        ("functionCall", "function_call"),
+        ("functionResponse", "function_response"),
+        ("executableCode", "executable_code"),
+        ("codeExecutionResult", "code_execution_result"),
+    ):
+        value = _field(part, camel, snake)
+        if value is not None:
+            chars += len(json.dumps(value, default=str))
+    return chars
+
+
+def _audio(part: Any) -> bool:
+    """Whether a Part carries audio (inline or a file), which bills above the text rate."""
+    for camel, snake in (("inlineData", "inline_data"), ("fileData", "file_data")):
+        blob = _field(part, camel, snake)
+        mime = _field(blob, "mimeType", "mime_type")
+        if isinstance(mime, str) and mime.lower().startswith("audio/"):
+            return True
+    return False
+
+
+def _contents(value: Any) -> list[Any]:
+    """A request's contents: a list of Content, or one (a string is one text part)."""
+    if isinstance(value, list):
+        return value
+    return [] if value is None else [value]
+
+
+def _content_chars(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    parts = content.get("parts") if isinstance(content, dict) else None
+    found = parts if isinstance(parts, list) else []
+    if any(_audio(part) for part in found):
+        raise ModalityNotMeteredError("audio input")
+    return sum(_part_chars(part) for part in found)
+
+
+def check_tools(given: Any) -> None:
+    """Raises ToolNotMeteredError for a tool that bills a fee Earmark cannot hold, and for a
+    kind it has not classified."""
+    for tool in given if isinstance(given, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        for kind in tool:
+            why = TOOLS.get(kind)
+            if why is None:
+                raise ToolNotMeteredError(
+                    kind,
+                    "is of a kind Earmark has not classified, and may bill a fee it cannot hold",
+                )
+            if why:
+                raise ToolNotMeteredError(kind, why)
+
+
+def generation_config(body: dict[str, Any]) -> dict[str, Any]:
+    config = _field(body, "generationConfig", "generation_config")
+    return config if isinstance(config, dict) else {}
+
+
+def _prompt(body: dict[str, Any]) -> int:
+    contents = _contents(body.get("contents"))
+    chars = sum(_content_chars(content) for content in contents)
+    system = _field(body, "systemInstruction", "system_instruction")
+    if system is not None:
+        chars += _content_chars(system)
+    tools = body.get("tools")
+    if tools:
+        chars += len(json.dumps(tools, default=str))
+    return prompt_estimate(chars, len(contents) + (system is not None))
+
+
+@dataclass(frozen=True)
+class GenerateContent:
+    """POST .../models/{model}:generateContent and :streamGenerateContent."""
+
+    model: str
+    stream: bool = False
+
+    def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        # Read first: what cannot be priced refuses the request before its hold.
+        check_tools(body.get("tools"))
+        config = generation_config(body)
+        modalities = _field(config, "responseModalities", "response_modalities")
+        other = [m for m in modalities or [] if str(m).upper() != "TEXT"]
+        if other or _field(config, "speechConfig", "speech_config") is not None:
+            raise ModalityNotMeteredError(f"{(other or ['AUDIO'])[0]} output".lower())
+        return Call(
+            model=self.model,
+            prompt_tokens=_prompt(body),
+            # Thinking counts against maxOutputTokens: the cap covers it.
+            asked=_positive(_field(config, "maxOutputTokens", "max_output_tokens")),
+            choices=_positive(_field(config, "candidateCount", "candidate_count")) or 1,
+            stream=self.stream,
+        )
+
+    def sent(
+        self, body: dict[str, Any], call: Call, cap: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        return capped(body, cap), False
+
+    def usage(self, answer: Any, call: Call) -> Usage | None:
+        usage = answer.get("usageMetadata") if isinstance(answer, dict) else None
+        return gemini_usage(usage) if isinstance(usage, dict) else None
+
+    def tally(self, call: Call, hidden_usage: bool) -> Tally:
+        return GenerateTally()
+
+
+def capped(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
+    """body with generationConfig.maxOutputTokens set to cap (None: as it is). The config
+    keeps the name the caller gave it; a snake_case max_output_tokens is replaced, not kept
+    beside it (two names of one field are refused by protobuf's JSON reader)."""
+    if cap is None:
+        return body
+    snake = "generation_config" in body and "generationConfig" not in body
+    name = "generation_config" if snake else "generationConfig"
+    given = body.get(name)
+    config = {k: v for k, v in (given if isinstance(given, dict) else {}).items()}
+    config.pop("max_output_tokens", None)
+    config["maxOutputTokens"] = cap
+    return {**body, name: config}
+
+
+def count(value: Any) -> int | None:
+    """A count from a usage report: absent, null or not a whole number counts 0 (as
+    wire.number reads one); None for one no call can have (below 0, above
+    limits.tokens_per_request_max), which leaves the hold in doubt rather than settle it low."""
+    found = number(value)
+    return found if 0 <= found <= limits.tokens_per_request_max else None
+
+
+def gemini_usage(usage: dict[str, Any]) -> Usage | None:
+    """A usageMetadata as Earmark prices it: every input token (the prompt, cached part
+    included, and the tool-use prompt), the cached part apart, and the output with its
+    thinking; None when a count is out of bounds."""
+    found = [
+        count(usage.get(name))
+        for name in (
+            "promptTokenCount",
+            "toolUsePromptTokenCount",
+            "candidatesTokenCount",
+            "thoughtsTokenCount",
+        )
+    ]
+    if None in found:
+        return None
+    prompt, tool_use, candidates, thoughts = (n or 0 for n in found)
+    cached, _ = cache_parts(prompt + tool_use, usage.get("cachedContentTokenCount"), 0)
+    return Usage(
+        input_tokens=prompt + tool_use,
+        output_tokens=candidates + thoughts,
+        cached_input_tokens=cached,
+    )
+
+
+def ended(chunk: dict[str, Any]) -> bool:
+    """Whether a chunk says the answer ended: a candidate's finishReason, or a prompt
+    blocked (promptFeedback.blockReason, sent with no candidates)."""
+    candidates = chunk.get("candidates")
+    for candidate in candidates if isinstance(candidates, list) else []:
+        if isinstance(candidate, dict) and candidate.get("finishReason"):
+            return True
+    feedback = chunk.get("promptFeedback")
+    return isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+
+
+class GenerateTally:
+    """A stream's usage: the last usageMetadata a chunk carried, known once a chunk has
+    said the answer ended (earlier ones may be partial: the prompt alone)."""
+
+    def __init__(self) -> None:
+        self._usage: dict[str, Any] | None = None
+        self._ended = False
+
+    def keep(self, event: str, data: Any) -> bool:
+        if isinstance(data, dict):
+            if isinstance(data.get("usageMetadata"), dict):
+                self._usage = data["usageMetadata"]
+            self._ended = self._ended or ended(data)
+        return True
+
+    def usage(self) -> Usage | None:
+        if not self._ended or self._usage is None:
+            return None
+        return gemini_usage(self._usage)
+
+
+@dataclass(frozen=True)
+class Embed:
+    """POST .../models/{model}:embedContent and :batchEmbedContents: the input alone is
+    billed."""
+
+    model: str
+
+    def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        requests = body.get("requests")
+        each = requests if isinstance(requests, list) else [body]
+        chars, count = 0, 0
+        for request in each:
+            for content in _contents(request.get("content") if isinstance(request, dict) else None):
+                chars += _content_chars(content)
+                count += 1
+        return Call(model=self.model, prompt_tokens=prompt_estimate(chars, count), has_output=False)
+
+    def sent(
+        self, body: dict[str, Any], call: Call, cap: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        return body, False
+
+    def usage(self, answer: Any, call: Call) -> Usage | None:
+        usage = answer.get("usageMetadata") if isinstance(answer, dict) else None
+        if not isinstance(usage, dict) or usage.get("promptTokenCount") is None:
+            return None
+        tokens = count(usage.get("promptTokenCount"))
+        return None if tokens is None else Usage(tokens, 0)
+
+    def tally(self, call: Call, hidden_usage: bool) -> Tally:
+        raise AssertionError("embeddings are not streamed")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a POST's path names: its model and its method."""
+
+    model: str
+    method: str
+
+
+def target(path: str, prefix: str = "") -> Target | None:
+    """The model and method of a POST to a model's method under a base URL whose own path
+    is prefix; None for any other path."""
+    if not path.startswith(prefix + "/"):
+        return None
+    found = _MODEL_PATH.fullmatch(path, len(prefix))
+    return None if found is None else Target(found["model"], found["method"])
+
+
+def routing(path: str, prefix: str = "") -> Route | str | None:
+    """The route of a POST to path (its query apart), under a base URL whose own path is
+    prefix; FREE for one that bills nothing; None otherwise (refused)."""
+    found = target(path, prefix)
+    if found is None:
+        files = path.startswith(prefix + "/") and _FILES.fullmatch(path, len(prefix))
+        return FREE if files else None
+    if found.method in GENERATE:
+        return GenerateContent(found.model, GENERATE[found.method])
+    if found.method in EMBED:
+        return Embed(found.model)
+    return FREE if found.method in FREE_METHODS else None
+
+
+# The google-genai package's websocket surfaces, which a metered client refuses.
+SOCKETS = ("aio.live.connect", "aio.live.music.connect")
+
+
+def provider(name: str = PROVIDER, prefix: str = "") -> Provider:
+    """Gemini (the Gemini API or Vertex AI, priced under name) under a base URL whose own
+    path is prefix, and its SDK's base error."""
+    from google.genai import errors
+
+    def routed(path: str) -> Route | str | None:
+        return routing(path, prefix)
+
+    return Provider(name, routed, errors.APIError, SOCKETS)
