@@ -3,9 +3,13 @@ as a metered call and the LiteLLM gate drive theirs, and the held-call sequence 
 
 from __future__ import annotations
 
+import ast
+import inspect
+
 import pytest
 
-from earmark.client import AsyncClient, HoldState, Outcome, RefusedError
+from earmark.client import AsyncClient, HoldState, Outcome, RefusedError, wire_transport
+from earmark.client.held_call import HeldCall
 from tests.conftest import Running
 
 
@@ -37,3 +41,22 @@ async def test_a_hold_opens_once_and_ends_once(sidecar: Running) -> None:
         assert (False, None) == (refused.admitted, await refused.end(used=1))
         with pytest.raises(RefusedError):
             await client.hold("acme/held", 50_000).open()
+
+
+def _calls_in(cls: type) -> set[str]:
+    """The names of the methods cls's source calls on anything."""
+    tree = ast.parse(inspect.getsource(cls).lstrip())
+    return {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+
+
+def test_the_transports_have_no_step_of_their_own() -> None:
+    """Neither httpx2 transport calls a step of the held call or of its hold: both drive
+    the one exchange (the sync one runs its hold steps on the Client's loop)."""
+    steps = {n for n in vars(HeldCall) if not n.startswith("__")}
+    steps |= {"open", "end", "end_in_doubt", "__aenter__", "__aexit__", "charge", "settle"}
+    for transport in (wire_transport.AsyncMeteredTransport, wire_transport.MeteredTransport):
+        assert set() == _calls_in(transport) & steps, transport.__name__

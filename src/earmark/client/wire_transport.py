@@ -14,6 +14,13 @@ gives it (a Renew's labels). A request through the same client that reads the ca
 (a retrieve, a resumed stream, a cancel) settles the hold once its answer says the call
 ended; the Earmark client's close() leaves it in doubt, the id recorded for `earmark
 reconcile`. A process that dies leaves it to lapse into doubt the same way.
+
+The held call's steps are earmark.client.held_call's; the HTTP exchange around them is
+written once, as a generator (_exchange) that yields what it needs done: a held call's step
+to run on the Earmark client's loop (waited for, or in the background), a request to send,
+an answer to read, a stream to hand over. Each transport only does those: the async one
+awaits them, the sync one sends and reads in the caller's thread and runs the held call's
+steps on its Client's loop.
 """
 
 from __future__ import annotations
@@ -22,8 +29,8 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -31,9 +38,17 @@ import httpx2
 
 from earmark import limits
 from earmark.client.aio import AsyncClient
-from earmark.client.errors import EarmarkClientError, RefusedError
-from earmark.client.hold import Hold
-from earmark.client.meter import HoldCappedError, Meter, never_sent
+from earmark.client.errors import EarmarkClientError
+from earmark.client.held_call import (
+    IN_DOUBT,
+    Ending,
+    HeldCall,
+    HeldCallInput,
+    Raising,
+    answered_with,
+    failed,
+)
+from earmark.client.meter import Meter
 from earmark.client.openai_background import Ended
 from earmark.client.wire import (
     FREE,
@@ -45,20 +60,20 @@ from earmark.client.wire import (
     Tally,
     ToolNotMeteredError,
     answered,
-    cap_to_send,
     is_stream,
     json_answer,
     json_body,
     rebuilt,
-    shape_of,
 )
 from earmark.core.model import Outcome
-from earmark.core.prices import Usage
 
 T = TypeVar("T")
 E = TypeVar("E", bound=EarmarkClientError)
-# What settles a hold, run on the Earmark client's loop.
-Settling = Coroutine[Any, Any, None]
+# A held call's step, run on the Earmark client's loop.
+Settling = Coroutine[Any, Any, Any]
+# A step that must run on the Earmark client's loop before the caller goes on (a call kept
+# running is registered before the caller can read it again).
+Now = Callable[[], None]
 
 log = logging.getLogger("earmark.client")
 
@@ -111,8 +126,7 @@ def later_of(route: Route) -> Later | None:
 class Running:
     """A hold kept open after its call answered, while the call runs on at the provider."""
 
-    hold: Hold
-    call: Call
+    held: HeldCall
     call_id: str
     later: Later
     # The Renew that records call_id on the hold, waited for before the hold settles: a
@@ -121,14 +135,15 @@ class Running:
 
 
 class Metering:
-    """What both transports share: which route a request takes, its hold, and how the
-    hold ends. The hold is the async SDK's; a sync transport drives it through run."""
+    """What both transports share: which route a request takes, its held call, and the
+    calls that run on after their answer. The held call's steps are the async SDK's; a
+    sync transport runs them on its Client's loop."""
 
     def __init__(self, provider: Provider, earmark: AsyncClient, meter: Meter) -> None:
         self.provider = provider
         self.earmark = earmark
         self.meter = meter
-        self._errors: dict[type[EarmarkClientError], type[EarmarkClientError]] = {}
+        self.error = Raising(provider.sdk_error)
         # The calls running on after their answer, by id, oldest first; changed on the
         # Earmark client's loop only.
         self.running: OrderedDict[str, Running] = OrderedDict()
@@ -145,17 +160,6 @@ class Metering:
         if found is None or isinstance(found, str):
             raise self.error(EndpointNotMeteredError)(request.method, request.url.path)
         return found
-
-    def error(self, kind: type[E]) -> type[E]:
-        """kind, made a subclass of the provider SDK's base error too, so that the SDK
-        raises it as it is (it wraps other errors of its HTTP client as connection errors,
-        and retries them)."""
-        base = self.provider.sdk_error
-        if base is None:
-            return kind
-        if kind not in self._errors:
-            self._errors[kind] = type(kind.__name__, (kind, base), {"__module__": kind.__module__})
-        return self._errors[kind]  # type: ignore[return-value]
 
     def body(self, request: httpx2.Request) -> dict[str, Any]:
         """A billable request's JSON body; one that is not a JSON object raises, unsent, as
@@ -175,74 +179,18 @@ class Metering:
         except ToolNotMeteredError as refused:
             raise self.error(ToolNotMeteredError)(refused.tool, refused.why) from None
 
-    def hold(self, call: Call) -> Hold:
-        shape, prompt = shape_of(self.provider.name, call, self.meter)
-        m = self.meter
-        return self.earmark.hold(
-            m.budget_id, 0, shape=shape, job=m.job, also_budget_ids=m.also_budget_ids,
-            labels=m.hold_labels(), lease_seconds=m.lease_seconds, account=m.account,
-            charge=prompt, degrade=m.degrade, raise_on_refusal=False,
-        )  # fmt: skip
-
-    def admitted(self, hold: Hold) -> None:
-        """Raises the refusal, before anything is sent, when the hold was refused."""
-        if hold.refusal is not None:
-            raise self.error(RefusedError)(hold.refusal)
-
-    def to_send(
-        self,
-        request: httpx2.Request,
-        body: dict[str, Any],
-        route: Route,
-        call: Call,
-        hold: Hold,
-    ) -> tuple[httpx2.Request, bool]:
-        reservation = hold.reservation
-        assert reservation is not None
-        told = reservation.max_output_tokens
-        if call.has_output and 0 < told < call.choices * limits.llm_output_tokens_min:
-            # n choices share what the hold covers, and it covers less than a token each.
-            raise self.error(HoldCappedError)(
-                hold.reservation_id, f"it covers {told} tokens for {call.choices} choices; not sent"
-            )
-        cap = cap_to_send(call, told, reservation.degraded)
-        sent, hidden = route.sent(body, call, cap)
-        # A body sent as the caller wrote it goes out as its own bytes.
-        return (request if sent is body else rebuilt(request, sent)), hidden
-
-    @staticmethod
-    def failed(hold: Hold, error: BaseException) -> None:
-        """How the hold ends when the exchange raised: at nothing when the request never
-        left; in doubt otherwise, since the provider may have run it."""
-        if isinstance(error, HoldCappedError) or never_sent(error):
-            hold.used = 0
-        else:
-            hold.outcome = Outcome.UNKNOWN
-
-    @staticmethod
-    def status(hold: Hold, status: int) -> None:
-        """How the hold ends on an error status: a 4xx billed nothing; a 5xx may have run."""
-        if status >= 500:
-            hold.outcome = Outcome.UNKNOWN
-        else:
-            hold.used, hold.outcome = 0, Outcome.FAILED
-
-    def with_usage(self, hold: Hold, call: Call, usage: Usage | None) -> None:
-        """The hold ends at the provider's usage, priced as the provider and model it was
-        held for, or in doubt without one."""
-        if usage is None:
-            hold.outcome = Outcome.UNKNOWN
-        else:
-            hold.usage = replace(usage, provider=self.provider.name, model=call.model)
+    def held(self, call: Call) -> HeldCall:
+        """call's held call, on the meter's budget, its refusal and cap raised as the
+        SDK's errors too."""
+        what = HeldCallInput(self.provider.name, call, self.meter, self.error)
+        return HeldCall(self.earmark, what)
 
     # Calls that run on after their answer.
 
-    def keep(self, hold: Hold, call: Call, later: Later, call_id: str) -> None:
-        """Keeps hold open, renewing, while its call runs on, and records call_id on it at
-        once. Run on the Earmark client's loop. Past llm_background_holds_max running, the
-        oldest goes in doubt (its id recorded: reconcile resolves it)."""
-        # A hold ended before its call says how it ended stays in doubt.
-        hold.outcome = Outcome.UNKNOWN
+    def keep(self, held: HeldCall, later: Later, call_id: str) -> None:
+        """Keeps held's hold open, renewing, while its call runs on, and records call_id on
+        it at once. Run on the Earmark client's loop. Past llm_background_holds_max
+        running, the oldest goes in doubt (its id recorded: reconcile resolves it)."""
         self._later = later
         earlier = self.running.get(call_id)
         if earlier is not None:
@@ -257,7 +205,7 @@ class Metering:
                 oldest.call_id,
             )
             self.end_soon(oldest, None)
-        running = Running(hold, call, call_id, later)
+        running = Running(held, call_id, later)
         # In the background set, so that flush() waits for the id to be recorded too.
         running.labelling = self.earmark._in_background(self._label(running))
         self.running[call_id] = running
@@ -266,11 +214,11 @@ class Metering:
     @staticmethod
     async def _label(running: Running) -> None:
         try:
-            await running.hold.label({running.later.label: running.call_id})
+            await running.held.hold.label({running.later.label: running.call_id})
         except EarmarkClientError as error:
             log.warning(
                 "earmark: the hold %s did not record %s yet (its next renewal carries it): %s",
-                running.hold.reservation_id,
+                running.held.hold.reservation_id,
                 running.call_id,
                 error,
             )
@@ -318,108 +266,156 @@ class Metering:
             await self._settle(running, ended)
 
     async def _settle(self, running: Running, ended: Ended | None) -> None:
-        hold = running.hold
+        """Ends running's hold as ended says; in doubt until a call says how it ended."""
+        ending = IN_DOUBT
         if ended is not None and ended.usage is not None:
             # A failed or cancelled call bills what it ran, and teaches no estimate.
-            failed = {"failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
-            hold.usage = replace(ended.usage, provider=self.provider.name, model=running.call.model)
-            hold.outcome = failed.get(ended.status)
+            failures = {"failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
+            priced = running.held.at(ended.usage)
+            ending = Ending(usage=priced.usage, outcome=failures.get(ended.status))
         elif ended is not None and ended.billed_nothing:
-            hold.used, hold.outcome = 0, Outcome.CANCELLED
+            ending = Ending(used=0, outcome=Outcome.CANCELLED)
         if running.labelling is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await running.labelling
-        await hold.__aexit__(None, None, None)
+        await running.held.end(ending)
 
 
-class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
-    """The async SDKs' transport: meters each request, then sends it with inner."""
+# What the exchange asks its transport to do; the transport sends back the answer (or
+# throws in the exception) of each.
 
-    def __init__(self, inner: httpx2.AsyncClient, metering: Metering) -> None:
-        self.inner = inner
-        self.metering = metering
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        route = self.metering.route(request)
-        if route is None:
-            running = self.metering.reading(request)
-            response = await self.inner.send(request, stream=True)
-            return response if running is None else await self._read_again(response, running)
-        body = self.metering.body(request)
-        call = self.metering.call(route, body)
-        hold = self.metering.hold(call)
-        await hold.__aenter__()
-        self.metering.admitted(hold)
+@dataclass(frozen=True, slots=True)
+class _OnLoop:
+    """Run a held call's step on the Earmark client's loop, and wait for it."""
+
+    step: Settling
+
+
+@dataclass(frozen=True, slots=True)
+class _Soon:
+    """Run a held call's step on the Earmark client's loop without waiting for it: the
+    answer goes to the caller now (the client's flush() and close() wait for the step)."""
+
+    step: Settling
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    """Send request with the inner HTTP client; the answer is its response, streaming."""
+
+    request: httpx2.Request
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """Read response's whole body; the answer is its bytes."""
+
+    response: httpx2.Response
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """Hand response to the SDK as a stream read for its usage on the way, end's step run
+    once when it ends; the answer is the response the SDK gets."""
+
+    response: httpx2.Response
+    events: Events
+    end: _StreamEnd | _Reading
+
+
+_Do = _OnLoop | _Soon | _Send | _Read | _Stream
+# One request's exchange, as the steps it asks for; it returns the SDK's response.
+Exchange = Generator[_Do, Any, httpx2.Response]
+
+
+def _exchange(metering: Metering, request: httpx2.Request) -> Exchange:
+    """The one exchange both transports drive: a request that bills is held, refused
+    unsent, sent with the cap the hold covers, and its hold ended from the answer."""
+    route = metering.route(request)
+    if route is None:
+        running = metering.reading(request)
+        passed: httpx2.Response = yield _Send(request)
+        if running is None:
+            return passed
+        return (yield from _read_again(metering, passed, running))
+    body = metering.body(request)
+    call = metering.call(route, body)
+    held = metering.held(call)
+    yield _OnLoop(held.open())
+    held.admitted()
+    try:
+        sent, hidden = route.sent(body, call, held.cap())
+        # A body sent as the caller wrote it goes out as its own bytes.
+        response = yield _Send(request if sent is body else rebuilt(request, sent))
+    except BaseException as error:
+        yield _OnLoop(held.end(failed(error)))
+        raise
+    if response.status_code >= 400 or not is_stream(response):
         try:
-            sending, hidden = self.metering.to_send(request, body, route, call, hold)
-            response = await self.inner.send(sending, stream=True)
+            content = yield _Read(response)
         except BaseException as error:
-            Metering.failed(hold, error)
-            await hold.__aexit__(None, None, None)
+            yield _OnLoop(held.end(failed(error)))
             raise
-        if response.status_code >= 400 or not is_stream(response):
-            try:
-                content = await response.aread()
-            except BaseException as error:
-                Metering.failed(hold, error)
-                await hold.__aexit__(None, None, None)
-                raise
-            if response.status_code >= 400:
-                Metering.status(hold, response.status_code)
-            else:
-                answer = json_answer(content)
-                later = later_of(route)
-                call_id = None if later is None else later.running(route, body, answer)
-                if later is not None and call_id is not None:
-                    self.metering.keep(hold, call, later, call_id)
-                    return answered(response, content=content)
-                self.metering.with_usage(hold, call, route.usage(answer, call))
-            # The answer goes to the caller now; its settle follows off the caller's path
-            # (the client's close() and flush() wait for it).
-            self.metering.earmark._in_background(hold.__aexit__(None, None, None))
-            return answered(response, content=content)
-        events = Events(route.tally(call, hidden))
-        end = _Ending(self.metering, hold, call, events, later_of(route), _now)
-        return answered(response, stream=_AsyncEvents(response, events, end))
-
-    async def _read_again(self, response: httpx2.Response, running: Running) -> httpx2.Response:
-        """The answer to a request that read a running call again, its hold settled when
-        the answer says the call ended; an error says nothing of the call."""
         if response.status_code >= 400:
-            return response
-        if is_stream(response):
-            tally = running.later.resumed(running.call_id)
-            events = Events(tally)
-            end = _Reading(self.metering, running, tally)
-            return answered(response, stream=_AsyncEvents(response, events, end))
-        content = await response.aread()
-        ended = self.metering.ended_by(running, json_answer(content))
-        if ended is not None:
-            self.metering.end_soon(running, ended)
+            ending = answered_with(response.status_code)
+        else:
+            answer = json_answer(content)
+            later = later_of(route)
+            call_id = None if later is None else later.running(route, body, answer)
+            if later is not None and call_id is not None:
+                # Kept before the answer reaches the caller, who may read it at once.
+                yield _OnLoop(_step(partial(metering.keep, held, later, call_id)))
+                return answered(response, content=content)
+            ending = held.at(route.usage(answer, call))
+        # The answer goes to the caller now; its settle follows off the caller's path.
+        yield _Soon(held.end(ending))
         return answered(response, content=content)
+    events = Events(route.tally(call, hidden))
+    end = _StreamEnd(metering, held, events, later_of(route))
+    streamed: httpx2.Response = yield _Stream(response, events, end)
+    return streamed
 
 
-class _Ending:
+def _read_again(metering: Metering, response: httpx2.Response, running: Running) -> Exchange:
+    """The answer to a request that read a running call again, its hold settled when the
+    answer says the call ended; an error says nothing of the call."""
+    if response.status_code >= 400:
+        return response
+    if is_stream(response):
+        tally = running.later.resumed(running.call_id)
+        events = Events(tally)
+        streamed: httpx2.Response = yield _Stream(
+            response, events, _Reading(metering, running, tally)
+        )
+        return streamed
+    content = yield _Read(response)
+    ended = metering.ended_by(running, json_answer(content))
+    if ended is not None:
+        # Taken from the running calls before the caller goes on (a close() right after
+        # must not end it in doubt); settled in the background.
+        yield _OnLoop(_step(partial(metering.end_soon, running, ended)))
+    return answered(response, content=content)
+
+
+async def _step(step: Now) -> None:
+    step()
+
+
+class _StreamEnd:
     """How a stream's hold ends, once, whichever way the stream ends: at the usage the
     stream carried, or in doubt without it; kept open when the stream stopped before the
-    end of a call that runs on after it (a background response), through on_loop, which
-    runs a step on the Earmark client's loop."""
+    end of a call that runs on after it (a background response)."""
 
     def __init__(
-        self,
-        metering: Metering,
-        hold: Hold,
-        call: Call,
-        events: Events,
-        later: Later | None,
-        on_loop: Callable[[Callable[[], None]], Settling | None],
+        self, metering: Metering, held: HeldCall, events: Events, later: Later | None
     ) -> None:
-        self.metering, self.hold, self.call, self.events = metering, hold, call, events
-        self.later, self.on_loop = later, on_loop
+        self.metering, self.held, self.events, self.later = metering, held, events, later
         self.done = False
 
-    def settling(self) -> Settling | None:
-        """What settles the hold now (None: nothing, or it was settled before)."""
+    def settling(self) -> Settling | Now | None:
+        """What ends the hold now: a step to run in the background, or one to run on the
+        loop at once (keeping the call); None when it ended before."""
         if self.done:
             return None
         self.done = True
@@ -428,10 +424,8 @@ class _Ending:
         if usage is None and self.later is not None:
             call_id = self.later.left_running(self.events.tally)
         if self.later is not None and call_id is not None:
-            keep = partial(self.metering.keep, self.hold, self.call, self.later, call_id)
-            return self.on_loop(keep)
-        self.metering.with_usage(self.hold, self.call, usage)
-        return self.hold.__aexit__(None, None, None)
+            return partial(self.metering.keep, self.held, self.later, call_id)
+        return self.held.end(self.held.at(usage))
 
 
 class _Reading:
@@ -442,7 +436,7 @@ class _Reading:
         self.metering, self.running, self.tally = metering, running, tally
         self.done = False
 
-    def settling(self) -> Settling | None:
+    def settling(self) -> Settling | Now | None:
         ended = self.tally.ended()
         if self.done or ended is None:
             return None
@@ -450,17 +444,57 @@ class _Reading:
         return self.metering.end(self.running, ended)
 
 
-def _now(step: Callable[[], None]) -> None:
-    """Runs step at once: an async transport's streams end on the Earmark client's loop."""
-    step()
+class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
+    """The async SDKs' transport: drives each request's exchange, sending with inner."""
+
+    def __init__(self, inner: httpx2.AsyncClient, metering: Metering) -> None:
+        self.inner = inner
+        self.metering = metering
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        exchange = _exchange(self.metering, request)
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                do = exchange.send(answer) if error is None else exchange.throw(error)
+            except StopIteration as done:
+                response: httpx2.Response = done.value
+                return response
+            answer, error = None, None
+            try:
+                answer = await self._do(do)
+            except BaseException as raised:
+                error = raised
+
+    async def _do(self, do: _Do) -> Any:
+        match do:
+            case _OnLoop(step):
+                return await step
+            case _Soon(step):
+                self.metering.earmark._in_background(step)
+                return None
+            case _Send(request):
+                return await self.inner.send(request, stream=True)
+            case _Read(response):
+                return await response.aread()
+            case _Stream(response, events, end):
+                stream = _AsyncEvents(response, events, end, self.metering.earmark)
+                return answered(response, stream=stream)
 
 
 class _AsyncEvents(httpx2.AsyncByteStream):
     """A stream passed to the SDK as it arrives, read for its usage on the way, its hold
-    settled once when it ends, fails or is closed."""
+    ended once when it ends, fails or is closed."""
 
-    def __init__(self, response: httpx2.Response, events: Events, end: _Ending | _Reading) -> None:
-        self.response, self.events, self.end = response, events, end
+    def __init__(
+        self,
+        response: httpx2.Response,
+        events: Events,
+        end: _StreamEnd | _Reading,
+        earmark: AsyncClient,
+    ) -> None:
+        self.response, self.events, self.end, self.earmark = response, events, end, earmark
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -472,23 +506,27 @@ class _AsyncEvents(httpx2.AsyncByteStream):
             if rest:
                 yield rest
         finally:
-            await self._settle()
+            self._settle()
 
     async def aclose(self) -> None:
         try:
             await self.response.aclose()
         finally:
-            await self._settle()
+            self._settle()
 
-    async def _settle(self) -> None:
+    def _settle(self) -> None:
         settling = self.end.settling()
-        if settling is not None:
-            self.end.metering.earmark._in_background(settling)
+        if isinstance(settling, Coroutine):
+            self.earmark._in_background(settling)
+        elif settling is not None:
+            # The stream ends on the Earmark client's loop: the call is kept at once.
+            settling()
 
 
 class MeteredTransport(httpx2.BaseTransport):
-    """The sync SDKs' transport: the same steps, the hold driven on the Earmark client's
-    own loop through run."""
+    """The sync SDKs' transport: the same exchange, its requests sent and read in the
+    caller's thread, its held call's steps run on the Earmark client's own loop through
+    run (waited for) and submit (not)."""
 
     def __init__(
         self,
@@ -502,97 +540,56 @@ class MeteredTransport(httpx2.BaseTransport):
         self._run: Callable[[Coroutine[Any, Any, Any]], Any] = run
         self._submit = submit
 
-    def _exit(self, hold: Hold) -> None:
-        self._run(hold.__aexit__(None, None, None))
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        exchange = _exchange(self.metering, request)
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                do = exchange.send(answer) if error is None else exchange.throw(error)
+            except StopIteration as done:
+                response: httpx2.Response = done.value
+                return response
+            answer, error = None, None
+            try:
+                answer = self._do(do)
+            except BaseException as raised:
+                error = raised
+
+    def _do(self, do: _Do) -> Any:
+        match do:
+            case _OnLoop(step):
+                return self._run(step)
+            case _Soon(step):
+                self._later(step)
+                return None
+            case _Send(request):
+                return self.inner.send(request, stream=True)
+            case _Read(response):
+                return response.read()
+            case _Stream(response, events, end):
+                return answered(response, stream=_Events(response, events, end, self._later))
 
     def _later(self, settling: Settling) -> None:
         """Runs settling on the client's loop without the caller waiting."""
         self._submit(_in_background(self.metering.earmark, settling))
-
-    def _on_loop(self, step: Callable[[], None]) -> Settling:
-        """step, as a coroutine to run on the client's loop."""
-        return _step(step)
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        route = self.metering.route(request)
-        if route is None:
-            running = self.metering.reading(request)
-            response = self.inner.send(request, stream=True)
-            return response if running is None else self._read_again(response, running)
-        body = self.metering.body(request)
-        call = self.metering.call(route, body)
-        hold = self._run(_entered(self.metering.hold(call)))
-        self.metering.admitted(hold)
-        try:
-            sending, hidden = self.metering.to_send(request, body, route, call, hold)
-            response = self.inner.send(sending, stream=True)
-        except BaseException as error:
-            Metering.failed(hold, error)
-            self._exit(hold)
-            raise
-        if response.status_code >= 400 or not is_stream(response):
-            try:
-                content = response.read()
-            except BaseException as error:
-                Metering.failed(hold, error)
-                self._exit(hold)
-                raise
-            if response.status_code >= 400:
-                Metering.status(hold, response.status_code)
-            else:
-                answer = json_answer(content)
-                later = later_of(route)
-                call_id = None if later is None else later.running(route, body, answer)
-                if later is not None and call_id is not None:
-                    # Kept before the answer reaches the caller, who may read it at once.
-                    self._run(_step(partial(self.metering.keep, hold, call, later, call_id)))
-                    return answered(response, content=content)
-                self.metering.with_usage(hold, call, route.usage(answer, call))
-            self._later(hold.__aexit__(None, None, None))
-            return answered(response, content=content)
-        events = Events(route.tally(call, hidden))
-        end = _Ending(self.metering, hold, call, events, later_of(route), self._on_loop)
-        return answered(response, stream=_Events(response, events, end, self._later))
-
-    def _read_again(self, response: httpx2.Response, running: Running) -> httpx2.Response:
-        """AsyncMeteredTransport._read_again for the sync SDKs."""
-        if response.status_code >= 400:
-            return response
-        if is_stream(response):
-            tally = running.later.resumed(running.call_id)
-            events = Events(tally)
-            end = _Reading(self.metering, running, tally)
-            return answered(response, stream=_Events(response, events, end, self._later))
-        content = response.read()
-        ended = self.metering.ended_by(running, json_answer(content))
-        if ended is not None:
-            self._later(self.metering.end(running, ended))
-        return answered(response, content=content)
-
-
-async def _entered(hold: Hold) -> Hold:
-    return await hold.__aenter__()
 
 
 async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
     earmark._in_background(settling)
 
 
-async def _step(step: Callable[[], None]) -> None:
-    step()
-
-
 class _Events(httpx2.SyncByteStream):
-    """_AsyncEvents for the sync SDKs."""
+    """_AsyncEvents for the sync SDKs: the hold's end runs on the Earmark client's loop."""
 
     def __init__(
         self,
         response: httpx2.Response,
         events: Events,
-        end: _Ending | _Reading,
-        run: Callable[[Settling], None],
+        end: _StreamEnd | _Reading,
+        later: Callable[[Settling], None],
     ) -> None:
-        self.response, self.events, self.end, self._run = response, events, end, run
+        self.response, self.events, self.end, self._later = response, events, end, later
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -614,8 +611,10 @@ class _Events(httpx2.SyncByteStream):
 
     def _settle(self) -> None:
         settling = self.end.settling()
-        if settling is not None:
-            self._run(settling)
+        if isinstance(settling, Coroutine):
+            self._later(settling)
+        elif settling is not None:
+            self._later(_step(settling))
 
 
 __all__ = ["AsyncMeteredTransport", "MeteredTransport", "Metering"]
