@@ -314,3 +314,17 @@ export function unreachable(target: string, timeoutMs: number): UnavailableError
       '(is it running, and are the target and the TLS settings right?)',
   );
 }
+
+/** A call to an Azure OpenAI deployment that metered() (or earmarkMiddleware()) was given
+ * no base model for (its deployments option): Earmark cannot price it, so it was not sent.
+ * about.deployment names it. */
+export class DeploymentNotMappedError extends EndpointNotMeteredError {
+  constructor(deployment: string) {
+    super(
+      'DEPLOYMENT',
+      deployment,
+      `the Azure deployment ${JSON.stringify(deployment)} has no base model in the deployments option, so Earmark cannot price it; not sent`,
+    );
+    this.about = { deployment };
+  }
+}

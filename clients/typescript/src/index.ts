@@ -50,3 +50,5 @@ export {
 } from './types.js';
 /** The messages and grpc-js clients generated from protos/ by ts-proto. */
 export * as wire from './gen/earmark/v1/budget.js';
+export { earmarkMiddleware, aiSdkUsage, type EarmarkMiddleware, type ModelLike, type CallOptionsLike } from './ai-sdk.js';
+export { HeldCall, type Ending } from './held.js';

@@ -1,0 +1,252 @@
+// earmarkMiddleware(): the AI SDK's language model middleware (ai 6, LanguageModelV3) that
+// holds, caps and settles the calls of any AI SDK provider's model, generate and stream:
+//
+//   const model = wrapLanguageModel({ model: anthropic('claude-haiku-4-5'),
+//                                     middleware: earmarkMiddleware(earmark, 'job-7') });
+//
+// It drives the held-call sequence (held.ts) at the AI SDK's own boundary, one level above
+// the provider's HTTP: transformParams holds the call (RefusedError thrown before anything
+// is sent) and sets maxOutputTokens to the cap the hold covers (the caller's own, else the
+// model's ceiling: a provider told none sends its own default or none); wrapGenerate
+// settles at the usage the AI SDK reports, wrapStream at the usage of the stream's finish
+// part. A stream that errors or is cancelled before its finish part, a 5xx and a timeout
+// leave the hold in doubt; a 4xx settles at nothing. The AI SDK retries a call by calling
+// the model again: each attempt is held on its own.
+//
+// The usage is the AI SDK's normalized one: inputTokens.total counts cache reads and
+// writes (cacheRead, cacheWrite), as Earmark's input does; outputTokens.total counts
+// reasoning. The model is priced under the provider the AI SDK names it by (model.provider
+// before its first '.': "openai", "anthropic", "google", "amazon-bedrock" as "aws", "xai"
+// as "x-ai"...), or the one the options name, and its modelId.
+import type { EarmarkClient } from './client.js';
+import { DeploymentNotMappedError } from './errors.js';
+import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
+import { promptEstimate, type Call } from './routes.js';
+import type { Usage } from './types.js';
+
+/** The AI SDK's provider names (model.provider before its first '.') that the price book
+ * names otherwise. */
+const PROVIDER_NAMES: Readonly<Record<string, string>> = {
+  'amazon-bedrock': 'aws',
+  'google-vertex': 'google',
+  vertex: 'google',
+  xai: 'x-ai',
+  togetherai: 'together',
+  'azure-openai': 'azure',
+};
+
+/** What the middleware reads of a model: its provider and id. */
+export interface ModelLike {
+  readonly provider: string;
+  readonly modelId: string;
+}
+
+/** What the middleware reads of a call's options (LanguageModelV3CallOptions). */
+export interface CallOptionsLike {
+  prompt?: unknown;
+  tools?: unknown;
+  maxOutputTokens?: number;
+}
+
+/** A language model middleware (the AI SDK's LanguageModelV3Middleware). */
+export interface EarmarkMiddleware {
+  readonly specificationVersion: 'v3';
+  transformParams<P extends CallOptionsLike>(options: { type: 'generate' | 'stream'; params: P; model: ModelLike }): Promise<P>;
+  wrapGenerate<R extends { usage?: unknown }>(options: {
+    doGenerate: () => PromiseLike<R>;
+    params: CallOptionsLike;
+    model: ModelLike;
+  }): Promise<R>;
+  wrapStream<R extends { stream: ReadableStream<any> }>(options: {
+    doStream: () => PromiseLike<R>;
+    params: CallOptionsLike;
+    model: ModelLike;
+  }): Promise<R>;
+}
+
+function number(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : undefined;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function jsonLength(value: unknown): number {
+  if (value === undefined || value === null) return 0;
+  if (typeof value === 'string') return value.length;
+  try {
+    return JSON.stringify(value).length;
+  } catch {
+    return 0;
+  }
+}
+
+/** The characters of a prompt (LanguageModelV3Prompt): a system message's text, and each
+ * message's parts: text and reasoning, a tool call's input, a tool result's output. A
+ * file's data is not counted by its encoding. */
+function promptChars(prompt: unknown): { chars: number; messages: number } {
+  const list = Array.isArray(prompt) ? prompt.filter(isRecord) : [];
+  let chars = 0;
+  for (const message of list) {
+    const content = message.content;
+    if (typeof content === 'string') {
+      chars += content.length;
+      continue;
+    }
+    for (const part of Array.isArray(content) ? content.filter(isRecord) : []) {
+      if (typeof part.text === 'string') chars += part.text.length;
+      chars += jsonLength(part.input) + jsonLength(part.output);
+    }
+  }
+  return { chars, messages: list.length };
+}
+
+/** The AI SDK's usage (LanguageModelV3Usage) as Earmark prices it; null when it reports no
+ * count of its input or of its output. */
+export function aiSdkUsage(usage: unknown): Usage | null {
+  if (!isRecord(usage)) return null;
+  const input = isRecord(usage.inputTokens) ? usage.inputTokens : {};
+  const output = isRecord(usage.outputTokens) ? usage.outputTokens : {};
+  const read = number(input.cacheRead) ?? 0;
+  const written = number(input.cacheWrite) ?? 0;
+  const noCache = number(input.noCache);
+  const inputTokens = number(input.total) ?? (noCache === undefined ? undefined : noCache + read + written);
+  const text = number(output.text);
+  const reasoning = number(output.reasoning);
+  const outputTokens = number(output.total) ?? (text === undefined && reasoning === undefined ? undefined : (text ?? 0) + (reasoning ?? 0));
+  if (inputTokens === undefined || outputTokens === undefined) return null;
+  const found: Usage = { inputTokens, outputTokens, cachedInputTokens: read, cacheWriteInputTokens: written };
+  // Anthropic's one-hour cache writes, which the normalized usage does not tell apart.
+  const raw = isRecord(usage.raw) ? usage.raw : {};
+  const byTtl = isRecord(raw.cache_creation) ? raw.cache_creation : {};
+  const long = number(byTtl.ephemeral_1h_input_tokens);
+  if (long !== undefined) found.cacheWriteLongInputTokens = Math.min(written, long);
+  return found;
+}
+
+/** The price book's provider of model: model.provider before its first '.'. */
+export function providerOf(model: ModelLike): string {
+  const name = model.provider.split('.')[0];
+  return PROVIDER_NAMES[name] ?? name;
+}
+
+/** The status of an AI SDK error (APICallError's statusCode); null when no answer came. */
+function statusOf(error: unknown): number | null {
+  const status = isRecord(error) ? error.statusCode : undefined;
+  return typeof status === 'number' ? status : null;
+}
+
+/**
+ * A language model middleware that holds each call of the model it wraps on budgetId
+ * before the provider is called, tells the model the cap the hold covers, and settles at
+ * the usage the AI SDK reports (see the module's text). Pass it to the AI SDK's
+ * wrapLanguageModel({ model, middleware }).
+ */
+export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, options: MeterOptions = {}): EarmarkMiddleware {
+  const held = new WeakMap<object, HeldCall>();
+  // The settings by provider: the options name one, or each model's own.
+  const settingsByProvider = new Map<string, Settings>();
+  const settingsFor = (model: ModelLike): Settings => {
+    const provider = providerOf(model);
+    let settings = settingsByProvider.get(provider);
+    if (settings === undefined) {
+      settings = settingsOf(provider, options);
+      settingsByProvider.set(provider, settings);
+    }
+    return settings;
+  };
+  settingsOf('', options); // the options' bounds are checked now, not at the first call
+  const { deployments } = options;
+
+  return {
+    specificationVersion: 'v3',
+
+    async transformParams({ params, model }) {
+      const settings = settingsFor(model);
+      let name = model.modelId;
+      if (deployments !== undefined) {
+        // An Azure deployment is priced as its base model.
+        if (!Object.hasOwn(deployments, name)) throw new DeploymentNotMappedError(name);
+        name = deployments[name];
+      }
+      const { chars, messages } = promptChars(params.prompt);
+      const asked = number(params.maxOutputTokens) ?? null;
+      const call: Call = {
+        model: name,
+        promptTokens: promptEstimate(chars + jsonLength(params.tools), messages),
+        asked: asked === 0 ? null : asked,
+        choices: 1,
+        stream: false,
+        serviceTier: '',
+        toolCallsMax: {},
+        hasOutput: true,
+      };
+      const opened = await HeldCall.open(earmark, budgetId, options, settings, call);
+      const transformed = { ...params, maxOutputTokens: opened.maxOutputTokens ?? undefined };
+      held.set(transformed, opened);
+      return transformed;
+    },
+
+    async wrapGenerate({ doGenerate, params }) {
+      const call = held.get(params);
+      if (call === undefined) return doGenerate();
+      let result;
+      try {
+        result = await doGenerate();
+      } catch (error) {
+        await call.end(failedEnding(error, statusOf(error)));
+        throw error;
+      }
+      const usage = aiSdkUsage(result.usage);
+      await call.end(usage === null ? 'doubt' : { usage });
+      return result;
+    },
+
+    async wrapStream({ doStream, params }) {
+      const call = held.get(params);
+      if (call === undefined) return doStream();
+      let result;
+      try {
+        result = await doStream();
+      } catch (error) {
+        await call.end(failedEnding(error, statusOf(error)));
+        throw error;
+      }
+      const reader = result.stream.getReader();
+      let failed = false;
+      const stream = new ReadableStream({
+        async pull(controller) {
+          let item;
+          try {
+            item = await reader.read();
+          } catch (error) {
+            await call.end('doubt');
+            controller.error(error);
+            return;
+          }
+          if (item.done) {
+            // Ended without its finish part: the provider may have billed what it sent.
+            await call.end('doubt');
+            controller.close();
+            return;
+          }
+          const part: unknown = item.value;
+          if (isRecord(part) && part.type === 'error') failed = true;
+          if (isRecord(part) && part.type === 'finish') {
+            // Settled before the caller sees the finish: a stream that failed on the way
+            // reports what it counted so far, not the bill.
+            const usage = failed ? null : aiSdkUsage(part.usage);
+            await call.end(usage === null ? 'doubt' : { usage });
+          }
+          controller.enqueue(item.value);
+        },
+        async cancel(reason) {
+          await reader.cancel(reason).catch(() => undefined);
+          await call.end('doubt');
+        },
+      });
+      return { ...result, stream };
+    },
+  };
+}
