@@ -53,11 +53,12 @@ from fastapi import HTTPException
 from litellm.integrations.custom_logger import CustomLogger
 
 from earmark import limits
+from earmark.client import held_call
 from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
-from earmark.client.hold import Hold
+from earmark.client.held_call import HeldCall, HeldCallInput
 from earmark.client.meter import Meter
-from earmark.client.wire import Call, Route, ToolNotMeteredError, cap_to_send, shape_of
+from earmark.client.wire import Call, Route, ToolNotMeteredError
 from earmark.core.model import Outcome
 from earmark.core.prices import Usage
 from earmark.integrations import litellm_routes
@@ -70,7 +71,6 @@ from earmark.integrations.litellm_rules import (
     RELEASED,
     ROUTES,
     TRUST_KEYS_ENV,
-    Budgets,
     Ending,
     GateError,
     budgets_of,
@@ -111,8 +111,9 @@ class Flight:
     # The token the gate put in the request's metadata: what its events are matched by.
     key: str = field(repr=False)
     call_id: str
-    hold: Hold
-    call: Call
+    # The request's held call (earmark.client.held_call), its hold opened; LiteLLM sends
+    # the request, and the gate's events end the hold.
+    held: HeldCall
     route: Route
     provider: str
     # The request's LiteLLM Logging object: a second run of the hooks for the same request
@@ -122,6 +123,10 @@ class Flight:
     dispatched: bool = False
     ended: bool = False
     watch: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def call(self) -> Call:
+        return self.held.call
 
 
 class EarmarkGate(CustomLogger):
@@ -228,26 +233,25 @@ class EarmarkGate(CustomLogger):
             provider=provider,
             also_budget_ids=budgets.also_budget_ids,
             labels={CALL_LABEL: call_id},
+            lease_seconds=self.lease_seconds,
         )
         try:
             call = route.call({**data, "model": model}, meter)
         except ToolNotMeteredError as refused:
             # A built-in tool whose fee Earmark cannot hold: not sent, as an unpriced call.
             raise GateError(403, str(refused)) from None
-        hold = self._reserve(meter, budgets, call)
+        holding = HeldCall(self.client(), HeldCallInput(provider, call, meter))
         try:
-            await hold.__aenter__()
+            refusal = await holding.open()
         except EarmarkClientError as error:
             answer = reserve_error(error)
             if answer.status >= 500:
                 log.warning("earmark: the hold for call %s failed: %s", call_id, error)
             raise answer from None
-        if hold.refusal is not None:
-            raise refusal_error(
-                hold.refusal, datetime.now(UTC), budget_status=budget_exceeded_status()
-            )
+        if refusal is not None:
+            raise refusal_error(refusal, datetime.now(UTC), budget_status=budget_exceeded_status())
         flight = Flight(
-            secrets.token_urlsafe(limits.litellm_flight_key_bytes), call_id, hold, call, route,
+            secrets.token_urlsafe(limits.litellm_flight_key_bytes), call_id, holding, route,
             provider, request, pass_through,
         )  # fmt: skip
         self._flights[flight.key] = flight
@@ -282,9 +286,7 @@ class EarmarkGate(CustomLogger):
     def _to_send(self, data: dict[str, Any], flight: Flight, model: str) -> None:
         """The request as it goes out: its output cap set to what the hold covers and, on
         the proxy's own routes, the stream's usage asked for and LiteLLM's retries off."""
-        reservation = flight.hold.reservation
-        assert reservation is not None
-        cap = cap_to_send(flight.call, reservation.max_output_tokens, reservation.degraded)
+        cap = flight.held.cap()
         sent, hidden = flight.route.sent({**data, "model": model}, flight.call, cap)
         for name, value in sent.items():
             if name != "model":
@@ -301,14 +303,6 @@ class EarmarkGate(CustomLogger):
         data["num_retries"] = 0
         data["max_retries"] = 0
         data["disable_fallbacks"] = True
-
-    def _reserve(self, meter: Meter, budgets: Budgets, call: Call) -> Hold:
-        shape, prompt = shape_of(meter.provider, call, meter)
-        return self.client().hold(
-            budgets.budget_id, 0, shape=shape, also_budget_ids=budgets.also_budget_ids,
-            labels=meter.hold_labels(), charge=prompt, raise_on_refusal=False,
-            lease_seconds=self.lease_seconds,
-        )  # fmt: skip
 
     # While it is sent and after.
 
@@ -361,8 +355,7 @@ class EarmarkGate(CustomLogger):
         provider, model = settled_as(kwargs, which)
         usage = replace(usage, provider=provider, model=model)
         if flight is not None:
-            flight.hold.usage = usage
-            self._end(flight, None)
+            self._end(flight, held_call.Ending(usage=usage))
         else:
             self._spawn(self._settle_late(which, usage))
 
@@ -424,9 +417,9 @@ class EarmarkGate(CustomLogger):
             while len(self._doubted) > limits.litellm_doubted_max:
                 self._doubted.popitem(last=False)
 
-    def _end(self, flight: Flight, ending: Ending | None) -> None:
-        """Ends the hold once, off the caller's path: at its usage (ending None), or as
-        ending says."""
+    def _end(self, flight: Flight, ending: Ending | held_call.Ending) -> None:
+        """Ends the hold once, off the caller's path, as ending says (the gate's rules'
+        Ending: at used with outcome; the held call's: at the answer's usage)."""
         if flight.ended:
             return
         flight.ended = True
@@ -437,10 +430,9 @@ class EarmarkGate(CustomLogger):
             del self._flights[flight.key]
         if flight.watch is not None and flight.watch is not asyncio.current_task():
             flight.watch.cancel()
-        hold = flight.hold
-        if ending is not None:
-            hold.outcome, hold.used = ending.outcome, ending.used
-        self._spawn(self._settle(flight))
+        if isinstance(ending, Ending):
+            ending = held_call.Ending(used=ending.used, outcome=ending.outcome)
+        self._spawn(self._settle(flight, ending))
 
     def _spawn(self, settling: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(settling)
@@ -450,13 +442,13 @@ class EarmarkGate(CustomLogger):
     async def _settle_late(self, flight: Flight, usage: Usage) -> None:
         """Settles a hold left in doubt at the usage that came after all."""
         try:
-            await self.client().settle(flight.hold.reservation_id, 0, usage=usage)
+            await self.client().settle(flight.held.hold.reservation_id, 0, usage=usage)
         except Exception as error:
             log.warning("earmark: late settle of call %s failed: %s", flight.call_id, error)
 
-    async def _settle(self, flight: Flight) -> None:
+    async def _settle(self, flight: Flight, ending: held_call.Ending) -> None:
         try:
-            await flight.hold.__aexit__(None, None, None)
+            await flight.held.end(ending)
         except Exception as error:
             # The sidecar did not take the settle: the lease runs out and the sweeper
             # returns the hold, or its journal sends it again.
