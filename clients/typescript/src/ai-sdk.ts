@@ -19,8 +19,8 @@
 // before its first '.': "openai", "anthropic", "google", "amazon-bedrock" as "aws", "xai"
 // as "x-ai"...), or the one the options name, and its modelId.
 import type { EarmarkClient } from './client.js';
-import { DeploymentNotMappedError } from './errors.js';
 import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
+import { baseModel } from './routes-azure.js';
 import { promptEstimate, type Call } from './routes.js';
 import type { Usage } from './types.js';
 
@@ -167,8 +167,7 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
       let name = model.modelId;
       if (deployments !== undefined) {
         // An Azure deployment is priced as its base model.
-        if (!Object.hasOwn(deployments, name)) throw new DeploymentNotMappedError(name);
-        name = deployments[name];
+        name = baseModel(deployments, name);
       }
       const { chars, messages } = promptChars(params.prompt);
       const asked = number(params.maxOutputTokens) ?? null;

@@ -53,6 +53,7 @@ import type { Hold } from './hold.js';
 import { LLM_BACKGROUND_HOLDS_MAX } from './limits.js';
 import { InvalidResponseError, billedNothing } from './openai-background.js';
 import { anthropicRouting } from './routes-anthropic.js';
+import { azureRouting } from './routes-azure.js';
 import { OPENAI_SOCKETS, openaiRouting } from './routes-openai.js';
 import { FREE, isObject, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
@@ -119,6 +120,17 @@ interface Running {
   /** The Renew that records callId on the hold, waited for before the hold settles: a
    * label sent after the Settle would find the hold closed, and reconcile without it. */
   labelling: Promise<void>;
+}
+
+/** What an AzureOpenAI client (the openai package) has that an OpenAI one has not. */
+interface AzureInternals {
+  readonly apiVersion: string;
+  readonly deploymentName: string | undefined;
+}
+
+/** Whether client is the openai package's AzureOpenAI. */
+function isAzure(client: object): boolean {
+  return typeof (client as Partial<AzureInternals>).apiVersion === 'string' && 'deploymentName' in client;
 }
 
 function apiOf(client: object): Api {
@@ -601,6 +613,12 @@ function install(
 ): Internals {
   const sdkWithOptions = (Object.getPrototypeOf(source) as Internals).withOptions;
   const base = { path: '' };
+  if (isAzure(source)) {
+    // AzureOpenAI's copies are made by its constructor, which reads its apiVersion and
+    // deployment from its options (else from the environment), not from the client copied.
+    const { apiVersion, deploymentName } = source as unknown as AzureInternals;
+    options = { apiVersion, deployment: deploymentName, ...options } as { fetch?: FetchLike };
+  }
   // The SDK's copy takes the source's baseURL as it reads, sealed when the source is a
   // metered client: seal() takes the provider's back.
   const copy = sdkWithOptions.call(source, { ...options, fetch: meter.fetch(inner, base) });
@@ -638,6 +656,17 @@ export function metered<C extends MeterableClient>(
   const internals = client as unknown as Internals;
   const had = internals.fetch ?? (globalThis.fetch as FetchLike);
   const inner = INNER.get(had) ?? had;
-  const meter = new Meter(earmark, budgetId, options, settingsOf(api, options), ROUTING[api]);
+  const azure = api === 'openai' && isAzure(client);
+  let routing = ROUTING[api];
+  if (options.deployments !== undefined) {
+    if (api !== 'openai') throw new TypeError('deployments (Azure OpenAI) takes an OpenAI or AzureOpenAI client');
+    routing = azureRouting(routing, options.deployments);
+  } else if (azure) {
+    throw new TypeError(
+      "metered() of an AzureOpenAI client takes deployments: { deployment: baseModel } (e.g. { 'my-gpt4o': 'gpt-4o' }), " +
+        'the model each deployment is priced as',
+    );
+  }
+  const meter = new Meter(earmark, budgetId, options, settingsOf(azure ? 'azure' : api, options), routing);
   return install(internals, {}, api, meter, inner, sdkErrorOf(client, api)) as unknown as C;
 }

@@ -1,0 +1,51 @@
+// Azure OpenAI at the wire: OpenAI's routes (routes-openai.ts: the same paths, bodies,
+// streams and usage), under the deployment a call names, priced as the deployment's base
+// model. An AzureOpenAI client (the openai package) names it in the path
+// (/openai/deployments/{deployment}/chat/completions?api-version=...), or, for the paths
+// Azure serves without one (/openai/responses) and for Azure's v1 API through a plain
+// OpenAI client (/openai/v1/chat/completions), in the body's model. The path wins when both
+// are there: it is what Azure serves.
+//
+// metered(client, earmark, budgetId, { deployments: { 'my-gpt4o': 'gpt-4o' } }) prices a
+// call to my-gpt4o as gpt-4o under provider "azure"; a call to a deployment the map does
+// not name is refused before it is sent (DeploymentNotMappedError), since Earmark cannot
+// tell what it costs. Azure's additions to OpenAI's shapes are passed on unread: a stream's
+// first chunk carries only prompt_filter_results, with no choices and no usage, and the
+// usage chunk is the one with usage, whatever its choices.
+import { DeploymentNotMappedError } from './errors.js';
+import { FREE, within, type Call, type CallSettings, type JsonObject, type Route, type Routing } from './routes.js';
+
+// The deployment a path names, after the base URL's own path.
+const DEPLOYMENT = /^\/deployments\/((?!\.\.?\/)[^/]+)(?=\/)/;
+
+/** The base model deployments maps name to; throws DeploymentNotMappedError when it maps
+ * none. */
+export function baseModel(deployments: Readonly<Record<string, string>>, name: string): string {
+  if (!Object.hasOwn(deployments, name) || typeof deployments[name] !== 'string' || deployments[name] === '') {
+    throw new DeploymentNotMappedError(name);
+  }
+  return deployments[name];
+}
+
+/** route, whose calls are priced as the base model of their deployment (named by the path,
+ * else by the body's model). */
+function deployed(route: Route, deployments: Readonly<Record<string, string>>, fromPath: string | null): Route {
+  return {
+    ...route,
+    call(body: JsonObject, settings: CallSettings): Call {
+      const call = route.call(body, settings);
+      return { ...call, model: baseModel(deployments, fromPath ?? call.model) };
+    },
+  };
+}
+
+/** routing (OpenAI's), with each metered route's calls priced as their deployment's base
+ * model. */
+export function azureRouting(routing: Routing, deployments: Readonly<Record<string, string>>): Routing {
+  return (path, prefix) => {
+    const route = routing(path, prefix);
+    if (route === FREE || route === null) return route;
+    const found = within(path, prefix) ? DEPLOYMENT.exec(path.slice(prefix.length)) : null;
+    return deployed(route, deployments, found === null ? null : found[1]);
+  };
+}
