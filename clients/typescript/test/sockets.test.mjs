@@ -156,7 +156,7 @@ test('a metered Azure client refuses the realtime classes, which read no key fro
   process.env.OPENAI_API_VERSION = '2025-04-01-preview';
   t.after(() => (version === undefined ? delete process.env.OPENAI_API_VERSION : (process.env.OPENAI_API_VERSION = version)));
   const azure = new AzureOpenAI({ apiKey: 'k', baseURL: `http://127.0.0.1:${port}/openai`, deployment: 'd', maxRetries: 0 });
-  const llm = metered(azure, earmark, 'sockets');
+  const llm = metered(azure, earmark, 'sockets', { deployments: { d: 'gpt-4o' } });
   const before = accepted;
   const errors = [await raised(() => new OpenAIRealtimeWS({ model: 'd' }, llm)), await raised(() => OpenAIRealtimeWS.azure(llm, { deploymentName: 'd' }))];
   assert.deepEqual(errors.map((error) => error.message), [refusal('realtime/ws'), refusal('realtime/ws')]);
