@@ -30,7 +30,8 @@ export {
   UnsafeJournalError,
 } from './journal.js';
 export { Hold, hold, type HoldOptions } from './hold.js';
-export { metered, NOT_METERED_SCHEME, type FetchLike, type MeterableClient, type MeterOptions } from './metered.js';
+export { metered, NOT_METERED_SCHEME, type FetchLike, type GoogleClientLike, type Meterable, type MeterableClient, type MeterOptions } from './metered.js';
+export { BEDROCK_MIDDLEWARE, type BedrockClientLike } from './bedrock.js';
 export * as limits from './limits.js';
 export {
   RefusedError,

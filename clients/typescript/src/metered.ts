@@ -54,6 +54,8 @@ import { LLM_BACKGROUND_HOLDS_MAX } from './limits.js';
 import { InvalidResponseError, billedNothing } from './openai-background.js';
 import { anthropicRouting } from './routes-anthropic.js';
 import { azureRouting } from './routes-azure.js';
+import { googleRouting } from './routes-google.js';
+import { isBedrock, meterBedrock, type BedrockClientLike } from './bedrock.js';
 import { OPENAI_SOCKETS, openaiRouting } from './routes-openai.js';
 import { FREE, isObject, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
@@ -69,6 +71,10 @@ export interface MeterableClient {
   readonly baseURL: string;
   withOptions(options: { fetch?: FetchLike }): unknown;
 }
+
+/** A client metered() takes: an OpenAI, AzureOpenAI or Anthropic client (a copy of it is
+ * answered), or a GoogleGenAI or BedrockRuntimeClient (metered in place, and answered). */
+export type Meterable = MeterableClient | GoogleClientLike | BedrockClientLike;
 
 export type { MeterOptions } from './held.js';
 
@@ -138,8 +144,9 @@ function apiOf(client: object): Api {
   if (copies && 'chat' in client && 'responses' in client) return 'openai';
   if (copies && 'messages' in client) return 'anthropic';
   throw new TypeError(
-    'metered() takes an OpenAI client (the openai package, 5 or later) or an Anthropic one ' +
-      '(@anthropic-ai/sdk, 0.50 or later)',
+    'metered() takes an OpenAI or AzureOpenAI client (the openai package, 5 or later), an Anthropic one ' +
+      '(@anthropic-ai/sdk, 0.50 or later), a GoogleGenAI (@google/genai 2.30 or later) or a BedrockRuntimeClient ' +
+      '(@aws-sdk/client-bedrock-runtime)',
   );
 }
 
@@ -349,7 +356,17 @@ class Meter {
     private readonly options: MeterOptions,
     private readonly settings: Settings,
     private readonly routing: Routing,
+    /** Whether a request refused before sending throws its error from the fetch (an SDK
+     * that rethrows what its fetch throws, @google/genai's) rather than answering with a
+     * refusedAnswer for the SDK to throw. */
+    private readonly throwsRefusals = false,
   ) {}
+
+  /** What the fetch does with a request refused before it was sent. */
+  private refused(error: unknown): Response {
+    if (this.throwsRefusals) throw error;
+    return refusedAnswer(error);
+  }
 
   /** A fetch that meters each request and sends it with inner; base.path is the client's
    * base URL's path, set once the client exists. */
@@ -378,7 +395,7 @@ class Meter {
     const path = decodedPath(url.pathname);
     const route = path === null ? null : this.routing(path, basePath);
     if (route === FREE) return this.passed(inner, input, init, method, basePath);
-    if (route === null) return refusedAnswer(new EndpointNotMeteredError(method, url.pathname));
+    if (route === null) return this.refused(new EndpointNotMeteredError(method, url.pathname));
     let call: Call;
     let body: JsonObject;
     let held: HeldCall;
@@ -388,7 +405,7 @@ class Meter {
       // Refused (RefusedError, HoldCappedError, the sidecar unreachable): nothing is sent.
       held = await HeldCall.open(this.earmark, this.budgetId, this.options, this.settings, call);
     } catch (error) {
-      return refusedAnswer(error);
+      return this.refused(error);
     }
     const { hold, reservation, cap } = held;
     const sent = route.sent(body, call, cap);
@@ -646,12 +663,14 @@ function install(
  * (UnavailableError...), not retried; thrown through the SDK as a stand-in of its base error
  * (stand-in.ts), which `instanceof` counts as the Earmark error.
  */
-export function metered<C extends MeterableClient>(
+export function metered<C extends Meterable>(
   client: C,
   earmark: EarmarkClient,
   budgetId: string,
   options: MeterOptions = {},
 ): C {
+  if (isGoogle(client)) return meterGoogle(client, earmark, budgetId, options);
+  if (isBedrock(client)) return meterBedrock(client, earmark, budgetId, options);
   const api = apiOf(client);
   const internals = client as unknown as Internals;
   const had = internals.fetch ?? (globalThis.fetch as FetchLike);
@@ -669,4 +688,59 @@ export function metered<C extends MeterableClient>(
   }
   const meter = new Meter(earmark, budgetId, options, settingsOf(azure ? 'azure' : api, options), routing);
   return install(internals, {}, api, meter, inner, sdkErrorOf(client, api)) as unknown as C;
+}
+
+/** @google/genai's GoogleGenAI as metered() reaches it: its models, and (a member its type
+ * declares protected) the ApiClient every request goes through, whose httpOptions.fetch it
+ * reads at each request. */
+export interface GoogleClientLike {
+  readonly models: object;
+  readonly vertexai: boolean;
+  readonly live: object;
+}
+
+interface GoogleInternals {
+  apiClient: {
+    clientOptions: { httpOptions?: { fetch?: FetchLike; [key: string]: unknown } };
+    getBaseUrl(): string;
+    getFetch(): FetchLike | undefined;
+  };
+  [key: string]: unknown;
+}
+
+// The clients a GoogleGenAI builds at first use from its ApiClient's fetch (its NextGen
+// surfaces: interactions, agents...): dropped when it is metered, so that they are built
+// again from the metered fetch.
+const GOOGLE_BUILT = ['_nextGenClient', '_interactions', '_webhooks', '_agents', '_triggers', '_environments', '_credentials', '_voices'];
+
+function isGoogle(client: object): client is GoogleClientLike {
+  const api = (client as Partial<GoogleInternals>).apiClient;
+  return 'models' in client && typeof api === 'object' && api !== null && typeof api.getFetch === 'function' && typeof api.clientOptions === 'object';
+}
+
+/**
+ * A GoogleGenAI metered in place (it has no copies of its own: metered() answers the client
+ * it was given): the fetch its ApiClient sends every request with is wrapped, and its live
+ * API, a websocket Earmark cannot meter, is refused at first touch (SocketNotMeteredError).
+ * The SDK rethrows what its fetch throws, so a request refused before it is sent throws the
+ * Earmark error itself. A call's own httpOptions.fetch would bypass the meter: don't give one.
+ */
+function meterGoogle<C extends GoogleClientLike>(client: C, earmark: EarmarkClient, budgetId: string, options: MeterOptions): C {
+  const internals = client as unknown as GoogleInternals;
+  const apiClient = internals.apiClient;
+  const httpOptions = apiClient.clientOptions.httpOptions ?? {};
+  const had = httpOptions.fetch ?? (globalThis.fetch as FetchLike);
+  const inner = INNER.get(had) ?? had;
+  const meter = new Meter(earmark, budgetId, options, settingsOf('google', options), googleRouting, true);
+  const base = { path: basePathOf(apiClient.getBaseUrl()) };
+  apiClient.clientOptions.httpOptions = { ...httpOptions, fetch: meter.fetch(inner, base) };
+  for (const name of GOOGLE_BUILT) delete internals[name];
+  Object.defineProperty(client, 'live', {
+    configurable: true,
+    enumerable: false,
+    get(): never {
+      throw new SocketNotMeteredError('@google/genai live');
+    },
+  });
+  return client;
 }

@@ -1,0 +1,306 @@
+// Bedrock (@aws-sdk/client-bedrock-runtime's BedrockRuntimeClient), metered in its
+// middleware stack: metered(client, earmark, budgetId) adds one middleware at the stack's
+// initialize step, the outermost, which sees each command's input before it is serialized
+// (where the hold is made and the cap set, and a refusal stops the command before anything
+// is sent) and its parsed output (where the usage is), once per command: the SDK's retries
+// run inside it, on the one hold. The client itself is metered and answered.
+//
+// Commands: metered, Converse and ConverseStream (every model family: Bedrock normalizes the
+// cap, inferenceConfig.maxTokens, and the usage), InvokeModel and
+// InvokeModelWithResponseStream for the Anthropic family (Anthropic's Messages body and
+// usage, routes-anthropic.ts) and the Amazon Nova family (messages-v1: inferenceConfig's
+// maxTokens or max_new_tokens; usage inputTokens, outputTokens and the cache's
+// ...InputTokenCount); free, CountTokens and reading async invocations; every other command
+// (another family's InvokeModel, StartAsyncInvoke, ApplyGuardrail, a bidirectional stream...)
+// is refused before it is sent (EndpointNotMeteredError). A model is priced under provider
+// "aws" and its modelId as the command gives it.
+//
+// Converse's usage: inputTokens counts neither cache reads (cacheReadInputTokens) nor writes
+// (cacheWriteInputTokens; cacheDetails by TTL), which Earmark's input counts; a stream's
+// usage is its metadata event, its last. A stream that ends without it, fails or is left
+// unread leaves the hold in doubt; a 4xx settles at nothing, a 5xx or a timeout in doubt.
+import type { EarmarkClient } from './client.js';
+import { EndpointNotMeteredError } from './errors.js';
+import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
+import { ANTHROPIC_ROUTES } from './routes-anthropic.js';
+import { FREE, count, isObject, jsonChars, positive, promptEstimate, text, type Call, type Json, type JsonObject, type Route, type Tally } from './routes.js';
+import type { Usage } from './types.js';
+
+/** A BedrockRuntimeClient as metered() reaches it: its middleware stack and its config. */
+export interface BedrockClientLike {
+  readonly middlewareStack: {
+    add(middleware: (next: any, context: any) => any, options: { step: string; name: string }): void;
+    remove(name: string): boolean;
+  };
+  readonly config: object;
+  send(command: any, ...rest: any[]): Promise<unknown>;
+}
+
+/** The name of Earmark's middleware in the stack: metering a client again replaces it. */
+export const BEDROCK_MIDDLEWARE = 'earmarkMeter';
+const SERVICE_ID = 'Bedrock Runtime';
+// Commands that bill nothing: counting tokens, and reading what async invocations did.
+const FREE_COMMANDS = new Set(['CountTokensCommand', 'GetAsyncInvokeCommand', 'ListAsyncInvokesCommand']);
+// Nova 2 models name their maximum maxTokens; Nova 1's schema names it max_new_tokens.
+const NOVA_2 = /amazon\.nova-2/;
+
+export function isBedrock(client: object): client is BedrockClientLike {
+  const config = (client as { config?: { serviceId?: unknown } }).config;
+  return 'middlewareStack' in client && typeof config === 'object' && config !== null && config.serviceId === SERVICE_ID;
+}
+
+/** How a command is held and settled: its call, its input with the cap set, and the usage
+ * of its output (a JSON answer, or a stream's events one by one). */
+interface Operation {
+  call: Call;
+  capped(cap: number): JsonObject;
+  usage(output: JsonObject): Usage | null;
+  /** The stream of a streaming command's output, and the tally of its events. */
+  stream?: { member: string; tally: Tally; event(event: unknown): Json };
+}
+
+function blocksChars(value: Json | undefined): number {
+  if (!Array.isArray(value)) return 0;
+  let total = 0;
+  for (const block of value) {
+    if (!isObject(block)) continue;
+    total += text(block.text).length;
+    if (isObject(block.toolUse)) total += jsonChars(block.toolUse.input);
+    if (isObject(block.toolResult)) total += jsonChars(block.toolResult.content);
+  }
+  return total;
+}
+
+/** Converse's (and ConverseStream's, and Nova's) messages and system prompt, counted. */
+function messagesPrompt(input: JsonObject, extra: Json | undefined): number {
+  const messages = Array.isArray(input.messages) ? input.messages.filter(isObject) : [];
+  let chars = blocksChars(input.system) + jsonChars(extra);
+  for (const message of messages) chars += blocksChars(message.content);
+  return promptEstimate(chars, messages.length);
+}
+
+/** A Converse usage (TokenUsage) as Earmark prices it. */
+export function converseUsage(usage: JsonObject, serviceTier: Json | undefined): Usage {
+  const read = count(usage.cacheReadInputTokens);
+  const written = count(usage.cacheWriteInputTokens);
+  let long = 0;
+  for (const detail of Array.isArray(usage.cacheDetails) ? usage.cacheDetails.filter(isObject) : []) {
+    if (detail.ttl === '1h') long += count(detail.inputTokens);
+  }
+  return {
+    inputTokens: count(usage.inputTokens) + read + written,
+    outputTokens: count(usage.outputTokens),
+    cachedInputTokens: read,
+    cacheWriteInputTokens: written,
+    cacheWriteLongInputTokens: Math.min(long, written),
+    serviceTier: tierOf(serviceTier),
+  };
+}
+
+function tierOf(serviceTier: Json | undefined): string {
+  const name = isObject(serviceTier) ? text(serviceTier.type) : '';
+  return name === 'default' ? '' : name;
+}
+
+/** The events of a Converse stream as the SDK yields them: { metadata: { usage } } last. */
+class ConverseTally implements Tally {
+  private found: Usage | null = null;
+
+  keep(_event: string, data: Json): boolean {
+    if (isObject(data) && isObject(data.metadata) && isObject(data.metadata.usage)) {
+      this.found = converseUsage(data.metadata.usage, data.metadata.serviceTier);
+    }
+    return true;
+  }
+
+  usage(): Usage | null {
+    return this.found;
+  }
+}
+
+function converse(input: JsonObject, streaming: boolean): Operation {
+  const config = isObject(input.inferenceConfig) ? input.inferenceConfig : {};
+  return {
+    call: {
+      model: text(input.modelId),
+      promptTokens: messagesPrompt(input, input.toolConfig),
+      asked: positive(config, 'maxTokens'),
+      choices: 1,
+      stream: streaming,
+      serviceTier: tierOf(input.serviceTier),
+      toolCallsMax: {},
+      hasOutput: true,
+    },
+    capped: (cap) => ({ ...input, inferenceConfig: { ...config, maxTokens: cap } }),
+    usage: (output) => (isObject(output.usage) ? converseUsage(output.usage, output.serviceTier) : null),
+    stream: streaming ? { member: 'stream', tally: new ConverseTally(), event: (event) => event as Json } : undefined,
+  };
+}
+
+/** A Nova invoke's usage: Converse's counts, its cache's named ...InputTokenCount. */
+function novaUsage(usage: JsonObject): Usage {
+  const read = count(usage.cacheReadInputTokenCount ?? usage.cacheReadInputTokens);
+  const written = count(usage.cacheWriteInputTokenCount ?? usage.cacheWriteInputTokens);
+  return {
+    inputTokens: count(usage.inputTokens) + read + written,
+    outputTokens: count(usage.outputTokens),
+    cachedInputTokens: read,
+    cacheWriteInputTokens: written,
+  };
+}
+
+class NovaTally implements Tally {
+  private found: Usage | null = null;
+
+  keep(_event: string, data: Json): boolean {
+    if (isObject(data) && isObject(data.metadata) && isObject(data.metadata.usage)) this.found = novaUsage(data.metadata.usage);
+    return true;
+  }
+
+  usage(): Usage | null {
+    return this.found;
+  }
+}
+
+const decoder = new TextDecoder();
+
+/** The JSON of an invoke's body (a string or bytes); null when it is not a JSON object. */
+function bodyJson(body: unknown): JsonObject | null {
+  let raw: string;
+  if (typeof body === 'string') raw = body;
+  else if (body instanceof Uint8Array) raw = decoder.decode(body);
+  else return null;
+  try {
+    const parsed = JSON.parse(raw) as Json;
+    return isObject(parsed) ? parsed : null;
+  } catch {
+    return null;
+  }
+}
+
+/** A streamed invoke's event, { chunk: { bytes } }, as the JSON its bytes carry. */
+function chunkJson(event: unknown): Json {
+  const chunk = (event as { chunk?: { bytes?: unknown } } | null)?.chunk;
+  return chunk === undefined ? null : bodyJson(chunk.bytes);
+}
+
+function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command: string, settings: Settings): Operation {
+  const modelId = text(input.modelId);
+  const body = bodyJson(rawBody);
+  if (body === null) throw new EndpointNotMeteredError('BEDROCK', `${command} ${modelId}`, `${command} of ${modelId}: the body is not JSON; not sent`);
+  const encoded = (value: JsonObject): JsonObject => {
+    const json = JSON.stringify(value);
+    return { ...input, body: typeof rawBody === 'string' ? json : (new TextEncoder().encode(json) as unknown as Json) };
+  };
+  if (/(^|[.:/])anthropic\./.test(modelId)) {
+    const route = ANTHROPIC_ROUTES.find('/v1/messages') as Route;
+    const call = { ...route.call(body, settings), model: modelId, stream: streaming };
+    return {
+      call,
+      capped: (cap) => encoded(route.sent(body, call, cap).body),
+      usage: (output) => route.usage(bodyJson(output.body), call),
+      stream: streaming ? { member: 'body', tally: route.tally(call, false), event: chunkJson } : undefined,
+    };
+  }
+  if (/(^|[.:/])amazon\.nova-/.test(modelId)) {
+    const config = isObject(body.inferenceConfig) ? body.inferenceConfig : {};
+    const named = ['maxTokens', 'max_new_tokens'].filter((name) => config[name] != null);
+    return {
+      call: {
+        model: modelId,
+        promptTokens: messagesPrompt(body, body.toolConfig),
+        asked: positive(config, 'maxTokens', 'max_new_tokens'),
+        choices: 1,
+        stream: streaming,
+        serviceTier: '',
+        toolCallsMax: {},
+        hasOutput: true,
+      },
+      capped: (cap) => {
+        const names = named.length > 0 ? named : [NOVA_2.test(modelId) ? 'maxTokens' : 'max_new_tokens'];
+        const capped: JsonObject = { ...config };
+        for (const name of names) capped[name] = cap;
+        return encoded({ ...body, inferenceConfig: capped });
+      },
+      usage: (output) => {
+        const answer = bodyJson(output.body);
+        return answer !== null && isObject(answer.usage) ? novaUsage(answer.usage) : null;
+      },
+      stream: streaming ? { member: 'body', tally: new NovaTally(), event: chunkJson } : undefined,
+    };
+  }
+  throw new EndpointNotMeteredError(
+    'BEDROCK',
+    `${command} ${modelId}`,
+    `${command} of ${modelId}: Earmark meters InvokeModel for the Anthropic and Amazon Nova families (Converse for any); not sent`,
+  );
+}
+
+/** How a command is held, or FREE, or null (refused unsent). */
+function operationOf(command: string, input: JsonObject, rawBody: unknown, settings: Settings): Operation | typeof FREE | null {
+  if (FREE_COMMANDS.has(command)) return FREE;
+  if (command === 'ConverseCommand') return converse(input, false);
+  if (command === 'ConverseStreamCommand') return converse(input, true);
+  if (command === 'InvokeModelCommand') return invoke(input, rawBody, false, command, settings);
+  if (command === 'InvokeModelWithResponseStreamCommand') return invoke(input, rawBody, true, command, settings);
+  return null;
+}
+
+function statusOf(error: unknown): number | null {
+  const status = (error as { $metadata?: { httpStatusCode?: unknown } } | null)?.$metadata?.httpStatusCode;
+  return typeof status === 'number' ? status : null;
+}
+
+/** A stream of events passed to the caller as it reads them, each shown to the tally; the
+ * hold ends once, at the tally's usage or in doubt, however the reading ends. */
+async function* tallied(events: AsyncIterable<unknown>, op: NonNullable<Operation['stream']>, held: HeldCall): AsyncGenerator<unknown> {
+  try {
+    for await (const event of events) {
+      op.tally.keep('', op.event(event));
+      yield event;
+    }
+  } finally {
+    const usage = op.tally.usage();
+    await held.end(usage === null ? 'doubt' : { usage });
+  }
+}
+
+/** The middleware (initialize step) that meters each command of the client. */
+function meter(earmark: EarmarkClient, budgetId: string, options: MeterOptions, settings: Settings) {
+  // Streams whose reader let go of them unread: their holds end in doubt when collected.
+  const unread = new FinalizationRegistry<HeldCall>((held) => void held.end('doubt'));
+  return (next: (args: any) => Promise<any>, context: { commandName?: string }) =>
+    async (args: { input: JsonObject }) => {
+      const command = context.commandName ?? '';
+      const op = operationOf(command, args.input, args.input.body, settings);
+      if (op === FREE) return next(args);
+      if (op === null) throw new EndpointNotMeteredError('BEDROCK', command, `${command} bills and Earmark cannot price it; not sent`);
+      const held = await HeldCall.open(earmark, budgetId, options, settings, op.call);
+      const input = held.cap === null ? args.input : op.capped(held.cap);
+      let result: { output: JsonObject };
+      try {
+        result = await next({ ...args, input });
+      } catch (error) {
+        await held.end(failedEnding(error, statusOf(error)));
+        throw error;
+      }
+      const output = result.output;
+      const events = op.stream === undefined ? undefined : (output[op.stream.member] as unknown as AsyncIterable<unknown> | undefined);
+      if (op.stream !== undefined && events !== undefined && events !== null) {
+        const stream = tallied(events, op.stream, held);
+        unread.register(stream, held);
+        return { ...result, output: { ...output, [op.stream.member]: stream } };
+      }
+      const usage = op.usage(output);
+      await held.end(usage === null ? 'doubt' : { usage });
+      return result;
+    };
+}
+
+/** client, metered on budgetId in place (see the module's text): answers client. */
+export function meterBedrock<C extends BedrockClientLike>(client: C, earmark: EarmarkClient, budgetId: string, options: MeterOptions = {}): C {
+  const settings = settingsOf('aws', options);
+  client.middlewareStack.remove(BEDROCK_MIDDLEWARE);
+  client.middlewareStack.add(meter(earmark, budgetId, options, settings), { step: 'initialize', name: BEDROCK_MIDDLEWARE });
+  return client;
+}

@@ -1,0 +1,182 @@
+// metered() on @aws-sdk/client-bedrock-runtime's BedrockRuntimeClient (its middleware
+// stack) against an in-process fake Bedrock runtime (test/fakes.mjs) that answers as AWS
+// publishes Converse, ConverseStream (application/vnd.amazon.eventstream, encoded by the
+// SDK's own EventStreamCodec, its metadata event last) and InvokeModel (Anthropic's and Amazon
+// Nova's bodies). The client is given a plain HTTP/1.1 handler: its default speaks HTTP/2.
+// Every answer bills 30 input tokens, 10 cache reads, 5 cache writes (five-minute) and 20
+// output tokens, Bedrock's inputTokens counting neither cache: at the test's rates
+// (helpers.mjs) 2 * 30 + 1 * 10 + 3 * 5 + 8 * 20 = 245 micro-dollars.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import {
+  BedrockRuntimeClient,
+  ConverseCommand,
+  ConverseStreamCommand,
+  CountTokensCommand,
+  InvokeModelCommand,
+} from '@aws-sdk/client-bedrock-runtime';
+import { EventStreamCodec } from '@smithy/core/event-streams';
+import { fromUtf8, toUtf8 } from '@smithy/core/serde';
+import { NodeHttpHandler } from '@smithy/node-http-handler';
+import { EndpointNotMeteredError, RefusedError, metered } from '../dist/esm/index.js';
+import { json, serve } from './fakes.mjs';
+import { CEILING, NEVER_SENT, client, ledger, putPrice, usdBudget } from './helpers.mjs';
+
+const earmark = client();
+const claude = `anthropic.claude-ts-${process.pid}-v1:0`;
+const nova = `amazon.nova-ts-${process.pid}-v1:0`;
+const BILL = 2 * 30 + 1 * 10 + 3 * 5 + 8 * 20;
+const CONVERSE_USAGE = { inputTokens: 30, outputTokens: 20, totalTokens: 65, cacheReadInputTokens: 10, cacheWriteInputTokens: 5, cacheDetails: [{ ttl: '5m', inputTokens: 5 }] };
+// 22 characters: Earmark holds ceil(22 / 3) + 4 + 3 = 15 prompt tokens.
+const QUESTION = 'One line on row locks.';
+const codec = new EventStreamCodec(toUtf8, fromUtf8);
+let fake;
+// The budget watched: the fake records its state as each request arrives.
+let watched = null;
+const states = [];
+
+function event(type, body) {
+  const header = (value) => ({ type: 'string', value });
+  const headers = { ':event-type': header(type), ':content-type': header('application/json'), ':message-type': header('event') };
+  return Buffer.from(codec.encode({ headers, body: fromUtf8(JSON.stringify({ ...body, p: 'abcdefgh' })) }));
+}
+
+async function answer(req, res) {
+  if (watched !== null) states.push(await earmark.getBudget(watched));
+  const [, modelId, operation] = /^\/model\/([^/]+)\/([a-z-]+)$/.exec(req.url.pathname) ?? [];
+  const body = JSON.parse(req.body || '{}');
+  const text = JSON.stringify(body);
+  if (operation === 'count-tokens') return json(res, 200, { inputTokens: 15 });
+  if (operation === 'converse') {
+    const output = { message: { role: 'assistant', content: [{ text: 'Row locks.' }] } };
+    return json(res, 200, { output, stopReason: 'end_turn', usage: CONVERSE_USAGE, metrics: { latencyMs: 1 } });
+  }
+  if (operation === 'converse-stream') {
+    res.writeHead(200, { 'content-type': 'application/vnd.amazon.eventstream' });
+    res.write(event('messageStart', { role: 'assistant' }));
+    res.write(event('contentBlockDelta', { contentBlockIndex: 0, delta: { text: 'Row locks.' } }));
+    if (text.includes('cut')) return res.socket.destroy();
+    res.write(event('messageStop', { stopReason: 'end_turn' }));
+    res.end(event('metadata', { usage: CONVERSE_USAGE, metrics: { latencyMs: 1 } }));
+    return undefined;
+  }
+  if (operation === 'invoke' && decodeURIComponent(modelId).startsWith('anthropic.')) {
+    const usage = { input_tokens: 30, cache_read_input_tokens: 10, cache_creation_input_tokens: 5, output_tokens: 20 };
+    const message = { id: 'msg_bdrk_1', type: 'message', role: 'assistant', model: 'claude', content: [{ type: 'text', text: 'Row locks.' }], stop_reason: 'end_turn', stop_sequence: null, usage };
+    return json(res, 200, message, { 'x-amzn-bedrock-input-token-count': '30', 'x-amzn-bedrock-output-token-count': '20' });
+  }
+  if (operation === 'invoke' && decodeURIComponent(modelId).startsWith('amazon.nova')) {
+    const usage = { inputTokens: 30, outputTokens: 20, totalTokens: 65, cacheReadInputTokenCount: 10, cacheWriteInputTokenCount: 5 };
+    return json(res, 200, { output: { message: { role: 'assistant', content: [{ text: 'Row locks.' }] } }, stopReason: 'end_turn', usage });
+  }
+  return json(res, 400, { message: 'unknown operation' }, { 'x-amzn-errortype': 'ValidationException' });
+}
+
+before(async () => {
+  fake = await serve(answer);
+  await putPrice(earmark, 'aws', claude);
+  await putPrice(earmark, 'aws', nova);
+});
+after(async () => {
+  earmark.close();
+  await fake.close();
+});
+
+async function meteredOn(name, limit) {
+  const id = await usdBudget(earmark, name, limit);
+  watched = id;
+  states.length = 0;
+  fake.requests.length = 0;
+  const bedrock = new BedrockRuntimeClient({
+    region: 'us-east-1',
+    endpoint: fake.url,
+    credentials: { accessKeyId: 'AKIDTEST', secretAccessKey: 'secret' },
+    requestHandler: new NodeHttpHandler(),
+    maxAttempts: 1,
+  });
+  return { id, bedrock, llm: metered(bedrock, earmark, id) };
+}
+
+function atSend() {
+  assert.equal(states.length, 1, `one request reached the fake, not ${states.length}`);
+  return [states[0].used, states[0].held, states[0].openReservations];
+}
+
+const sentBody = () => JSON.parse(fake.requests[0].body);
+const messages = (text) => [{ role: 'user', content: [{ text }] }];
+
+test('Converse is held before it is sent and settled at the bill, cache reads and writes at their rates', async () => {
+  const { id, bedrock, llm } = await meteredOn('bedrock-converse', 1_000_000);
+  assert.equal(llm, bedrock, 'a BedrockRuntimeClient is metered in place');
+  const reply = await llm.send(new ConverseCommand({ modelId: claude, messages: messages(QUESTION), inferenceConfig: { maxTokens: 500 } }));
+  assert.equal(reply.usage.outputTokens, 20);
+  // Held 2 * 15 + 8 * 500, of which the prompt's 30 was charged by the Reserve.
+  assert.deepEqual(atSend(), [30, 8 * 500, 1]);
+  assert.equal(fake.requests[0].url.pathname, `/model/${encodeURIComponent(claude)}/converse`);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
+test('Converse with no maximum is told the model ceiling', async () => {
+  const { id, llm } = await meteredOn('bedrock-ceiling', 1_000_000);
+  await llm.send(new ConverseCommand({ modelId: claude, messages: messages(QUESTION) }));
+  assert.deepEqual(atSend(), [30, 8 * CEILING, 1]);
+  assert.equal(sentBody().inferenceConfig.maxTokens, CEILING);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
+test('ConverseStream is settled from its metadata event', async () => {
+  const { id, llm } = await meteredOn('bedrock-stream', 1_000_000);
+  const reply = await llm.send(new ConverseStreamCommand({ modelId: claude, messages: messages(QUESTION), inferenceConfig: { maxTokens: 500 } }));
+  const kinds = [];
+  for await (const each of reply.stream) kinds.push(Object.keys(each)[0]);
+  assert.deepEqual(kinds, ['messageStart', 'contentBlockDelta', 'messageStop', 'metadata']);
+  assert.deepEqual(atSend(), [30, 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
+test('a ConverseStream dropped before its metadata is in doubt', async () => {
+  const { id, llm } = await meteredOn('bedrock-cut', 1_000_000);
+  const error = await (async () => {
+    const reply = await llm.send(new ConverseStreamCommand({ modelId: claude, messages: messages('cut'), inferenceConfig: { maxTokens: 100 } }));
+    for await (const _ of reply.stream);
+  })().catch((e) => e);
+  assert.ok(error instanceof Error);
+  // "cut": ceil(3 / 3) + 4 + 3 = 8 prompt tokens, charged; the answer's 100 still held.
+  assert.deepEqual(await ledger(earmark, id), [2 * 8, 8 * 100, 1]);
+});
+
+test('InvokeModel is metered for the Anthropic and Amazon Nova families, capped in their own fields', async () => {
+  const anthropic = await meteredOn('bedrock-invoke-anthropic', 1_000_000);
+  const body = JSON.stringify({ anthropic_version: 'bedrock-2023-05-31', max_tokens: 500, messages: [{ role: 'user', content: QUESTION }] });
+  const reply = await anthropic.llm.send(new InvokeModelCommand({ modelId: claude, body }));
+  assert.equal(JSON.parse(new TextDecoder().decode(reply.body)).usage.output_tokens, 20);
+  assert.deepEqual(atSend(), [30, 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, anthropic.id), [BILL, 0, 0]);
+  const amazon = await meteredOn('bedrock-invoke-nova', 1_000_000);
+  const request = { schemaVersion: 'messages-v1', messages: messages(QUESTION), inferenceConfig: {} };
+  await amazon.llm.send(new InvokeModelCommand({ modelId: nova, body: new TextEncoder().encode(JSON.stringify(request)) }));
+  // No maximum: Nova 1's max_new_tokens is told the ceiling.
+  assert.equal(sentBody().inferenceConfig.max_new_tokens, CEILING);
+  assert.deepEqual(atSend(), [30, 8 * CEILING, 1]);
+  assert.deepEqual(await ledger(earmark, amazon.id), [BILL, 0, 0]);
+});
+
+test('every command is refused before sending on an empty budget, and an unknown family always', async () => {
+  const { id, llm } = await meteredOn('bedrock-empty', 0);
+  const body = JSON.stringify({ anthropic_version: 'bedrock-2023-05-31', max_tokens: 50, messages: [{ role: 'user', content: NEVER_SENT }] });
+  const calls = {
+    converse: () => llm.send(new ConverseCommand({ modelId: claude, messages: messages(NEVER_SENT) })),
+    stream: () => llm.send(new ConverseStreamCommand({ modelId: claude, messages: messages(NEVER_SENT) })),
+    invoke: () => llm.send(new InvokeModelCommand({ modelId: claude, body })),
+  };
+  for (const [surface, call] of Object.entries(calls)) {
+    const error = await call().catch((e) => e);
+    assert.ok(error instanceof RefusedError, `${surface}: ${error}`);
+  }
+  const llama = await llm.send(new InvokeModelCommand({ modelId: 'meta.llama3-8b-instruct-v1:0', body: JSON.stringify({ prompt: NEVER_SENT, max_gen_len: 50 }) })).catch((e) => e);
+  assert.ok(llama instanceof EndpointNotMeteredError, String(llama));
+  assert.equal(fake.requests.length, 0);
+  assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
+  const counted = await llm.send(new CountTokensCommand({ modelId: claude, input: { converse: { messages: messages(QUESTION) } } }));
+  assert.equal(counted.inputTokens, 15, 'counting tokens passes free');
+});
