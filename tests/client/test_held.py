@@ -23,10 +23,11 @@ async def test_a_hold_opens_once_and_ends_once(sidecar: Running) -> None:
         await hold.charge(1_000)
         settled = await hold.end(used=2_500, outcome=Outcome.SUCCEEDED)
         assert settled is not None
-        assert (2_500, HoldState.SETTLED, None) == (
+        assert (2_500, HoldState.SETTLED, None, 2_500) == (
             settled.charged,
             settled.state,
             await hold.end(used=4_000),
+            hold.used,
         )
         with pytest.raises(RuntimeError, match="opened already"):
             await hold.open()

@@ -322,6 +322,9 @@ class Hold:
         not given is what the code set on the hold (used, usage, outcome). Returns the
         settle's answer; None for a refused hold, and for an end after the first, which
         does nothing (a hold settles once)."""
+        if self.reservation is None or self._ended:
+            # Nothing to settle: what the hold says it settled at stays as it was.
+            return None
         if usage is not None:
             self.usage = usage
         if used is not None:
