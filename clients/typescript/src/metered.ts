@@ -1,7 +1,11 @@
-// Metered provider clients: metered(new OpenAI(), earmark, budgetId) and
+// Metered provider clients: metered(new OpenAI(), earmark, budgetId),
+// metered(new AzureOpenAI(), earmark, budgetId, { deployments }) and
 // metered(new Anthropic(), earmark, budgetId) answer a client of the provider SDK's own
 // class (instanceof OpenAI, instanceof Anthropic) whose every HTTP request passes one
-// interception point, a fetch around the one the client had.
+// interception point, a fetch around the one the client had. metered(new GoogleGenAI(...))
+// meters that client in place, at the fetch its ApiClient reads at each request (it has no
+// copies of its own), and metered(new BedrockRuntimeClient(...)) meters that client in place
+// with a middleware in its stack (bedrock.ts). Each drives held.ts's one held-call sequence.
 //
 // Why the HTTP boundary: both SDKs take a `fetch`, and everything they call goes through it:
 // every method of every resource, withResponse() and asResponse(), the parse and stream
@@ -11,7 +15,8 @@
 // wrapper around methods covered only the methods it named and was not the SDK's type.
 // The Python SDK meters the same way, at its HTTP transport (src/earmark/client/wire*.py).
 //
-// Each POST is routed by its provider's table (routes-openai.ts, routes-anthropic.ts), its
+// Each POST is routed by its provider's table (routes-openai.ts, routes-anthropic.ts,
+// routes-google.ts; routes-azure.ts prices OpenAI's routes by deployment), its
 // whole path after the base URL's own path: one that does not bill passes through untouched;
 // one that bills and that Earmark cannot price, or that the table does not list, is refused
 // before it is sent (EndpointNotMeteredError). A request that is not a POST passes. One

@@ -143,3 +143,13 @@ test('an Azure deployment is priced as its base model; an unmapped one is refuse
   assert.ok(refused instanceof DeploymentNotMappedError, String(refused));
   assert.equal(spy.sent.length, 0);
 });
+
+test('openai: the Responses API model (the provider default) is held and settled too', async () => {
+  const { id, model } = await wrapped('openai-responses', 1_000_000, openai(gpt));
+  const { usage } = await generateText({ model, prompt: QUESTION, maxOutputTokens: 500 });
+  assert.equal(spy.sent[0].path.endsWith('/responses'), true);
+  assert.equal(spy.sent[0].body.max_output_tokens, 500);
+  assert.deepEqual(atSend(), [30, 8 * 500, 1]);
+  assert.deepEqual([usage.inputTokens, usage.outputTokens], [6, 300]);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});

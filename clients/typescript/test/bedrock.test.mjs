@@ -14,6 +14,7 @@ import {
   ConverseStreamCommand,
   CountTokensCommand,
   InvokeModelCommand,
+  InvokeModelWithResponseStreamCommand,
 } from '@aws-sdk/client-bedrock-runtime';
 import { EventStreamCodec } from '@smithy/core/event-streams';
 import { fromUtf8, toUtf8 } from '@smithy/core/serde';
@@ -46,8 +47,12 @@ async function answer(req, res) {
   const [, modelId, operation] = /^\/model\/([^/]+)\/([a-z-]+)$/.exec(req.url.pathname) ?? [];
   const body = JSON.parse(req.body || '{}');
   const text = JSON.stringify(body);
+  if (text.includes('fail:400')) return json(res, 400, { message: 'Malformed input request' }, { 'x-amzn-errortype': 'ValidationException' });
+  if (text.includes('flaky') && fake.requests.filter((r) => r.body.includes('flaky')).length === 1) {
+    return json(res, 500, { message: 'try again' }, { 'x-amzn-errortype': 'InternalServerException' });
+  }
   if (operation === 'count-tokens') return json(res, 200, { inputTokens: 15 });
-  if (operation === 'converse') {
+  if (operation === 'converse' && !text.includes('cache-1h')) {
     const output = { message: { role: 'assistant', content: [{ text: 'Row locks.' }] } };
     return json(res, 200, { output, stopReason: 'end_turn', usage: CONVERSE_USAGE, metrics: { latencyMs: 1 } });
   }
@@ -59,6 +64,20 @@ async function answer(req, res) {
     res.write(event('messageStop', { stopReason: 'end_turn' }));
     res.end(event('metadata', { usage: CONVERSE_USAGE, metrics: { latencyMs: 1 } }));
     return undefined;
+  }
+  if (operation === 'invoke-with-response-stream') {
+    const chunk = (value) => event('chunk', { bytes: Buffer.from(JSON.stringify(value)).toString('base64') });
+    const start = { id: 'msg_bdrk_1', type: 'message', role: 'assistant', model: 'claude', content: [], stop_reason: null, usage: { input_tokens: 30, cache_read_input_tokens: 10, cache_creation_input_tokens: 5, output_tokens: 1 } };
+    res.writeHead(200, { 'content-type': 'application/vnd.amazon.eventstream' });
+    res.write(chunk({ type: 'message_start', message: start }));
+    res.write(chunk({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Row locks.' } }));
+    res.write(chunk({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 20 } }));
+    res.end(chunk({ type: 'message_stop', 'amazon-bedrock-invocationMetrics': { inputTokenCount: 30, outputTokenCount: 20, invocationLatency: 1, firstByteLatency: 1 } }));
+    return undefined;
+  }
+  if (operation === 'converse' && text.includes('cache-1h')) {
+    const usage = { ...CONVERSE_USAGE, cacheDetails: [{ ttl: '1h', inputTokens: 5 }] };
+    return json(res, 200, { output: { message: { role: 'assistant', content: [{ text: 'Row locks.' }] } }, stopReason: 'end_turn', usage, metrics: { latencyMs: 1 } });
   }
   if (operation === 'invoke' && decodeURIComponent(modelId).startsWith('anthropic.')) {
     const usage = { input_tokens: 30, cache_read_input_tokens: 10, cache_creation_input_tokens: 5, output_tokens: 20 };
@@ -82,7 +101,7 @@ after(async () => {
   await fake.close();
 });
 
-async function meteredOn(name, limit) {
+async function meteredOn(name, limit, maxAttempts = 1) {
   const id = await usdBudget(earmark, name, limit);
   watched = id;
   states.length = 0;
@@ -92,7 +111,7 @@ async function meteredOn(name, limit) {
     endpoint: fake.url,
     credentials: { accessKeyId: 'AKIDTEST', secretAccessKey: 'secret' },
     requestHandler: new NodeHttpHandler(),
-    maxAttempts: 1,
+    maxAttempts,
   });
   return { id, bedrock, llm: metered(bedrock, earmark, id) };
 }
@@ -179,4 +198,32 @@ test('every command is refused before sending on an empty budget, and an unknown
   assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
   const counted = await llm.send(new CountTokensCommand({ modelId: claude, input: { converse: { messages: messages(QUESTION) } } }));
   assert.equal(counted.inputTokens, 15, 'counting tokens passes free');
+});
+
+test('a streamed Anthropic invoke settles at message_delta usage, cache writes at their rate', async () => {
+  const { id, llm } = await meteredOn('bedrock-invoke-stream', 1_000_000);
+  const body = JSON.stringify({ anthropic_version: 'bedrock-2023-05-31', max_tokens: 500, messages: [{ role: 'user', content: QUESTION }] });
+  const reply = await llm.send(new InvokeModelWithResponseStreamCommand({ modelId: claude, body }));
+  const types = [];
+  for await (const each of reply.body) types.push(JSON.parse(new TextDecoder().decode(each.chunk.bytes)).type);
+  assert.deepEqual(types, ['message_start', 'content_block_delta', 'message_delta', 'message_stop']);
+  assert.deepEqual(atSend(), [30, 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
+test('one-hour cache writes (cacheDetails) are priced at their own rate', async () => {
+  const { id, llm } = await meteredOn('bedrock-cache-1h', 1_000_000);
+  await llm.send(new ConverseCommand({ modelId: claude, messages: messages('cache-1h'), inferenceConfig: { maxTokens: 500 } }));
+  assert.deepEqual(await ledger(earmark, id), [2 * 30 + 1 * 10 + 4 * 5 + 8 * 20, 0, 0]);
+});
+
+test('the SDK retries a 5xx inside the one hold; a 4xx settles at nothing', async () => {
+  const { id, llm } = await meteredOn('bedrock-retry', 1_000_000, 2);
+  await llm.send(new ConverseCommand({ modelId: claude, messages: messages('flaky'), inferenceConfig: { maxTokens: 500 } }));
+  assert.equal(fake.requests.length, 2);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+  const rejected = await meteredOn('bedrock-400', 1_000_000);
+  const error = await rejected.llm.send(new ConverseCommand({ modelId: claude, messages: messages('fail:400'), inferenceConfig: { maxTokens: 500 } })).catch((e) => e);
+  assert.equal(error.name, 'ValidationException');
+  assert.deepEqual(await ledger(earmark, rejected.id), [0, 0, 0]);
 });

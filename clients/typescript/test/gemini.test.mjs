@@ -29,7 +29,7 @@ function answer(text, usage, finishReason) {
 before(async () => {
   fake = await serve((req, res) => {
     if (req.headers['x-goog-api-key'] !== 'gemini-key') return json(res, 403, { error: { code: 403, message: 'no key', status: 'PERMISSION_DENIED' } });
-    const found = /^\/v1beta\/models\/([^/:]+):(\w+)$/.exec(req.url.pathname);
+    const found = /^\/v1beta1?\/(?:publishers\/google\/)?models\/([^/:]+):(\w+)$/.exec(req.url.pathname);
     const body = JSON.parse(req.body || '{}');
     if (found?.[2] === 'countTokens') return json(res, 200, { totalTokens: 10 });
     if (found?.[2] === 'generateContent') return json(res, 200, answer('Row locks.', USAGE, 'STOP'));
@@ -47,11 +47,11 @@ after(async () => {
   await fake.close();
 });
 
-async function meteredOn(name, limit) {
+async function meteredOn(name, limit, vertexai = false) {
   const id = await usdBudget(earmark, name, limit);
   spy.watch(id);
   fake.requests.length = 0;
-  const ai = new GoogleGenAI({ apiKey: 'gemini-key', httpOptions: { baseUrl: fake.url, fetch: spy.fetch } });
+  const ai = new GoogleGenAI({ vertexai, apiKey: 'gemini-key', httpOptions: { baseUrl: fake.url, fetch: spy.fetch } });
   return { id, ai, llm: metered(ai, earmark, id) };
 }
 
@@ -122,4 +122,12 @@ test('counting tokens passes free; embeddings and the live API are refused unsen
   assert.throws(() => llm.live.connect({ model }), SocketNotMeteredError);
   assert.deepEqual(fake.requests.map((r) => r.url.pathname), [`/v1beta/models/${model}:countTokens`]);
   assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
+});
+
+test('Vertex AI (express mode) is metered by the same routes', async () => {
+  const { id, llm } = await meteredOn('gemini-vertex', 1_000_000, true);
+  await llm.models.generateContent({ model, contents: QUESTION, config: { maxOutputTokens: 500 } });
+  assert.equal(spy.sent[0].path, `/v1beta1/publishers/google/models/${model}:generateContent`);
+  assert.deepEqual(atSend(), [30, 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
 });
