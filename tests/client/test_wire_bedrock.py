@@ -484,3 +484,36 @@ def test_price_names_agree_with_genai_prices() -> None:
             assert price_name(form) == model.id, form
             checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("flavor", ["default", "anthropic"])
+def test_the_usage_agrees_with_genai_prices(flavor: str) -> None:
+    """genai-prices' own aws extractors (Converse's and Anthropic's bodies) read the fake's
+    usage into the same counts, cache writes for an hour included."""
+    import genai_prices
+
+    from tests.client.fake_bedrock import ANTHROPIC_USAGE, USAGE
+
+    if flavor == "default":
+        usage: dict[str, Any] = {**USAGE, "cacheDetails": [{"ttl": "1h", "inputTokens": 4}]}
+        ours = Converse().usage({"usage": usage}, {})
+    else:
+        usage = dict(ANTHROPIC_USAGE)
+        ours = InvokeAnthropic().usage({"usage": usage}, {})
+    theirs = genai_prices.extract_usage(
+        {"usage": usage, "model": CLAUDE}, provider_id=PROVIDER, api_flavor=flavor
+    ).usage
+    assert ours is not None
+    assert (
+        theirs.input_tokens,
+        theirs.cache_read_tokens,
+        theirs.cache_write_tokens,
+        theirs.cache_write_1h_tokens or 0,
+        theirs.output_tokens,
+    ) == (
+        ours.input_tokens,
+        ours.cached_input_tokens,
+        ours.cache_write_input_tokens,
+        ours.cache_write_long_input_tokens,
+        ours.output_tokens,
+    )

@@ -452,3 +452,18 @@ def test_the_provider_names_the_sdks_base_error() -> None:
     assert named.name == "google"
     assert named.sdk_error is errors.APIError
     assert named.routing(f"/v1/models/{MODEL}:generateContent") == GenerateContent(MODEL)
+
+
+def test_the_usage_agrees_with_genai_prices() -> None:
+    """genai-prices' own google extractor reads the fake's answer into the same counts."""
+    import genai_prices
+
+    sent = fake_answer(GeminiState(), MODEL)
+    theirs = genai_prices.extract_usage(sent, provider_id=PROVIDER).usage
+    ours = GenerateContent(MODEL).usage(sent, Call(MODEL, 1))
+    assert ours is not None
+    assert (theirs.input_tokens, theirs.cache_read_tokens, theirs.output_tokens) == (
+        ours.input_tokens,
+        ours.cached_input_tokens,
+        ours.output_tokens,
+    )
