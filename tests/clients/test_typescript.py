@@ -113,8 +113,12 @@ async def test_node_test_suite_against_a_live_sidecar(sidecar: Running, ts_dist:
     errors by reason, hold() settling in finally, the wire rules, metered() OpenAI and
     Anthropic clients against the fake providers (every surface held before it is sent and
     settled at what the fake billed, refused unsent on an empty budget, told the true cap,
-    streams read to their end or in doubt when cut) and Node processes racing on one small
-    budget; no request Earmark refused reached a fake, and the ledger audit is clean."""
+    streams read to their end or in doubt when cut), the same for AzureOpenAI, GoogleGenAI
+    and BedrockRuntimeClient against the suite's in-process fakes (test/fakes.mjs) and for
+    earmarkMiddleware() on @ai-sdk/openai and @ai-sdk/anthropic models against these fakes,
+    the docs' Azure, Gemini, Bedrock and AI SDK workers run as written (test/docs.test.mjs),
+    and Node processes racing on one small budget; no request Earmark refused reached a
+    fake, and the ledger audit is clean."""
     assert NODE is not None
     with (
         fake_openai() as provider,

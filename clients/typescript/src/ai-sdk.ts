@@ -145,6 +145,9 @@ function statusOf(error: unknown): number | null {
  */
 export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, options: MeterOptions = {}): EarmarkMiddleware {
   const held = new WeakMap<object, HeldCall>();
+  // Streams whose reader let go of them unread: their holds end in doubt when collected,
+  // rather than renew for the life of the process.
+  const unread = new FinalizationRegistry<HeldCall>((call) => void call.end('doubt'));
   // The settings by provider: the options name one, or each model's own.
   const settingsByProvider = new Map<string, Settings>();
   const settingsFor = (model: ModelLike): Settings => {
@@ -245,6 +248,7 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
           await call.end('doubt');
         },
       });
+      unread.register(stream, call);
       return { ...result, stream };
     },
   };

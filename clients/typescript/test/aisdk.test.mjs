@@ -13,7 +13,8 @@ import { after, before, test } from 'node:test';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText, wrapLanguageModel } from 'ai';
-import { DeploymentNotMappedError, RefusedError, earmarkMiddleware } from '../dist/esm/index.js';
+import { DeploymentNotMappedError, RefusedError, aiSdkUsage, earmarkMiddleware } from '../dist/esm/index.js';
+import { providerOf } from '../dist/esm/ai-sdk.js';
 import {
   CEILING,
   FAKE_ANTHROPIC_CACHE_URL,
@@ -152,4 +153,23 @@ test('openai: the Responses API model (the provider default) is held and settled
   assert.deepEqual(atSend(), [30, 8 * 500, 1]);
   assert.deepEqual([usage.inputTokens, usage.outputTokens], [6, 300]);
   assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
+test('the AI SDK usage and provider names as the price book reads them', () => {
+  // Anthropic through the AI SDK: total counts the cache reads and writes; the raw usage
+  // names the one-hour writes.
+  const usage = {
+    inputTokens: { total: 17, noCache: 10, cacheRead: 5, cacheWrite: 2 },
+    outputTokens: { total: 7, text: 7 },
+    raw: { cache_creation: { ephemeral_1h_input_tokens: 2 } },
+  };
+  assert.deepEqual(aiSdkUsage(usage), { inputTokens: 17, outputTokens: 7, cachedInputTokens: 5, cacheWriteInputTokens: 2, cacheWriteLongInputTokens: 2 });
+  // No total: the parts; reasoning is output.
+  assert.deepEqual(aiSdkUsage({ inputTokens: { noCache: 6, cacheRead: 4 }, outputTokens: { text: 2, reasoning: 1 } }), {
+    inputTokens: 10, outputTokens: 3, cachedInputTokens: 4, cacheWriteInputTokens: 0,
+  });
+  // A provider that reports no count: no usage, and the hold stays in doubt.
+  assert.equal(aiSdkUsage({ inputTokens: {}, outputTokens: {} }), null);
+  const names = ['openai.responses', 'anthropic.messages', 'google.generative-ai', 'amazon-bedrock', 'azure.chat', 'xai.chat', 'togetherai.chat', 'deepseek.chat', 'groq.chat', 'mistral.chat'];
+  assert.deepEqual(names.map((provider) => providerOf({ provider, modelId: 'm' })), ['openai', 'anthropic', 'google', 'aws', 'azure', 'x-ai', 'together', 'deepseek', 'groq', 'mistral']);
 });
