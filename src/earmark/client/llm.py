@@ -103,7 +103,18 @@ def metered(sdk_client: SDK, earmark: Client | AsyncClient, budget_id: str, **me
     surfaces are refused. meter takes Meter's other fields (provider, job, also_budget_ids,
     account, labels, lease_seconds, output_tokens_max, degrade, tool_calls_max, and retry,
     which sets the SDK's max_retries to its attempts less one). The async SDK clients go
-    with AsyncClient, the sync ones with Client."""
+    with AsyncClient, the sync ones with Client. google-genai's Client and boto3's
+    bedrock-runtime client are metered by their own modules (metered_gemini,
+    metered_bedrock), which send through neither httpx2 nor the routes here."""
+    package = type(sdk_client).__module__.partition(".")[0]
+    if package == "google":
+        from earmark.client import metered_gemini
+
+        return metered_gemini.metered(sdk_client, earmark, budget_id, **meter)
+    if package == "botocore":
+        from earmark.client import metered_bedrock
+
+        return metered_bedrock.metered(sdk_client, earmark, budget_id, **meter)
     name = meter.pop("provider", None)
     # A retry policy given here sets the SDK's own retries (each attempt on its own hold).
     options: dict[str, Any] = {}
