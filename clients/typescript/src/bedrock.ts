@@ -39,8 +39,29 @@ export interface BedrockClientLike {
 /** The name of Earmark's middleware in the stack: metering a client again replaces it. */
 export const BEDROCK_MIDDLEWARE = 'earmarkMeter';
 const SERVICE_ID = 'Bedrock Runtime';
-// Commands that bill nothing: counting tokens, and reading what async invocations did.
-const FREE_COMMANDS = new Set(['CountTokensCommand', 'GetAsyncInvokeCommand', 'ListAsyncInvokesCommand']);
+/**
+ * Every command of @aws-sdk/client-bedrock-runtime, with what Earmark does with it: metered
+ * (held, capped and settled), free (bills nothing: sent as it is) or refused (bills, and
+ * Earmark cannot price it: refused before it is sent). A command not listed (an SDK
+ * upgrade's) is refused too; test/bedrock.test.mjs fails on an exported command not listed.
+ */
+export const BEDROCK_COMMANDS: Readonly<Record<string, 'metered' | 'free' | 'refused'>> = {
+  ConverseCommand: 'metered',
+  ConverseStreamCommand: 'metered',
+  // The Anthropic and Amazon Nova families; another family's body is refused.
+  InvokeModelCommand: 'metered',
+  InvokeModelWithResponseStreamCommand: 'metered',
+  // Counting tokens, and reading what async invocations did.
+  CountTokensCommand: 'free',
+  GetAsyncInvokeCommand: 'free',
+  ListAsyncInvokesCommand: 'free',
+  // Guardrails bill per text unit, a bidirectional stream (speech) by the second, and an
+  // async invocation (video) runs on out of the call: Earmark has no price for them.
+  ApplyGuardrailCommand: 'refused',
+  InvokeGuardrailChecksCommand: 'refused',
+  InvokeModelWithBidirectionalStreamCommand: 'refused',
+  StartAsyncInvokeCommand: 'refused',
+};
 // Nova 2 models name their maximum maxTokens; Nova 1's schema names it max_new_tokens.
 const NOVA_2 = /amazon\.nova-2/;
 
@@ -238,7 +259,9 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
 
 /** How a command is held, or FREE, or null (refused unsent). */
 function operationOf(command: string, input: JsonObject, rawBody: unknown, settings: Settings): Operation | typeof FREE | null {
-  if (FREE_COMMANDS.has(command)) return FREE;
+  const what = Object.hasOwn(BEDROCK_COMMANDS, command) ? BEDROCK_COMMANDS[command] : 'refused';
+  if (what === 'free') return FREE;
+  if (what === 'refused') return null;
   if (command === 'ConverseCommand') return converse(input, false);
   if (command === 'ConverseStreamCommand') return converse(input, true);
   if (command === 'InvokeModelCommand') return invoke(input, rawBody, false, command, settings);

@@ -8,6 +8,7 @@
 // (helpers.mjs) 2 * 30 + 1 * 10 + 3 * 5 + 8 * 20 = 245 micro-dollars.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import * as bedrockRuntime from '@aws-sdk/client-bedrock-runtime';
 import {
   BedrockRuntimeClient,
   ConverseCommand,
@@ -19,7 +20,7 @@ import {
 import { EventStreamCodec } from '@smithy/core/event-streams';
 import { fromUtf8, toUtf8 } from '@smithy/core/serde';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
-import { EndpointNotMeteredError, RefusedError, metered } from '../dist/esm/index.js';
+import { BEDROCK_COMMANDS, EndpointNotMeteredError, RefusedError, metered } from '../dist/esm/index.js';
 import { json, serve } from './fakes.mjs';
 import { CEILING, NEVER_SENT, client, ledger, putPrice, usdBudget } from './helpers.mjs';
 
@@ -226,4 +227,17 @@ test('the SDK retries a 5xx inside the one hold; a 4xx settles at nothing', asyn
   const error = await rejected.llm.send(new ConverseCommand({ modelId: claude, messages: messages('fail:400'), inferenceConfig: { maxTokens: 500 } })).catch((e) => e);
   assert.equal(error.name, 'ValidationException');
   assert.deepEqual(await ledger(earmark, rejected.id), [0, 0, 0]);
+});
+
+test('every command of the package is classified, and the refused ones are refused unsent', async () => {
+  const commands = Object.keys(bedrockRuntime).filter((name) => /^[A-Z]\w*Command$/.test(name));
+  assert.deepEqual(commands.filter((name) => !Object.hasOwn(BEDROCK_COMMANDS, name)), [], 'a command of the package is not in BEDROCK_COMMANDS');
+  const { id, llm } = await meteredOn('bedrock-refused', 1_000_000);
+  const refused = Object.keys(BEDROCK_COMMANDS).filter((name) => BEDROCK_COMMANDS[name] === 'refused');
+  for (const name of refused) {
+    const error = await llm.send(new bedrockRuntime[name]({ modelId: claude })).catch((e) => e);
+    assert.ok(error instanceof EndpointNotMeteredError, `${name}: ${error}`);
+  }
+  assert.deepEqual([refused.length, fake.requests.length], [4, 0]);
+  assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
 });

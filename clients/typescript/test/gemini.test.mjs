@@ -131,3 +131,24 @@ test('Vertex AI (express mode) is metered by the same routes', async () => {
   assert.deepEqual(atSend(), [30, 8 * 500, 1]);
   assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
 });
+
+test('the SDK surfaces Earmark has no price for are refused unsent', async () => {
+  const { id, llm } = await meteredOn('gemini-refused', 1_000_000);
+  const calls = {
+    generateVideos: () => llm.models.generateVideos({ model, prompt: NEVER_SENT }),
+    caches: () => llm.caches.create({ model, config: { contents: NEVER_SENT } }),
+    batches: () => llm.batches.create({ model, src: [{ contents: [{ parts: [{ text: NEVER_SENT }], role: 'user' }] }] }),
+    interactions: () => llm.interactions.create({ model, input: NEVER_SENT }),
+  };
+  const errors = [];
+  for (const [surface, call] of Object.entries(calls)) {
+    const error = await call().catch((e) => e);
+    // The NextGen surfaces (interactions, agents...) wrap what their fetch throws twice, in
+    // an APIConnectionError of their own whose cause's cause is the Earmark error.
+    const refusal = surface === 'interactions' ? error?.cause?.cause : error;
+    if (!(refusal instanceof EndpointNotMeteredError)) errors.push(`${surface}: ${error}`);
+  }
+  assert.deepEqual(errors, []);
+  assert.deepEqual([spy.sent.length, fake.requests.length], [0, 0]);
+  assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
+});
