@@ -18,6 +18,7 @@ from tests.client.llm_helpers import CEILING, INPUT, OUTPUT, budget, cost, holds
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants, eventually
+from tests.integrations.conftest import SHARED_PROXY
 from tests.integrations.litellm_proxy import GATE, GUARD, MASTER, MODEL, config, litellm_proxy
 
 pytestmark = pytest.mark.slow
@@ -72,42 +73,43 @@ async def settled(sidecar: Running, budget_id: str) -> list[pb.Hold]:
     return await holds(sidecar, budget_id)
 
 
+@pytest.mark.xdist_group(SHARED_PROXY)
 async def test_a_race_on_room_for_two_dispatches_exactly_two(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """5, 10, 32 and 50 concurrent requests through the proxy on a budget with room for
     two calls: two reach the provider, the rest are answered 422 (LiteLLM's budget error)
     with Earmark's reason, and the budget has used what the provider billed, with nothing
     held."""
     room = 2 * hold_for("go", ASKED) + 100
-    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
-        for concurrency in (5, 10, 32, 50):
-            budget_id = f"race-{concurrency}"
-            await budget(priced, budget_id, room)
-            before = len(provider.state.billed)
-            async with llm(url, budget_id=budget_id) as client:
-                answers = await asyncio.gather(
-                    *(
-                        client.chat.completions.create(
-                            model=MODEL, messages=message("go"), max_tokens=ASKED
-                        )
-                        for _ in range(concurrency)
-                    ),
-                    return_exceptions=True,
-                )
-            refused = [a for a in answers if isinstance(a, openai.UnprocessableEntityError)]
-            billed = provider.state.billed[before:]
-            held = await settled(priced, budget_id)
-            state = await state_of(priced, budget_id)
-            assert (concurrency, 2, concurrency - 2) == (len(answers), len(billed), len(refused))
-            assert all("INSUFFICIENT_BUDGET" in str(r) for r in refused)
-            assert (sum(cost(b) for b in billed), 0) == (state.used, state.held)
-            assert 2 == len(held)
+    for concurrency in (5, 10, 32, 50):
+        budget_id = f"race-{concurrency}"
+        await budget(priced, budget_id, room)
+        before = len(provider.state.billed)
+        async with llm(proxy, budget_id=budget_id) as client:
+            answers = await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model=MODEL, messages=message("go"), max_tokens=ASKED
+                    )
+                    for _ in range(concurrency)
+                ),
+                return_exceptions=True,
+            )
+        refused = [a for a in answers if isinstance(a, openai.UnprocessableEntityError)]
+        billed = provider.state.billed[before:]
+        held = await settled(priced, budget_id)
+        state = await state_of(priced, budget_id)
+        assert (concurrency, 2, concurrency - 2) == (len(answers), len(billed), len(refused))
+        assert all("INSUFFICIENT_BUDGET" in str(r) for r in refused)
+        assert (sum(cost(b) for b in billed), 0) == (state.used, state.held)
+        assert 2 == len(held)
     await assert_invariants(priced.dsn)
 
 
+@pytest.mark.xdist_group(SHARED_PROXY)
 async def test_the_budget_comes_from_key_team_and_organization_metadata(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """A key of a team of an organization holds each call on all three budgets; the
     team's budget, when full, refuses with 422 naming it and what it has left; a request
@@ -116,20 +118,17 @@ async def test_the_budget_comes_from_key_team_and_organization_metadata(
         await budget(priced, budget_id, 50_000_000)
     one = hold_for("hi", ASKED)
     await budget(priced, "team-research", one + one // 2)
-    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
-        async with llm(url, key="sk-nested") as client:
+    async with llm(proxy, key="sk-nested") as client:
+        await client.chat.completions.create(model=MODEL, messages=message("hi"), max_tokens=ASKED)
+        # Settled off the caller's path: the second call is decided on the first's bill.
+        await settled(priced, "team-research")
+        with pytest.raises(openai.UnprocessableEntityError) as refused:
             await client.chat.completions.create(
                 model=MODEL, messages=message("hi"), max_tokens=ASKED
             )
-            # Settled off the caller's path: the second call is decided on the first's bill.
-            await settled(priced, "team-research")
-            with pytest.raises(openai.UnprocessableEntityError) as refused:
-                await client.chat.completions.create(
-                    model=MODEL, messages=message("hi"), max_tokens=ASKED
-                )
-        async with llm(url) as nameless:
-            with pytest.raises(openai.PermissionDeniedError) as unnamed:
-                await nameless.chat.completions.create(model=MODEL, messages=message("hi"))
+    async with llm(proxy) as nameless:
+        with pytest.raises(openai.PermissionDeniedError) as unnamed:
+            await nameless.chat.completions.create(model=MODEL, messages=message("hi"))
     (billed,) = provider.state.billed
     used = [(await state_of(priced, b)).used for b in ("key-alice", "team-research", "org-acme")]
     headers = refused.value.response.headers
@@ -239,18 +238,16 @@ async def test_a_hold_renews_while_its_call_runs_and_a_stream_left_midway_stays_
     await assert_invariants(priced.dsn)
 
 
+@pytest.mark.xdist_group(SHARED_PROXY)
 async def test_responses_embeddings_and_what_the_gate_will_not_send(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """A Responses call, streamed and not, and an embedding settle at what the provider
     billed; a failed embedding is sent once and left in doubt; a no-log request and an
     image generation are answered unsent; a request reusing the call id of one in flight
     is held on its own, and each settles at its own bill."""
     await budget(priced, "team", 50_000_000)
-    async with (
-        litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url,
-        llm(url, budget_id="team") as client,
-    ):
+    async with llm(proxy, budget_id="team") as client:
         await client.responses.create(
             model=MODEL, input="answer", max_output_tokens=30,
             extra_headers={"x-litellm-call-id": "answer"},

@@ -6,7 +6,6 @@ was given, and a spent budget is final to the caller's SDK."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -18,10 +17,12 @@ from tests.client.llm_helpers import budget, cost, holds
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants, eventually, scrape
-from tests.integrations.litellm_proxy import MASTER, MODEL, config, litellm_proxy
-from tests.integrations.test_litellm import ASKED, env_of, hold_for, message, settled, state_of
+from tests.integrations.conftest import SHARED_PROXY
+from tests.integrations.litellm_proxy import MASTER, MODEL
+from tests.integrations.test_litellm import ASKED, hold_for, message, settled, state_of
 
-pytestmark = pytest.mark.slow
+# Every test here takes the proxy started once (tests/integrations/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SHARED_PROXY)]
 
 SHARED_ID = "call-everyone-knows"
 
@@ -30,24 +31,16 @@ def caller(url: str, key: str, **options: Any) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, **options)
 
 
-def pass_through_env(sidecar: Running, provider: FakeOpenAI) -> dict[str, str]:
-    """The gate's environment, and the upstream LiteLLM's OpenAI pass-through sends to."""
-    return env_of(
-        sidecar, OPENAI_API_BASE=provider.url.removesuffix("v1"), OPENAI_API_KEY="sk-upstream"
-    )
-
-
 async def test_a_call_id_steers_no_other_request(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """6 concurrent requests with one x-litellm-call-id on room for 2, for 3 rounds: 2 reach
     the provider each round, the rest are refused, and the budget has used what the
     provider billed; then, while team A's call is in flight, team B sends its call id: each
     team's budget has used exactly what its own calls were billed. No hold is left held or
-    in doubt. (One proxy for both, since each takes seconds to start.)"""
-    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
-        await shared_id_rounds(priced, provider, url)
-        await reused_by_another_key(priced, provider, url)
+    in doubt."""
+    await shared_id_rounds(priced, provider, proxy)
+    await reused_by_another_key(priced, provider, proxy)
     await assert_invariants(priced.dsn)
 
 
@@ -115,32 +108,31 @@ async def reused_by_another_key(priced: Running, provider: FakeOpenAI, url: str)
 
 
 async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """/openai/v1/chat/completions and /openai_passthrough/v1/chat/completions are held on
     the key's budget and settled at what the fake billed; a streamed pass-through, a
     pass-through to a route Earmark cannot price, and a background response (through the
     pass-through and the proxy's own route) are refused, and reach nothing."""
     await budget(priced, "team-a", 50_000_000)
-    env = pass_through_env(priced, provider)
-    async with litellm_proxy(config(provider.url), tmp_path, env) as url:
-        for prefix in ("openai", "openai_passthrough"):
-            async with caller(f"{url}/{prefix}/v1", "sk-team-a") as client:
-                await client.chat.completions.create(
-                    model=MODEL, messages=message(f"through {prefix}"), max_tokens=9
-                )
-        async with caller(f"{url}/openai/v1", "sk-team-a") as client:
-            with pytest.raises(openai.BadRequestError) as streamed:
-                await client.chat.completions.create(
-                    model=MODEL, messages=message("s"), max_tokens=9, stream=True
-                )
-            with pytest.raises(openai.PermissionDeniedError) as unpriced:
-                await client.images.generate(model="dall-e-3", prompt="a cat")
-            with pytest.raises(openai.BadRequestError) as background:
-                await client.responses.create(model=MODEL, input="later", background=True)
-        async with caller(f"{url}/v1", "sk-team-a") as client:
-            with pytest.raises(openai.BadRequestError) as background_proxied:
-                await client.responses.create(model=MODEL, input="later", background=True)
+    url = proxy
+    for prefix in ("openai", "openai_passthrough"):
+        async with caller(f"{url}/{prefix}/v1", "sk-team-a") as client:
+            await client.chat.completions.create(
+                model=MODEL, messages=message(f"through {prefix}"), max_tokens=9
+            )
+    async with caller(f"{url}/openai/v1", "sk-team-a") as client:
+        with pytest.raises(openai.BadRequestError) as streamed:
+            await client.chat.completions.create(
+                model=MODEL, messages=message("s"), max_tokens=9, stream=True
+            )
+        with pytest.raises(openai.PermissionDeniedError) as unpriced:
+            await client.images.generate(model="dall-e-3", prompt="a cat")
+        with pytest.raises(openai.BadRequestError) as background:
+            await client.responses.create(model=MODEL, input="later", background=True)
+    async with caller(f"{url}/v1", "sk-team-a") as client:
+        with pytest.raises(openai.BadRequestError) as background_proxied:
+            await client.responses.create(model=MODEL, input="later", background=True)
     held = await settled(priced, "team-a")
     state = await state_of(priced, "team-a")
     assert 2 == len(provider.state.billed)
@@ -153,19 +145,18 @@ async def test_openai_pass_through_routes_are_held_and_settled_at_the_bill(
 
 
 async def test_a_key_spends_only_its_own_budgets_and_a_spent_one_is_final(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """A key without budget metadata, and another team's key, naming team B's budget by
     header, and a key whose own metadata (which its owner may write) names team B's budget
     outside what its team allows, are refused 403: team B's budget is untouched and nothing
     is sent. Then team A's spent budget is LiteLLM's own budget error (422,
     budget_exceeded) naming the budget and what is left: the OpenAI SDK, with its default
-    retries, sends it once, and the sidecar refuses once. (One proxy for both.)"""
+    retries, sends it once, and the sidecar refuses once."""
     await budget(priced, "team-a", 10)
     await budget(priced, "team-b", 50_000_000)
-    async with litellm_proxy(config(provider.url), tmp_path, env_of(priced)) as url:
-        await named_by_others(priced, url)
-        await spent_once(priced, url)
+    await named_by_others(priced, proxy)
+    await spent_once(priced, proxy)
     posted = [r for r in provider.state.requests if r]
     assert [] == posted
     await assert_invariants(priced.dsn)

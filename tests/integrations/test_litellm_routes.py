@@ -23,12 +23,13 @@ from earmark.integrations.litellm_rules import FREE, PASS_THROUGH_CALL_TYPES, RE
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants
-from tests.integrations.litellm_proxy import MASTER, config, litellm_proxy
-from tests.integrations.test_litellm import env_of
+from tests.integrations.conftest import SHARED_PROXY
+from tests.integrations.litellm_proxy import MASTER
 
 # The three tests read one route table: importing LiteLLM's proxy with every lazy feature
-# takes tens of seconds, so they share a worker and the table is read once.
-pytestmark = pytest.mark.xdist_group("litellm_routes")
+# takes tens of seconds, so they share a worker and the table is read once; the worker of
+# the tests that take the proxy started once (tests/integrations/conftest.py).
+pytestmark = pytest.mark.xdist_group(SHARED_PROXY)
 
 ROOT = Path(__file__).resolve().parents[2]
 # Handlers whose source names a model call that, read, is no call to a provider.
@@ -100,7 +101,7 @@ def concrete(path: str) -> str:
 
 
 async def test_the_proxy_refuses_every_socket_and_model_probe_unsent(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path, installed: dict[str, Any]
+    priced: Running, provider: FakeOpenAI, proxy: str, installed: dict[str, Any]
 ) -> None:
     """With the gate in the proxy's callbacks, every websocket route of the installed
     LiteLLM is refused 403 before it opens, naming the route, and so are the model probes
@@ -109,38 +110,35 @@ async def test_the_proxy_refuses_every_socket_and_model_probe_unsent(
     (".%3F"); the provider hears nothing, and the proxy still serves."""
     table = installed["routes"]
     sockets = sorted({concrete(r["path"]) for r in table if r["websocket"]})
-    env = env_of(
-        priced, OPENAI_API_BASE=provider.url.removesuffix("v1"), OPENAI_API_KEY="sk-upstream"
-    )
     chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-    async with litellm_proxy(config(provider.url), tmp_path, env) as url:
-        before = len(provider.state.requests)
-        refused: dict[str, tuple[int, bool]] = {}
-        for path in sockets:
-            with pytest.raises(InvalidStatus) as caught:
-                async with connect(
-                    f"ws{url.removeprefix('http')}{path}?model=gpt-4o",
-                    additional_headers={"Authorization": f"Bearer {MASTER}"},
-                    open_timeout=30,
-                ):
-                    pass
-            response = caught.value.response
-            refused[path] = (response.status_code, path in response.body.decode())
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            auth = {"Authorization": f"Bearer {MASTER}"}
-            probes = [
-                await http.get("/health", headers=auth),
-                await http.post("/health/test_connection", headers=auth, json={}),
-                await http.post("/rag/ingest", headers=auth, json={}),
-                await http.post(
-                    "/azure/openai/deployments/gpt-4o/chat/completions", headers=auth, json=chat
-                ),
-            ]
-            trick = await http.post(
-                "/openai/v1/chat/completions/.%3F", headers={"Authorization": "Bearer sk-team-a"},
-                json=chat,
-            )  # fmt: skip
-            alive = await http.get("/health/liveliness")
+    url = proxy
+    before = len(provider.state.requests)
+    refused: dict[str, tuple[int, bool]] = {}
+    for path in sockets:
+        with pytest.raises(InvalidStatus) as caught:
+            async with connect(
+                f"ws{url.removeprefix('http')}{path}?model=gpt-4o",
+                additional_headers={"Authorization": f"Bearer {MASTER}"},
+                open_timeout=30,
+            ):
+                pass
+        response = caught.value.response
+        refused[path] = (response.status_code, path in response.body.decode())
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        auth = {"Authorization": f"Bearer {MASTER}"}
+        probes = [
+            await http.get("/health", headers=auth),
+            await http.post("/health/test_connection", headers=auth, json={}),
+            await http.post("/rag/ingest", headers=auth, json={}),
+            await http.post(
+                "/azure/openai/deployments/gpt-4o/chat/completions", headers=auth, json=chat
+            ),
+        ]
+        trick = await http.post(
+            "/openai/v1/chat/completions/.%3F", headers={"Authorization": "Bearer sk-team-a"},
+            json=chat,
+        )  # fmt: skip
+        alive = await http.get("/health/liveliness")
     assert {path: (403, True) for path in sockets} == refused
     assert [403] * 4 == [p.status_code for p in probes]
     assert all("Earmark's gate refuses" in p.json()["error"]["message"] for p in probes)
