@@ -30,6 +30,10 @@ and AWS's API reference publish them, and as boto3 1.44.8 sent and parsed them
 - Errors: JSON {"message"} with x-amzn-errortype (ValidationException 400,
   ThrottlingException 429, InternalServerException 500...); in a stream, an exception
   message (:message-type exception, :exception-type throttlingException...).
+
+Its bill: every answer it gives (a JSON answer, a stream it sent, also one it cut: AWS ran
+the call) is billed at the usage it reports, recorded as a Bill; at the test's `rates`,
+billed_micros() is what they cost, each rounded up once, as Earmark rounds.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from tests.fake_anthropic_state import Rates
 from tests.http_fake import JsonHandler, Received, StateServer, serving
 
 PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<operation>[a-z-]+)")
@@ -79,6 +84,53 @@ _ERRORS = {
 }
 
 
+@dataclass(frozen=True)
+class Bill:
+    """One answer's usage as AWS bills it: input excluding the cache, cache reads, cache
+    writes, output."""
+
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+    def micros(self, rates: Rates) -> int:
+        scaled = (
+            self.input_tokens * rates.input
+            + self.cache_read_tokens * rates.cache_read
+            + self.cache_write_tokens * rates.cache_write
+            + self.output_tokens * rates.output
+        )
+        return -(-scaled // 1_000_000)
+
+
+def converse_bill(usage: dict[str, Any]) -> Bill:
+    return Bill(
+        usage.get("inputTokens", 0),
+        usage.get("cacheReadInputTokens", 0),
+        usage.get("cacheWriteInputTokens", 0),
+        usage.get("outputTokens", 0),
+    )
+
+
+def anthropic_bill(usage: dict[str, Any]) -> Bill:
+    return Bill(
+        usage.get("input_tokens", 0),
+        usage.get("cache_read_input_tokens", 0),
+        usage.get("cache_creation_input_tokens", 0),
+        usage.get("output_tokens", 0),
+    )
+
+
+def nova_bill(usage: dict[str, Any]) -> Bill:
+    return Bill(
+        usage.get("inputTokens", 0),
+        usage.get("cacheReadInputTokenCount", 0),
+        usage.get("cacheWriteInputTokenCount", 0),
+        usage.get("outputTokens", 0),
+    )
+
+
 @dataclass
 class BedrockState:
     """What the fake answers and what it was asked; the lock guards it."""
@@ -95,7 +147,21 @@ class BedrockState:
     # An error status every operation answers with (None: answers).
     error: int | None = None
     requests: list[Received] = field(default_factory=list)
+    # What it billed, an answer at a time; priced at rates (the test's).
+    billed: list[Bill] = field(default_factory=list)
+    rates: Rates = field(
+        default_factory=lambda: Rates(input=0, output=0, cache_read=0, cache_write=0)
+    )
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bill(self, bill: Bill) -> None:
+        with self.lock:
+            self.billed.append(bill)
+
+    def billed_micros(self) -> int:
+        """What every answer so far cost at the test's rates."""
+        with self.lock:
+            return sum(bill.micros(self.rates) for bill in self.billed)
 
 
 @dataclass(frozen=True)
@@ -238,15 +304,18 @@ class _Handler(JsonHandler):
         if operation == "converse":
             self._converse(state)
         elif operation == "converse-stream":
-            self._events(state, converse_events(state))
+            self._events(state, converse_events(state), converse_bill(state.usage))
         elif operation == "count-tokens":
             self._json(200, {"inputTokens": 10})
         elif operation in ("invoke", "invoke-with-response-stream") and kind:
             if operation == "invoke":
                 self._invoke(state, kind)
             else:
-                parts = anthropic_events(state) if kind == "anthropic" else nova_events(state)
-                self._events(state, [chunk(p) for p in parts])
+                if kind == "anthropic":
+                    parts, bill = anthropic_events(state), anthropic_bill(state.anthropic_usage)
+                else:
+                    parts, bill = nova_events(state), nova_bill(state.nova_usage)
+                self._events(state, [chunk(p) for p in parts], bill)
         else:
             self._error(400, "ValidationException", f"{operation} of {model_id}: not served")
 
@@ -273,6 +342,7 @@ class _Handler(JsonHandler):
         }
         if state.served_tier is not None:
             answer["serviceTier"] = {"type": state.served_tier}
+        state.bill(converse_bill(state.usage))
         self._json(200, answer)
 
     def _invoke(self, state: BedrockState, kind: str) -> None:
@@ -290,6 +360,7 @@ class _Handler(JsonHandler):
                 "usage": usage,
             }
             counts = (usage["input_tokens"], usage["output_tokens"])
+            state.bill(anthropic_bill(usage))
         else:
             usage = state.nova_usage
             answer = {
@@ -298,6 +369,7 @@ class _Handler(JsonHandler):
                 "usage": usage,
             }
             counts = (usage["inputTokens"], usage["outputTokens"])
+            state.bill(nova_bill(usage))
         self._json(
             200,
             answer,
@@ -308,9 +380,11 @@ class _Handler(JsonHandler):
             },
         )
 
-    def _events(self, state: BedrockState, messages: list[bytes]) -> None:
+    def _events(self, state: BedrockState, messages: list[bytes], bill: Bill) -> None:
         if state.exception is not None:
             messages = [*messages[:-1], exception(state.exception, "Too many requests")]
+        else:
+            state.bill(bill)
         self.send_response(200)
         self.send_header("content-type", EVENT_STREAM)
         self.send_header("x-amzn-requestid", "req-fake")
