@@ -298,21 +298,24 @@ async def test_an_empty_budget_refuses_every_surface_before_sending(
     assert (0, 0, 0) == (state.used, state.held, state.open_reservations)
 
 
-@pytest.mark.parametrize("how", ["cut", "exception", "closed", "dropped"])
+@pytest.mark.parametrize("how", ["cut", "exception", "closed", "dropped", "kept"])
 async def test_a_stream_that_ends_without_its_usage_is_in_doubt(
     priced: Running, fake: FakeBedrock, how: str
 ) -> None:
     """A ConverseStream cut before its metadata event, one that ends with a modelled
-    exception, one the caller closes early and one the caller drops unread: each leaves
-    its hold in doubt with its prompt charged."""
+    exception, one the caller closes early, one the caller drops unread and one still
+    unread when the Earmark client closes: each leaves its hold in doubt with its prompt
+    charged."""
     budget_id = f"doubt-{how}"
     await budget(priced, budget_id, 5_000_000)
     fake.state.cut = how == "cut"
     fake.state.exception = "throttlingException" if how == "exception" else None
 
-    def work(client: Any) -> None:
+    def work(client: Any) -> Any:
         answer = client.converse_stream(modelId=CLAUDE, messages=MESSAGES)
         stream = answer["stream"]
+        if how == "kept":
+            return stream  # past the Client's close
         if how == "closed":
             next(iter(stream))
             stream.close()
@@ -325,13 +328,16 @@ async def test_a_stream_that_ends_without_its_usage_is_in_doubt(
         else:
             with contextlib.suppress(Exception):
                 list(stream)
+        return None
 
-    await in_worker(priced, budget_id, work, url=fake.url)
+    kept = await in_worker(priced, budget_id, work, url=fake.url)
     hold, state = await one_hold(priced, budget_id)
     assert pb.RESERVATION_STATE_IN_DOUBT == hold.state
     assert (hold.charged, hold.amount - hold.charged) == (state.used, state.held)
     assert hold.charged > 0
     await assert_invariants(priced.dsn)
+    if kept is not None:
+        kept.close()
 
 
 async def test_error_statuses_and_connections(priced: Running, fake: FakeBedrock) -> None:

@@ -29,7 +29,8 @@ steps run on the Earmark Client's loop, as every call of the sync Client does):
   answer's usage settles it (InvokeModel's body read and put back), off the caller's
   path; a stream is handed back wrapped (wire_bedrock.MeteredStream) and settles from its
   final usage (ConverseStream's metadata event) as the caller reads it to its end; a
-  stream that raises, is closed early or is dropped unread leaves the hold in doubt.
+  stream that raises, is closed early or is dropped unread leaves the hold in doubt, and
+  so does the Earmark client's close() with the stream still unfinished.
 - after-call-error: a connection refused before any attempt was sent ends the hold at
   nothing; any other failure (a read timeout, a closed connection) in doubt.
 """
@@ -116,11 +117,32 @@ class _End:
         if self.done:
             return
         self.done = True
-        step = self.call.end(ending)
+        step = self._end(ending)
         if wait:
             self.hooks.earmark._run(step)
         else:
             self.hooks.soon(step)
+
+    async def _end(self, ending: Ending) -> None:
+        self.hooks.earmark._async._kept.pop(self, None)
+        await self.call.end(ending)
+
+    def hand(self) -> None:
+        """Its stream goes to the caller: kept with the Earmark client's holds of calls
+        still running, so that its close() ends the hold in doubt if the stream has not
+        ended by then."""
+        self.handed = True
+        self.hooks.soon(self._keep())
+
+    async def _keep(self) -> None:
+        if not self.done:
+            self.hooks.earmark._async._kept[self] = self._closing
+
+    def _closing(self) -> None:
+        """The Earmark client closes with the stream unfinished (on its loop)."""
+        if not self.done:
+            self.done = True
+            self.hooks.earmark._async._in_background(self._end(IN_DOUBT))
 
     def at(self, usage: Usage | None) -> None:
         """A stream's end: at its usage; in doubt without it."""
@@ -241,10 +263,13 @@ class _Hooks:
             return
         if found.call.stream:
             key = stream_key(found.operation)
-            inner = parsed[key]
+            inner = parsed.get(key)
+            if inner is None:
+                end(IN_DOUBT)
+                return
             stream = MeteredStream(inner, found.reader.tally(found.call), end.at)
             parsed[key] = stream
-            end.handed = True
+            end.hand()
             weakref.finalize(stream, end.dropped, inner).atexit = False
             return
         try:
