@@ -80,7 +80,14 @@ class GeminiState:
     # The usageMetadata an embedding answer carries (None: none).
     embed_usage: dict[str, Any] | None = None
     requests: list[Received] = field(default_factory=list)
+    # The usageMetadata of every answer Google would bill: a generateContent answered, a
+    # stream sent to its last chunk, an embedding answered with a usage.
+    billed: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bill(self, usage: dict[str, Any]) -> None:
+        with self.lock:
+            self.billed.append(dict(usage))
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,7 @@ class _Handler(JsonHandler):
             return
         model, method = found["model"], found["method"]
         if method == "generateContent":
+            state.bill(state.usage)
             self.send_json(200, answer(state, model))
         elif method == "streamGenerateContent":
             self._stream(state, model, parse_qs(url.query).get("alt") == ["sse"])
@@ -194,6 +202,8 @@ class _Handler(JsonHandler):
             return
         if state.cut:
             sent = sent[:-1]
+        if not state.cut:
+            state.bill(state.usage)
         self.start_events()
         self.send_chunk(sse(sent, state.line_end))
         if state.cut:
@@ -209,6 +219,7 @@ class _Handler(JsonHandler):
         else:
             reply = {"embeddings": [values for _ in body.get("requests") or []]}
         if state.embed_usage is not None:
+            state.bill(state.embed_usage)
             reply["usageMetadata"] = state.embed_usage
         self.send_json(200, reply)
 
