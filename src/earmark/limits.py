@@ -801,3 +801,10 @@ assert price_import_rows_max <= price_versions_max
 # passes after (one transaction of bounded length each, as the deliverer's batches).
 price_notices_per_pass_max = 100
 assert 1 <= price_notices_per_pass_max <= notify_batch_max
+
+# A cost a provider reports for one call (OpenRouter's usage.cost, issue 45) is believed,
+# and the call's hold settled at it where the budget counts money, when it is a finite
+# amount from 0 to llm_reported_cost_usd_micros_max micro-dollars ($1,000, past any one
+# call's list price); any other is not, and the call is priced from its tokens instead.
+llm_reported_cost_usd_micros_max = 10**9
+assert 0 < llm_reported_cost_usd_micros_max <= amount_units_max

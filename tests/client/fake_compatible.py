@@ -18,19 +18,43 @@ Wire facts followed, as published:
   "may be different from the value set in the parameter" (a priority request served at
   default, an auto one at the project's priority). Azure OpenAI answers the same field.
 
+- Azure OpenAI (learn.microsoft.com/azure/ai-services/openai: content filtering, API
+  versions; /work/notes-45.md sections 3.2-3.3, checked with openai 3.60.0): the answer
+  carries prompt_filter_results and each choice content_filter_results; a stream's first
+  chunk has no choices, only prompt_filter_results, with an empty id, object and model and
+  created 0; an answer the filter stopped ends with finish_reason "content_filter" (billed:
+  its usage is sent); a prompt the filter refused is answered 400 with code
+  "content_filter" and an innererror; an api-version before 2024-10-21 (or a preview
+  before 2024-09-01-preview) answers a body with stream_options 400 "Unrecognized request
+  argument supplied: stream_options".
+- Groq (notes 4.2, from the AI SDK's Groq provider tests and Groq's own captures): a
+  stream's usage is under x_groq.usage on the chunk with the finish_reason, and no chunk
+  has a top-level usage; an answer's usage adds queue_time, prompt_time... and x_groq
+  carries the request's id.
+- OpenRouter (openrouter.ai/docs/use-cases/usage-accounting, api-reference/streaming):
+  every answer's usage carries cost (dollars of its credits), cost_details and is_byok,
+  streamed on the last chunk whether stream_options asked for it or not; streams carry
+  `: OPENROUTER PROCESSING` comment lines.
+
 What a test sets (CompatibleState): the usage's counts; `cache_hits`, sent as DeepSeek's
 prompt_cache_hit_tokens (and prompt_tokens - hits as its misses), as is, so that a test can
 send one out of its shape, None for an answer in OpenAI's shape; `served_tier`, the
-service_tier the answer names (None: none, as DeepSeek answers).
+service_tier the answer names (None: none, as DeepSeek answers); `flavor`, whose additions
+the answers carry ("azure", "groq", "openrouter"; "" for none); `filtered`, what Azure's
+filter stops ("output", "prompt"; "" for nothing); `cost`, OpenRouter's usage.cost, sent
+as is (and `byok` with its upstream cost). It records each request's body and its path
+with its query (`paths`).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from tests.http_fake import JsonHandler, StateServer, serving
 
@@ -48,7 +72,15 @@ class CompatibleState:
     cache_hits: Any = None
     # The service_tier the answer names (None: the answer names none).
     served_tier: str | None = None
+    # Whose additions the answers carry: "azure", "groq", "openrouter" ("": none).
+    flavor: str = ""
+    # Azure's content filter: "output" stops the answer, "prompt" refuses the request.
+    filtered: str = ""
+    # OpenRouter's usage.cost, in dollars, sent as is; byok adds upstream_inference_cost.
+    cost: Any = 0.0
+    upstream_cost: Any = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -60,7 +92,7 @@ class FakeCompatible:
 
 def usage(state: CompatibleState) -> dict[str, Any]:
     """The usage object the answer carries: OpenAI's counts, and DeepSeek's cache hits and
-    misses when the state has hits."""
+    misses when the state has hits, OpenRouter's cost, Groq's timings."""
     reported: dict[str, Any] = {
         "prompt_tokens": state.prompt_tokens,
         "completion_tokens": state.completion_tokens,
@@ -72,7 +104,60 @@ def usage(state: CompatibleState) -> dict[str, Any]:
         misses = state.prompt_tokens - hits if isinstance(hits, int) else state.prompt_tokens
         reported["prompt_cache_hit_tokens"] = hits
         reported["prompt_cache_miss_tokens"] = misses
+    if state.flavor == "openrouter":
+        reported["cost"] = state.cost
+        reported["is_byok"] = state.upstream_cost is not None
+        reported["cost_details"] = {"upstream_inference_cost": state.upstream_cost}
+        reported["prompt_tokens_details"] = {"cached_tokens": 0, "audio_tokens": 0}
+    if state.flavor == "groq":
+        timings = {"queue_time": 0.037, "prompt_time": 0.0007, "completion_time": 0.46}
+        reported = {**timings, **reported, "total_time": 0.46}
     return reported
+
+
+# Azure's filter results: every category safe (the filter ran and let it through).
+SAFE = {
+    kind: {"filtered": False, "severity": "safe"}
+    for kind in ("hate", "self_harm", "sexual", "violence")
+}
+JAILBREAK = {"jailbreak": {"filtered": False, "detected": False}}
+PROMPT_FILTER_RESULTS = [{"prompt_index": 0, "content_filter_results": {**SAFE, **JAILBREAK}}]
+# An answer the filter stopped: a category filtered.
+STOPPED = {**SAFE, "violence": {"filtered": True, "severity": "medium"}}
+PROMPT_FILTERED = {
+    "error": {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI's "
+        "content management policy. Please modify your prompt and retry.",
+        "type": None,
+        "param": "prompt",
+        "code": "content_filter",
+        "status": 400,
+        "innererror": {
+            "code": "ResponsibleAIPolicyViolation",
+            "content_filter_result": {**SAFE, "sexual": {"filtered": True, "severity": "high"}},
+        },
+    }
+}
+STREAM_OPTIONS_REFUSED = {
+    "error": {
+        "message": "Unrecognized request argument supplied: stream_options",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+}
+_VERSION = re.compile(r"(\d{4}-\d{2}-\d{2})(-preview)?")
+
+
+def takes_stream_options(api_version: str) -> bool:
+    """Whether Azure's api_version takes stream_options (notes 3.3: the GA 2024-10-21 and
+    the previews from 2024-09-01-preview; 2024-08-01-preview is taken as one that does
+    not)."""
+    found = _VERSION.fullmatch(api_version)
+    if found is None:
+        return True
+    day, preview = found.groups()
+    return day >= ("2024-09-01" if preview else "2024-10-21")
 
 
 class _Handler(JsonHandler):
@@ -83,34 +168,62 @@ class _Handler(JsonHandler):
         body = self.read_json()
         with state.lock:
             state.requests.append(body)
-        if not self.path.partition("?")[0].endswith(ENDPOINT):
+            state.paths.append(self.path)
+        url = urlsplit(self.path)
+        if not url.path.endswith(ENDPOINT):
             error = {"message": f"Invalid URL (POST {self.path})", "type": "invalid_request_error"}
             self.send_json(404, {"error": {**error, "param": None, "code": None}})
+            return
+        azure = state.flavor == "azure"
+        version = parse_qs(url.query).get("api-version", [""])[0]
+        if azure and "stream_options" in body and not takes_stream_options(version):
+            self.send_json(400, STREAM_OPTIONS_REFUSED)
+            return
+        if azure and state.filtered == "prompt":
+            self.send_json(400, PROMPT_FILTERED)
             return
         head: dict[str, Any] = {"id": "chatcmpl-compatible", "created": 1_700_000_000}
         head["model"] = body.get("model", "")
         head["system_fingerprint"] = "fp_compatible"
         if state.served_tier is not None:
             head["service_tier"] = state.served_tier
-        text = "tok " * state.completion_tokens
+        stopped = azure and state.filtered == "output"
+        text = "tok " * (state.completion_tokens // 2 if stopped else state.completion_tokens)
+        finish = "content_filter" if stopped else "stop"
+        filters: dict[str, Any] = {"content_filter_results": STOPPED if stopped else SAFE}
+        each = filters if azure else {}
         if not body.get("stream"):
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
-            self.send_json(
-                200,
-                {
-                    **head,
-                    "object": "chat.completion",
-                    "choices": [{**choice, "logprobs": None, "finish_reason": "stop"}],
-                    "usage": usage(state),
-                },
-            )
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, **each}
+            answer = {
+                **head,
+                "object": "chat.completion",
+                "choices": [{**choice, "logprobs": None, "finish_reason": finish}],
+                "usage": usage(state),
+            }
+            if azure:
+                answer["prompt_filter_results"] = PROMPT_FILTER_RESULTS
+            if state.flavor == "groq":
+                answer["x_groq"] = {"id": "req_01jbd6g2qdfw2adyrt2az8hz4w"}
+            self.send_json(200, answer)
             return
         chunk = {**head, "object": "chat.completion.chunk"}
         self.start_events()
+        if state.flavor == "openrouter":
+            self.send_chunk(b": OPENROUTER PROCESSING\n\n")
+        if azure:
+            first = {"id": "", "object": "", "created": 0, "model": "", "choices": []}
+            self.send_event({**first, "prompt_filter_results": PROMPT_FILTER_RESULTS})
         delta = {"role": "assistant", "content": text}
-        self.send_event({**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-        self.send_event({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
+        self.send_event(
+            {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None, **each}]}
+        )
+        ending = {"index": 0, "delta": {}, "finish_reason": finish, **each}
+        last: dict[str, Any] = {**chunk, "choices": [ending]}
+        if state.flavor == "groq":
+            last["x_groq"] = {"id": "req_01jadadp0femyae9kav1gpkhe8", "usage": usage(state)}
+        self.send_event(last)
+        asked = (body.get("stream_options") or {}).get("include_usage")
+        if state.flavor == "openrouter" or (asked and state.flavor != "groq"):
             self.send_event({**chunk, "choices": [], "usage": usage(state)})
         self.send_chunk(b"data: [DONE]\n\n")
         self.end_events()

@@ -23,9 +23,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from earmark import limits
+from earmark.client import hosts
+from earmark.client.errors import EarmarkClientError
+from earmark.client.held_call import Raising
 from earmark.client.meter import Meter
 from earmark.client.openai_background import (
     RESPONSE_ID_LABEL,
@@ -35,11 +40,13 @@ from earmark.client.openai_background import (
     response_usage,
     valid_id,
 )
+from earmark.client.reported import reported_cost, with_cost
 from earmark.client.wire import (
     FREE,
     REFUSED,
     TOKENS_ONLY,
     Call,
+    EndpointNotMeteredError,
     Provider,
     Route,
     Routes,
@@ -259,7 +266,14 @@ class _ChatTally:
         if isinstance(data.get("usage"), dict):
             self._usage = chat_usage(data["usage"], {"service_tier": self._tier})
             # The usage chunk Earmark asked for, which the caller did not, is not shown.
+            # (Azure's first chunk has no choices either, and no usage: it is shown.)
             return not (self.hidden and not data.get("choices"))
+        groq = data.get("x_groq")
+        if self._usage is None and isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
+            # Groq streams its usage under x_groq on the chunk that finishes the answer
+            # (the openai SDK leaves it in model_extra); a top-level usage, if it sends
+            # one too, is the one read.
+            self._usage = chat_usage(groq["usage"], {"service_tier": self._tier})
         return True
 
     def usage(self) -> Usage | None:
@@ -358,7 +372,7 @@ class Background:
 
     def running(self, route: object, body: dict[str, Any], answer: Any) -> str | None:
         """The id of the background response a create's answer left running."""
-        if not isinstance(route, Responses) or body.get("background") is not True:
+        if not isinstance(unwrapped(route), Responses) or body.get("background") is not True:
             return None
         if not isinstance(answer, dict) or not valid_id(answer.get("id")):
             return None
@@ -532,19 +546,177 @@ SOCKETS = (
 def routing(path: str, prefix: str = "/v1") -> Route | str | None:
     """The route of a POST to path, under a base URL whose own path is prefix; FREE for one
     that bills nothing; None otherwise (refused)."""
-    deployment = _DEPLOYMENT.match(path, len(prefix)) if within(path, prefix) else None
-    if deployment is not None:
-        path = prefix + path[deployment.end() :]
+    _, path = _deployed(path, prefix)
     return ROUTES.routing(path, prefix)
 
 
-def provider(name: str = PROVIDER, prefix: str = "/v1") -> Provider:
+def _deployed(path: str, prefix: str) -> tuple[str | None, str]:
+    """The deployment path names after prefix (None: none), and path without it."""
+    found = _DEPLOYMENT.match(path, len(prefix)) if within(path, prefix) else None
+    if found is None:
+        return None, path
+    return found.group(0).removeprefix("/deployments/"), prefix + path[found.end() :]
+
+
+# Azure OpenAI (openai/lib/azure.py; learn.microsoft.com/azure/ai-services/openai): OpenAI's
+# routes, bodies, streams and usage, under the deployment a call names, priced under
+# provider "azure" as the deployment's base model (genai-prices keys Azure's prices by base
+# model: gpt-4o...). An AzureOpenAI client names the deployment in the path
+# (/openai/deployments/{deployment}/chat/completions?api-version=..., its azure_deployment
+# or the body's model), and for the paths Azure serves without one (/openai/responses) and
+# for Azure's v1 API through a plain OpenAI client (/openai/v1/chat/completions) in the
+# body's model; the path wins when both are there, as it is what Azure serves. Azure's
+# additions are passed on unread: a content-filtered answer (finish_reason
+# "content_filter") is billed and settles at its usage, a prompt refused by the filter
+# (400 content_filter) at nothing; a stream's first chunk carries only
+# prompt_filter_results, with no choices and no usage.
+
+
+class DeploymentNotMappedError(EndpointNotMeteredError):
+    """A call to an Azure OpenAI deployment that metered() was given no base model for (its
+    deployments=): Earmark cannot price it, so it was not sent (nothing was held).
+    about["deployment"] names it. The TypeScript SDK's error of the same name."""
+
+    def __init__(self, deployment: str) -> None:
+        EarmarkClientError.__init__(
+            self,
+            f"the Azure deployment {deployment!r} has no base model in metered()'s "
+            "deployments=, so Earmark cannot price it; not sent",
+        )
+        self.about = {"deployment": deployment}
+
+
+class StreamUsageNotReportedError(EndpointNotMeteredError):
+    """A chat stream to Azure OpenAI under an api-version that streams no usage (it takes
+    no stream_options: before 2024-10-21, or 2024-09-01-preview): its hold could only go in
+    doubt, so it was not sent (nothing was held). about["api_version"] names it."""
+
+    def __init__(self, api_version: str) -> None:
+        EarmarkClientError.__init__(
+            self,
+            f"Azure OpenAI api-version {api_version!r} streams no usage (stream_options "
+            "takes 2024-10-21 or 2024-09-01-preview and later), so Earmark could not settle "
+            "the stream; not sent: use a later api_version, or stream=False",
+        )
+        self.about = {"api_version": api_version}
+
+
+@dataclass(frozen=True)
+class Azure:
+    """An Azure OpenAI client's deployments (name: base model), its api-version (None:
+    the v1 API, which takes none), and how its refusals are raised (as the SDK's errors
+    too: raised from a route, before the transport could make them so)."""
+
+    deployments: Mapping[str, str]
+    api_version: str | None = None
+    errors: Raising = field(default_factory=Raising)
+
+    def base_model(self, deployment: str) -> str:
+        model = self.deployments.get(deployment)
+        if not isinstance(model, str) or not model:
+            raise self.errors(DeploymentNotMappedError)(deployment)
+        return model
+
+
+class Deployed:
+    """A metered route of Azure OpenAI: OpenAI's own, its calls priced as their
+    deployment's base model (the path's deployment, else the body's model); a deployment
+    not mapped, and a chat stream under an api-version that streams no usage, refused
+    before anything is held or sent."""
+
+    def __init__(self, route: Route, azure: Azure, deployment: str | None) -> None:
+        self.route, self.azure, self.deployment = route, azure, deployment
+        self.later = getattr(route, "later", None)
+
+    def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        call = self.route.call(body, meter)
+        model = self.azure.base_model(call.model if self.deployment is None else self.deployment)
+        version = self.azure.api_version
+        if call.stream and isinstance(self.route, Chat) and not hosts.streams_usage(version):
+            assert version is not None
+            raise self.azure.errors(StreamUsageNotReportedError)(version)
+        return replace(call, model=model)
+
+    def sent(
+        self, body: dict[str, Any], call: Call, cap: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        return self.route.sent(body, call, cap)
+
+    def usage(self, answer: Any, call: Call) -> Usage | None:
+        return self.route.usage(answer, call)
+
+    def tally(self, call: Call, hidden_usage: bool) -> Tally:
+        return self.route.tally(call, hidden_usage)
+
+
+class Reported:
+    """A metered route of a provider that reports each call's cost beside its usage
+    (OpenRouter's usage.cost: earmark.client.reported): its usage carries the cost."""
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+        self.later = getattr(route, "later", None)
+
+    def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        return self.route.call(body, meter)
+
+    def sent(
+        self, body: dict[str, Any], call: Call, cap: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        return self.route.sent(body, call, cap)
+
+    def usage(self, answer: Any, call: Call) -> Usage | None:
+        usage = self.route.usage(answer, call)
+        reported = answer.get("usage") if isinstance(answer, dict) else None
+        return with_cost(usage, reported_cost(reported))
+
+    def tally(self, call: Call, hidden_usage: bool) -> Tally:
+        return _ReportedTally(self.route.tally(call, hidden_usage))
+
+
+class _ReportedTally:
+    """A stream's tally, with the cost its usage event reports (OpenRouter's last)."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+        self._usage: Any = None
+
+    def keep(self, event: str, data: Any) -> bool:
+        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+            self._usage = data["usage"]
+        return self.tally.keep(event, data)
+
+    def usage(self) -> Usage | None:
+        usage = self.tally.usage()
+        return with_cost(usage, None if self._usage is None else reported_cost(self._usage))
+
+
+def unwrapped(route: object) -> object:
+    """The provider's own route inside Azure's or a reporting provider's."""
+    while isinstance(route, Deployed | Reported):
+        route = route.route
+    return route
+
+
+def provider(name: str = PROVIDER, prefix: str = "/v1", azure: Azure | None = None) -> Provider:
     """OpenAI (or an OpenAI-compatible API, priced under name) under a base URL whose own
-    path is prefix, its SDK's base error and its websocket surfaces."""
+    path is prefix, its SDK's base error and its websocket surfaces; with azure, Azure
+    OpenAI's deployments (Deployed). A provider that reports its calls' cost
+    (hosts.REPORTS_COST) has its usage carry it (Reported)."""
     import openai
 
+    errors = Raising(openai.OpenAIError)
+    deployments = None if azure is None else replace(azure, errors=errors)
+    reports = name in hosts.REPORTS_COST
+
     def routed(path: str) -> Route | str | None:
-        return routing(path, prefix)
+        deployment, path = _deployed(path, prefix)
+        found = ROUTES.routing(path, prefix)
+        if found is None or isinstance(found, str):
+            return found
+        if deployments is not None:
+            found = Deployed(found, deployments, deployment)
+        return Reported(found) if reports else found
 
     return Provider(name, routed, openai.OpenAIError, SOCKETS)
 
