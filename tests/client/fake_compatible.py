@@ -35,15 +35,20 @@ Wire facts followed, as published:
   every answer's usage carries cost (dollars of its credits), cost_details and is_byok,
   streamed on the last chunk whether stream_options asked for it or not; streams carry
   `: OPENROUTER PROCESSING` comment lines.
+- Mistral (docs.mistral.ai, chat completions; notes 4.3): a stream's usage is on its last
+  chunk, the one with the finish_reason, whether asked for or not.
+- xAI (docs.x.ai; genai-prices' x-ai extractor, notes 4.6): completion_tokens leave out
+  completion_tokens_details.reasoning_tokens, which total_tokens counts.
 
 What a test sets (CompatibleState): the usage's counts; `cache_hits`, sent as DeepSeek's
 prompt_cache_hit_tokens (and prompt_tokens - hits as its misses), as is, so that a test can
 send one out of its shape, None for an answer in OpenAI's shape; `served_tier`, the
 service_tier the answer names (None: none, as DeepSeek answers); `flavor`, whose additions
-the answers carry ("azure", "groq", "openrouter"; "" for none); `filtered`, what Azure's
-filter stops ("output", "prompt"; "" for nothing); `cost`, OpenRouter's usage.cost, sent
-as is (and `byok` with its upstream cost). It records each request's body and its path
-with its query (`paths`).
+the answers carry ("azure", "groq", "openrouter", "mistral", "xai"; "" for none);
+`filtered`, what Azure's filter stops ("output", "prompt"; "" for nothing); `cost`,
+OpenRouter's usage.cost, sent as is (and `upstream_cost`, a BYOK call's);
+`reasoning_tokens`, xAI's. It records each request's body and its path with its query
+(`paths`).
 """
 
 from __future__ import annotations
@@ -72,8 +77,11 @@ class CompatibleState:
     cache_hits: Any = None
     # The service_tier the answer names (None: the answer names none).
     served_tier: str | None = None
-    # Whose additions the answers carry: "azure", "groq", "openrouter" ("": none).
+    # Whose additions the answers carry: "azure", "groq", "openrouter", "mistral", "xai"
+    # ("": none).
     flavor: str = ""
+    # xAI's reasoning tokens, beside its completion_tokens.
+    reasoning_tokens: int = 0
     # Azure's content filter: "output" stops the answer, "prompt" refuses the request.
     filtered: str = ""
     # OpenRouter's usage.cost, in dollars, sent as is; byok adds upstream_inference_cost.
@@ -112,6 +120,9 @@ def usage(state: CompatibleState) -> dict[str, Any]:
     if state.flavor == "groq":
         timings = {"queue_time": 0.037, "prompt_time": 0.0007, "completion_time": 0.46}
         reported = {**timings, **reported, "total_time": 0.46}
+    if state.flavor == "xai":
+        reported["completion_tokens_details"] = {"reasoning_tokens": state.reasoning_tokens}
+        reported["total_tokens"] += state.reasoning_tokens
     return reported
 
 
@@ -221,9 +232,11 @@ class _Handler(JsonHandler):
         last: dict[str, Any] = {**chunk, "choices": [ending]}
         if state.flavor == "groq":
             last["x_groq"] = {"id": "req_01jadadp0femyae9kav1gpkhe8", "usage": usage(state)}
+        if state.flavor == "mistral":
+            last["usage"] = usage(state)
         self.send_event(last)
         asked = (body.get("stream_options") or {}).get("include_usage")
-        if state.flavor == "openrouter" or (asked and state.flavor != "groq"):
+        if state.flavor == "openrouter" or (asked and state.flavor not in ("groq", "mistral")):
             self.send_event({**chunk, "choices": [], "usage": usage(state)})
         self.send_chunk(b"data: [DONE]\n\n")
         self.end_events()

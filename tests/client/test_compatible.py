@@ -10,6 +10,7 @@ own)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +23,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from earmark.client import AsyncClient, RefusedError, hosts
+from earmark.client import AsyncClient, Client, RefusedError, hosts
 from earmark.client.llm import ProviderNotNamedError, metered
 from earmark.client.reported import dollars_to_micros, reported_cost
 from earmark.server import Sidecar
@@ -39,10 +40,14 @@ PROMPT, COMPLETION = 1_000, 200
 DEEPSEEK = ("deepseek", "deepseek-chat", (2_700_000, 270_000, 11_000_000))
 GROQ = ("groq", "llama-3.3-70b-versatile", (590_000, 295_000, 790_000))
 OPENROUTER = ("openrouter", "openai/gpt-4o", (2_500_000, 1_250_000, 10_000_000))
+MISTRAL = ("mistral", "mistral-large-latest", (2_000_000, 200_000, 6_000_000))
+XAI = ("x-ai", "grok-4", (3_000_000, 750_000, 15_000_000))
 BASE_URLS = {
     "deepseek": "https://api.deepseek.com",
     "groq": "https://api.groq.com/openai/v1",
     "openrouter": "https://openrouter.ai/api/v1",
+    "mistral": "https://api.mistral.ai/v1",
+    "x-ai": "https://api.x.ai/v1",
 }
 
 
@@ -63,7 +68,8 @@ async def sidecar(database_url: str) -> AsyncIterator[Running]:
     folder = Path(tempfile.mkdtemp(prefix="em-"))
     try:
         async with running(Sidecar(sidecar_settings(database_url, folder)), database_url) as s:
-            for provider, model, (rate_in, rate_cached, rate_out) in (DEEPSEEK, GROQ, OPENROUTER):
+            for provider, model, rates in (DEEPSEEK, GROQ, OPENROUTER, MISTRAL, XAI):
+                rate_in, rate_cached, rate_out = rates
                 await put_price(
                     s, provider, model, input_usd_micros_per_mtok=rate_in,
                     cached_input_usd_micros_per_mtok=rate_cached,
@@ -84,7 +90,8 @@ def reset(server: FakeCompatible, flavor: str = "", **state: Any) -> FakeCompati
     """The module's fake as it starts, answering as flavor, its record empty."""
     fresh = CompatibleState(PROMPT, COMPLETION, flavor=flavor, **state)
     with server.state.lock:
-        for name in ("flavor", "cache_hits", "served_tier", "filtered", "cost", "upstream_cost"):
+        for name in ("flavor", "cache_hits", "served_tier", "filtered", "cost", "upstream_cost",
+                     "reasoning_tokens"):  # fmt: skip
             setattr(server.state, name, getattr(fresh, name))
         server.state.requests.clear()
         server.state.paths.clear()
@@ -105,6 +112,21 @@ class ToFake(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class SyncToFake(httpx2.BaseTransport):
+    """ToFake for the sync SDK clients."""
+
+    def __init__(self, fake: FakeCompatible) -> None:
+        self.fake = httpx2.URL(fake.url)
+        self.inner = httpx2.HTTPTransport()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.url = request.url.copy_with(scheme="http", host=self.fake.host, port=self.fake.port)
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def at(provider: str, fake: FakeCompatible) -> openai.AsyncOpenAI:
@@ -175,7 +197,8 @@ async def test_openrouter_settles_at_its_reported_cost(
     """A money budget is charged OpenRouter's usage.cost (and a BYOK call's upstream cost
     with it), streamed or not, the stream's processing comments passed; a tokens budget is
     charged the tokens; a cost not believed (not finite, negative, past the bound, not a
-    number) is priced from the tokens at the book's price."""
+    number) is priced from the tokens at the book's price. A sync client settles the
+    same."""
     fake = reset(server, flavor="openrouter", cost=0.0123)
     provider, model, rates = OPENROUTER
     await budget(sidecar, "or-usd", 50_000_000)
@@ -193,11 +216,47 @@ async def test_openrouter_settles_at_its_reported_cost(
             await chat(odd, model)
         fake.state.cost, fake.state.upstream_cost = 0.001, 0.02
         await chat(metered(client, earmark, "or-byok"), model)
+    fake.state.cost, fake.state.upstream_cost = 0.0123, None
+
+    def sync_call() -> None:
+        http = httpx2.Client(transport=SyncToFake(fake))
+        with (
+            Client(sidecar.target) as earmark,
+            openai.OpenAI(api_key="k", base_url=BASE_URLS[provider], http_client=http) as sdk,
+        ):
+            llm = metered(sdk, earmark, "or-usd")
+            llm.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+
+    await asyncio.to_thread(sync_call)
     assert [None] * len(chunks) == [chunk.usage for chunk in chunks]
-    assert [12_300, 12_300] == await settled(sidecar, "or-usd")
+    assert [12_300, 12_300, 12_300] == await settled(sidecar, "or-usd")
     assert [PROMPT + COMPLETION] == await settled(sidecar, "or-tokens")
     assert [owed(PROMPT, 0, COMPLETION, rates)] * 4 == await settled(sidecar, "or-odd")
     assert [21_000] == await settled(sidecar, "or-byok")
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_mistral_and_xai_are_charged_as_they_bill(
+    sidecar: Running, server: FakeCompatible
+) -> None:
+    """Mistral ends every stream with its usage: its stream is sent without stream_options
+    (an argument its API may refuse) and settles at the last chunk's usage. xAI's
+    reasoning tokens, which its completion_tokens leave out, are charged as output."""
+    await budget(sidecar, "mistral", 50_000_000)
+    await budget(sidecar, "xai", 50_000_000)
+    fake = reset(server, flavor="mistral")
+    async with AsyncClient(sidecar.target) as earmark, at("mistral", fake) as client:
+        chunks = await chat(metered(client, earmark, "mistral"), MISTRAL[1], stream=True)
+    assert chunks[-1].usage is not None
+    assert ["stream_options" in body for body in fake.state.requests] == [False]
+    fake = reset(server, flavor="xai", reasoning_tokens=500)
+    async with AsyncClient(sidecar.target) as earmark, at("x-ai", fake) as client:
+        llm = metered(client, earmark, "xai")
+        await chat(llm, XAI[1])
+        await chat(llm, XAI[1], stream=True)
+    assert [owed(PROMPT, 0, COMPLETION, MISTRAL[2])] == await settled(sidecar, "mistral")
+    each = owed(PROMPT, 0, COMPLETION + 500, XAI[2])
+    assert [each, each] == await settled(sidecar, "xai")
     await assert_invariants(sidecar.dsn)
 
 

@@ -649,12 +649,15 @@ class Deployed:
         return self.route.tally(call, hidden_usage)
 
 
-class Reported:
-    """A metered route of a provider that reports each call's cost beside its usage
-    (OpenRouter's usage.cost: earmark.client.reported): its usage carries the cost."""
+class Compatible:
+    """A metered route of an OpenAI-compatible provider whose answers differ from OpenAI's
+    (hosts.REPORTS_COST, XAI, STREAMS_USAGE_UNASKED): its usage carries the cost the
+    provider reports (OpenRouter's usage.cost: earmark.client.reported); xAI's reasoning
+    tokens, which its completion_tokens leave out, are output; a stream to a provider that
+    ends every stream with its usage is sent without stream_options."""
 
-    def __init__(self, route: Route) -> None:
-        self.route = route
+    def __init__(self, route: Route, name: str) -> None:
+        self.route, self.name = route, name
         self.later = getattr(route, "later", None)
 
     def call(self, body: dict[str, Any], meter: Meter) -> Call:
@@ -663,37 +666,73 @@ class Reported:
     def sent(
         self, body: dict[str, Any], call: Call, cap: int | None
     ) -> tuple[dict[str, Any], bool]:
-        return self.route.sent(body, call, cap)
+        sent, hidden = self.route.sent(body, call, cap)
+        if hidden and self.name in STREAMS_USAGE_UNASKED:
+            # The caller's own stream_options, if any, as the caller wrote them.
+            sent = {k: v for k, v in sent.items() if k != "stream_options"}
+            if "stream_options" in body:
+                sent["stream_options"] = body["stream_options"]
+            return sent, False
+        return sent, hidden
 
     def usage(self, answer: Any, call: Call) -> Usage | None:
-        usage = self.route.usage(answer, call)
         reported = answer.get("usage") if isinstance(answer, dict) else None
-        return with_cost(usage, reported_cost(reported))
+        return self.adjusted(self.route.usage(answer, call), reported)
 
     def tally(self, call: Call, hidden_usage: bool) -> Tally:
-        return _ReportedTally(self.route.tally(call, hidden_usage))
+        return _CompatibleTally(self, self.route.tally(call, hidden_usage))
+
+    def adjusted(self, usage: Usage | None, reported: Any) -> Usage | None:
+        """usage as the provider bills it, from the usage object it reported."""
+        if usage is None or not isinstance(reported, dict):
+            return usage
+        if self.name == XAI:
+            usage = replace(usage, output_tokens=usage.output_tokens + _unreported(reported))
+        if self.name in hosts.REPORTS_COST:
+            usage = with_cost(usage, reported_cost(reported))
+        return usage
 
 
-class _ReportedTally:
-    """A stream's tally, with the cost its usage event reports (OpenRouter's last)."""
+# xAI (genai-prices "x-ai": its chat extractor adds completion_tokens_details
+# .reasoning_tokens to completion_tokens): its completion_tokens leave the reasoning out.
+XAI = "x-ai"
+# Providers that end every chat stream with its usage, asked or not, and that may refuse
+# an argument they do not know: Mistral (its API validates strictly; notes-45 4.3).
+STREAMS_USAGE_UNASKED = frozenset({"mistral"})
 
-    def __init__(self, tally: Tally) -> None:
-        self.tally = tally
-        self._usage: Any = None
+
+def _unreported(usage: dict[str, Any]) -> int:
+    """The reasoning tokens xAI's completion_tokens leave out: its reasoning_tokens, unless
+    total_tokens says completion_tokens counted them (then none)."""
+    details = usage.get("completion_tokens_details")
+    reasoning = number(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
+    total = usage.get("total_tokens")
+    counted = number(usage.get("prompt_tokens")) + number(usage.get("completion_tokens"))
+    if isinstance(total, int) and not isinstance(total, bool) and total == counted:
+        return 0
+    return min(reasoning, limits.tokens_per_request_max)
+
+
+class _CompatibleTally:
+    """A stream's tally, its usage adjusted as the route's (from the last usage object the
+    stream carried: the usage chunk's, or Groq's x_groq)."""
+
+    def __init__(self, route: Compatible, tally: Tally) -> None:
+        self.route, self.tally = route, tally
+        self._reported: Any = None
 
     def keep(self, event: str, data: Any) -> bool:
         if isinstance(data, dict) and isinstance(data.get("usage"), dict):
-            self._usage = data["usage"]
+            self._reported = data["usage"]
         return self.tally.keep(event, data)
 
     def usage(self) -> Usage | None:
-        usage = self.tally.usage()
-        return with_cost(usage, None if self._usage is None else reported_cost(self._usage))
+        return self.route.adjusted(self.tally.usage(), self._reported)
 
 
 def unwrapped(route: object) -> object:
     """The provider's own route inside Azure's or a reporting provider's."""
-    while isinstance(route, Deployed | Reported):
+    while isinstance(route, Deployed | Compatible):
         route = route.route
     return route
 
@@ -701,13 +740,13 @@ def unwrapped(route: object) -> object:
 def provider(name: str = PROVIDER, prefix: str = "/v1", azure: Azure | None = None) -> Provider:
     """OpenAI (or an OpenAI-compatible API, priced under name) under a base URL whose own
     path is prefix, its SDK's base error and its websocket surfaces; with azure, Azure
-    OpenAI's deployments (Deployed). A provider that reports its calls' cost
-    (hosts.REPORTS_COST) has its usage carry it (Reported)."""
+    OpenAI's deployments (Deployed). A provider whose answers differ from OpenAI's has
+    its routes read as it bills (Compatible)."""
     import openai
 
     errors = Raising(openai.OpenAIError)
     deployments = None if azure is None else replace(azure, errors=errors)
-    reports = name in hosts.REPORTS_COST
+    differs = name in hosts.REPORTS_COST or name in STREAMS_USAGE_UNASKED or name == XAI
 
     def routed(path: str) -> Route | str | None:
         deployment, path = _deployed(path, prefix)
@@ -716,7 +755,7 @@ def provider(name: str = PROVIDER, prefix: str = "/v1", azure: Azure | None = No
             return found
         if deployments is not None:
             found = Deployed(found, deployments, deployment)
-        return Reported(found) if reports else found
+        return Compatible(found, name) if differs else found
 
     return Provider(name, routed, openai.OpenAIError, SOCKETS)
 
