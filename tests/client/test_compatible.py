@@ -228,7 +228,13 @@ async def test_openrouter_settles_at_its_reported_cost(
             llm.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
 
     await asyncio.to_thread(sync_call)
-    assert [None] * len(chunks) == [chunk.usage for chunk in chunks]
+    # OpenRouter's stream ends with its usage, asked or not: sent as the caller wrote it,
+    # and the caller sees the usage as it would unmetered.
+    assert [False] == [
+        "stream_options" in body for body in fake.state.requests[:2] if body.get("stream")
+    ]
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.model_extra["cost"] == 0.0123
     assert [12_300, 12_300, 12_300] == await settled(sidecar, "or-usd")
     assert [PROMPT + COMPLETION] == await settled(sidecar, "or-tokens")
     assert [owed(PROMPT, 0, COMPLETION, rates)] * 4 == await settled(sidecar, "or-odd")
@@ -285,6 +291,7 @@ async def test_a_host_earmark_does_not_know_needs_provider() -> None:
         "https://my-resource.openai.azure.com/openai/v1": "azure",
         "https://my-apim.azure-api.net/openai": "azure",
         "": "openai",
+        "https://eu.api.openai.com/v1": "openai",
         "http://localhost:8000/v1": "openai",
         "http://127.0.0.1:11434/v1": "openai",
         "http://[::1]:8000/v1": "openai",

@@ -8,9 +8,9 @@ api_pattern). metered() names the provider from the base URL's host when the cal
 no provider=:
 - a host of HOSTS (api.deepseek.com: deepseek, ...), or an Azure OpenAI host (AZURE_HOST,
   genai-prices' azure pattern): that provider;
-- OpenAI's own API (api.openai.com, or no base URL), and a loopback host (localhost,
-  127.0.0.0/8, ::1: a local fake, proxy or gateway of OpenAI's API, as the tests run):
-  openai, as before;
+- OpenAI's own API (api.openai.com and its regional hosts, eu.api.openai.com..., or no
+  base URL), and a loopback host (localhost, 127.0.0.0/8, ::1: a local fake, proxy or
+  gateway of OpenAI's API, as the tests run): openai, as before;
 - any other host: none (ProviderNotNamedError), since pricing its calls as OpenAI's models
   would charge them at rates it does not bill; a local server of open models (vLLM,
   Ollama) on a loopback host passes provider= too, or its models are looked up as OpenAI's.
@@ -42,6 +42,8 @@ HOSTS: dict[str, str] = {
     "api.openrouter.ai": "openrouter",
     "api.x.ai": "x-ai",
 }
+# OpenAI's own regional hosts (the openai package's data residency: eu.api.openai.com...).
+OPENAI_REGIONAL = ".api.openai.com"
 # Azure OpenAI's hosts: genai-prices' azure api_pattern, on the host alone.
 AZURE_HOST = re.compile(
     r"(?:[^.]*\.)?(?:openai\.azure\.com|azure-api\.net|cognitiveservices\.azure\.com"
@@ -100,6 +102,8 @@ def named(base_url: str) -> str:
         return OPENAI
     if host in HOSTS:
         return HOSTS[host]
+    if host.endswith(OPENAI_REGIONAL):
+        return OPENAI
     if AZURE_HOST.fullmatch(host):
         return AZURE
     raise ProviderNotNamedError(host)

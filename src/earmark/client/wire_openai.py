@@ -696,9 +696,12 @@ class Compatible:
 # xAI (genai-prices "x-ai": its chat extractor adds completion_tokens_details
 # .reasoning_tokens to completion_tokens): its completion_tokens leave the reasoning out.
 XAI = "x-ai"
-# Providers that end every chat stream with its usage, asked or not, and that may refuse
-# an argument they do not know: Mistral (its API validates strictly; notes-45 4.3).
-STREAMS_USAGE_UNASKED = frozenset({"mistral"})
+# Providers that end every chat stream with its usage, asked or not: their streams are sent
+# as the caller wrote them, and the caller sees the usage as it would unmetered. Mistral
+# (its API validates strictly, and may refuse an argument it does not know; notes-45 4.3)
+# and OpenRouter ("stream_options ... deprecated and have no effect": its usage
+# accounting docs).
+STREAMS_USAGE_UNASKED = frozenset({"mistral", "openrouter"})
 
 
 def _unreported(usage: dict[str, Any]) -> int:
