@@ -26,6 +26,8 @@ import pytest_asyncio
 from earmark.client import AsyncClient, Client, RefusedError, hosts
 from earmark.client.llm import ProviderNotNamedError, metered
 from earmark.client.reported import dollars_to_micros, reported_cost
+from earmark.client.wire import Call
+from earmark.client.wire_openai import Chat, Compatible
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.client.fake_compatible import CompatibleState, FakeCompatible, fake_compatible
@@ -326,3 +328,19 @@ async def test_a_reported_cost_is_believed_within_its_bounds() -> None:
         reported_cost(byok), reported_cost(bad), reported_cost({}),
         reported_cost({"cost": 0.001, "cost_details": {"upstream_inference_cost": 0.02}}),
     ]  # fmt: skip
+
+
+async def test_xais_reasoning_is_added_unless_its_total_counted_it() -> None:
+    """xAI's reasoning tokens are added to its completion_tokens when total_tokens counts
+    them apart (or names no total), and not when the total says completion_tokens did."""
+    route = Compatible(Chat(), "x-ai")
+    call = Call("grok-4", 10)
+
+    def read(**usage: Any) -> int:
+        details = {"completion_tokens_details": {"reasoning_tokens": 50}}
+        answer = {"usage": {"prompt_tokens": 10, "completion_tokens": 20, **details, **usage}}
+        found = route.usage(answer, call)
+        assert found is not None
+        return found.output_tokens
+
+    assert [70, 70, 20] == [read(total_tokens=80), read(), read(total_tokens=30)]
