@@ -193,8 +193,9 @@ def metered(sdk_client: SDK, earmark: Client | AsyncClient, budget_id: str, **me
     client's calls are priced under (by default the one its base URL's host names: see the
     module), and deployments= an Azure OpenAI client's base model of each deployment.
     google-genai's Client and boto3's
-    bedrock-runtime client are metered by their own modules (metered_gemini,
-    metered_bedrock), which send through neither httpx2 nor the routes here."""
+    bedrock-runtime client are metered by their own modules: metered_gemini (a copy of the
+    Client on wire_transport's httpx2 metering, routed by wire_gemini) and metered_bedrock
+    (botocore's event hooks on the client itself, routed by wire_bedrock)."""
     package = type(sdk_client).__module__.partition(".")[0]
     if package == "google":
         from earmark.client import metered_gemini
