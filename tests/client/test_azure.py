@@ -146,9 +146,9 @@ async def test_an_unmapped_deployment_is_refused_unsent(
     sidecar: Running, fake: FakeCompatible
 ) -> None:
     """A deployment deployments= does not map, named by the path or by the body, is refused
-    before anything is held or sent, as the SDK's error too; an Azure client metered as
-    azure without deployments=, and one map that is not of names to models, are refused
-    by metered()."""
+    before anything is held or sent, as the SDK's error too; an Azure client metered
+    without deployments=, as azure or not, and one map that is not of names to models, are
+    refused by metered()."""
     await budget(sidecar, "unmapped", 50_000_000)
     refused: list[DeploymentNotMappedError] = []
     async with (
@@ -165,6 +165,8 @@ async def test_an_unmapped_deployment_is_refused_unsent(
             refused.append(raised.value)
         with pytest.raises(TypeError, match="deployments="):
             metered(by_model, earmark, "unmapped", provider="azure")
+        with pytest.raises(TypeError, match="deployments="):
+            metered(by_model, earmark, "unmapped")
         with pytest.raises(TypeError, match="deployments="):
             metered(by_model, earmark, "unmapped", deployments={"prod-4o": ""})
     assert ["staging-4o", "staging-4o", "gpt-4o"] == [e.about["deployment"] for e in refused]

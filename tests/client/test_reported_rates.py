@@ -187,6 +187,12 @@ async def test_an_azure_answer_naming_another_tier_is_charged_at_the_named_tier(
     """An Azure OpenAI deployment's priority request served at default is charged at
     default: Azure answers the tier it used in the same field as OpenAI."""
     compatible.state.served_tier = "default"
+    for tier, (rate_in, rate_cached, rate_out) in (("", DEFAULT), ("priority", PRIORITY)):
+        await put_price(
+            tiers, "azure", "gpt-4o", service_tier=tier, input_usd_micros_per_mtok=rate_in,
+            cached_input_usd_micros_per_mtok=rate_cached, output_usd_micros_per_mtok=rate_out,
+            max_output_tokens=CEILING,
+        )  # fmt: skip
     await budget(tiers, "azure", 50_000_000)
     async with (
         AsyncClient(tiers.target) as earmark,
@@ -194,7 +200,7 @@ async def test_an_azure_answer_naming_another_tier_is_charged_at_the_named_tier(
             api_key="k", azure_endpoint=compatible.url, api_version="2024-10-21", max_retries=0
         ) as client,
     ):
-        llm = metered(client, earmark, "azure")
+        llm = metered(client, earmark, "azure", deployments={"gpt-4o": "gpt-4o"})
         await call(llm, "gpt-4o", service_tier="priority")
     at_default = owed(PROMPT, 0, COMPLETION, DEFAULT)
     assert ([at_default], at_default) == (

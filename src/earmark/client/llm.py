@@ -36,8 +36,8 @@ OpenAI-compatible APIs and Azure OpenAI are metered through the openai SDK's cli
   does not map raises DeploymentNotMappedError before anything is held or sent; a chat
   stream under an api-version that streams no usage (before 2024-10-21 GA or
   2024-09-01-preview) raises StreamUsageNotReportedError, unsent, as its hold could only
-  go in doubt. An AzureOpenAI client without deployments= is priced as before, each
-  deployment as an OpenAI model of its name (a warning says so);
+  go in doubt. An Azure OpenAI client without deployments= raises a TypeError: a
+  deployment's name says nothing of the model it runs, so it cannot be priced;
 - a provider's own usage fields are read (DeepSeek's cache hits, Groq's streamed
   x_groq.usage), and OpenRouter's reported usage.cost is what a budget in usd_micros is
   charged (earmark.client.reported).
@@ -54,7 +54,6 @@ copy) is metered and refused the same way, around the HTTP client it is given if
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
@@ -91,7 +90,6 @@ __all__ = [
 ]
 
 SDK = TypeVar("SDK")
-log = logging.getLogger("earmark.client")
 # A metered client's websocket_base_url: a scheme no websocket library connects to (the
 # websockets package refuses any but ws and wss before opening a socket), on a host that
 # resolves nowhere. The known surfaces raise before reaching it; a connection manager built
@@ -147,7 +145,7 @@ def _provider(
     """The provider whose routes meter sdk_client: Anthropic's for its SDK's clients,
     OpenAI's otherwise, priced under name, or the provider its base URL's host names
     (hosts.named); Azure OpenAI's deployments, priced as their base models, when given
-    deployments (an AzureOpenAI client without them: see the module)."""
+    deployments (an Azure OpenAI client without them raises a TypeError)."""
     if type(sdk_client).__module__.partition(".")[0] == "anthropic":
         from earmark.client import wire_anthropic
 
@@ -156,19 +154,9 @@ def _provider(
 
     prefix = _prefix(sdk_client)
     azure = _is_azure(sdk_client)
-    if name is None and deployments is None and azure:
-        # An AzureOpenAI client metered without deployments= prices each deployment as an
-        # OpenAI model of its name, as it did before deployments= (kept while the suite's
-        # tests of it stand: docs/providers.md asks for deployments=).
-        log.warning(
-            "earmark: an Azure OpenAI client metered without deployments= has each "
-            "deployment priced as an OpenAI model of its name; pass deployments="
-            '{"deployment": "base-model"} to price it as its base model under "azure"'
-        )
-        return wire_openai.provider(wire_openai.PROVIDER, prefix)
     base_url = str(getattr(sdk_client, "base_url", "") or "")
     named = name or (hosts.AZURE if deployments is not None else hosts.named(base_url))
-    if deployments is None and named == hosts.AZURE:
+    if deployments is None and (azure or named == hosts.AZURE):
         raise TypeError(
             'metered() of an Azure OpenAI client takes deployments={"deployment": '
             '"base-model"} (e.g. {"my-gpt4o": "gpt-4o"}), the model each deployment is '
