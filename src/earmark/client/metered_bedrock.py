@@ -132,7 +132,9 @@ class _End:
         still running, so that its close() ends the hold in doubt if the stream has not
         ended by then."""
         self.handed = True
-        self.hooks.soon(self._keep())
+        # Waited for, not sent soon: a Client closed right after the call returns must find
+        # the stream among its kept holds, or the hold would stay held until its lease.
+        self.hooks.earmark._run(self._keep())
 
     async def _keep(self) -> None:
         if not self.done:
@@ -190,9 +192,11 @@ class _Hooks:
     def soon(self, step: Coroutine[Any, Any, Any]) -> None:
         """Runs step on the Earmark client's loop without the caller waiting (its flush()
         and close() wait for it); a closed client drops it (the hold lapses into doubt)."""
+        background = _in_background(self.earmark._async, step)
         try:
-            self.earmark._submit(_in_background(self.earmark._async, step))
+            self.earmark._submit(background)
         except RuntimeError:
+            background.close()
             step.close()
 
     def before(self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
