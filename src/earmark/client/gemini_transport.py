@@ -7,7 +7,7 @@ on its loop, which a sync call may be blocking)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import httpx2
@@ -16,17 +16,16 @@ from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
 from earmark.client.held_call import Raising
 from earmark.client.sync import Client
-from earmark.client.wire import EndpointNotMeteredError, Events, answered
+from earmark.client.wire import EndpointNotMeteredError, answered
 from earmark.client.wire_transport import (
     AsyncMeteredTransport,
     MeteredTransport,
     Metering,
+    _AsyncEvents,
     _Do,
     _OnLoop,
-    _Reading,
     _Soon,
     _Stream,
-    _StreamEnd,
 )
 
 Settling = Coroutine[Any, Any, Any]
@@ -100,7 +99,9 @@ class CrossLoopTransport(ClosingAsyncTransport):
                 self._later(step)
                 return None
             case _Stream(response, events, end):
-                stream = _CrossLoopEvents(response, events, end, self._later)
+                stream = _AsyncEvents(
+                    response, events, end, self._later, lambda step: self._later(_now(step))
+                )
                 return answered(response, stream=stream)
         return await super()._do(do)
 
@@ -123,46 +124,6 @@ async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
 
 async def _now(step: Any) -> None:
     step()
-
-
-class _CrossLoopEvents(httpx2.AsyncByteStream):
-    """A stream passed to the SDK as it arrives in the caller's loop, read for its usage
-    on the way, its hold ended once, on the Client's loop, when it ends, fails or is
-    closed."""
-
-    def __init__(
-        self,
-        response: httpx2.Response,
-        events: Events,
-        end: _StreamEnd | _Reading,
-        later: Any,
-    ) -> None:
-        self.response, self.events, self.end, self._later = response, events, end, later
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self.response.aiter_bytes():
-                kept = self.events.feed(chunk)
-                if kept:
-                    yield kept
-            rest = self.events.rest()
-            if rest:
-                yield rest
-        finally:
-            self._settle()
-
-    async def aclose(self) -> None:
-        try:
-            await self.response.aclose()
-        finally:
-            self._settle()
-
-    def _settle(self) -> None:
-        settling = self.end.settling()
-        if isinstance(settling, Coroutine):
-            self._later(settling)
-        elif settling is not None:
-            self._later(_now(settling))
 
 
 class RefusedSync(httpx2.BaseTransport):

@@ -479,22 +479,28 @@ class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
             case _Read(response):
                 return await response.aread()
             case _Stream(response, events, end):
-                stream = _AsyncEvents(response, events, end, self.metering.earmark)
+                stream = _AsyncEvents(response, events, end, self.metering.earmark._in_background)
                 return answered(response, stream=stream)
 
 
 class _AsyncEvents(httpx2.AsyncByteStream):
     """A stream passed to the SDK as it arrives, read for its usage on the way, its hold
-    ended once when it ends, fails or is closed."""
+    ended once when it ends, fails or is closed: a settling coroutine through later, a
+    settling step through now (on the Earmark client's loop, at once, by default; a
+    driver whose caller runs on another loop passes both across)."""
 
     def __init__(
         self,
         response: httpx2.Response,
         events: Events,
         end: _StreamEnd | _Reading,
-        earmark: AsyncClient,
+        later: Callable[[Settling], object],
+        now: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
-        self.response, self.events, self.end, self.earmark = response, events, end, earmark
+        self.response, self.events, self.end = response, events, end
+        self._later = later
+        # The stream ends on the Earmark client's loop: the call is kept at once.
+        self._now = now or (lambda step: step())
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -517,10 +523,9 @@ class _AsyncEvents(httpx2.AsyncByteStream):
     def _settle(self) -> None:
         settling = self.end.settling()
         if isinstance(settling, Coroutine):
-            self.earmark._in_background(settling)
+            self._later(settling)
         elif settling is not None:
-            # The stream ends on the Earmark client's loop: the call is kept at once.
-            settling()
+            self._now(settling)
 
 
 class MeteredTransport(httpx2.BaseTransport):
