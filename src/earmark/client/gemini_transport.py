@@ -18,14 +18,14 @@ from earmark.client.held_call import Raising
 from earmark.client.sync import Client
 from earmark.client.wire import EndpointNotMeteredError, answered
 from earmark.client.wire_transport import (
+    AsyncEventStream,
     AsyncMeteredTransport,
+    Do,
     MeteredTransport,
     Metering,
-    _AsyncEvents,
-    _Do,
-    _OnLoop,
-    _Soon,
-    _Stream,
+    OnLoop,
+    Soon,
+    StreamOut,
 )
 
 Settling = Coroutine[Any, Any, Any]
@@ -91,15 +91,15 @@ class CrossLoopTransport(ClosingAsyncTransport):
         super().__init__(inner, metering)
         self.client = earmark
 
-    async def _do(self, do: _Do) -> Any:
+    async def _do(self, do: Do) -> Any:
         match do:
-            case _OnLoop(step):
+            case OnLoop(step):
                 return await self._on_loop(step)
-            case _Soon(step):
+            case Soon(step):
                 self._later(step)
                 return None
-            case _Stream(response, events, end):
-                stream = _AsyncEvents(
+            case StreamOut(response, events, end):
+                stream = AsyncEventStream(
                     response, events, end, self._later, lambda step: self._later(_now(step))
                 )
                 return answered(response, stream=stream)

@@ -282,18 +282,19 @@ class Metering:
 
 
 # What the exchange asks its transport to do; the transport sends back the answer (or
-# throws in the exception) of each.
+# throws in the exception) of each. Public: a transport for another SDK's loops
+# (gemini_transport) drives the same exchange with the same steps.
 
 
 @dataclass(frozen=True, slots=True)
-class _OnLoop:
+class OnLoop:
     """Run a held call's step on the Earmark client's loop, and wait for it."""
 
     step: Settling
 
 
 @dataclass(frozen=True, slots=True)
-class _Soon:
+class Soon:
     """Run a held call's step on the Earmark client's loop without waiting for it: the
     answer goes to the caller now (the client's flush() and close() wait for the step)."""
 
@@ -301,32 +302,32 @@ class _Soon:
 
 
 @dataclass(frozen=True, slots=True)
-class _Send:
+class Send:
     """Send request with the inner HTTP client; the answer is its response, streaming."""
 
     request: httpx2.Request
 
 
 @dataclass(frozen=True, slots=True)
-class _Read:
+class Read:
     """Read response's whole body; the answer is its bytes."""
 
     response: httpx2.Response
 
 
 @dataclass(frozen=True, slots=True)
-class _Stream:
+class StreamOut:
     """Hand response to the SDK as a stream read for its usage on the way, end's step run
     once when it ends; the answer is the response the SDK gets."""
 
     response: httpx2.Response
     events: Events
-    end: _StreamEnd | _Reading
+    end: StreamEnd | Reading
 
 
-_Do = _OnLoop | _Soon | _Send | _Read | _Stream
+Do = OnLoop | Soon | Send | Read | StreamOut
 # One request's exchange, as the steps it asks for; it returns the SDK's response.
-Exchange = Generator[_Do, Any, httpx2.Response]
+Exchange = Generator[Do, Any, httpx2.Response]
 
 
 def _exchange(metering: Metering, request: httpx2.Request) -> Exchange:
@@ -335,27 +336,27 @@ def _exchange(metering: Metering, request: httpx2.Request) -> Exchange:
     route = metering.route(request)
     if route is None:
         running = metering.reading(request)
-        passed: httpx2.Response = yield _Send(request)
+        passed: httpx2.Response = yield Send(request)
         if running is None:
             return passed
         return (yield from _read_again(metering, passed, running))
     body = metering.body(request)
     call = metering.call(route, body)
     held = metering.held(call)
-    yield _OnLoop(held.open())
+    yield OnLoop(held.open())
     held.admitted()
     try:
         sent, hidden = route.sent(body, call, held.cap())
         # A body sent as the caller wrote it goes out as its own bytes.
-        response = yield _Send(request if sent is body else rebuilt(request, sent))
+        response = yield Send(request if sent is body else rebuilt(request, sent))
     except BaseException as error:
-        yield _OnLoop(held.end(failed(error)))
+        yield OnLoop(held.end(failed(error)))
         raise
     if response.status_code >= 400 or not is_stream(response):
         try:
-            content = yield _Read(response)
+            content = yield Read(response)
         except BaseException as error:
-            yield _OnLoop(held.end(failed(error)))
+            yield OnLoop(held.end(failed(error)))
             raise
         if response.status_code >= 400:
             ending = answered_with(response.status_code)
@@ -365,15 +366,15 @@ def _exchange(metering: Metering, request: httpx2.Request) -> Exchange:
             call_id = None if later is None else later.running(route, body, answer)
             if later is not None and call_id is not None:
                 # Kept before the answer reaches the caller, who may read it at once.
-                yield _OnLoop(_step(partial(metering.keep, held, later, call_id)))
+                yield OnLoop(_step(partial(metering.keep, held, later, call_id)))
                 return answered(response, content=content)
             ending = held.at(route.usage(answer, call))
         # The answer goes to the caller now; its settle follows off the caller's path.
-        yield _Soon(held.end(ending))
+        yield Soon(held.end(ending))
         return answered(response, content=content)
     events = Events(route.tally(call, hidden))
-    end = _StreamEnd(metering, held, events, later_of(route))
-    streamed: httpx2.Response = yield _Stream(response, events, end)
+    end = StreamEnd(metering, held, events, later_of(route))
+    streamed: httpx2.Response = yield StreamOut(response, events, end)
     return streamed
 
 
@@ -385,16 +386,16 @@ def _read_again(metering: Metering, response: httpx2.Response, running: Running)
     if is_stream(response):
         tally = running.later.resumed(running.call_id)
         events = Events(tally)
-        streamed: httpx2.Response = yield _Stream(
-            response, events, _Reading(metering, running, tally)
+        streamed: httpx2.Response = yield StreamOut(
+            response, events, Reading(metering, running, tally)
         )
         return streamed
-    content = yield _Read(response)
+    content = yield Read(response)
     ended = metering.ended_by(running, json_answer(content))
     if ended is not None:
         # Taken from the running calls before the caller goes on (a close() right after
         # must not end it in doubt); settled in the background.
-        yield _OnLoop(_step(partial(metering.end_soon, running, ended)))
+        yield OnLoop(_step(partial(metering.end_soon, running, ended)))
     return answered(response, content=content)
 
 
@@ -402,7 +403,7 @@ async def _step(step: Now) -> None:
     step()
 
 
-class _StreamEnd:
+class StreamEnd:
     """How a stream's hold ends, once, whichever way the stream ends: at the usage the
     stream carried, or in doubt without it; kept open when the stream stopped before the
     end of a call that runs on after it (a background response)."""
@@ -428,7 +429,7 @@ class _StreamEnd:
         return self.held.end(self.held.at(usage))
 
 
-class _Reading:
+class Reading:
     """How a stream that reads a running call again ends its hold: once an event said how
     the call ended; a stream that stops before one leaves it running."""
 
@@ -467,23 +468,24 @@ class AsyncMeteredTransport(httpx2.AsyncBaseTransport):
             except BaseException as raised:
                 error = raised
 
-    async def _do(self, do: _Do) -> Any:
+    async def _do(self, do: Do) -> Any:
         match do:
-            case _OnLoop(step):
+            case OnLoop(step):
                 return await step
-            case _Soon(step):
+            case Soon(step):
                 self.metering.earmark._in_background(step)
                 return None
-            case _Send(request):
+            case Send(request):
                 return await self.inner.send(request, stream=True)
-            case _Read(response):
+            case Read(response):
                 return await response.aread()
-            case _Stream(response, events, end):
-                stream = _AsyncEvents(response, events, end, self.metering.earmark._in_background)
+            case StreamOut(response, events, end):
+                background = self.metering.earmark._in_background
+                stream = AsyncEventStream(response, events, end, background)
                 return answered(response, stream=stream)
 
 
-class _AsyncEvents(httpx2.AsyncByteStream):
+class AsyncEventStream(httpx2.AsyncByteStream):
     """A stream passed to the SDK as it arrives, read for its usage on the way, its hold
     ended once when it ends, fails or is closed: a settling coroutine through later, a
     settling step through now (on the Earmark client's loop, at once, by default; a
@@ -493,7 +495,7 @@ class _AsyncEvents(httpx2.AsyncByteStream):
         self,
         response: httpx2.Response,
         events: Events,
-        end: _StreamEnd | _Reading,
+        end: StreamEnd | Reading,
         later: Callable[[Settling], object],
         now: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
@@ -561,19 +563,19 @@ class MeteredTransport(httpx2.BaseTransport):
             except BaseException as raised:
                 error = raised
 
-    def _do(self, do: _Do) -> Any:
+    def _do(self, do: Do) -> Any:
         match do:
-            case _OnLoop(step):
+            case OnLoop(step):
                 return self._run(step)
-            case _Soon(step):
+            case Soon(step):
                 self._later(step)
                 return None
-            case _Send(request):
+            case Send(request):
                 return self.inner.send(request, stream=True)
-            case _Read(response):
+            case Read(response):
                 return response.read()
-            case _Stream(response, events, end):
-                return answered(response, stream=_Events(response, events, end, self._later))
+            case StreamOut(response, events, end):
+                return answered(response, stream=EventStream(response, events, end, self._later))
 
     def _later(self, settling: Settling) -> None:
         """Runs settling on the client's loop without the caller waiting."""
@@ -584,14 +586,14 @@ async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
     earmark._in_background(settling)
 
 
-class _Events(httpx2.SyncByteStream):
-    """_AsyncEvents for the sync SDKs: the hold's end runs on the Earmark client's loop."""
+class EventStream(httpx2.SyncByteStream):
+    """AsyncEventStream for the sync SDKs: the hold's end runs on the Earmark client's loop."""
 
     def __init__(
         self,
         response: httpx2.Response,
         events: Events,
-        end: _StreamEnd | _Reading,
+        end: StreamEnd | Reading,
         later: Callable[[Settling], None],
     ) -> None:
         self.response, self.events, self.end, self._later = response, events, end, later
@@ -622,4 +624,19 @@ class _Events(httpx2.SyncByteStream):
             self._later(_step(settling))
 
 
-__all__ = ["AsyncMeteredTransport", "MeteredTransport", "Metering"]
+__all__ = [
+    "AsyncEventStream",
+    "AsyncMeteredTransport",
+    "Do",
+    "EventStream",
+    "Exchange",
+    "MeteredTransport",
+    "Metering",
+    "OnLoop",
+    "Read",
+    "Reading",
+    "Send",
+    "Soon",
+    "StreamEnd",
+    "StreamOut",
+]
