@@ -411,3 +411,41 @@ async def test_prices_put_takes_a_prompt_length_tier_and_a_zoned_window(side: Ru
     assert (32_000, "Asia/Shanghai") == (price.input_tokens_above, price.window_timezone)
     assert (True, True) == ("INPUT ABOVE" in shown[0], " 32000 " in shown[1])
     assert "08:30-00:30 Asia/Shanghai" in shown[1]
+
+
+async def test_a_bedrock_model_is_imported_under_both_of_its_ids(side: Running) -> None:
+    """A Bedrock model genai-prices names with AWS's version suffix is in the book under its
+    bare id too (its match clause takes both), at the same rates and ceiling, prices a
+    Reserve under either, and check is clean; a second version gets no first version's id."""
+    named = "global.anthropic.claude-sonnet-4-6-v1:0"
+    alias = "global.anthropic.claude-sonnet-4-6"
+    answer = await run(side, CLOCK_START, "import", "--provider", "aws", "--model", named)
+    imported = json.loads(
+        (await run(side, CLOCK_START, "import", "--provider", "aws", "--model", named, "-o",
+                   "json", "--dry-run")).text
+    )  # fmt: skip
+    rows = {p.model: p for p in await book(side, "aws")}
+    checked = await run(side, CLOCK_START, "check", "--provider", "aws", "--model", named)
+    versioned = await run(
+        side, CLOCK_START, "import", "--provider", "aws", "--model",
+        "regional.anthropic.claude-3-5-sonnet-20241022-v2:0", "-o", "json", "--dry-run",
+    )  # fmt: skip
+    assert 0 == answer.status, answer.text
+    assert f"{alias} (as {named})" in answer.text
+    assert {alias: named} == imported["aliases"]
+    assert {named, alias} == set(rows)
+    assert (rows[named].input_usd_micros_per_mtok, rows[named].max_output_tokens) == (
+        rows[alias].input_usd_micros_per_mtok,
+        rows[alias].max_output_tokens,
+    )
+    assert 0 < rows[alias].max_output_tokens
+    assert (0, {}) == (checked.status, json.loads(versioned.text)["aliases"])
+    amounts = []
+    for model in (named, alias):
+        shape = pb.UsageShape(provider="aws", model=model, input_tokens=1000, max_output_tokens=10)
+        reserved = await side.budget.Reserve(
+            pb.ReserveRequest(budget_id=BUDGET, idempotency_key=model, shape=shape)
+        )
+        assert reserved.admitted, reserved.message
+        amounts.append(reserved.amount)
+    assert amounts[0] == amounts[1]

@@ -360,6 +360,11 @@ def _row_json(price: pb.Price) -> dict[str, object]:
     }
 
 
+def _sourced(planned: Plan) -> list[Catalogued]:
+    """The models under the source's own names (an alias's notes are its model's)."""
+    return [f for f in planned.found if not f.alias_of]
+
+
 def _import_json(planned: Plan, ceilings: price_sources.Ceilings, dry_run: bool) -> str:
     return json.dumps(
         {
@@ -370,9 +375,12 @@ def _import_json(planned: Plan, ceilings: price_sources.Ceilings, dry_run: bool)
             "unchanged": [
                 {"model": m, "service_tier": t or "default"} for m, t in planned.unchanged
             ],
-            "refused": {f.model: f.refused for f in planned.found if f.refused},
-            "left_out": {f.model: f.left_out for f in planned.found if f.left_out},
-            "without_ceiling": [f.model for f in planned.found if not f.refused and not f.ceiling],
+            "refused": {f.model: f.refused for f in _sourced(planned) if f.refused},
+            "left_out": {f.model: f.left_out for f in _sourced(planned) if f.left_out},
+            "without_ceiling": [
+                f.model for f in _sourced(planned) if not f.refused and not f.ceiling
+            ],
+            "aliases": {f.model: f.alias_of for f in planned.found if f.alias_of},
             "ceilings": ceilings.source,
             "dry_run": dry_run,
         },
@@ -442,21 +450,24 @@ def _import_text(planned: Plan, ceilings: price_sources.Ceilings, dry_run: bool)
                 for p in planned.kept
             )
         )
-    refused = [f for f in planned.found if f.refused]
+    refused = [f for f in _sourced(planned) if f.refused]
     if refused:
         parts.append(
             "refused, no row written (Earmark's price cannot hold it):\n"
             + "".join(f"  {f.model}: {'; '.join(f.refused)}\n" for f in refused)
         )
-    left = [f for f in planned.found if f.left_out and not f.refused]
+    left = [f for f in _sourced(planned) if f.left_out and not f.refused]
     if left:
         parts.append(
             "left out:\n" + "".join(f"  {f.model}: {'; '.join(f.left_out)}\n" for f in left)
         )
-    bare = [f.model for f in planned.found if not f.refused and not f.ceiling]
+    bare = [f.model for f in _sourced(planned) if not f.refused and not f.ceiling]
     if bare:
         where = ceilings.source or "no ceilings file (--ceilings, or litellm installed)"
         parts.append(f"without an output ceiling in {where}: {', '.join(bare)}\n")
+    aliased = [f"{f.model} (as {f.alias_of})" for f in planned.found if f.alias_of]
+    if aliased:
+        parts.append(f"also under the other name their calls come by: {', '.join(aliased)}\n")
     verb = "would put" if dry_run else "put"
     parts.append(
         f"{verb} {len(planned.put)} rows; {len(planned.unchanged)} tiers already as "

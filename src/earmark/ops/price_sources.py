@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -87,7 +88,21 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LITELLM_PROVIDERS = {
     "google": ("gemini", "vertex_ai-language-models"),
     "x-ai": ("xai",),
+    # Bedrock: the Converse entries first (the API metered_bedrock meters), then InvokeModel's.
+    "aws": ("bedrock_converse", "bedrock"),
+    "together": ("together_ai",),
 }
+# Bedrock's model ids: genai-prices names some with AWS's version suffix and some without
+# ("global.anthropic.claude-sonnet-4-6-v1:0", "global.anthropic.claude-opus-5"), and its
+# match clause takes both; the modelId a caller sends is one or the other. Each such model is
+# imported under both names (ALIASED_PROVIDERS), so that a call priced by its id finds its
+# price either way. Only this suffix: another version (-v2:0) is another model.
+ALIASED_PROVIDERS = frozenset({"aws"})
+FIRST_VERSION = "-v1:0"
+_VERSIONED = re.compile(r"(?:-v\d+(?::\d+)?|:\d+)$")
+# genai-prices' regional. ids are Earmark's name for an in-region Bedrock call
+# (wire_bedrock.price_name); LiteLLM's map names the model bare.
+REGIONAL_PREFIX = "regional."
 LITELLM_MAP = "model_prices_and_context_window_backup.json"
 
 
@@ -102,10 +117,24 @@ class Catalogued:
     left_out: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     ceiling: int = 0
+    # The model whose rows these are, under another name its calls come by (aliases()).
+    alias_of: str = ""
 
     def note(self, into: list[str], what: str) -> None:
         if what not in into:
             into.append(what)
+
+    def aliased(self, name: str) -> Catalogued:
+        """This model's rows under name."""
+        rows = []
+        for row in self.rows:
+            copied = pb.Price()
+            copied.CopyFrom(row)
+            copied.model = name
+            rows.append(copied)
+        return Catalogued(
+            name, rows, list(self.left_out), list(self.refused), self.ceiling, self.model
+        )
 
 
 @dataclass
@@ -115,10 +144,14 @@ class Ceilings:
     source: str
     entries: Mapping[str, Any]
 
-    def of(self, provider: str, model: str) -> int | None:
-        """The model's ceiling, or None where the map has no valid one."""
+    def of(self, provider: str, model: str, *aliases: str) -> int | None:
+        """The model's ceiling (under its id or an alias), or None where the map has no
+        valid one."""
+        names = [model, *aliases]
+        if provider == "aws":
+            names += [n.removeprefix(REGIONAL_PREFIX) for n in names]
         for name in LITELLM_PROVIDERS.get(provider, (provider,)):
-            for key in (f"{name}/{model}", model):
+            for key in (k for n in names for k in (f"{name}/{n}", n)):
                 entry = self.entries.get(key)
                 if isinstance(entry, dict) and entry.get("litellm_provider") == name:
                     most = entry.get("max_output_tokens")
@@ -215,7 +248,8 @@ def catalogue(
         if wanted and model.id not in wanted:
             continue
         found = _Reader(provider, model, zone).read()
-        found.ceiling = ceilings.of(provider, model.id) or 0
+        named = aliases(provider, model, known)
+        found.ceiling = ceilings.of(provider, model.id, *named) or 0
         if found.refused:
             found.rows = []
         for row in found.rows:
@@ -223,7 +257,25 @@ def catalogue(
             row.captured_at.FromDatetime(captured)
             row.max_output_tokens = found.ceiling
         out.append(found)
+        out.extend(found.aliased(alias) for alias in named)
     return out
+
+
+def aliases(provider: str, model: Any, known: set[str]) -> list[str]:
+    """The other names a model's calls come under that its source prices it by: for
+    Bedrock, its id with or without the first version's suffix, where its match clause
+    takes that name and no other model of the source has it."""
+    if provider not in ALIASED_PROVIDERS:
+        return []
+    if model.id.endswith(FIRST_VERSION):
+        other = model.id.removesuffix(FIRST_VERSION)
+    elif _VERSIONED.search(model.id) is None:
+        other = model.id + FIRST_VERSION
+    else:
+        return []
+    if other in known or not model.match.is_match(other):
+        return []
+    return [other]
 
 
 def _minute(value: time) -> int:
