@@ -17,7 +17,9 @@
 // writes (cacheRead, cacheWrite), as Earmark's input does; outputTokens.total counts
 // reasoning. The model is priced under the provider the AI SDK names it by (model.provider
 // before its first '.': "openai", "anthropic", "google", "amazon-bedrock" as "aws", "xai"
-// as "x-ai"...), or the one the options name, and its modelId.
+// as "x-ai"...), or the one the options name, and its modelId (a Bedrock one as
+// bedrockPriceName names it).
+import { bedrockPriceName } from './bedrock.js';
 import type { EarmarkClient } from './client.js';
 import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
 import { baseModel } from './routes-azure.js';
@@ -171,6 +173,9 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
       if (deployments !== undefined) {
         // An Azure deployment is priced as its base model.
         name = baseModel(deployments, name);
+      } else if (settings.provider === 'aws') {
+        // A Bedrock modelId (an inference profile, an ARN) under genai-prices' name for it.
+        name = bedrockPriceName(name);
       }
       const { chars, messages } = promptChars(params.prompt);
       const asked = number(params.maxOutputTokens) ?? null;

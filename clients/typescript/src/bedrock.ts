@@ -13,7 +13,10 @@
 // ...InputTokenCount); free, CountTokens and reading async invocations; every other command
 // (another family's InvokeModel, StartAsyncInvoke, ApplyGuardrail, a bidirectional stream...)
 // is refused before it is sent (EndpointNotMeteredError). A model is priced under provider
-// "aws" and its modelId as the command gives it.
+// "aws" and the name genai-prices (and `earmark prices import --provider aws`) gives its
+// modelId (bedrockPriceName, the Python SDK's wire_bedrock.price_name): AWS bills a global
+// cross-region inference profile (global.) apart from an in-region call or a geographic
+// profile (us., eu., apac....), for the model families it prices apart (regional.{id}).
 //
 // Converse's usage: inputTokens counts neither cache reads (cacheReadInputTokens) nor writes
 // (cacheWriteInputTokens; cacheDetails by TTL), which Earmark's input counts; a stream's
@@ -64,6 +67,37 @@ export const BEDROCK_COMMANDS: Readonly<Record<string, 'metered' | 'free' | 'ref
 };
 // Nova 2 models name their maximum maxTokens; Nova 1's schema names it max_new_tokens.
 const NOVA_2 = /amazon\.nova-2/;
+// The geographic prefixes of AWS's system-defined cross-region inference profiles, billed
+// as an in-region call is ("regional."); global. is billed apart.
+const GEOGRAPHIES = new Set(['us', 'us-gov', 'eu', 'apac', 'au', 'jp', 'ca', 'in']);
+const GLOBAL = 'global.';
+const REGIONAL = 'regional.';
+// The model families genai-prices 0.2.3 prices apart for global and regional calls (its
+// regional. ids); any other model has one price, under its bare id. The Python SDK's
+// REGIONAL_PRICED, which its tests check against the installed genai-prices.
+const REGIONAL_PRICED = ['anthropic.', 'amazon.nova-2-lite', 'moonshotai.', 'openai.gpt-5.6', 'openai.gpt-6', 'zai.'];
+const ARN = /^arn:aws[a-z-]*:bedrock:[^:]*:[^:]*:([a-z-]+)\/(.+)$/;
+
+/**
+ * The name the price book knows a Bedrock modelId by: a foundation model's or a
+ * system-defined inference profile's ARN is read as its id; a geographic profile (us.,
+ * eu....) and an in-region id are priced as genai-prices' regional. id for a family it prices
+ * apart (else the bare id); a global profile keeps its global. name. Any other ARN (an
+ * application inference profile, a provisioned or custom model) names no model Earmark can
+ * see: named as given, so that an operator may put its price by hand.
+ */
+export function bedrockPriceName(modelId: string): string {
+  let name = modelId;
+  const arn = ARN.exec(name);
+  if (arn !== null) {
+    if (arn[1] !== 'foundation-model' && arn[1] !== 'inference-profile') return name;
+    name = arn[2];
+  }
+  if (name.startsWith(GLOBAL) || name.startsWith(REGIONAL)) return name;
+  const dot = name.indexOf('.');
+  const base = dot > 0 && GEOGRAPHIES.has(name.slice(0, dot)) ? name.slice(dot + 1) : name;
+  return REGIONAL_PRICED.some((family) => base.startsWith(family)) ? REGIONAL + base : base;
+}
 
 export function isBedrock(client: object): client is BedrockClientLike {
   const config = (client as { config?: { serviceId?: unknown } }).config;
@@ -143,7 +177,7 @@ function converse(input: JsonObject, streaming: boolean): Operation {
   const config = isObject(input.inferenceConfig) ? input.inferenceConfig : {};
   return {
     call: {
-      model: text(input.modelId),
+      model: bedrockPriceName(text(input.modelId)),
       promptTokens: messagesPrompt(input, input.toolConfig),
       asked: positive(config, 'maxTokens'),
       choices: 1,
@@ -215,7 +249,7 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
   };
   if (/(^|[.:/])anthropic\./.test(modelId)) {
     const route = ANTHROPIC_ROUTES.find('/v1/messages') as Route;
-    const call = { ...route.call(body, settings), model: modelId, stream: streaming };
+    const call = { ...route.call(body, settings), model: bedrockPriceName(modelId), stream: streaming };
     return {
       call,
       capped: (cap) => encoded(route.sent(body, call, cap).body),
@@ -228,7 +262,7 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
     const named = ['maxTokens', 'max_new_tokens'].filter((name) => config[name] != null);
     return {
       call: {
-        model: modelId,
+        model: bedrockPriceName(modelId),
         promptTokens: messagesPrompt(body, body.toolConfig),
         asked: positive(config, 'maxTokens', 'max_new_tokens'),
         choices: 1,

@@ -145,6 +145,16 @@ test('an Azure deployment is priced as its base model; an unmapped one is refuse
   assert.equal(spy.sent.length, 0);
 });
 
+test('a Bedrock inference profile is priced under genai-prices\' name for its model', async () => {
+  // A model named as Bedrock names one (a geographic profile), sent through the fake OpenAI.
+  const bedrockModel = `anthropic.claude-aisdk-${process.pid}-v1:0`;
+  await putPrice(earmark, 'aws', `regional.${bedrockModel}`);
+  const { id, model } = await wrapped('bedrock-profile', 1_000_000, openai.chat(`us.${bedrockModel}`), { provider: 'aws' });
+  await generateText({ model, prompt: QUESTION, maxOutputTokens: 500 });
+  assert.equal(spy.sent[0].body.model, `us.${bedrockModel}`);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
 test('openai: the Responses API model (the provider default) is held and settled too', async () => {
   const { id, model } = await wrapped('openai-responses', 1_000_000, openai(gpt));
   const { usage } = await generateText({ model, prompt: QUESTION, maxOutputTokens: 500 });

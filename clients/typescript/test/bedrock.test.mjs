@@ -20,6 +20,7 @@ import {
 import { EventStreamCodec } from '@smithy/core/event-streams';
 import { fromUtf8, toUtf8 } from '@smithy/core/serde';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
+import { bedrockPriceName } from '../dist/esm/bedrock.js';
 import { BEDROCK_COMMANDS, EndpointNotMeteredError, RefusedError, metered } from '../dist/esm/index.js';
 import { json, serve } from './fakes.mjs';
 import { CEILING, NEVER_SENT, client, ledger, putPrice, usdBudget } from './helpers.mjs';
@@ -94,7 +95,8 @@ async function answer(req, res) {
 
 before(async () => {
   fake = await serve(answer);
-  await putPrice(earmark, 'aws', claude);
+  // An in-region Claude call is priced as genai-prices names it: regional.{id}.
+  await putPrice(earmark, 'aws', `regional.${claude}`);
   await putPrice(earmark, 'aws', nova);
 });
 after(async () => {
@@ -240,4 +242,27 @@ test('every command of the package is classified, and the refused ones are refus
   }
   assert.deepEqual([refused.length, fake.requests.length], [4, 0]);
   assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
+});
+
+test('a modelId is priced under the name genai-prices gives it, as the Python SDK names it', () => {
+  const claude35 = 'anthropic.claude-3-5-haiku-20241022-v1:0';
+  const priced = `regional.${claude35}`;
+  const profile = 'arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc123';
+  const names = {
+    [claude35]: priced,
+    [`us.${claude35}`]: priced,
+    [`eu.${claude35}`]: priced,
+    [`us-gov.${claude35}`]: priced,
+    [`global.${claude35}`]: `global.${claude35}`,
+    'amazon.nova-lite-v1:0': 'amazon.nova-lite-v1:0',
+    'us.amazon.nova-lite-v1:0': 'amazon.nova-lite-v1:0',
+    'amazon.nova-2-lite-v1:0': 'regional.amazon.nova-2-lite-v1:0',
+    'global.amazon.nova-2-lite-v1:0': 'global.amazon.nova-2-lite-v1:0',
+    'meta.llama3-8b-instruct-v1:0': 'meta.llama3-8b-instruct-v1:0',
+    [`arn:aws:bedrock:us-east-1::foundation-model/${claude35}`]: priced,
+    [`arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.${claude35}`]: priced,
+    [profile]: profile,
+  };
+  const named = Object.fromEntries(Object.keys(names).map((id) => [id, bedrockPriceName(id)]));
+  assert.deepEqual(names, named);
 });

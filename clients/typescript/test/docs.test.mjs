@@ -117,7 +117,8 @@ test('the Bedrock worker, on the client default HTTP/2 handler, settles Converse
   fakes.push(fake);
   const model = 'anthropic.claude-haiku-4-5-20251001-v1:0';
   await earmark.putBudget('job-152', 5_000_000, 'usd_micros');
-  await putPrice(earmark, 'aws', model);
+  // An in-region call, priced as genai-prices (and `earmark prices import`) names it.
+  await putPrice(earmark, 'aws', `regional.${model}`);
   const out = await worker('ts-bedrock-worker', {
     AWS_REGION: 'us-east-1',
     AWS_ACCESS_KEY_ID: 'AKIDTEST',
