@@ -328,3 +328,34 @@ export class DeploymentNotMappedError extends EndpointNotMeteredError {
     this.about = { deployment };
   }
 }
+
+/** A chat stream to Azure OpenAI under an api-version that streams no usage (it takes no
+ * stream_options: before 2024-10-21, or 2024-09-01-preview): its hold could only go in
+ * doubt, so it was not sent (nothing was held). about.api_version names it. */
+export class StreamUsageNotReportedError extends EndpointNotMeteredError {
+  constructor(apiVersion: string) {
+    super(
+      'API-VERSION',
+      apiVersion,
+      `Azure OpenAI api-version ${JSON.stringify(apiVersion)} streams no usage (stream_options takes 2024-10-21 or ` +
+        '2024-09-01-preview and later), so Earmark could not settle the stream; not sent: use a later apiVersion, or stream: false',
+    );
+    this.about = { api_version: apiVersion };
+  }
+}
+
+/** metered() was given an OpenAI client whose base URL is no host Earmark knows the
+ * provider of: its calls would be priced as OpenAI's models. Nothing was metered; pass the
+ * provider option (genai-prices' id: "deepseek", "groq", "openai"...). about.host names the
+ * host. */
+export class ProviderNotNamedError extends EarmarkClientError {
+  constructor(host: string) {
+    super(
+      `the base URL's host ${JSON.stringify(host)} is no provider Earmark knows: pass metered(..., { provider: '...' }) ` +
+        "naming the provider its prices are under (genai-prices' id, such as 'deepseek', 'groq', 'mistral', 'together', " +
+        "'openrouter', 'x-ai', or 'openai' for a proxy of OpenAI's own API)",
+    );
+    this.reason = 'PROVIDER_NOT_NAMED';
+    this.about = { host };
+  }
+}

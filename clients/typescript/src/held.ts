@@ -16,6 +16,7 @@ import type { EarmarkClient } from './client.js';
 import { HoldCappedError } from './errors.js';
 import { Hold } from './hold.js';
 import { OUTPUT_TOKENS_MAX, TOOL_CALLS_DEFAULT, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { settledAt } from './reported.js';
 import { capToSend, shapeOf, type Call } from './routes.js';
 import { RefusedError, type Reservation, type Usage } from './types.js';
 
@@ -23,7 +24,10 @@ export interface MeterOptions {
   /** The provider the price book knows the models under: "openai" for an OpenAI client,
    * "anthropic" for an Anthropic one, "azure" for an AzureOpenAI one, "google" for a
    * GoogleGenAI one, "aws" for a BedrockRuntimeClient, by default (another name for an
-   * OpenAI-compatible API priced apart: deepseek, groq, mistral, openrouter, together, x-ai). */
+   * OpenAI-compatible API priced apart: deepseek, groq, mistral, openrouter, together, x-ai).
+   * An OpenAI client given none is priced under the provider its base URL's host names
+   * (hosts.ts: api.deepseek.com is deepseek...; OpenAI's own, none or a loopback host
+   * openai); a host Earmark does not know throws ProviderNotNamedError from metered(). */
   provider?: string;
   /** The kind of job, whose estimates learn (a SOFT budget holds them). */
   job?: string;
@@ -106,7 +110,11 @@ export async function endCall(hold: Hold, provider: string, call: Call, ending: 
   } else if (ending === 'doubt') {
     hold.outcome = 'UNKNOWN';
   } else {
-    hold.usage = { ...ending.usage, provider, model: call.model };
+    // A provider that reports what the call cost (OpenRouter) is settled at it where the
+    // budget counts money (reported.ts).
+    const at = settledAt(ending.usage, hold.reservation);
+    if ('used' in at) hold.used = at.used;
+    else hold.usage = { ...at.usage, provider, model: call.model };
     hold.outcome = 'SUCCEEDED';
   }
   try {

@@ -31,6 +31,7 @@ export {
 } from './journal.js';
 export { Hold, hold, type HoldOptions } from './hold.js';
 export { metered, NOT_METERED_SCHEME, type FetchLike, type GoogleClientLike, type Meterable, type MeterableClient, type MeterOptions } from './metered.js';
+export { HOSTS, namedProvider, streamsUsage } from './hosts.js';
 export { BEDROCK_COMMANDS, BEDROCK_MIDDLEWARE, type BedrockClientLike } from './bedrock.js';
 export * as limits from './limits.js';
 export {

@@ -34,3 +34,9 @@ export const LLM_BACKGROUND_HOLDS_MAX = 1_000;
  * smaller): a file named as a record is read to this bound and no further, so a planted
  * sparse file of gigabytes is quarantined unread (the Python SDK's journal_record_bytes_max). */
 export const JOURNAL_RECORD_BYTES_MAX = 1 << 16;
+/** A cost a provider reports for one call (OpenRouter's usage.cost) is believed, and the
+ * call's hold settled at it where the budget counts money, when it is a finite amount from
+ * 0 to this many micro-dollars ($1,000, past any one call's list price); any other is not,
+ * and the call is priced from its tokens instead (the Python SDK's
+ * llm_reported_cost_usd_micros_max). */
+export const LLM_REPORTED_COST_USD_MICROS_MAX = 10 ** 9;

@@ -61,7 +61,8 @@ import { anthropicRouting } from './routes-anthropic.js';
 import { azureRouting } from './routes-azure.js';
 import { googleRouting } from './routes-google.js';
 import { isBedrock, meterBedrock, type BedrockClientLike } from './bedrock.js';
-import { OPENAI_SOCKETS, openaiRouting } from './routes-openai.js';
+import { AZURE, namedProvider } from './hosts.js';
+import { OPENAI_SOCKETS, compatibleRouting, openaiRouting } from './routes-openai.js';
 import { FREE, isObject, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
 import { standIn } from './stand-in.js';
@@ -681,17 +682,27 @@ export function metered<C extends Meterable>(
   const had = internals.fetch ?? (globalThis.fetch as FetchLike);
   const inner = INNER.get(had) ?? had;
   const azure = api === 'openai' && isAzure(client);
+  // An OpenAI client is priced under the provider its base URL's host names, unless the
+  // caller names one (hosts.ts); with deployments, under Azure's.
+  let provider: string = api;
+  if (api === 'openai' && options.provider === undefined) {
+    provider = options.deployments !== undefined || azure ? AZURE : namedProvider(unsealed(internals.baseURL));
+  }
+  const settings = settingsOf(provider, options);
   let routing = ROUTING[api];
   if (options.deployments !== undefined) {
     if (api !== 'openai') throw new TypeError('deployments (Azure OpenAI) takes an OpenAI or AzureOpenAI client');
-    routing = azureRouting(routing, options.deployments);
-  } else if (azure) {
+    // An AzureOpenAI client's api-version says whether its chat streams carry their usage.
+    const apiVersion = azure ? (client as unknown as AzureInternals).apiVersion : null;
+    routing = azureRouting(routing, options.deployments, apiVersion);
+  } else if (azure || settings.provider === AZURE) {
     throw new TypeError(
       "metered() of an AzureOpenAI client takes deployments: { deployment: baseModel } (e.g. { 'my-gpt4o': 'gpt-4o' }), " +
         'the model each deployment is priced as',
     );
   }
-  const meter = new Meter(earmark, budgetId, options, settingsOf(azure ? 'azure' : api, options), routing);
+  if (api === 'openai') routing = compatibleRouting(routing, settings.provider);
+  const meter = new Meter(earmark, budgetId, options, settings, routing);
   return install(internals, {}, api, meter, inner, sdkErrorOf(client, api)) as unknown as C;
 }
 

@@ -12,7 +12,15 @@
 // tell what it costs. Azure's additions to OpenAI's shapes are passed on unread: a stream's
 // first chunk carries only prompt_filter_results, with no choices and no usage, and the
 // usage chunk is the one with usage, whatever its choices.
-import { DeploymentNotMappedError } from './errors.js';
+//
+// A chat stream through an AzureOpenAI client whose apiVersion predates stream usage (it
+// takes no stream_options: a GA version before 2024-10-21, a preview before
+// 2024-09-01-preview; hosts.ts streamsUsage) is refused before it is sent
+// (StreamUsageNotReportedError): Azure would answer 400 to the stream_options Earmark adds,
+// and without them the stream carries no usage, so its hold could only go in doubt.
+import { DeploymentNotMappedError, StreamUsageNotReportedError } from './errors.js';
+import { streamsUsage } from './hosts.js';
+import { isChat } from './routes-openai.js';
 import { FREE, within, type Call, type CallSettings, type JsonObject, type Route, type Routing } from './routes.js';
 
 // The deployment a path names, after the base URL's own path.
@@ -28,24 +36,30 @@ export function baseModel(deployments: Readonly<Record<string, string>>, name: s
 }
 
 /** route, whose calls are priced as the base model of their deployment (named by the path,
- * else by the body's model). */
-function deployed(route: Route, deployments: Readonly<Record<string, string>>, fromPath: string | null): Route {
+ * else by the body's model); a chat stream under an apiVersion that streams no usage
+ * refused. */
+function deployed(route: Route, deployments: Readonly<Record<string, string>>, fromPath: string | null, apiVersion: string | null): Route {
   return {
     ...route,
     call(body: JsonObject, settings: CallSettings): Call {
       const call = route.call(body, settings);
-      return { ...call, model: baseModel(deployments, fromPath ?? call.model) };
+      const model = baseModel(deployments, fromPath ?? call.model);
+      if (call.stream && isChat(route) && apiVersion !== null && !streamsUsage(apiVersion)) {
+        throw new StreamUsageNotReportedError(apiVersion);
+      }
+      return { ...call, model };
     },
   };
 }
 
 /** routing (OpenAI's), with each metered route's calls priced as their deployment's base
- * model. */
-export function azureRouting(routing: Routing, deployments: Readonly<Record<string, string>>): Routing {
+ * model, under apiVersion (an AzureOpenAI client's; null: Azure's v1 API, which takes
+ * none). */
+export function azureRouting(routing: Routing, deployments: Readonly<Record<string, string>>, apiVersion: string | null = null): Routing {
   return (path, prefix) => {
     const route = routing(path, prefix);
     if (route === FREE || route === null) return route;
     const found = within(path, prefix) ? DEPLOYMENT.exec(path.slice(prefix.length)) : null;
-    return deployed(route, deployments, found === null ? null : found[1]);
+    return deployed(route, deployments, found === null ? null : found[1], apiVersion);
   };
 }

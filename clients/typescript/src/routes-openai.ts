@@ -13,7 +13,9 @@
 // before it is sent, naming it. A request that is not a POST passes. The websockets the
 // package opens from a client (OPENAI_SOCKETS: its realtime and Responses sockets) are
 // refused by metered.ts before they connect.
-import { TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { REPORTS_COST } from './hosts.js';
+import { TOKENS_PER_REQUEST_MAX, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
+import { reportedCost, withCost } from './reported.js';
 import {
   FREE,
   REFUSED,
@@ -116,6 +118,12 @@ class ChatTally implements Tally {
       // The usage chunk Earmark asked for, which the caller did not, is not shown.
       const choices = Array.isArray(data.choices) ? data.choices.length : 0;
       return !(this.hidden && choices === 0);
+    }
+    const groq = data.x_groq;
+    if (this.found === null && isObject(groq) && isObject(groq.usage)) {
+      // Groq streams its usage under x_groq on the chunk that finishes the answer, and no
+      // chunk has a top-level usage; a top-level usage, if it sends one too, is the one read.
+      this.found = chatUsage(groq.usage, this.tier);
     }
     return true;
   }
@@ -461,6 +469,88 @@ export const OPENAI_SOCKETS: Readonly<Record<string, string>> = {
   'resources/responses/ws': 'ResponsesWS',
   'resources/beta/responses/ws': 'ResponsesWS',
 };
+
+/** Whether route is the chat completions route (OpenAI's own, unwrapped). */
+export function isChat(route: Route): boolean {
+  return route === chat;
+}
+
+// xAI (genai-prices "x-ai": its chat extractor adds completion_tokens_details
+// .reasoning_tokens to completion_tokens): its completion_tokens leave the reasoning out.
+export const XAI = 'x-ai';
+// Providers that end every chat stream with its usage, asked or not: their streams are sent
+// as the caller wrote them, and the caller sees the usage as it would unmetered. Mistral
+// (its API validates strictly, and may refuse an argument it does not know) and OpenRouter
+// ("stream_options ... deprecated and have no effect": its usage accounting docs).
+export const STREAMS_USAGE_UNASKED: ReadonlySet<string> = new Set(['mistral', 'openrouter']);
+
+/** The reasoning tokens xAI's completion_tokens leave out: its reasoning_tokens, unless
+ * total_tokens says completion_tokens counted them (then none). */
+function unreported(usage: JsonObject): number {
+  const details = usage.completion_tokens_details;
+  const reasoning = isObject(details) ? count(details.reasoning_tokens) : 0;
+  const total = usage.total_tokens;
+  if (typeof total === 'number' && Number.isSafeInteger(total) && total === count(usage.prompt_tokens) + count(usage.completion_tokens)) return 0;
+  return Math.min(reasoning, TOKENS_PER_REQUEST_MAX);
+}
+
+/** usage as provider name bills it, from the usage object it reported: xAI's reasoning
+ * tokens added to its output, OpenRouter's reported cost carried (reported.ts). */
+function adjusted(name: string, usage: Usage | null, reported: Json | undefined): Usage | null {
+  if (usage === null || !isObject(reported)) return usage;
+  let found = usage;
+  if (name === XAI) found = { ...found, outputTokens: found.outputTokens + unreported(reported) };
+  if (REPORTS_COST.has(name)) return withCost(found, reportedCost(reported));
+  return found;
+}
+
+/** tally, its usage adjusted as provider name bills (from the last usage object the stream
+ * carried at its top level: the usage chunk's). The tally itself, so that what reads its
+ * class (a background response's stream: routes' later.leftRunning) still reads it. */
+function adjustedTally(name: string, tally: Tally): Tally {
+  let reported: Json | undefined = undefined;
+  const keep = tally.keep.bind(tally);
+  const usage = tally.usage.bind(tally);
+  tally.keep = (event: string, data: Json): boolean => {
+    if (isObject(data) && isObject(data.usage)) reported = data.usage;
+    return keep(event, data);
+  };
+  tally.usage = (): Usage | null => adjusted(name, usage(), reported);
+  return tally;
+}
+
+/** route, for an OpenAI-compatible provider whose answers differ from OpenAI's: its usage
+ * carries the cost the provider reports (OpenRouter's usage.cost); xAI's reasoning tokens,
+ * which its completion_tokens leave out, are output; a stream to a provider that ends every
+ * stream with its usage is sent without stream_options. */
+function compatible(route: Route, name: string): Route {
+  return {
+    ...route,
+    sent(body: JsonObject, call: Call, cap: number | null) {
+      const sent = route.sent(body, call, cap);
+      if (!sent.hiddenUsage || !STREAMS_USAGE_UNASKED.has(name)) return sent;
+      // The caller's own stream_options, if any, as the caller wrote them.
+      const { stream_options: _asked, ...rest } = sent.body;
+      return { body: body.stream_options === undefined ? rest : { ...rest, stream_options: body.stream_options }, hiddenUsage: false };
+    },
+    usage(answer: Json, call: Call): Usage | null {
+      return adjusted(name, route.usage(answer, call), isObject(answer) ? answer.usage : undefined);
+    },
+    tally(call: Call, hiddenUsage: boolean): Tally {
+      return adjustedTally(name, route.tally(call, hiddenUsage));
+    },
+  };
+}
+
+/** routing, for the calls of provider name: its routes read as it bills when its answers
+ * differ from OpenAI's (REPORTS_COST, XAI, STREAMS_USAGE_UNASKED), else routing itself. */
+export function compatibleRouting(routing: Routing, name: string): Routing {
+  if (!(REPORTS_COST.has(name) || STREAMS_USAGE_UNASKED.has(name) || name === XAI)) return routing;
+  return (path, prefix) => {
+    const route = routing(path, prefix);
+    return route === FREE || route === null ? route : compatible(route, name);
+  };
+}
 
 /** The route of a POST to path (the whole URL path), under a base URL whose own path is
  * prefix ('/v1' for OpenAI's). */
