@@ -46,8 +46,9 @@ def walkthrough(name: str = "walkthrough") -> str:
 
 
 def test_every_marked_block_is_run() -> None:
-    """Every marked shell block in the README and docs/ is one a test here runs."""
-    source = Path(__file__).read_text()
+    """Every marked shell block in the README and docs/ is one a test here or in
+    tests/test_providers_doc.py runs."""
+    source = Path(__file__).read_text() + (ROOT / "tests" / "test_providers_doc.py").read_text()
     assert {"walkthrough", "scopes", "operator"} <= set(blocks())
     assert set() == {name for name in blocks() if f'tmp_path, "{name}")' not in source}
 
