@@ -651,10 +651,11 @@ class Deployed:
 
 class Compatible:
     """A metered route of an OpenAI-compatible provider whose answers differ from OpenAI's
-    (hosts.REPORTS_COST, XAI, STREAMS_USAGE_UNASKED): its usage carries the cost the
-    provider reports (OpenRouter's usage.cost: earmark.client.reported); xAI's reasoning
-    tokens, which its completion_tokens leave out, are output; a stream to a provider that
-    ends every stream with its usage is sent without stream_options."""
+    (hosts.REPORTS_COST, XAI, STREAMS_USAGE_UNASKED, MAX_TOKENS_ONLY): its usage carries the
+    cost the provider reports (OpenRouter's usage.cost: earmark.client.reported); xAI's
+    reasoning tokens, which its completion_tokens leave out, are output; a stream to a
+    provider that ends every stream with its usage is sent without stream_options; a chat
+    call to one that reads only max_tokens is told its cap there."""
 
     def __init__(self, route: Route, name: str) -> None:
         self.route, self.name = route, name
@@ -667,6 +668,8 @@ class Compatible:
         self, body: dict[str, Any], call: Call, cap: int | None
     ) -> tuple[dict[str, Any], bool]:
         sent, hidden = self.route.sent(body, call, cap)
+        if self.name in MAX_TOKENS_ONLY and isinstance(unwrapped(self), Chat):
+            sent = _told_max_tokens(body, sent, cap)
         if hidden and self.name in STREAMS_USAGE_UNASKED:
             # The caller's own stream_options, if any, as the caller wrote them.
             sent = {k: v for k, v in sent.items() if k != "stream_options"}
@@ -702,6 +705,24 @@ XAI = "x-ai"
 # and OpenRouter ("stream_options ... deprecated and have no effect": its usage
 # accounting docs).
 STREAMS_USAGE_UNASKED = frozenset({"mistral", "openrouter"})
+# Providers whose chat API documents max_tokens as its maximum, and not OpenAI's newer
+# max_completion_tokens (their API references; ../shared/notes' provider table): the cap is
+# told as max_tokens, which they read, whether or not the caller named the newer one.
+MAX_TOKENS_ONLY = frozenset({"deepseek", "mistral", "openrouter", "together"})
+
+
+def _told_max_tokens(body: dict[str, Any], sent: dict[str, Any], cap: int | None) -> dict[str, Any]:
+    """sent with its maximum under max_tokens: the cap (None: the caller's
+    max_completion_tokens, where it named no max_tokens); max_completion_tokens kept only
+    where the caller named it."""
+    newer = "max_completion_tokens"
+    limit = cap if cap is not None else sent.get(newer)
+    if limit is None or (cap is None and body.get("max_tokens")):
+        return sent
+    told = {k: v for k, v in sent.items() if k != newer}
+    if newer in body:
+        told[newer] = sent[newer]
+    return {**told, "max_tokens": limit}
 
 
 def _unreported(usage: dict[str, Any]) -> int:
@@ -749,7 +770,12 @@ def provider(name: str = PROVIDER, prefix: str = "/v1", azure: Azure | None = No
 
     errors = Raising(openai.OpenAIError)
     deployments = None if azure is None else replace(azure, errors=errors)
-    differs = name in hosts.REPORTS_COST or name in STREAMS_USAGE_UNASKED or name == XAI
+    differs = (
+        name in hosts.REPORTS_COST
+        or name in STREAMS_USAGE_UNASKED
+        or name in MAX_TOKENS_ONLY
+        or name == XAI
+    )
 
     def routed(path: str) -> Route | str | None:
         deployment, path = _deployed(path, prefix)
