@@ -483,6 +483,20 @@ export const XAI = 'x-ai';
 // (its API validates strictly, and may refuse an argument it does not know) and OpenRouter
 // ("stream_options ... deprecated and have no effect": its usage accounting docs).
 export const STREAMS_USAGE_UNASKED: ReadonlySet<string> = new Set(['mistral', 'openrouter']);
+// Providers whose chat API documents max_tokens as its maximum, and not OpenAI's newer
+// max_completion_tokens: the cap is told as max_tokens, which they read, whether or not the
+// caller named the newer one (the Python SDK's MAX_TOKENS_ONLY).
+export const MAX_TOKENS_ONLY: ReadonlySet<string> = new Set(['deepseek', 'mistral', 'openrouter', 'together']);
+
+/** sent with its maximum under max_tokens: the cap (null: the caller's
+ * max_completion_tokens, where it named no max_tokens); max_completion_tokens kept only
+ * where the caller named it. */
+function toldMaxTokens(body: JsonObject, sent: JsonObject, cap: number | null): JsonObject {
+  const limit = cap ?? sent.max_completion_tokens ?? null;
+  if (limit === null || (cap === null && body.max_tokens != null)) return sent;
+  const { max_completion_tokens: newer, ...told } = sent;
+  return { ...told, ...(body.max_completion_tokens !== undefined ? { max_completion_tokens: newer } : {}), max_tokens: limit };
+}
 
 /** The reasoning tokens xAI's completion_tokens leave out: its reasoning_tokens, unless
  * total_tokens says completion_tokens counted them (then none). */
@@ -522,12 +536,14 @@ function adjustedTally(name: string, tally: Tally): Tally {
 /** route, for an OpenAI-compatible provider whose answers differ from OpenAI's: its usage
  * carries the cost the provider reports (OpenRouter's usage.cost); xAI's reasoning tokens,
  * which its completion_tokens leave out, are output; a stream to a provider that ends every
- * stream with its usage is sent without stream_options. */
-function compatible(route: Route, name: string): Route {
+ * stream with its usage is sent without stream_options; a chat call to one that reads only
+ * max_tokens is told its cap there. */
+function compatible(route: Route, name: string, chat: boolean): Route {
   return {
     ...route,
     sent(body: JsonObject, call: Call, cap: number | null) {
       const sent = route.sent(body, call, cap);
+      if (chat && MAX_TOKENS_ONLY.has(name)) sent.body = toldMaxTokens(body, sent.body, cap);
       if (!sent.hiddenUsage || !STREAMS_USAGE_UNASKED.has(name)) return sent;
       // The caller's own stream_options, if any, as the caller wrote them.
       const { stream_options: _asked, ...rest } = sent.body;
@@ -543,12 +559,14 @@ function compatible(route: Route, name: string): Route {
 }
 
 /** routing, for the calls of provider name: its routes read as it bills when its answers
- * differ from OpenAI's (REPORTS_COST, XAI, STREAMS_USAGE_UNASKED), else routing itself. */
+ * differ from OpenAI's (REPORTS_COST, XAI, STREAMS_USAGE_UNASKED, MAX_TOKENS_ONLY), else
+ * routing itself. */
 export function compatibleRouting(routing: Routing, name: string): Routing {
-  if (!(REPORTS_COST.has(name) || STREAMS_USAGE_UNASKED.has(name) || name === XAI)) return routing;
+  if (!(REPORTS_COST.has(name) || STREAMS_USAGE_UNASKED.has(name) || MAX_TOKENS_ONLY.has(name) || name === XAI)) return routing;
   return (path, prefix) => {
     const route = routing(path, prefix);
-    return route === FREE || route === null ? route : compatible(route, name);
+    const chat = /\/chat\/completions\/?$/.test(path);
+    return route === FREE || route === null ? route : compatible(route, name, chat);
   };
 }
 

@@ -22,7 +22,7 @@ import { after, before, test } from 'node:test';
 import OpenAI, { AzureOpenAI } from 'openai';
 import { HOSTS, ProviderNotNamedError, RefusedError, StreamUsageNotReportedError, limits, metered, namedProvider, streamsUsage } from '../dist/esm/index.js';
 import { json, serve } from './fakes.mjs';
-import { NEVER_SENT, RATES, budgetId, client, ledger, putPrice, usdBudget } from './helpers.mjs';
+import { CEILING, NEVER_SENT, RATES, budgetId, client, ledger, putPrice, usdBudget } from './helpers.mjs';
 
 const earmark = client();
 const PROMPT = 1_000;
@@ -179,6 +179,19 @@ test('DeepSeek, named by its host, is charged its cache hits at the cache-read r
   const each = RATES.input * (PROMPT - 800) + RATES.cached * 800 + RATES.output * COMPLETION;
   assert.deepEqual(['/chat/completions', '/chat/completions'], fake.requests.map((request) => request.url.pathname));
   assert.deepEqual([2 * each, 0, 0], await ledger(earmark, id));
+});
+
+test('DeepSeek, which documents only max_tokens, is told its cap there; Groq max_completion_tokens', async () => {
+  const id = await usdBudget(earmark, 'cap-name', 1_000_000);
+  const question = [{ role: 'user', content: 'hi' }];
+  const sent = [];
+  for (const [provider, named] of [['deepseek', {}], ['deepseek', { max_completion_tokens: 50 }], ['groq', {}]]) {
+    reset(provider === 'groq' ? 'groq' : 'deepseek');
+    await metered(at(provider), earmark, id).chat.completions.create({ model: model(provider), messages: question, ...named });
+    const [body] = sentBodies();
+    sent.push([body.max_tokens, body.max_completion_tokens]);
+  }
+  assert.deepEqual([[CEILING, undefined], [50, 50], [undefined, CEILING]], sent);
 });
 
 test("Groq's stream settles at the usage under x_groq on its finishing chunk", async () => {
