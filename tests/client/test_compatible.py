@@ -276,14 +276,14 @@ async def test_a_provider_that_reads_only_max_tokens_is_told_its_cap_there(
     is told its cap as max_tokens too (its own field kept); Groq, which reads
     max_completion_tokens, is sent that."""
     await budget(sidecar, "cap-name", 50_000_000)
-    question = [{"role": "user", "content": "hi"}]
-    sent = []
+    request: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
+    sent: list[tuple[Any, Any]] = []
     for provider, model in (DEEPSEEK[:2], DEEPSEEK[:2], GROQ[:2]):
         fake = reset(server, flavor="groq" if provider == "groq" else "")
         async with AsyncClient(sidecar.target) as earmark, at(provider, fake) as client:
             llm = metered(client, earmark, "cap-name")
             named = {"max_completion_tokens": 50} if len(sent) == 1 else {}
-            await llm.chat.completions.create(model=model, messages=question, **named)
+            await llm.chat.completions.create(model=model, **request, **named)  # type: ignore[call-overload]
         body = fake.state.requests[0]
         sent.append((body.get("max_tokens"), body.get("max_completion_tokens")))
     assert [(CEILING, None), (50, 50), (None, CEILING)] == sent
