@@ -376,6 +376,40 @@ async def test_error_statuses_and_connections(priced: Running, fake: FakeBedrock
     await assert_invariants(priced.dsn)
 
 
+async def test_an_answer_after_a_retried_5xx_leaves_the_call_in_doubt(
+    priced: Running, fake: FakeBedrock
+) -> None:
+    """An attempt answered 500 may have run at AWS: the attempt botocore retries it with
+    answers, and the call's one hold goes in doubt (not settled at the last answer)."""
+    await budget(priced, "retried", 5_000_000)
+    from botocore.awsrequest import AWSResponse  # type: ignore[import-untyped]
+
+    first: list[bool] = []
+
+    def failing_once(**_: Any) -> AWSResponse | None:
+        if first:
+            return None
+        first.append(True)
+        body = b'{"message": "the first attempt failed"}'
+        headers = {"x-amzn-errortype": "InternalServerException"}
+
+        class Raw:
+            def stream(self, **_: Any) -> Any:
+                yield body
+
+        return AWSResponse("http://fake", 500, headers, Raw())
+
+    def converse(client: Any) -> Any:
+        client.meta.events.register("before-send.bedrock-runtime", failing_once)
+        return client.converse(modelId=CLAUDE, messages=MESSAGES)
+
+    answer = await in_worker(priced, "retried", converse, url=fake.url)
+    hold, _ = await one_hold(priced, "retried")
+    assert (1, pb.RESERVATION_STATE_IN_DOUBT) == (len(fake.state.requests), hold.state)
+    assert answer["usage"]["outputTokens"] > 0
+    await assert_invariants(priced.dsn)
+
+
 async def test_metered_takes_a_sync_client_and_bedrock_runtime_only(
     priced: Running, fake: FakeBedrock
 ) -> None:

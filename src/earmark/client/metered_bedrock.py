@@ -117,6 +117,10 @@ class _End:
         if self.done:
             return
         self.done = True
+        if self.doubt:
+            # An earlier attempt answered 5xx or was lost after it was sent: AWS may have
+            # run it too, so a later attempt's answer does not say what the call billed.
+            ending = IN_DOUBT
         step = self._end(ending)
         if wait:
             self.hooks.earmark._run(step)
