@@ -20,7 +20,7 @@ from google import genai
 from google.genai import _api_client, _api_module, errors, types
 from google.genai import client as genai_client
 
-from earmark.client import AsyncClient, Client, RefusedError
+from earmark.client import AsyncClient, Client, RefusedError, wire_gemini
 from earmark.client.gemini_transport import SyncNotMeteredError
 from earmark.client.llm import Meter, SocketNotMeteredError, metered
 from earmark.client.metered_gemini import LAZY
@@ -364,12 +364,26 @@ async def test_the_metered_client_is_a_copy_of_its_class_with_its_sockets_refuse
         for connect in (llm.aio.live.connect, llm.aio.live.music.connect):
             with pytest.raises(SocketNotMeteredError):
                 connect(model=MODEL)
+        with pytest.raises(SocketNotMeteredError):
+            llm.aio.interactions.connect("an-interaction")
         with pytest.raises(SyncNotMeteredError) as refused:
             llm.models.generate_content(model=MODEL, contents="hi")
         assert isinstance(refused.value, errors.APIError)
         with pytest.raises(TypeError):
             metered(object(), earmark, "b")
     assert [] == fake.state.requests
+
+
+def test_every_module_of_google_genai_that_opens_a_websocket_is_refused() -> None:
+    """The installed google-genai opens websockets (ws_connect) only in the modules whose
+    surfaces SOCKETS refuses: an upgrade that adds one fails here until it is refused."""
+    root = Path(genai.__file__).parent
+    opening = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "tests" not in p.relative_to(root).parts and "ws_connect(" in p.read_text()
+    )
+    assert sorted(wire_gemini.SOCKET_MODULES) == opening
 
 
 def test_the_private_google_genai_attributes_metered_relies_on_are_there() -> None:
