@@ -297,6 +297,16 @@ def test_the_last_usage_wins_once_the_answer_ended() -> None:
     assert silent.usage() is None
 
 
+def test_a_stream_of_two_candidates_ends_when_both_have() -> None:
+    """With candidateCount 2, a chunk that finishes candidate 0 while candidate 1 still
+    runs ends nothing: a stream cut there has no bill to settle at (in doubt)."""
+    tally = GenerateTally(2)
+    tally.keep("", {"usageMetadata": USAGE, "candidates": [{"index": 0, "finishReason": "STOP"}]})
+    cut = tally.usage()
+    tally.keep("", {"usageMetadata": USAGE, "candidates": [{"index": 1, "finishReason": "STOP"}]})
+    assert (None, SETTLED) == (cut, tally.usage())
+
+
 def test_reported_counts_out_of_shape_are_bounded() -> None:
     route = GenerateContent(MODEL)
     call = Call(MODEL, 10)

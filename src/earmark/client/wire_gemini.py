@@ -248,7 +248,7 @@ class GenerateContent:
         return gemini_usage(usage) if isinstance(usage, dict) else None
 
     def tally(self, call: Call, hidden_usage: bool) -> Tally:
-        return GenerateTally()
+        return GenerateTally(call.choices)
 
 
 def capped(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
@@ -298,34 +298,44 @@ def gemini_usage(usage: dict[str, Any]) -> Usage | None:
     )
 
 
-def ended(chunk: dict[str, Any]) -> bool:
-    """Whether a chunk says the answer ended: a candidate's finishReason, or a prompt
-    blocked (promptFeedback.blockReason, sent with no candidates)."""
+def finished(chunk: dict[str, Any]) -> tuple[set[int], bool]:
+    """What a chunk says ended: the indexes of the candidates it gives a finishReason, and
+    whether the prompt was blocked (promptFeedback.blockReason, sent with no candidates),
+    which ends the answer whole."""
     candidates = chunk.get("candidates")
+    done = set()
     for candidate in candidates if isinstance(candidates, list) else []:
         if isinstance(candidate, dict) and candidate.get("finishReason"):
-            return True
+            index = candidate.get("index", 0)
+            done.add(index if isinstance(index, int) and not isinstance(index, bool) else 0)
     feedback = chunk.get("promptFeedback")
-    return isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+    return done, isinstance(feedback, dict) and bool(feedback.get("blockReason"))
 
 
 class GenerateTally:
-    """A stream's usage: the last usageMetadata a chunk carried, known once a chunk has
-    said the answer ended (earlier ones may be partial: the prompt alone)."""
+    """A stream's usage: the last usageMetadata a chunk carried, known once the answer has
+    ended, every one of its candidates (candidateCount) with a finishReason, or its
+    prompt blocked; earlier ones may be partial (the prompt alone, or a candidate still
+    running when the stream was cut)."""
 
-    def __init__(self) -> None:
+    def __init__(self, candidates: int = 1) -> None:
         self._usage: dict[str, Any] | None = None
-        self._ended = False
+        self._candidates = candidates
+        self._finished: set[int] = set()
+        self._blocked = False
 
     def keep(self, event: str, data: Any) -> bool:
         if isinstance(data, dict):
             if isinstance(data.get("usageMetadata"), dict):
                 self._usage = data["usageMetadata"]
-            self._ended = self._ended or ended(data)
+            done, blocked = finished(data)
+            self._finished |= done
+            self._blocked = self._blocked or blocked
         return True
 
     def usage(self) -> Usage | None:
-        if not self._ended or self._usage is None:
+        ended = self._blocked or len(self._finished) >= self._candidates
+        if not ended or self._usage is None:
             return None
         return gemini_usage(self._usage)
 
