@@ -23,6 +23,7 @@ import pytest_asyncio
 from earmark.client import AsyncClient
 from earmark.client.hosts import streams_usage
 from earmark.client.llm import DeploymentNotMappedError, StreamUsageNotReportedError, metered
+from earmark.client.wire import ToolNotMeteredError
 from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.client.fake_compatible import CompatibleState, FakeCompatible, fake_compatible
@@ -172,6 +173,20 @@ async def test_an_unmapped_deployment_is_refused_unsent(
     assert ["staging-4o", "staging-4o", "gpt-4o"] == [e.about["deployment"] for e in refused]
     assert "not sent" in str(refused[0])
     assert ([], []) == (fake.state.paths, await holds(sidecar, "unmapped"))
+
+
+async def test_on_your_data_is_refused_unsent(sidecar: Running, fake: FakeCompatible) -> None:
+    """A chat call with data_sources (Azure OpenAI On Your Data), whose searches and
+    embeddings bill apart from its tokens, is refused before anything is held or sent."""
+    await budget(sidecar, "on-your-data", 50_000_000)
+    search = {"type": "azure_search", "parameters": {"endpoint": "https://s", "index_name": "i"}}
+    async with AsyncClient(sidecar.target) as earmark, azure(fake) as client:
+        llm = metered(client, earmark, "on-your-data", deployments=DEPLOYMENTS)
+        with pytest.raises(ToolNotMeteredError) as raised:
+            await chat(llm, extra_body={"data_sources": [search]})
+    assert isinstance(raised.value, openai.OpenAIError)
+    assert "data_sources (Azure OpenAI On Your Data)" == raised.value.about["tool"]
+    assert ([], []) == (fake.state.paths, await holds(sidecar, "on-your-data"))
 
 
 async def test_a_content_filtered_answer_settles_at_its_usage(

@@ -629,6 +629,15 @@ class Deployed:
         self.later = getattr(route, "later", None)
 
     def call(self, body: dict[str, Any], meter: Meter) -> Call:
+        if body.get("data_sources"):
+            # Azure OpenAI On Your Data: the service queries the named search index (and an
+            # embedding deployment, for vector search) for the call, billed to those
+            # resources apart from the call's tokens.
+            raise self.azure.errors(ToolNotMeteredError)(
+                "data_sources (Azure OpenAI On Your Data)",
+                "runs searches and embeddings billed apart from the call's tokens, which "
+                "Earmark cannot hold",
+            )
         call = self.route.call(body, meter)
         model = self.azure.base_model(call.model if self.deployment is None else self.deployment)
         version = self.azure.api_version
