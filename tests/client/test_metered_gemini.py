@@ -21,6 +21,7 @@ from google.genai import _api_client, _api_module, errors, types
 from google.genai import client as genai_client
 
 from earmark.client import AsyncClient, Client, RefusedError, wire_gemini
+from earmark.client.errors import PriceNotFoundError
 from earmark.client.gemini_transport import SyncNotMeteredError
 from earmark.client.llm import Meter, SocketNotMeteredError, metered
 from earmark.client.metered_gemini import LAZY
@@ -164,6 +165,34 @@ async def test_generate_content_sync_and_aio_settle_at_the_bill(
     assert [100] * 3 == [r.body["generationConfig"]["maxOutputTokens"] for r in fake.state.requests]
     assert [USAGE_MICROS] * 3 == [h.settled_used for h in found] == [bill(USAGE)] * 3
     assert [shape_cost(body, 100)] * 3 == [h.amount for h in found]
+    await assert_invariants(priced.dsn)
+
+
+async def test_a_priority_call_is_held_and_settled_at_the_priority_rates(
+    priced: Running, fake: FakeGemini
+) -> None:
+    """A call asking for the priority service tier is refused unsent while the book has no
+    priority price; with one, it is held and settled at its rates, the answer's
+    trafficType ON_DEMAND_PRIORITY saying it ran there."""
+    await budget(priced, "priority", 5_000_000)
+    config = types.GenerateContentConfig(
+        max_output_tokens=100, service_tier=types.ServiceTier.PRIORITY
+    )
+    async with AsyncClient(priced.target) as earmark, aio_metered(fake, earmark, "priority") as llm:
+        with pytest.raises(PriceNotFoundError) as unpriced:
+            await llm.aio.models.generate_content(model=MODEL, contents="hello", config=config)
+        sent_unpriced = len(fake.state.requests)
+        await put_price(
+            priced, PROVIDER, MODEL, service_tier="priority", input_usd_micros_per_mtok=2 * INPUT,
+            cached_input_usd_micros_per_mtok=2 * CACHED, output_usd_micros_per_mtok=2 * OUTPUT,
+            max_output_tokens=CEILING,
+        )  # fmt: skip
+        fake.state.usage = {**USAGE, "trafficType": "ON_DEMAND_PRIORITY"}
+        await llm.aio.models.generate_content(model=MODEL, contents="hello", config=config)
+    (hold,) = await holds(priced, "priority")
+    assert (0, "priority") == (sent_unpriced, fake.state.requests[0].body["serviceTier"])
+    assert "priority" in str(unpriced.value)
+    assert (pb.RESERVATION_STATE_SETTLED, 2 * USAGE_MICROS) == (hold.state, hold.settled_used)
     await assert_invariants(priced.dsn)
 
 

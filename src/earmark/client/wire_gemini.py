@@ -55,7 +55,7 @@ from earmark.client.wire import (
     number,
     prompt_estimate,
 )
-from earmark.client.wire_usage import cache_parts
+from earmark.client.wire_usage import cache_parts, served_tier
 from earmark.core.prices import Usage
 
 # genai-prices' name for Google's models, the Gemini API's and Vertex AI's both.
@@ -236,6 +236,7 @@ class GenerateContent:
             asked=_positive(_field(config, "maxOutputTokens", "max_output_tokens")),
             choices=_positive(_field(config, "candidateCount", "candidate_count")) or 1,
             stream=self.stream,
+            service_tier=requested_tier(body),
         )
 
     def sent(
@@ -295,7 +296,33 @@ def gemini_usage(usage: dict[str, Any]) -> Usage | None:
         input_tokens=prompt + tool_use,
         output_tokens=candidates + thoughts,
         cached_input_tokens=cached,
+        service_tier=SERVED_TIERS.get(str(usage.get("trafficType", "")).upper(), ""),
     )
+
+
+# The service tiers a request asks for (GenerateContentConfig.service_tier, the body's
+# serviceTier) that bill at the standard rates: the price book's default tier ("").
+STANDARD_TIERS = frozenset({"", "standard", "unspecified", "service_tier_unspecified"})
+# The tier an answer says it was billed at (usageMetadata.trafficType, Vertex AI's): the
+# price book's tier names; any other (provisioned throughput...) says nothing, and the call
+# is priced at the tier it was held at.
+SERVED_TIERS = {
+    "ON_DEMAND": "default",
+    "ON_DEMAND_PRIORITY": "priority",
+    "ON_DEMAND_FLEX": "flex",
+}
+
+
+def requested_tier(body: dict[str, Any]) -> str:
+    """The service tier a request asks for, as the price book names it ("" the standard
+    one): a priority or flex call is held and priced at that tier's rates, refused where
+    the book has none."""
+    tier = _field(body, "serviceTier", "service_tier")
+    name = tier.lower() if isinstance(tier, str) else ""
+    if name in STANDARD_TIERS:
+        return ""
+    # A name the book cannot hold is sent to it as asked, and refused there, unsent.
+    return served_tier(name) or name[: limits.service_tier_length_max + 1]
 
 
 def finished(chunk: dict[str, Any]) -> tuple[set[int], bool]:
