@@ -22,8 +22,16 @@
 // (cacheWriteInputTokens; cacheDetails by TTL), which Earmark's input counts; a stream's
 // usage is its metadata event, its last. A stream that ends without it, fails or is left
 // unread leaves the hold in doubt; a 4xx settles at nothing, a 5xx or a timeout in doubt.
+//
+// What a request asks that bills where Earmark has no price is refused before anything is
+// held or sent (ToolNotMeteredError), as the Python SDK's wire_bedrock.py refuses it: a
+// guardrail (guardrailConfig, or InvokeModel's guardrailIdentifier: billed per text unit), a
+// latency other than standard (performanceConfig.latency, InvokeModel's
+// performanceConfigLatency: rates of its own), one of AWS's system tools (toolConfig's
+// systemTool), and a tool kind not classified (BEDROCK_TOOL_KINDS). Nova Sonic (speech) is no
+// Nova body Earmark reads: its InvokeModel is refused.
 import type { EarmarkClient } from './client.js';
-import { EndpointNotMeteredError } from './errors.js';
+import { EndpointNotMeteredError, ToolNotMeteredError } from './errors.js';
 import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
 import { ANTHROPIC_ROUTES } from './routes-anthropic.js';
 import { FREE, count, isObject, jsonChars, positive, promptEstimate, text, type Call, type Json, type JsonObject, type Route, type Tally } from './routes.js';
@@ -65,6 +73,41 @@ export const BEDROCK_COMMANDS: Readonly<Record<string, 'metered' | 'free' | 'ref
   InvokeModelWithBidirectionalStreamCommand: 'refused',
   StartAsyncInvokeCommand: 'refused',
 };
+/** The kinds of a Converse tool (the SDK's Tool union: an object whose one key names its
+ * kind) that bill tokens only; systemTool (AWS's, run for a fee) and any other kind are
+ * refused. test/tools.test.mjs reads the installed package's Tool members and fails on one
+ * not classified. */
+export const BEDROCK_TOOL_KINDS: readonly string[] = Object.freeze(['toolSpec', 'cachePoint']);
+
+/** Throws ToolNotMeteredError for what a request's parameters (or a Nova body) ask that
+ * bills where Earmark has no price: guardrails (per text unit), latency-optimized inference
+ * (its own rates), AWS's system tools, a tool kind not classified. The Python SDK's
+ * wire_bedrock._refuse_unpriced. */
+function refuseUnpriced(params: JsonObject): void {
+  if ((params.guardrailConfig !== undefined && params.guardrailConfig !== null) || params.guardrailIdentifier) {
+    throw new ToolNotMeteredError('guardrail', 'bills its text units apart from tokens, which Earmark cannot hold');
+  }
+  const performance = params.performanceConfig;
+  const latency = isObject(performance) ? performance.latency : params.performanceConfigLatency;
+  if (latency !== undefined && latency !== null && latency !== 'standard') {
+    throw new ToolNotMeteredError(`${String(latency)} latency`, 'bills at rates the price book does not name');
+  }
+  const tools = isObject(params.toolConfig) && Array.isArray(params.toolConfig.tools) ? params.toolConfig.tools : [];
+  for (const tool of tools.filter(isObject)) {
+    for (const kind of Object.keys(tool)) {
+      if (tool[kind] === undefined) continue;
+      if (kind === 'systemTool') {
+        const system = tool[kind];
+        const name = isObject(system) ? system.name : null;
+        throw new ToolNotMeteredError(typeof name === 'string' && name !== '' ? name : kind, 'runs at AWS for a fee Earmark cannot hold');
+      }
+      if (!BEDROCK_TOOL_KINDS.includes(kind)) {
+        throw new ToolNotMeteredError(kind, 'is of a kind Earmark has not classified, and may bill a fee');
+      }
+    }
+  }
+}
+
 // Nova 2 models name their maximum maxTokens; Nova 1's schema names it max_new_tokens.
 const NOVA_2 = /amazon\.nova-2/;
 // The geographic prefixes of AWS's system-defined cross-region inference profiles, billed
@@ -174,6 +217,7 @@ class ConverseTally implements Tally {
 }
 
 function converse(input: JsonObject, streaming: boolean): Operation {
+  refuseUnpriced(input);
   const config = isObject(input.inferenceConfig) ? input.inferenceConfig : {};
   return {
     call: {
@@ -240,6 +284,7 @@ function chunkJson(event: unknown): Json {
 }
 
 function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command: string, settings: Settings): Operation {
+  refuseUnpriced(input);
   const modelId = text(input.modelId);
   const body = bodyJson(rawBody);
   if (body === null) throw new EndpointNotMeteredError('BEDROCK', `${command} ${modelId}`, `${command} of ${modelId}: the body is not JSON; not sent`);
@@ -257,7 +302,9 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
       stream: streaming ? { member: 'body', tally: route.tally(call, false), event: chunkJson } : undefined,
     };
   }
-  if (/(^|[.:/])amazon\.nova-/.test(modelId)) {
+  // Nova Sonic is speech, bidirectional: no messages-v1 body Earmark reads.
+  if (/(^|[.:/])amazon\.nova-/.test(modelId) && !bedrockPriceName(modelId).includes('sonic')) {
+    refuseUnpriced(body);
     const config = isObject(body.inferenceConfig) ? body.inferenceConfig : {};
     const named = ['maxTokens', 'max_new_tokens'].filter((name) => config[name] != null);
     return {
@@ -287,7 +334,7 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
   throw new EndpointNotMeteredError(
     'BEDROCK',
     `${command} ${modelId}`,
-    `${command} of ${modelId}: Earmark meters InvokeModel for the Anthropic and Amazon Nova families (Converse for any); not sent`,
+    `${command} of ${modelId}: Earmark meters InvokeModel for the Anthropic and Amazon Nova families, not Nova Sonic (Converse for any); not sent`,
   );
 }
 

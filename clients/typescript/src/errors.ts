@@ -176,6 +176,34 @@ export class SocketNotMeteredError extends EndpointNotMeteredError {
   }
 }
 
+/** A request to a metered endpoint that gives the model a built-in tool whose fee Earmark
+ * cannot hold and settle (a tool the provider runs and bills apart from tokens, or one
+ * Earmark has not classified): it was not sent, and nothing was held. tool names its type
+ * (about.tool too: "image_generation"); why, what it bills that Earmark cannot hold. The
+ * Python SDK's ToolNotMeteredError, reason for reason. */
+export class ToolNotMeteredError extends EndpointNotMeteredError {
+  readonly tool: string;
+  readonly why: string;
+
+  constructor(tool: string, why: string) {
+    super('TOOL', tool, `the ${tool} tool ${why}; not sent (docs/sdk-typescript.md lists the metered tools)`);
+    this.reason = 'TOOL_NOT_METERED';
+    this.tool = tool;
+    this.why = why;
+    this.about = { tool };
+  }
+}
+
+/** A Gemini generateContent request with input or output Earmark prices at the wrong rate
+ * (audio in; images or speech out): it was not sent, and nothing was held. about.modality
+ * names it ("image output"). The Python SDK's wire_gemini.ModalityNotMeteredError. */
+export class ModalityNotMeteredError extends EndpointNotMeteredError {
+  constructor(modality: string) {
+    super('POST', 'generateContent', `${modality} bills at rates Earmark does not price; not sent`);
+    this.about = { modality };
+  }
+}
+
 /** The hold expired or was closed while the work ran: stop spending. reason and about are
  * those of the failure that found it gone (HOLD_EXPIRED, say). */
 export class HoldLostError extends EarmarkClientError {

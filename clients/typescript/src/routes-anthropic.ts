@@ -11,6 +11,12 @@
 // their sessions, administration...) is refused before it is sent, naming it. A request
 // that is not a POST passes. The package opens no websocket.
 //
+// A request's tools are read by their type (ANTHROPIC_TOOLS): the web search is held for its
+// max_uses and settled at the searches the usage counts; tools that bill only tokens pass;
+// code execution (billed by container time), the advisor (another model's tokens), and a
+// type Earmark has not classified are refused before anything is held or sent
+// (ToolNotMeteredError).
+//
 // Anthropic's input_tokens counts neither cache reads nor cache writes; Earmark's counts
 // every input token, so they are added. A stream reports its usage twice: message_start's
 // message (the input counts) and message_delta's cumulative usage (the output, and the
@@ -20,12 +26,16 @@ import {
   FREE,
   REFUSED,
   Routes,
+  TOKENS_ONLY,
   count,
   counts,
+  feeTool,
+  heldTools,
   isObject,
   jsonChars,
   positive,
   promptEstimate,
+  refusedTool,
   text,
   type Call,
   type CallSettings,
@@ -34,13 +44,60 @@ import {
   type Route,
   type Routing,
   type Tally,
+  type Tools,
 } from './routes.js';
 import type { Usage } from './types.js';
 
-// A server tool's type names its kind and version (web_search_20250305): the web search is
-// priced per search. Web fetch has no fee of its own (its pages are input tokens), so it is
-// not held as a tool call.
-const SEARCH_TOOL = 'web_search_';
+const WEB_SEARCH = feeTool('web_search');
+const CODE_EXECUTION = refusedTool("bills its container's running time, which Earmark cannot hold");
+/**
+ * Every tool type of the Messages API (the @anthropic-ai/sdk package's ToolUnion and
+ * BetaToolUnion), by what it bills beyond its tokens; a type not listed is refused before
+ * anything is held or sent (ToolNotMeteredError). A type names its tool and version
+ * (web_search_20250305). test/tools.test.mjs reads the installed package's types and fails
+ * on one not listed here. The Python SDK's wire_anthropic.TOOLS, type for type.
+ */
+export const ANTHROPIC_TOOLS: Tools = Object.freeze({
+  // Held: a fee per search, priced as web_search, held for each tool's max_uses and
+  // settled at usage.server_tool_use.web_search_requests.
+  web_search_20250305: WEB_SEARCH,
+  web_search_20260209: WEB_SEARCH,
+  web_search_20260318: WEB_SEARCH,
+  // Tokens only, run at Anthropic for no fee: a web fetch bills the fetched content's
+  // tokens (its count of calls is not settled as a fee); tool search loads the caller's
+  // deferred tools; an MCP toolset's server is the caller's.
+  web_fetch_20250910: TOKENS_ONLY,
+  web_fetch_20260209: TOKENS_ONLY,
+  web_fetch_20260309: TOKENS_ONLY,
+  web_fetch_20260318: TOKENS_ONLY,
+  tool_search_tool_bm25: TOKENS_ONLY,
+  tool_search_tool_bm25_20251119: TOKENS_ONLY,
+  tool_search_tool_regex: TOKENS_ONLY,
+  tool_search_tool_regex_20251119: TOKENS_ONLY,
+  mcp_toolset: TOKENS_ONLY,
+  // Tokens only: the caller's own tools (custom: a tool with no type), and the tools the
+  // caller runs (bash, a text editor, a computer, a browser, memory).
+  custom: TOKENS_ONLY,
+  bash_20241022: TOKENS_ONLY,
+  bash_20250124: TOKENS_ONLY,
+  text_editor_20241022: TOKENS_ONLY,
+  text_editor_20250124: TOKENS_ONLY,
+  text_editor_20250429: TOKENS_ONLY,
+  text_editor_20250728: TOKENS_ONLY,
+  computer_20241022: TOKENS_ONLY,
+  computer_20250124: TOKENS_ONLY,
+  computer_20251124: TOKENS_ONLY,
+  computer_toolset_20260801: TOKENS_ONLY,
+  browser_toolset_20260801: TOKENS_ONLY,
+  memory_20250818: TOKENS_ONLY,
+  // Refused: code execution bills container hours, and the advisor another model's tokens,
+  // priced at that model's rates (the hold prices the request's model alone).
+  code_execution_20250522: CODE_EXECUTION,
+  code_execution_20250825: CODE_EXECUTION,
+  code_execution_20260120: CODE_EXECUTION,
+  code_execution_20260521: CODE_EXECUTION,
+  advisor_20260301: refusedTool("bills another model's tokens at that model's rates, which Earmark cannot hold"),
+});
 // The usage fields a stream's events carry, which message_delta updates one by one.
 const USAGE_FIELDS = new Set([
   'input_tokens',
@@ -118,16 +175,15 @@ class MessagesTally implements Tally {
 /** POST .../v1/messages. */
 const messages: Route = {
   call(body: JsonObject, settings: CallSettings): Call {
+    // Read first: a tool whose fee cannot be held refuses the request before its hold. Each
+    // fee is held for its tool's max_uses (the meter's toolCallsMax without one).
+    const fees: [string, number][] = heldTools(body.tools, ANTHROPIC_TOOLS, 'custom').map(([kind, tool]) => [
+      kind,
+      Math.min(positive(tool, 'max_uses') ?? settings.toolCallsMax, TOOL_CALLS_PER_REQUEST_MAX),
+    ]);
     const list = Array.isArray(body.messages) ? body.messages.filter(isObject) : [];
     let total = chars(body.system) + jsonChars(body.tools);
     for (const message of list) total += chars(message.content);
-    const searches: [string, number][] = [];
-    for (const tool of Array.isArray(body.tools) ? body.tools.filter(isObject) : []) {
-      if (text(tool.type).startsWith(SEARCH_TOOL)) {
-        const uses = positive(tool, 'max_uses') ?? settings.toolCallsMax;
-        searches.push(['web_search', Math.min(uses, TOOL_CALLS_PER_REQUEST_MAX)]);
-      }
-    }
     return {
       model: text(body.model),
       promptTokens: promptEstimate(total, list.length),
@@ -137,7 +193,7 @@ const messages: Route = {
       // A request's service_tier ("auto", "standard_only") chooses capacity, not a price:
       // the tier the call ran at comes back in its usage, and is priced then.
       serviceTier: '',
-      toolCallsMax: counts(searches),
+      toolCallsMax: counts(fees),
       hasOutput: true,
     };
   },

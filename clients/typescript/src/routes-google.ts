@@ -16,6 +16,15 @@
 // too); candidatesTokenCount is the visible output and thoughtsTokenCount the thinking, which
 // Google bills as output. A stream's events each carry usageMetadata, partial until the
 // last: the last one read once a candidate has its finishReason is the bill, never a sum.
+//
+// What a request may ask that Earmark cannot price is refused before anything is held or
+// sent, as the Python SDK's wire_gemini.py refuses it: a tool that bills a fee per call
+// (Google Search and Maps grounding, enterprise web search, Vertex AI Search and RAG
+// retrieval, file search; their fees are counted per prompt or per query in
+// groundingMetadata, which is not settled yet) and a tool kind not classified
+// (ToolNotMeteredError); an output modality other than text (images, speech) and audio input,
+// billed at rates of their own (ModalityNotMeteredError).
+import { ModalityNotMeteredError, ToolNotMeteredError } from './errors.js';
 import {
   FREE,
   count,
@@ -39,6 +48,89 @@ const MODEL_METHOD = /^\/v\d+[a-z0-9]*\/(?:projects\/[^/]+\/locations\/[^/]+\/)?
 // Files, uploaded or registered: a standing cost, not a call.
 const FILES = /^\/(?:upload\/)?v\d+[a-z0-9]*\/files(?:[:/].*)?$/s;
 const FREE_METHODS = new Set(['countTokens', 'computeTokens']);
+
+const GROUNDING = 'bills a fee per grounded prompt or search query (counted in groundingMetadata), which Earmark does not hold and settle yet';
+const FILE_SEARCH = 'bills the embeddings of the stores it searches, which Earmark cannot hold';
+/**
+ * A Gemini tool is an object whose one key names its kind (the published Tool message:
+ * functionDeclarations, googleSearch...); each kind by why it is refused, '' for one that
+ * bills tokens only. A kind not listed is refused (ToolNotMeteredError). @google/genai
+ * sends camelCase; protobuf's JSON reader takes the snake_case names too, so both are
+ * listed. test/tools.test.mjs reads the installed package's Tool fields and fails on one
+ * not listed here (or not refused as unclassified, as Python refuses it). The Python SDK's
+ * wire_gemini.TOOLS, kind for kind.
+ */
+export const GEMINI_TOOLS: Readonly<Record<string, string>> = Object.freeze({
+  // Tokens only: the caller's own functions, code run in Gemini's sandbox (billed as
+  // tokens), URLs fetched into the context, a computer the caller drives.
+  functionDeclarations: '',
+  function_declarations: '',
+  codeExecution: '',
+  code_execution: '',
+  urlContext: '',
+  url_context: '',
+  computerUse: '',
+  computer_use: '',
+  // Refused: fees per call Earmark does not hold yet.
+  googleSearch: GROUNDING,
+  google_search: GROUNDING,
+  googleSearchRetrieval: GROUNDING,
+  google_search_retrieval: GROUNDING,
+  enterpriseWebSearch: GROUNDING,
+  enterprise_web_search: GROUNDING,
+  googleMaps: GROUNDING,
+  google_maps: GROUNDING,
+  retrieval: 'bills Vertex AI Search or RAG Engine queries, which Earmark cannot hold',
+  fileSearch: FILE_SEARCH,
+  file_search: FILE_SEARCH,
+});
+const UNCLASSIFIED_KIND = 'is of a kind Earmark has not classified, and may bill a fee it cannot hold';
+
+/** Throws ToolNotMeteredError for a tool that bills a fee Earmark cannot hold, and for a
+ * kind it has not classified. */
+function checkTools(given: Json | undefined): void {
+  for (const tool of Array.isArray(given) ? given.filter(isObject) : []) {
+    for (const kind of Object.keys(tool)) {
+      if (tool[kind] === undefined) continue;
+      if (!Object.hasOwn(GEMINI_TOOLS, kind)) throw new ToolNotMeteredError(kind, UNCLASSIFIED_KIND);
+      if (GEMINI_TOOLS[kind]) throw new ToolNotMeteredError(kind, GEMINI_TOOLS[kind]);
+    }
+  }
+}
+
+/** A field of a request object by either of its JSON names (camelCase first). */
+function field(holder: Json | undefined, camel: string, snake: string): Json | undefined {
+  if (!isObject(holder)) return undefined;
+  const value = holder[camel];
+  return value === undefined || value === null ? holder[snake] : value;
+}
+
+/** Whether a Part carries audio (inline or a file), which bills above the text rate. */
+function audio(part: Json): boolean {
+  for (const [camel, snake] of [['inlineData', 'inline_data'], ['fileData', 'file_data']]) {
+    const mime = field(field(part, camel, snake), 'mimeType', 'mime_type');
+    if (typeof mime === 'string' && mime.toLowerCase().startsWith('audio/')) return true;
+  }
+  return false;
+}
+
+/** Throws ModalityNotMeteredError for output other than text (responseModalities, or a
+ * speechConfig) and for audio in the prompt. */
+function checkModalities(body: JsonObject): void {
+  const config = field(body, 'generationConfig', 'generation_config');
+  const modalities = field(config, 'responseModalities', 'response_modalities');
+  const listed = Array.isArray(modalities) ? modalities : typeof modalities === 'string' ? [modalities] : [];
+  const other = listed.filter((modality) => String(modality).toUpperCase() !== 'TEXT');
+  const speech = field(config, 'speechConfig', 'speech_config');
+  if (other.length > 0 || (speech !== undefined && speech !== null)) {
+    throw new ModalityNotMeteredError(`${other.length > 0 ? String(other[0]) : 'AUDIO'} output`.toLowerCase());
+  }
+  const contents = Array.isArray(body.contents) ? body.contents : [body.contents];
+  for (const content of [...contents, field(body, 'systemInstruction', 'system_instruction')]) {
+    const parts = isObject(content) && Array.isArray(content.parts) ? content.parts : [];
+    if (parts.some(audio)) throw new ModalityNotMeteredError('audio input');
+  }
+}
 
 /** The characters of a Content list (or one Content): its parts' text, and a function
  * call's arguments or a function response's JSON. Inline data is billed by its size, not its
@@ -91,6 +183,9 @@ class GeminiTally implements Tally {
 function generate(model: string, streaming: boolean): Route {
   return {
     call(body: JsonObject): Call {
+      // Read first: what cannot be priced refuses the request before its hold.
+      checkTools(body.tools);
+      checkModalities(body);
       const contents = Array.isArray(body.contents) ? body.contents : body.contents === undefined ? [] : [body.contents];
       const config = isObject(body.generationConfig) ? body.generationConfig : {};
       return {

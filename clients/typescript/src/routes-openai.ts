@@ -13,19 +13,30 @@
 // before it is sent, naming it. A request that is not a POST passes. The websockets the
 // package opens from a client (OPENAI_SOCKETS: its realtime and Responses sockets) are
 // refused by metered.ts before they connect.
+//
+// A metered request's built-in tools are read by their type (RESPONSES_TOOLS, CHAT_TOOLS): a
+// tool with a fee per call Earmark prices (web search, file search, code interpreter) is
+// held and settled; a tool that bills only tokens passes; one whose fee Earmark cannot hold
+// (image generation, a hosted shell, Chat Completions' web_search_options), and a type it has
+// not classified, is refused before anything is held or sent (ToolNotMeteredError).
 import { REPORTS_COST } from './hosts.js';
 import { TOKENS_PER_REQUEST_MAX, TOOL_CALLS_PER_REQUEST_MAX } from './limits.js';
 import { reportedCost, withCost } from './reported.js';
+import { ToolNotMeteredError } from './errors.js';
 import {
   FREE,
   REFUSED,
   Routes,
+  TOKENS_ONLY,
   count,
   counts,
+  feeTool,
+  heldTools,
   isObject,
   jsonChars,
   positive,
   promptEstimate,
+  refusedTool,
   text,
   type Call,
   type CallSettings,
@@ -37,6 +48,8 @@ import {
   type Route,
   type Routing,
   type Tally,
+  type ToolBill,
+  type Tools,
   within,
 } from './routes.js';
 import {
@@ -50,13 +63,67 @@ import {
 } from './openai-background.js';
 import type { Usage } from './types.js';
 
-// The Responses API's built-in tools, by the kind their calls are priced as (dated
-// versions, web_search_2025_08_26 say, are the same kind).
-const TOOL_KINDS: [RegExp, string][] = [
-  [/^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$/, 'web_search'],
-  [/^file_search$/, 'file_search'],
-  [/^code_interpreter$/, 'code_interpreter'],
-];
+/** A shell the caller runs (a local environment, or none named: the shell tool ran locally
+ * before it had environments) bills tokens; one in a container at OpenAI bills the
+ * container's time. */
+function shell(tool: JsonObject): ToolBill {
+  const environment = tool.environment;
+  if (environment === undefined || environment === null || (isObject(environment) && environment.type === 'local')) return TOKENS_ONLY;
+  return refusedTool('in a container at OpenAI bills its running time, which Earmark cannot hold');
+}
+
+/** A namespace groups the caller's own tools (the openai package's NamespaceTool's tools:
+ * functions and custom tools), each classified as a tool of the request is. */
+export const NAMESPACE_TOOLS: Tools = Object.freeze({ function: TOKENS_ONLY, custom: TOKENS_ONLY });
+
+function namespace(tool: JsonObject): ToolBill {
+  heldTools(tool.tools, NAMESPACE_TOOLS);
+  return TOKENS_ONLY;
+}
+
+/**
+ * Every tool type of the Responses API (the openai package's Tool union), by what it bills
+ * beyond its tokens; a type not listed is refused before anything is held or sent
+ * (ToolNotMeteredError). test/tools.test.mjs reads the installed package's types and fails
+ * on one not listed here. The Python SDK's wire_openai.RESPONSES_TOOLS, type for type.
+ */
+export const RESPONSES_TOOLS: Tools = Object.freeze({
+  // Held: a fee per call, priced by kind (the price's toolUsdMicros), held for the
+  // request's max_tool_calls of each and settled at the calls the answer's output items
+  // report (openai-background.ts). The dated types are the same tools, pinned.
+  web_search: feeTool('web_search'),
+  web_search_2025_08_26: feeTool('web_search'),
+  web_search_preview: feeTool('web_search'),
+  web_search_preview_2025_03_11: feeTool('web_search'),
+  file_search: feeTool('file_search'),
+  code_interpreter: feeTool('code_interpreter'),
+  // Tokens only: the caller's own tools, and the tools the caller runs (a computer, a
+  // local shell, patches), which bill only what the model reads and writes.
+  function: TOKENS_ONLY,
+  custom: TOKENS_ONLY,
+  namespace,
+  computer: TOKENS_ONLY,
+  computer_use_preview: TOKENS_ONLY,
+  local_shell: TOKENS_ONLY,
+  apply_patch: TOKENS_ONLY,
+  shell,
+  // Tokens only, run at OpenAI for no fee: remote MCP servers and connectors (OpenAI bills
+  // the tokens of their listings and results; the server is the caller's), and tool
+  // search, which loads the caller's deferred tools.
+  mcp: TOKENS_ONLY,
+  tool_search: TOKENS_ONLY,
+  // Refused: fees Earmark has no count or price for.
+  image_generation: refusedTool("bills each image it generates at the image model's rates, which Earmark cannot hold"),
+  programmatic_tool_calling: refusedTool('runs programs at OpenAI, at a cost Earmark has no price for'),
+});
+/** Chat Completions' tools are the caller's own (the openai package's ChatCompletionTool
+ * union); its built-in web search is a parameter of its own. */
+export const CHAT_TOOLS: Tools = Object.freeze({ function: TOKENS_ONLY, custom: TOKENS_ONLY });
+/** Chat Completions' built-in tools that are parameters of the request, not tools: a search
+ * model bills a search fee per call, and the answer counts no searches to settle it at. */
+export const CHAT_TOOL_PARAMETERS: Readonly<Record<string, string>> = Object.freeze({
+  web_search_options: 'bills a search fee per call that the answer does not count, which Earmark cannot hold and settle',
+});
 // A GET that reads a response again (retrieve, or a resumed stream), and a POST that
 // cancels one: the id is the path's segment after /responses.
 const READS: Record<string, RegExp> = {
@@ -136,6 +203,12 @@ class ChatTally implements Tally {
 /** POST .../chat/completions. */
 const chat: Route = {
   call(body: JsonObject): Call {
+    // A tool whose fee cannot be held is refused before the hold: nothing is held for a
+    // request that is not sent.
+    for (const [parameter, why] of Object.entries(CHAT_TOOL_PARAMETERS)) {
+      if (body[parameter] !== undefined && body[parameter] !== null) throw new ToolNotMeteredError(parameter, why);
+    }
+    heldTools(body.tools, CHAT_TOOLS);
     const messages = Array.isArray(body.messages) ? body.messages.filter(isObject) : [];
     let total = jsonChars(body.tools);
     for (const message of messages) {
@@ -282,15 +355,12 @@ const background: Later = {
   },
 };
 
-function toolKind(type: string): string | null {
-  for (const [pattern, kind] of TOOL_KINDS) if (pattern.test(type)) return kind;
-  return null;
-}
-
 /** POST .../responses. A background one (background: true) runs on at OpenAI after its
  * answer: later says how its hold stays open until the response ends. */
 const responses: Route = {
   call(body: JsonObject, settings: CallSettings): Call {
+    // Read first: a tool whose fee cannot be held refuses the request before its hold.
+    const kinds = new Set(heldTools(body.tools, RESPONSES_TOOLS).map(([kind]) => kind));
     const input = body.input;
     let total = chars(body.instructions) + jsonChars(body.tools);
     let items = 1;
@@ -304,8 +374,6 @@ const responses: Route = {
     } else {
       total += chars(input);
     }
-    const tools = Array.isArray(body.tools) ? body.tools.filter(isObject) : [];
-    const kinds = new Set(tools.map((tool) => toolKind(text(tool.type))).filter((kind) => kind !== null));
     const most = Math.min(positive(body, 'max_tool_calls') ?? settings.toolCallsMax, TOOL_CALLS_PER_REQUEST_MAX);
     return {
       model: text(body.model),

@@ -1,9 +1,12 @@
 // What metering at the wire reads from a provider's requests and answers, whichever the
-// provider: the JSON values, a billable call as read from its body, the shape and prompt
-// charge it is reserved with, the cap it is sent with, and the table a provider's POSTs are
-// routed by (Routes: each whole path metered, free or refused, any other refused).
+// provider: the JSON values, a billable call as read from its body, the fees of the built-in
+// tools it gives the model (heldTools: each tool type held, passed or refused by its
+// provider's table), the shape and prompt charge it is reserved with, the cap it is sent
+// with, and the table a provider's POSTs are routed by (Routes: each whole path metered, free
+// or refused, any other refused).
 // routes-openai.ts and routes-anthropic.ts hold each provider's routes, as the Python SDK's
 // wire_openai.py and wire_anthropic.py do, rule for rule.
+import { ToolNotMeteredError } from './errors.js';
 import { MESSAGE_OVERHEAD_TOKENS, PROMPT_CHARS_PER_TOKEN, REPLY_OVERHEAD_TOKENS } from './limits.js';
 import type { Shape, Usage } from './types.js';
 
@@ -177,6 +180,66 @@ export class Routes {
     const found = within(path, prefix) ? this.find(path.slice(prefix.length)) : null;
     return found === null || found === REFUSED ? null : found;
   }
+}
+
+/**
+ * What a tool type bills beyond the tokens it adds, and so what a request that gives the
+ * model one gets: fee, a kind of fee per call the price book prices (held for the calls the
+ * request allows, settled at the calls the answer reports); refused, why its fee cannot be
+ * held (the request is refused, unsent); neither, tokens only (the tool runs at the
+ * caller's, or at the provider's for no fee). The Python SDK's wire.Tool.
+ */
+export interface ToolBill {
+  readonly fee: string;
+  readonly refused: string;
+}
+
+/** A tool that bills its tokens alone. */
+export const TOKENS_ONLY: ToolBill = Object.freeze({ fee: '', refused: '' });
+
+export function feeTool(fee: string): ToolBill {
+  return Object.freeze({ fee, refused: '' });
+}
+
+export function refusedTool(why: string): ToolBill {
+  return Object.freeze({ fee: '', refused: why });
+}
+
+/** What a provider's tool types bill, by type: a ToolBill, or for a type whose bill depends
+ * on how the tool is set up (where a shell runs), what reads the tool and says. */
+export type Tools = Readonly<Record<string, ToolBill | ((tool: JsonObject) => ToolBill)>>;
+
+/** Why a tool of a type no table lists is refused. */
+export const UNCLASSIFIED_TOOL = 'is of a type Earmark has not classified, and may bill a fee it cannot hold';
+
+/** What table says of a tool type, or null when it does not list it (own keys only: a type
+ * named "constructor" is no classified one). */
+export function classified(table: Tools, tool: JsonObject, kind: string): ToolBill | null {
+  if (!Object.hasOwn(table, kind)) return null;
+  const what = table[kind];
+  return typeof what === 'function' ? what(tool) : what;
+}
+
+/**
+ * The tools of a request's `tools` that bill a fee per call, each with its fee kind. Throws
+ * ToolNotMeteredError for a tool table refuses, and for one it does not list: a tool type
+ * Earmark has not classified may bill anything. untyped is the type of a tool that names
+ * none or null (Anthropic's custom tools); null refuses such a tool, named "untyped". An
+ * entry that is not an object is no tool the provider runs (it answers 400): passed over.
+ * The Python SDK's wire.held_tools, rule for rule.
+ */
+export function heldTools(given: Json | undefined, table: Tools, untyped: string | null = null): [string, JsonObject][] {
+  const found: [string, JsonObject][] = [];
+  for (const tool of Array.isArray(given) ? given : []) {
+    if (!isObject(tool)) continue;
+    const kind = tool.type === undefined || tool.type === null ? untyped : tool.type;
+    const name = typeof kind === 'string' ? kind : 'untyped';
+    const what = typeof kind === 'string' ? classified(table, tool, kind) : null;
+    if (what === null) throw new ToolNotMeteredError(name, UNCLASSIFIED_TOOL);
+    if (what.refused) throw new ToolNotMeteredError(name, what.refused);
+    if (what.fee) found.push([what.fee, tool]);
+  }
+  return found;
 }
 
 export function isObject(value: Json | undefined): value is JsonObject {
