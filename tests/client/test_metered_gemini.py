@@ -23,7 +23,7 @@ from google.genai import client as genai_client
 from earmark.client import AsyncClient, Client, RefusedError, wire_gemini
 from earmark.client.errors import PriceNotFoundError
 from earmark.client.gemini_transport import SyncNotMeteredError
-from earmark.client.llm import Meter, SocketNotMeteredError, metered
+from earmark.client.llm import EndpointNotMeteredError, Meter, SocketNotMeteredError, metered
 from earmark.client.metered_gemini import LAZY
 from earmark.client.wire_gemini import PROVIDER, GenerateContent
 from earmark.v1 import budget_pb2 as pb
@@ -194,6 +194,23 @@ async def test_a_priority_call_is_held_and_settled_at_the_priority_rates(
     assert "priority" in str(unpriced.value)
     assert (pb.RESERVATION_STATE_SETTLED, 2 * USAGE_MICROS) == (hold.state, hold.settled_used)
     await assert_invariants(priced.dsn)
+
+
+async def test_a_write_other_than_post_is_refused_unless_free(
+    priced: Running, fake: FakeGemini
+) -> None:
+    """caches.update (a PATCH extending a cache Google bills by the hour) is refused
+    before it is sent, as a POST to its path would be; a read is sent (the fake, which
+    answers POSTs alone, refuses it)."""
+    async with AsyncClient(priced.target) as earmark, aio_metered(fake, earmark, "b") as llm:
+        with pytest.raises(EndpointNotMeteredError) as refused:
+            await llm.aio.caches.update(
+                name="cachedContents/abc", config=types.UpdateCachedContentConfig(ttl="31536000s")
+            )
+        with pytest.raises(errors.APIError) as read:
+            await llm.aio.caches.get(name="cachedContents/abc")
+    assert "PATCH" in str(refused.value)
+    assert (501, False) == (read.value.code, isinstance(read.value, EndpointNotMeteredError))
 
 
 async def test_streams_settle_from_their_last_chunk(priced: Running, fake: FakeGemini) -> None:

@@ -134,6 +134,10 @@ class Running:
     labelling: asyncio.Task[None] | None = None
 
 
+# Requests that bill nothing whatever their path: reads and deletes.
+PASSED_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+
+
 class Metering:
     """What both transports share: which route a request takes, its held call, and the
     calls that run on after their answer. The held call's steps are the async SDK's; a
@@ -150,14 +154,17 @@ class Metering:
         self._later: Later | None = None
 
     def route(self, request: httpx2.Request) -> Route | None:
-        """The billable route of request; None when it passes through (it is no POST, or
-        bills nothing); raises, unsent, for one that bills and cannot be priced."""
-        if request.method != "POST":
+        """The billable route of request; None when it passes through (a read or a delete,
+        or a request the table says bills nothing); raises, unsent, for one that bills and
+        cannot be priced. A write other than POST (PATCH, PUT: google-genai's caches.update
+        extends a cache billed by the hour) is routed as a POST is, and refused unless the
+        table says its path is free."""
+        if request.method in PASSED_METHODS:
             return None
         found = self.provider.routing(request.url.path)
         if found == FREE:
             return None
-        if found is None or isinstance(found, str):
+        if found is None or isinstance(found, str) or request.method != "POST":
             raise self.error(EndpointNotMeteredError)(request.method, request.url.path)
         return found
 
