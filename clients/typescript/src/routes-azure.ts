@@ -18,10 +18,15 @@
 // 2024-09-01-preview; hosts.ts streamsUsage) is refused before it is sent
 // (StreamUsageNotReportedError): Azure would answer 400 to the stream_options Earmark adds,
 // and without them the stream carries no usage, so its hold could only go in doubt.
-import { DeploymentNotMappedError, StreamUsageNotReportedError } from './errors.js';
+//
+// A call with data_sources (Azure OpenAI On Your Data: the service queries a search index,
+// and an embedding deployment for vector search, billed to those resources apart from the
+// call's tokens) is refused before anything is held or sent (ToolNotMeteredError), as the
+// Python SDK's wire_openai.Deployed refuses it.
+import { DeploymentNotMappedError, StreamUsageNotReportedError, ToolNotMeteredError } from './errors.js';
 import { streamsUsage } from './hosts.js';
 import { isChat } from './routes-openai.js';
-import { FREE, within, type Call, type CallSettings, type JsonObject, type Route, type Routing } from './routes.js';
+import { FREE, isObject, within, type Call, type CallSettings, type Json, type JsonObject, type Route, type Routing } from './routes.js';
 
 // The deployment a path names, after the base URL's own path.
 const DEPLOYMENT = /^\/deployments\/((?!\.\.?\/)[^/]+)(?=\/)/;
@@ -35,6 +40,14 @@ export function baseModel(deployments: Readonly<Record<string, string>>, name: s
   return deployments[name];
 }
 
+/** Whether a body's field asks for something: present, and not null, false, 0, '', [] or {}
+ * (what the Python SDK's truth test passes over). */
+function given(value: Json | undefined): boolean {
+  if (Array.isArray(value)) return value.length > 0;
+  if (isObject(value)) return Object.keys(value).length > 0;
+  return Boolean(value);
+}
+
 /** route, whose calls are priced as the base model of their deployment (named by the path,
  * else by the body's model); a chat stream under an apiVersion that streams no usage
  * refused. */
@@ -42,6 +55,12 @@ function deployed(route: Route, deployments: Readonly<Record<string, string>>, f
   return {
     ...route,
     call(body: JsonObject, settings: CallSettings): Call {
+      if (given(body.data_sources)) {
+        throw new ToolNotMeteredError(
+          'data_sources (Azure OpenAI On Your Data)',
+          "runs searches and embeddings billed apart from the call's tokens, which Earmark cannot hold",
+        );
+      }
       const call = route.call(body, settings);
       const model = baseModel(deployments, fromPath ?? call.model);
       if (call.stream && isChat(route) && apiVersion !== null && !streamsUsage(apiVersion)) {

@@ -5,8 +5,8 @@
 // a request that gives the model a tool whose fee Earmark cannot hold is refused before
 // anything is held or sent, naming the tool, while a tool that bills tokens only, or a fee
 // Earmark holds, is sent: OpenAI's Chat and Responses and Anthropic's Messages against the
-// Python fakes (FAKE_OPENAI_URL, FAKE_ANTHROPIC_URL), Gemini and Bedrock against in-process
-// fakes (test/fakes.mjs).
+// Python fakes (FAKE_OPENAI_URL, FAKE_ANTHROPIC_URL), Azure OpenAI's On Your Data, Gemini and
+// Bedrock against an in-process fake (test/fakes.mjs).
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -15,7 +15,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { BedrockRuntimeClient, ConverseCommand, InvokeModelCommand } from '@aws-sdk/client-bedrock-runtime';
 import { GoogleGenAI } from '@google/genai';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
-import OpenAI from 'openai';
+import OpenAI, { AzureOpenAI } from 'openai';
 import ts from 'typescript';
 import { BEDROCK_TOOL_KINDS } from '../dist/esm/bedrock.js';
 import { EndpointNotMeteredError, ModalityNotMeteredError, ToolNotMeteredError, metered } from '../dist/esm/index.js';
@@ -317,13 +317,19 @@ const claude = `claude-ts-tools-${process.pid}`;
 const gemini = `gemini-ts-tools-${process.pid}`;
 const bedrockClaude = `anthropic.claude-ts-tools-${process.pid}-v1:0`;
 const nova = `amazon.nova-ts-tools-${process.pid}-v1:0`;
+const azureBase = `gpt-azure-ts-tools-${process.pid}`;
 let fake;
 
 before(async () => {
   assert.ok(FAKE_OPENAI_URL && FAKE_ANTHROPIC_URL, 'FAKE_OPENAI_URL and FAKE_ANTHROPIC_URL are set by tests/clients/test_typescript.py');
-  // One fake for Gemini's paths and Bedrock's: each answers its own (a Converse answer, a
-  // generateContent one), billing 30 input and 20 output tokens.
+  // One fake for Azure's, Gemini's and Bedrock's paths: each answers its own (a chat
+  // completion, a generateContent answer, a Converse one), billing 30 input and 20 output
+  // tokens.
   fake = await serve((req, res) => {
+    if (/^\/openai\/deployments\/[^/]+\/chat\/completions$/.test(req.url.pathname)) {
+      const choice = { index: 0, message: { role: 'assistant', content: 'Row locks.' }, finish_reason: 'stop' };
+      return json(res, 200, { id: 'c1', object: 'chat.completion', created: 1, model: 'gpt-4o', choices: [choice], usage: { prompt_tokens: 30, completion_tokens: 20, total_tokens: 50 } });
+    }
     if (/:generateContent$/.test(req.url.pathname)) {
       const candidate = { content: { parts: [{ text: 'Row locks.' }], role: 'model' }, index: 0, finishReason: 'STOP' };
       return json(res, 200, { candidates: [candidate], usageMetadata: { promptTokenCount: 30, candidatesTokenCount: 20, totalTokenCount: 50 } });
@@ -339,6 +345,7 @@ before(async () => {
   await putPrice(earmark, 'google', gemini);
   await putPrice(earmark, 'aws', `regional.${bedrockClaude}`);
   await putPrice(earmark, 'aws', nova);
+  await putPrice(earmark, 'azure', azureBase);
 });
 after(async () => {
   earmark.close();
@@ -376,6 +383,19 @@ test('OpenAI: a Responses or Chat tool whose fee cannot be held is refused unsen
   // Each sent once, held for its answer alone: no tool fee.
   assert.deepEqual(spy.sent.map((sent) => [sent.path, sent.state.held]), [['/v1/responses', 8 * 500], ['/v1/chat/completions', 8 * 500]]);
   assert.deepEqual((await ledger(earmark, id)).slice(1), [0, 0]);
+});
+
+test('Azure OpenAI: a chat call with data_sources (On Your Data) is refused unsent and unheld; one without them is sent', async () => {
+  const id = await budget('tools-azure');
+  const azure = new AzureOpenAI({ endpoint: fake.url, apiKey: 'azure-key', apiVersion: '2024-10-21', fetch: spy.fetch, maxRetries: 0 });
+  const llm = metered(azure, earmark, id, { deployments: { 'my-gpt': azureBase } });
+  const search = { type: 'azure_search', parameters: { endpoint: 'https://search.example', index_name: 'i' } };
+  const ask = (text, more = {}) => llm.chat.completions.create({ model: 'my-gpt', max_tokens: 500, messages: [{ role: 'user', content: text }], ...more });
+  refusedNaming(await ask(NEVER_SENT, { data_sources: [search] }).catch((e) => e), 'data_sources (Azure OpenAI On Your Data)');
+  await nothingSentOrHeld(id);
+  await ask(QUESTION, { data_sources: [] });
+  assert.deepEqual([fake.requests.length, spy.sent.map((sent) => sent.state.held)], [1, [8 * 500]]);
+  assert.deepEqual(await ledger(earmark, id), [2 * 30 + 8 * 20, 0, 0]);
 });
 
 test('Anthropic: code execution and the advisor (beta) are refused unsent and unheld; a web search is held at its fee beside tools that bill tokens', async () => {
