@@ -238,6 +238,12 @@ class AsyncClient(AdminCalls):
         task.add_done_callback(self._background_done)
         return task
 
+    def _in_background_later(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """_in_background, coroutine started limits.client_sync_settle_start_seconds later:
+        the settle of a sync caller's call, whose thread is still handing its answer back
+        (see limits)."""
+        return self._in_background(_started_later(coroutine))
+
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -510,3 +516,12 @@ class AsyncClient(AdminCalls):
             raise_on_refusal=raise_on_refusal,
         )
         return Hold(self, what)
+
+
+async def _started_later(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        await asyncio.sleep(limits.client_sync_settle_start_seconds)
+    except BaseException:
+        coroutine.close()
+        raise
+    return await coroutine

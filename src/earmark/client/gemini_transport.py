@@ -119,7 +119,7 @@ class CrossLoopTransport(ClosingAsyncTransport):
 
 
 async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
-    earmark._in_background(settling)
+    earmark._in_background_later(settling)
 
 
 async def _now(step: Any) -> None:

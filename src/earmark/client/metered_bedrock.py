@@ -307,7 +307,7 @@ def _unsent(error: BaseException) -> bool:
 
 
 async def _in_background(earmark: AsyncClient, step: Coroutine[Any, Any, Any]) -> None:
-    earmark._in_background(step)
+    earmark._in_background_later(step)
 
 
 __all__ = ["metered"]

@@ -590,7 +590,7 @@ class MeteredTransport(httpx2.BaseTransport):
 
 
 async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
-    earmark._in_background(settling)
+    earmark._in_background_later(settling)
 
 
 class EventStream(httpx2.SyncByteStream):
