@@ -134,6 +134,7 @@ def targets(by_name: dict[str, Figure]) -> list[tuple[str, bool]]:
             "K sidecars: serialization retries < 0.05 per admission in every run",
             worst(": retries per admission") < 0.05,
         ),
+        *metered.wrapper_targets(m),
     ]
     measured = []
     for check in checks:

@@ -43,6 +43,7 @@ import json
 import re
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,6 +147,9 @@ class BedrockState:
     exception: str | None = None
     # An error status every operation answers with (None: answers).
     error: int | None = None
+    # How long an operation waits before it answers: the provider's own pace (the
+    # benchmark's fixed answer time); 0, at once.
+    delay_seconds: float = 0.0
     requests: list[Received] = field(default_factory=list)
     # What it billed, an answer at a time; priced at rates (the test's).
     billed: list[Bill] = field(default_factory=list)
@@ -299,6 +303,8 @@ class _Handler(JsonHandler):
         if state.error is not None:
             self._error(state.error, _ERRORS[state.error], "the fake was told to fail")
             return
+        if state.delay_seconds:
+            time.sleep(state.delay_seconds)
         model_id, operation = unquote(found["model"]), found["operation"]
         kind = family(model_id)
         if operation == "converse":

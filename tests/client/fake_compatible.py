@@ -47,7 +47,8 @@ service_tier the answer names (None: none, as DeepSeek answers); `flavor`, whose
 the answers carry ("azure", "groq", "openrouter", "mistral", "xai"; "" for none);
 `filtered`, what Azure's filter stops ("output", "prompt"; "" for nothing); `cost`,
 OpenRouter's usage.cost, sent as is (and `upstream_cost`, a BYOK call's);
-`reasoning_tokens`, xAI's. It records each request's body and its path with its query
+`reasoning_tokens`, xAI's; `delay_seconds`, how long an answer waits (the benchmark's
+fixed answer time). It records each request's body and its path with its query
 (`paths`).
 """
 
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -87,6 +89,9 @@ class CompatibleState:
     # OpenRouter's usage.cost, in dollars, sent as is; byok adds upstream_inference_cost.
     cost: Any = 0.0
     upstream_cost: Any = None
+    # How long a chat completion waits before it answers: the provider's own pace (the
+    # benchmark's fixed answer time); 0, at once.
+    delay_seconds: float = 0.0
     requests: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -193,6 +198,8 @@ class _Handler(JsonHandler):
         if azure and state.filtered == "prompt":
             self.send_json(400, PROMPT_FILTERED)
             return
+        if state.delay_seconds:
+            time.sleep(state.delay_seconds)
         head: dict[str, Any] = {"id": "chatcmpl-compatible", "created": 1_700_000_000}
         head["model"] = body.get("model", "")
         head["system_fingerprint"] = "fp_compatible"

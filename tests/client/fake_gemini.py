@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -79,6 +80,9 @@ class GeminiState:
     error: int | None = None
     # The usageMetadata an embedding answer carries (None: none).
     embed_usage: dict[str, Any] | None = None
+    # How long a model method waits before it answers: the provider's own pace (the
+    # benchmark's fixed answer time); 0, at once.
+    delay_seconds: float = 0.0
     requests: list[Received] = field(default_factory=list)
     # The usageMetadata of every answer Google would bill: a generateContent answered, a
     # stream sent to its last chunk, an embedding answered with a usage.
@@ -172,6 +176,8 @@ class _Handler(JsonHandler):
         if state.error is not None:
             self.send_json(state.error, error_body(state.error, "the fake was told to fail"))
             return
+        if state.delay_seconds:
+            time.sleep(state.delay_seconds)
         model, method = found["model"], found["method"]
         if method == "generateContent":
             state.bill(state.usage)
