@@ -45,7 +45,7 @@ from earmark.client.wire import (
     reported,
     with_cap,
 )
-from earmark.client.wire_usage import served_tier
+from earmark.client.wire_usage import reported_count, served_tier
 from earmark.core.prices import Usage, counts
 
 PROVIDER = "anthropic"
@@ -141,17 +141,28 @@ def _server_tools(body: dict[str, Any], default: int) -> list[tuple[str, int]]:
     return found
 
 
-def messages_usage(usage: dict[str, Any]) -> Usage:
+def messages_usage(usage: dict[str, Any]) -> Usage | None:
     """An Anthropic usage as Earmark prices it: every input token counted, the 1-hour
-    cache writes apart, and the server tools' calls by kind."""
-    written = number(usage.get("cache_creation_input_tokens"))
-    read = number(usage.get("cache_read_input_tokens"))
+    cache writes apart, and the server tools' calls by kind; None when a count is not
+    believed (wire_usage.reported_count): the call is left in doubt."""
+    found = [
+        reported_count(usage.get(name))
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        )
+    ]
+    if None in found:
+        return None
+    given, output, written, read = (n or 0 for n in found)
     by_ttl = usage.get("cache_creation") or {}
     long = min(written, number(by_ttl.get("ephemeral_1h_input_tokens")))
     tools = usage.get("server_tool_use") or {}
     return Usage(
-        input_tokens=number(usage.get("input_tokens")) + written + read,
-        output_tokens=number(usage.get("output_tokens")),
+        input_tokens=given + written + read,
+        output_tokens=output,
         cached_input_tokens=read,
         cache_write_input_tokens=written,
         cache_write_long_input_tokens=long,

@@ -45,7 +45,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from earmark import limits
 from earmark.client.errors import EarmarkClientError
 from earmark.client.meter import Meter
 from earmark.client.wire import (
@@ -57,7 +56,7 @@ from earmark.client.wire import (
     prompt_estimate,
 )
 from earmark.client.wire_anthropic import Messages, messages_usage
-from earmark.client.wire_usage import cache_parts, served_tier
+from earmark.client.wire_usage import cache_parts, reported_count, served_tier
 from earmark.core.prices import Usage
 
 # genai-prices' provider id for Bedrock ("AWS Bedrock").
@@ -118,11 +117,10 @@ def _positive(value: Any) -> int | None:
 
 
 def count(value: Any) -> int | None:
-    """A count from a usage report: absent, null or not a whole number counts 0; None for
-    one no call can have (below 0, above limits.tokens_per_request_max), which leaves the
-    hold in doubt rather than settle it low."""
-    found = number(value)
-    return found if 0 <= found <= limits.tokens_per_request_max else None
+    """A count from a usage report (wire_usage.reported_count): absent or null 0; None for
+    one not believed (not a whole number, below 0, past the bound), which leaves the hold
+    in doubt rather than settle it low."""
+    return reported_count(value)
 
 
 def bedrock_usage(

@@ -52,10 +52,9 @@ from earmark.client.wire import (
     Route,
     Tally,
     ToolNotMeteredError,
-    number,
     prompt_estimate,
 )
-from earmark.client.wire_usage import cache_parts, served_tier
+from earmark.client.wire_usage import cache_parts, reported_count, served_tier
 from earmark.core.prices import Usage
 
 # genai-prices' name for Google's models, the Gemini API's and Vertex AI's both.
@@ -268,11 +267,10 @@ def capped(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
 
 
 def count(value: Any) -> int | None:
-    """A count from a usage report: absent, null or not a whole number counts 0 (as
-    wire.number reads one); None for one no call can have (below 0, above
-    limits.tokens_per_request_max), which leaves the hold in doubt rather than settle it low."""
-    found = number(value)
-    return found if 0 <= found <= limits.tokens_per_request_max else None
+    """A count from a usage report (wire_usage.reported_count): absent or null 0; None for
+    one not believed (not a whole number, below 0, past the bound), which leaves the hold
+    in doubt rather than settle it low."""
+    return reported_count(value)
 
 
 def gemini_usage(usage: dict[str, Any]) -> Usage | None:

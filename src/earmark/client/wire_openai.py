@@ -61,7 +61,7 @@ from earmark.client.wire import (
     with_cap,
     within,
 )
-from earmark.client.wire_usage import cache_parts, served_tier
+from earmark.client.wire_usage import cache_parts, reported_count, served_tier
 from earmark.core.prices import Usage, counts
 
 PROVIDER = "openai"
@@ -222,7 +222,7 @@ class Chat:
         return _ChatTally(call, hidden_usage)
 
 
-def chat_usage(usage: dict[str, Any], answer: dict[str, Any]) -> Usage:
+def chat_usage(usage: dict[str, Any], answer: dict[str, Any]) -> Usage | None:
     """A CompletionUsage as Earmark prices it: prompt_tokens counts cached reads and cache
     writes, completion_tokens counts reasoning. The transport names the provider and the
     model the call was held for (an answer names a dated snapshot the book may not have).
@@ -231,10 +231,14 @@ def chat_usage(usage: dict[str, Any], answer: dict[str, Any]) -> Usage:
     prompt_cache_hit_tokens, of prompt_tokens, beside prompt_cache_miss_tokens; its
     prompt_tokens_details.cached_tokens is absent or 0, so its own count is read when it
     sends one. The tier is the one the answer says it ran at, which OpenAI and Azure bill
-    and which may differ from the one asked for."""
+    and which may differ from the one asked for. None when a count is not believed
+    (wire_usage.reported_count): the call is left in doubt."""
     details = usage.get("prompt_tokens_details")
     prompt = details if isinstance(details, dict) else {}
-    input_tokens = number(usage.get("prompt_tokens"))
+    input_tokens = reported_count(usage.get("prompt_tokens"))
+    output_tokens = reported_count(usage.get("completion_tokens"))
+    if input_tokens is None or output_tokens is None:
+        return None
     hits = usage.get("prompt_cache_hit_tokens")
     cached, written = cache_parts(
         input_tokens,
@@ -243,7 +247,7 @@ def chat_usage(usage: dict[str, Any], answer: dict[str, Any]) -> Usage:
     )
     return Usage(
         input_tokens=input_tokens,
-        output_tokens=number(usage.get("completion_tokens")),
+        output_tokens=output_tokens,
         cached_input_tokens=cached,
         cache_write_input_tokens=written,
         service_tier=served_tier(answer.get("service_tier")),

@@ -31,6 +31,18 @@ def cache_part(value: Any, input_tokens: int) -> int:
     return value if 0 <= value <= min(input_tokens, limits.tokens_per_request_max) else 0
 
 
+def reported_count(value: Any) -> int | None:
+    """A token count from a provider's usage report: absent or null, 0; a whole number
+    from 0 to limits.tokens_per_request_max, itself; anything else (a string, a fraction,
+    a boolean, a count below 0 or past the bound) None: not believed, so that the call is
+    left in doubt rather than settled at a count read as 0."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= limits.tokens_per_request_max else None
+
+
 def cache_parts(input_tokens: int, read: Any, written: Any) -> tuple[int, int]:
     """(cache reads, cache writes) of input_tokens, each bounded by cache_part; when the two
     together are more than the input, the reads count 0 (their tokens at the input rate,
