@@ -290,6 +290,24 @@ async def test_a_provider_that_reads_only_max_tokens_is_told_its_cap_there(
     await assert_invariants(sidecar.dsn)
 
 
+async def test_a_copy_on_another_host_is_named_by_that_host(
+    sidecar: Running, server: FakeCompatible
+) -> None:
+    """A metered client's copy given another base URL is priced under the provider that
+    host names (a Groq client's copy on api.deepseek.com under deepseek, its cache hits at
+    the hit rate), and a copy on a host Earmark does not know is refused as metered() would
+    refuse it, not priced as the original's provider."""
+    fake = reset(server, cache_hits=800)
+    await budget(sidecar, "moved", 50_000_000)
+    async with AsyncClient(sidecar.target) as earmark, at("groq", fake) as client:
+        llm = metered(client, earmark, "moved")
+        with pytest.raises(ProviderNotNamedError):
+            llm.with_options(base_url="https://evil.example.com/v1")
+        await chat(llm.with_options(base_url=BASE_URLS["deepseek"]), DEEPSEEK[1])
+    assert [owed(200, 800, COMPLETION, DEEPSEEK[2])] == await settled(sidecar, "moved")
+    await assert_invariants(sidecar.dsn)
+
+
 async def test_an_empty_budget_refuses_a_call_unsent(
     sidecar: Running, server: FakeCompatible
 ) -> None:

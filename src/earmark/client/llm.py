@@ -289,10 +289,12 @@ class _Metered:
         return client
 
 
-def _routed_as(client: object) -> tuple[str, object]:
-    """What a client's routes are made from: its base URL's path, and an Azure client's
-    api-version (a copy given another is routed anew)."""
-    return _prefix(client), getattr(client, "_api_version", None)
+def _routed_as(client: object) -> tuple[str, str, object]:
+    """What a client's routes are made from: its base URL's host (which names the provider
+    where provider= did not) and path, and an Azure client's api-version (a copy given
+    another is routed, and its provider named, anew)."""
+    host = hosts.host_of(str(getattr(client, "base_url", "") or ""))
+    return host, _prefix(client), getattr(client, "_api_version", None)
 
 
 def _refuse(client: object, surface: str, named: str) -> None:
