@@ -20,6 +20,7 @@ from earmark.client.meter import Meter
 from earmark.client.wire import FREE, Call, Events, ToolNotMeteredError, cap_to_send, shape_of
 from earmark.client.wire_gemini import (
     PROVIDER,
+    TOOLS,
     Embed,
     GenerateContent,
     GenerateTally,
@@ -295,6 +296,20 @@ def test_the_last_usage_wins_once_the_answer_ended() -> None:
     silent = GenerateTally()
     silent.keep("", {"candidates": [{"finishReason": "STOP"}]})
     assert silent.usage() is None
+
+
+def test_every_tool_of_the_installed_google_genai_is_classified() -> None:
+    """Every field of google-genai's Tool, under its JSON name and its Python one, is in
+    wire_gemini.TOOLS (tokens only, or refused with why): an upgrade that adds a tool fails
+    here until it is classified."""
+    from google.genai import types
+
+    fields = types.Tool.model_fields
+    names = {name for field, info in fields.items() for name in (field, info.alias or field)}
+    camel = {
+        "".join(p.capitalize() if i else p for i, p in enumerate(f.split("_"))) for f in fields
+    }
+    assert set() == (names | camel) - set(TOOLS)
 
 
 def test_a_stream_of_two_candidates_ends_when_both_have() -> None:

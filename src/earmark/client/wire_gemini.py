@@ -84,6 +84,7 @@ _GROUNDING = (
     "bills a fee per grounded prompt or search query (counted in groundingMetadata), "
     "which Earmark does not hold and settle yet"
 )
+_PARTNER_SEARCH = "bills each search query at its partner's rate, which Earmark cannot hold"
 TOOLS: dict[str, str] = {
     # Tokens only: the caller's own functions, code run in Gemini's sandbox (billed as
     # tokens), URLs fetched into the context, a computer the caller drives.
@@ -95,6 +96,10 @@ TOOLS: dict[str, str] = {
     "url_context": "",
     "computerUse": "",
     "computer_use": "",
+    # Remote MCP servers Gemini calls for the model: their results are tokens, and the
+    # servers bill their owner, not Google (as the Responses API's mcp tool).
+    "mcpServers": "",
+    "mcp_servers": "",
     # Refused: fees per call Earmark does not hold yet.
     "googleSearch": _GROUNDING,
     "google_search": _GROUNDING,
@@ -107,6 +112,11 @@ TOOLS: dict[str, str] = {
     "retrieval": "bills Vertex AI Search or RAG Engine queries, which Earmark cannot hold",
     "fileSearch": "bills the embeddings of the stores it searches, which Earmark cannot hold",
     "file_search": "bills the embeddings of the stores it searches, which Earmark cannot hold",
+    # Vertex AI's partner web search (Exa, Parallel): billed per query.
+    "exaAiSearch": _PARTNER_SEARCH,
+    "exa_ai_search": _PARTNER_SEARCH,
+    "parallelAiSearch": _PARTNER_SEARCH,
+    "parallel_ai_search": _PARTNER_SEARCH,
 }
 
 
