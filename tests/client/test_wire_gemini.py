@@ -224,6 +224,9 @@ def test_the_prompt_estimate_counts_system_tools_and_function_parts() -> None:
             {"contents": [{"parts": [{"file_data": {"mime_type": "audio/mp3", "file_uri": "u"}}]}]},
             ModalityNotMeteredError,
         ),
+        # A file that names no type may be audio: Google reads the file's own.
+        ({"contents": [{"parts": [{"fileData": {"fileUri": "u"}}]}]}, ModalityNotMeteredError),
+        ({"tools": [{"exaAiSearch": {}}]}, ToolNotMeteredError),
     ],
 )
 def test_what_earmark_cannot_price_is_refused_before_its_hold(
@@ -296,6 +299,24 @@ def test_the_last_usage_wins_once_the_answer_ended() -> None:
     silent = GenerateTally()
     silent.keep("", {"candidates": [{"finishReason": "STOP"}]})
     assert silent.usage() is None
+
+
+def test_a_usage_that_billed_audio_leaves_the_call_in_doubt() -> None:
+    """Audio tokens in the prompt's or the cached content's modality details (a cached
+    content or a file the request did not say was audio) bill above the text rate the
+    hold was made for: no usage, the call in doubt; text and images settle."""
+    audio = [{"modality": "TEXT", "tokenCount": 8}, {"modality": "AUDIO", "tokenCount": 2}]
+    images = [{"modality": "TEXT", "tokenCount": 8}, {"modality": "IMAGE", "tokenCount": 2}]
+    route, call = GenerateContent(MODEL), Call(MODEL, 10)
+    found = [
+        route.usage({"usageMetadata": {**USAGE, name: details}}, call)
+        for name, details in (
+            ("promptTokensDetails", audio),
+            ("cacheTokensDetails", audio),
+            ("promptTokensDetails", images),
+        )
+    ]
+    assert [None, None, route.usage({"usageMetadata": USAGE}, call)] == found
 
 
 def test_every_tool_of_the_installed_google_genai_is_classified() -> None:

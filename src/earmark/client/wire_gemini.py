@@ -163,11 +163,15 @@ def _part_chars(part: Any) -> int:
 
 
 def _audio(part: Any) -> bool:
-    """Whether a Part carries audio (inline or a file), which bills above the text rate."""
+    """Whether a Part may carry audio (inline or a file), which bills above the text rate:
+    an audio mimeType, or a file that names none (the REST API's fileData.mimeType is
+    optional, and Google reads the file's own type)."""
     for camel, snake in (("inlineData", "inline_data"), ("fileData", "file_data")):
         blob = _field(part, camel, snake)
         mime = _field(blob, "mimeType", "mime_type")
         if isinstance(mime, str) and mime.lower().startswith("audio/"):
+            return True
+        if camel == "fileData" and isinstance(blob, dict) and not mime:
             return True
     return False
 
@@ -283,6 +287,22 @@ def count(value: Any) -> int | None:
     return reported_count(value)
 
 
+def _audio_billed(usage: dict[str, Any]) -> bool:
+    """Whether a usageMetadata says audio tokens were billed (its prompt's or its cached
+    content's modality details): at a rate above the text one that the hold was not made
+    for (audio in a cached content, a file's own type), so the call is left in doubt."""
+    for name in ("promptTokensDetails", "cacheTokensDetails"):
+        details = usage.get(name)
+        for detail in details if isinstance(details, list) else []:
+            if (
+                isinstance(detail, dict)
+                and str(detail.get("modality", "")).upper() == "AUDIO"
+                and reported_count(detail.get("tokenCount")) != 0
+            ):
+                return True
+    return False
+
+
 def gemini_usage(usage: dict[str, Any]) -> Usage | None:
     """A usageMetadata as Earmark prices it: every input token (the prompt, cached part
     included, and the tool-use prompt), the cached part apart, and the output with its
@@ -296,7 +316,7 @@ def gemini_usage(usage: dict[str, Any]) -> Usage | None:
             "thoughtsTokenCount",
         )
     ]
-    if None in found:
+    if None in found or _audio_billed(usage):
         return None
     prompt, tool_use, candidates, thoughts = (n or 0 for n in found)
     cached, _ = cache_parts(prompt + tool_use, usage.get("cachedContentTokenCount"), 0)
