@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from earmark.client import AsyncClient, Client, RefusedError, hosts
-from earmark.client.llm import ProviderNotNamedError, metered
+from earmark.client.llm import EndpointNotMeteredError, ProviderNotNamedError, metered
 from earmark.client.reported import dollars_to_micros, reported_cost
 from earmark.client.wire import Call
 from earmark.client.wire_openai import Chat, Compatible
@@ -296,7 +296,7 @@ async def test_a_copy_on_another_host_is_named_by_that_host(
     """A metered client's copy given another base URL is priced under the provider that
     host names (a Groq client's copy on api.deepseek.com under deepseek, its cache hits at
     the hit rate), and a copy on a host Earmark does not know is refused as metered() would
-    refuse it, not priced as the original's provider."""
+    refuse it, not priced as the original's provider; so is a call to another host's URL."""
     fake = reset(server, cache_hits=800)
     await budget(sidecar, "moved", 50_000_000)
     async with AsyncClient(sidecar.target) as earmark, at("groq", fake) as client:
@@ -304,6 +304,14 @@ async def test_a_copy_on_another_host_is_named_by_that_host(
         with pytest.raises(ProviderNotNamedError):
             llm.with_options(base_url="https://evil.example.com/v1")
         await chat(llm.with_options(base_url=BASE_URLS["deepseek"]), DEEPSEEK[1])
+        # A call given an absolute URL on another host: refused unsent, not priced as groq.
+        with pytest.raises(EndpointNotMeteredError, match=r"evil\.example\.com"):
+            await llm.post(
+                "https://evil.example.com/openai/v1/chat/completions",
+                body={"model": GROQ[1], "messages": [{"role": "user", "content": "hi"}]},
+                cast_to=object,
+            )
+    assert ["/chat/completions"] == fake.state.paths
     assert [owed(200, 800, COMPLETION, DEEPSEEK[2])] == await settled(sidecar, "moved")
     await assert_invariants(sidecar.dsn)
 

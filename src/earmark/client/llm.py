@@ -242,21 +242,24 @@ class _Metered:
         provider = _provider(sdk_client, self.name, self.deployments)
         # The class's own copy: sdk_client may be a metered client, whose copy is this.
         copy: Callable[..., SDK] = getattr(type(sdk_client), "with_options")  # noqa: B009
-        client = copy(sdk_client, http_client=self._http(provider, inner), **options)
+        host = hosts.host_of(str(getattr(sdk_client, "base_url", "") or ""))
+        client = copy(sdk_client, http_client=self._http(provider, inner, host), **options)
         return self._sealed(client, provider, inner)
 
     def _http(
-        self, provider: Provider, inner: httpx2.Client | httpx2.AsyncClient
+        self, provider: Provider, inner: httpx2.Client | httpx2.AsyncClient, host: str
     ) -> httpx2.Client | httpx2.AsyncClient:
         # A provider that reports its calls' cost settles at it where the budget counts
         # money (earmark.client.reported).
         metering_of = ReportingMetering if provider.name in hosts.REPORTS_COST else Metering
         if isinstance(inner, httpx2.AsyncClient) and isinstance(self.earmark, AsyncClient):
             metering = metering_of(provider, self.earmark, self.settings)
+            metering.host = host or None
             return httpx2.AsyncClient(transport=AsyncMeteredTransport(inner, metering))
         if isinstance(inner, httpx2.Client) and isinstance(self.earmark, Client):
             # The sync client's holds run on its own loop, as every call of Client does.
             metering = metering_of(provider, self.earmark._async, self.settings)
+            metering.host = host or None
             transport = MeteredTransport(inner, metering, self.earmark._run, self.earmark._submit)
             return httpx2.Client(transport=transport)
         raise TypeError(

@@ -148,6 +148,9 @@ class Metering:
         self.earmark = earmark
         self.meter = meter
         self.error = Raising(provider.sdk_error)
+        # The host the SDK client's base URL names, which named its provider: a billable
+        # request to another (an absolute URL given a call) is refused (None: unchecked).
+        self.host: str | None = None
         # The calls running on after their answer, by id, oldest first; changed on the
         # Earmark client's loop only.
         self.running: OrderedDict[str, Running] = OrderedDict()
@@ -164,8 +167,10 @@ class Metering:
         found = self.provider.routing(request.url.path)
         if found == FREE:
             return None
-        if found is None or isinstance(found, str) or request.method != "POST":
-            raise self.error(EndpointNotMeteredError)(request.method, request.url.path)
+        elsewhere = self.host is not None and request.url.host.lower() != self.host
+        if found is None or isinstance(found, str) or request.method != "POST" or elsewhere:
+            where = f"//{request.url.host}{request.url.path}" if elsewhere else request.url.path
+            raise self.error(EndpointNotMeteredError)(request.method, where)
         return found
 
     def body(self, request: httpx2.Request) -> dict[str, Any]:
