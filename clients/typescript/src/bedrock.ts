@@ -3,7 +3,10 @@
 // initialize step, the outermost, which sees each command's input before it is serialized
 // (where the hold is made and the cap set, and a refusal stops the command before anything
 // is sent) and its parsed output (where the usage is), once per command: the SDK's retries
-// run inside it, on the one hold. The client itself is metered and answered.
+// run inside it, on the one hold. A second middleware, inside the retries, sees each
+// attempt: one that answered 5xx or was lost after it was sent leaves the hold in doubt even
+// when a later attempt answers (AWS may have run both). The client itself is metered and
+// answered.
 //
 // Commands: metered, Converse and ConverseStream (every model family: Bedrock normalizes the
 // cap, inferenceConfig.maxTokens, and the usage), InvokeModel and
@@ -32,15 +35,15 @@
 // Nova body Earmark reads: its InvokeModel is refused.
 import type { EarmarkClient } from './client.js';
 import { EndpointNotMeteredError, ToolNotMeteredError } from './errors.js';
-import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
+import { HeldCall, failedEnding, settingsOf, type Ending, type MeterOptions, type Settings } from './held.js';
 import { ANTHROPIC_ROUTES } from './routes-anthropic.js';
-import { FREE, count, isObject, jsonChars, positive, promptEstimate, text, type Call, type Json, type JsonObject, type Route, type Tally } from './routes.js';
+import { FREE, count, isObject, jsonChars, positive, promptEstimate, reportedCounts, text, type Call, type Json, type JsonObject, type Route, type Tally } from './routes.js';
 import type { Usage } from './types.js';
 
 /** A BedrockRuntimeClient as metered() reaches it: its middleware stack and its config. */
 export interface BedrockClientLike {
   readonly middlewareStack: {
-    add(middleware: (next: any, context: any) => any, options: { step: string; name: string }): void;
+    add(middleware: (next: any, context: any) => any, options: { step: string; name: string; priority?: string }): void;
     remove(name: string): boolean;
   };
   readonly config: object;
@@ -49,6 +52,8 @@ export interface BedrockClientLike {
 
 /** The name of Earmark's middleware in the stack: metering a client again replaces it. */
 export const BEDROCK_MIDDLEWARE = 'earmarkMeter';
+/** The name of the middleware that watches each attempt, inside the SDK's retries. */
+export const BEDROCK_ATTEMPTS = 'earmarkAttempts';
 const SERVICE_ID = 'Bedrock Runtime';
 /**
  * Every command of @aws-sdk/client-bedrock-runtime, with what Earmark does with it: metered
@@ -177,26 +182,39 @@ function messagesPrompt(input: JsonObject, extra: Json | undefined): number {
   return promptEstimate(chars, messages.length);
 }
 
-/** A Converse usage (TokenUsage) as Earmark prices it. */
-export function converseUsage(usage: JsonObject, serviceTier: Json | undefined): Usage {
-  const read = count(usage.cacheReadInputTokens);
-  const written = count(usage.cacheWriteInputTokens);
+/** A Bedrock usage (Converse's TokenUsage, or a Nova invoke's, whose cache counts are
+ * named read and written) as Earmark prices it: inputTokens counts neither cache reads nor
+ * writes, so both are added; the writes kept for an hour apart (cacheDetails); the tier the
+ * answer says it ran at. null when a count is not believed (reportedCount): the call is left
+ * in doubt. The Python SDK's wire_bedrock.bedrock_usage. */
+function bedrockUsage(usage: JsonObject, read: Json | undefined, written: Json | undefined, serviceTier: Json | undefined): Usage | null {
+  const found = reportedCounts({ inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, read, written }, 'inputTokens', 'outputTokens', 'read', 'written');
+  if (found === null) return null;
+  const [fresh, output, reads, writes] = found;
   let long = 0;
   for (const detail of Array.isArray(usage.cacheDetails) ? usage.cacheDetails.filter(isObject) : []) {
     if (detail.ttl === '1h') long += count(detail.inputTokens);
   }
   return {
-    inputTokens: count(usage.inputTokens) + read + written,
-    outputTokens: count(usage.outputTokens),
-    cachedInputTokens: read,
-    cacheWriteInputTokens: written,
-    cacheWriteLongInputTokens: Math.min(long, written),
+    inputTokens: fresh + reads + writes,
+    outputTokens: output,
+    cachedInputTokens: reads,
+    cacheWriteInputTokens: writes,
+    cacheWriteLongInputTokens: Math.min(long, writes),
     serviceTier: tierOf(serviceTier),
   };
 }
 
+/** A Converse usage (TokenUsage) as Earmark prices it. */
+export function converseUsage(usage: JsonObject, serviceTier: Json | undefined): Usage | null {
+  return bedrockUsage(usage, usage.cacheReadInputTokens, usage.cacheWriteInputTokens, serviceTier);
+}
+
+/** The service tier a request asks for, or an answer says it ran at ('' for the default):
+ * Converse's serviceTier { type }, InvokeModel's serviceTier (a header). The Python SDK's
+ * wire_bedrock._tier. */
 function tierOf(serviceTier: Json | undefined): string {
-  const name = isObject(serviceTier) ? text(serviceTier.type) : '';
+  const name = isObject(serviceTier) ? text(serviceTier.type) : text(serviceTier);
   return name === 'default' ? '' : name;
 }
 
@@ -237,15 +255,10 @@ function converse(input: JsonObject, streaming: boolean): Operation {
 }
 
 /** A Nova invoke's usage: Converse's counts, its cache's named ...InputTokenCount. */
-function novaUsage(usage: JsonObject): Usage {
-  const read = count(usage.cacheReadInputTokenCount ?? usage.cacheReadInputTokens);
-  const written = count(usage.cacheWriteInputTokenCount ?? usage.cacheWriteInputTokens);
-  return {
-    inputTokens: count(usage.inputTokens) + read + written,
-    outputTokens: count(usage.outputTokens),
-    cachedInputTokens: read,
-    cacheWriteInputTokens: written,
-  };
+function novaUsage(usage: JsonObject): Usage | null {
+  const read = usage.cacheReadInputTokenCount ?? usage.cacheReadInputTokens;
+  const written = usage.cacheWriteInputTokenCount ?? usage.cacheWriteInputTokens;
+  return bedrockUsage(usage, read, written, undefined);
 }
 
 class NovaTally implements Tally {
@@ -294,7 +307,7 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
   };
   if (/(^|[.:/])anthropic\./.test(modelId)) {
     const route = ANTHROPIC_ROUTES.find('/v1/messages') as Route;
-    const call = { ...route.call(body, settings), model: bedrockPriceName(modelId), stream: streaming };
+    const call = { ...route.call(body, settings), model: bedrockPriceName(modelId), stream: streaming, serviceTier: tierOf(input.serviceTier) };
     return {
       call,
       capped: (cap) => encoded(route.sent(body, call, cap).body),
@@ -314,7 +327,8 @@ function invoke(input: JsonObject, rawBody: unknown, streaming: boolean, command
         asked: positive(config, 'maxTokens', 'max_new_tokens'),
         choices: 1,
         stream: streaming,
-        serviceTier: '',
+        // InvokeModel's serviceTier is a parameter (a header), not in the body.
+        serviceTier: tierOf(input.serviceTier),
         toolCallsMax: {},
         hasOutput: true,
       },
@@ -357,17 +371,22 @@ function statusOf(error: unknown): number | null {
 
 /** A stream of events passed to the caller as it reads them, each shown to the tally; the
  * hold ends once, at the tally's usage or in doubt, however the reading ends. */
-async function* tallied(events: AsyncIterable<unknown>, op: NonNullable<Operation['stream']>, held: HeldCall): AsyncGenerator<unknown> {
+async function* tallied(events: AsyncIterable<unknown>, op: NonNullable<Operation['stream']>, held: HeldCall, doubt: boolean): AsyncGenerator<unknown> {
   try {
     for await (const event of events) {
       op.tally.keep('', op.event(event));
       yield event;
     }
   } finally {
-    const usage = op.tally.usage();
+    const usage = doubt ? null : op.tally.usage();
     await held.end(usage === null ? 'doubt' : { usage });
   }
 }
+
+/** A command's attempts as the attempts middleware sees them: whether one answered 5xx or
+ * was lost after it was sent, by the command's context (one per send, shared by every step
+ * of its stack). */
+const DOUBTED = new WeakMap<object, { doubt: boolean }>();
 
 /** The middleware (initialize step) that meters each command of the client. */
 function meter(earmark: EarmarkClient, budgetId: string, options: MeterOptions, settings: Settings) {
@@ -380,24 +399,49 @@ function meter(earmark: EarmarkClient, budgetId: string, options: MeterOptions, 
       if (op === FREE) return next(args);
       if (op === null) throw new EndpointNotMeteredError('BEDROCK', command, `${command} bills and Earmark cannot price it; not sent`);
       const held = await HeldCall.open(earmark, budgetId, options, settings, op.call);
+      const attempts = { doubt: false };
+      DOUBTED.set(context, attempts);
+      // An earlier attempt answered 5xx or was lost after it was sent: AWS may have run it
+      // too, so a later attempt's answer does not say what the call billed.
+      const ending = (found: Ending): Ending => (attempts.doubt ? 'doubt' : found);
       const input = held.cap === null ? args.input : op.capped(held.cap);
       let result: { output: JsonObject };
       try {
         result = await next({ ...args, input });
       } catch (error) {
-        await held.end(failedEnding(error, statusOf(error)));
+        await held.end(ending(failedEnding(error, statusOf(error))));
         throw error;
       }
       const output = result.output;
       const events = op.stream === undefined ? undefined : (output[op.stream.member] as unknown as AsyncIterable<unknown> | undefined);
       if (op.stream !== undefined && events !== undefined && events !== null) {
-        const stream = tallied(events, op.stream, held);
+        const stream = tallied(events, op.stream, held, attempts.doubt);
         unread.register(stream, held);
         return { ...result, output: { ...output, [op.stream.member]: stream } };
       }
       const usage = op.usage(output);
-      await held.end(usage === null ? 'doubt' : { usage });
+      await held.end(ending(usage === null ? 'doubt' : { usage }));
       return result;
+    };
+}
+
+/**
+ * The middleware that sees each attempt of a metered command: inside the SDK's retries
+ * (finalizeRequest, after its retry middleware, which runs at high priority), around the
+ * send and the answer's parsing. An attempt that answered 5xx, or failed after it may have
+ * been sent (a timeout, a dropped connection), marks its command's hold for doubt, whatever a
+ * later attempt answers; a 4xx (throttling too) or a connection never made bills nothing.
+ */
+function attemptsWatch() {
+  return (next: (args: any) => Promise<any>, context: object) =>
+    async (args: unknown) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        const attempts = DOUBTED.get(context);
+        if (attempts !== undefined && failedEnding(error, statusOf(error)) === 'doubt') attempts.doubt = true;
+        throw error;
+      }
     };
 }
 
@@ -405,6 +449,8 @@ function meter(earmark: EarmarkClient, budgetId: string, options: MeterOptions, 
 export function meterBedrock<C extends BedrockClientLike>(client: C, earmark: EarmarkClient, budgetId: string, options: MeterOptions = {}): C {
   const settings = settingsOf('aws', options);
   client.middlewareStack.remove(BEDROCK_MIDDLEWARE);
+  client.middlewareStack.remove(BEDROCK_ATTEMPTS);
   client.middlewareStack.add(meter(earmark, budgetId, options, settings), { step: 'initialize', name: BEDROCK_MIDDLEWARE });
+  client.middlewareStack.add(attemptsWatch(), { step: 'finalizeRequest', priority: 'low', name: BEDROCK_ATTEMPTS });
   return client;
 }

@@ -19,8 +19,9 @@
 // routes-google.ts; routes-azure.ts prices OpenAI's routes by deployment), its
 // whole path after the base URL's own path: one that does not bill passes through untouched;
 // one that bills and that Earmark cannot price, or that the table does not list, is refused
-// before it is sent (EndpointNotMeteredError). A request that is not a POST passes. One
-// that bills and can be priced is:
+// before it is sent (EndpointNotMeteredError). A read or a delete (GET, HEAD, OPTIONS,
+// DELETE) passes; any other write (PATCH, PUT) is routed as a POST to its path is, and
+// refused unless the table says its path is free. A POST that bills and can be priced is:
 // - reserved by shape with its prompt charged in the same Reserve (a worker that dies
 //   during the call leaves its hold in doubt, not returned), and refused before it is sent
 //   when the budget cannot pay for it (RefusedError: the provider sees nothing);
@@ -108,6 +109,9 @@ const EARLY = new WeakMap<Headers, Error>();
 // What a copy of an answer leaves out of the provider's headers: the body was read and
 // decoded, so its length and encoding no longer hold.
 const READ_HEADERS = new Set(['content-encoding', 'content-length', 'transfer-encoding']);
+// Requests that bill nothing whatever their path: reads and deletes (the Python SDK's
+// wire_transport.PASSED_METHODS).
+const PASSED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'DELETE']);
 // Statuses whose answers have no body.
 const NULL_BODY = new Set([101, 204, 205, 304]);
 // What a metered OpenAI client's baseURL puts before its provider's: a scheme of its own,
@@ -396,12 +400,15 @@ class Meter {
       input = given instanceof Request ? new Request(unsealed(address), given) : unsealed(address);
     }
     const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
-    if (method !== 'POST') return this.passed(inner, input, init, method, basePath);
+    if (PASSED_METHODS.has(method)) return this.passed(inner, input, init, method, basePath);
     const url = new URL(input instanceof Request ? input.url : String(input));
     const path = decodedPath(url.pathname);
+    // A write other than POST (PATCH, PUT: @google/genai's caches.update extends a cache
+    // billed by the hour) is routed as a POST to its path is, and refused unless its path is
+    // free: the routes hold POST bodies alone.
     const route = path === null ? null : this.routing(path, basePath);
     if (route === FREE) return this.passed(inner, input, init, method, basePath);
-    if (route === null) return this.refused(new EndpointNotMeteredError(method, url.pathname));
+    if (route === null || method !== 'POST') return this.refused(new EndpointNotMeteredError(method, url.pathname));
     let call: Call;
     let body: JsonObject;
     let held: HeldCall;
@@ -715,14 +722,29 @@ export interface GoogleClientLike {
   readonly live: object;
 }
 
-interface GoogleInternals {
-  apiClient: {
-    clientOptions: { httpOptions?: { fetch?: FetchLike; [key: string]: unknown } };
-    getBaseUrl(): string;
-    getFetch(): FetchLike | undefined;
-  };
+/** A request as @google/genai's ApiClient.request and requestStream take it: the call's own
+ * httpOptions (a method's config.httpOptions) are merged over the client's for it alone. */
+interface GoogleRequest {
+  httpOptions?: { fetch?: FetchLike; [key: string]: unknown };
   [key: string]: unknown;
 }
+
+interface GoogleApiClient {
+  clientOptions: { httpOptions?: { fetch?: FetchLike; [key: string]: unknown } };
+  getBaseUrl(): string;
+  getFetch(): FetchLike | undefined;
+  request(request: GoogleRequest): Promise<unknown>;
+  requestStream(request: GoogleRequest): Promise<unknown>;
+}
+
+interface GoogleInternals {
+  apiClient: GoogleApiClient;
+  [key: string]: unknown;
+}
+
+// The ApiClient's methods every request of a GoogleGenAI goes through, which take a call's
+// own httpOptions.
+const GOOGLE_REQUESTS = ['request', 'requestStream'] as const;
 
 // The clients a GoogleGenAI builds at first use from its ApiClient's fetch (its NextGen
 // surfaces: interactions, agents...): dropped when it is metered, so that they are built
@@ -739,7 +761,8 @@ function isGoogle(client: object): client is GoogleClientLike {
  * it was given): the fetch its ApiClient sends every request with is wrapped, and its live
  * API, a websocket Earmark cannot meter, is refused at first touch (SocketNotMeteredError).
  * The SDK rethrows what its fetch throws, so a request refused before it is sent throws the
- * Earmark error itself. A call's own httpOptions.fetch would bypass the meter: don't give one.
+ * Earmark error itself. A call's own fetch (config.httpOptions.fetch) is metered too: its
+ * request goes through the meter around that fetch.
  */
 function meterGoogle<C extends GoogleClientLike>(client: C, earmark: EarmarkClient, budgetId: string, options: MeterOptions): C {
   const internals = client as unknown as GoogleInternals;
@@ -750,6 +773,21 @@ function meterGoogle<C extends GoogleClientLike>(client: C, earmark: EarmarkClie
   const meter = new Meter(earmark, budgetId, options, settingsOf('google', options), googleRouting, true);
   const base = { path: basePathOf(apiClient.getBaseUrl()) };
   apiClient.clientOptions.httpOptions = { ...httpOptions, fetch: meter.fetch(inner, base) };
+  // A call's own httpOptions.fetch (a method's config.httpOptions) replaces the client's for
+  // that request (the ApiClient's patchHttpOptions): such a call is sent through the meter
+  // around its own fetch, routed as the client's are (a call's own baseUrl, an upload's
+  // URL among them, is sent through the meter's fetch as it was).
+  const prototype = Object.getPrototypeOf(apiClient) as GoogleApiClient;
+  for (const name of GOOGLE_REQUESTS) {
+    const send = prototype[name];
+    if (typeof send !== 'function') continue;
+    define(apiClient, name, function (this: GoogleApiClient, request: GoogleRequest) {
+      const given = request?.httpOptions?.fetch;
+      if (typeof given !== 'function') return send.call(this, request);
+      const fetch = meter.fetch(INNER.get(given) ?? given, base);
+      return send.call(this, { ...request, httpOptions: { ...request.httpOptions, fetch } });
+    });
+  }
   for (const name of GOOGLE_BUILT) delete internals[name];
   Object.defineProperty(client, 'live', {
     configurable: true,

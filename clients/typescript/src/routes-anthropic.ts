@@ -8,8 +8,9 @@
 // create({ stream: true }), stream, parse, and beta.messages'); free, passed through,
 // counting a message's tokens (/v1/messages/count_tokens), cancelling a message batch, and
 // files (a standing cost); every other POST (message batches, skills, managed agents and
-// their sessions, administration...) is refused before it is sent, naming it. A request
-// that is not a POST passes. The package opens no websocket.
+// their sessions, administration...) is refused before it is sent, naming it. A read or a
+// delete passes; a PATCH or PUT is refused unless its path is free. The package opens no
+// websocket.
 //
 // A request's tools are read by their type (ANTHROPIC_TOOLS): the web search is held for its
 // max_uses and settled at the searches the usage counts; tools that bill only tokens pass;
@@ -34,6 +35,7 @@ import {
   isObject,
   jsonChars,
   positive,
+  reportedCounts,
   promptEstimate,
   refusedTool,
   text,
@@ -125,15 +127,17 @@ function chars(value: Json | undefined): number {
 }
 
 /** An Anthropic usage as Earmark prices it: every input token counted, the 1-hour cache
- * writes apart, and the web searches by count. */
-export function messagesUsage(usage: JsonObject): Usage {
-  const written = count(usage.cache_creation_input_tokens);
-  const read = count(usage.cache_read_input_tokens);
+ * writes apart, and the web searches by count; null when a count is not believed
+ * (reportedCount): the call is left in doubt. */
+export function messagesUsage(usage: JsonObject): Usage | null {
+  const found = reportedCounts(usage, 'input_tokens', 'output_tokens', 'cache_creation_input_tokens', 'cache_read_input_tokens');
+  if (found === null) return null;
+  const [given, output, written, read] = found;
   const byTtl = isObject(usage.cache_creation) ? usage.cache_creation : {};
   const tools = isObject(usage.server_tool_use) ? usage.server_tool_use : {};
   return {
-    inputTokens: count(usage.input_tokens) + written + read,
-    outputTokens: count(usage.output_tokens),
+    inputTokens: given + written + read,
+    outputTokens: output,
     cachedInputTokens: read,
     cacheWriteInputTokens: written,
     cacheWriteLongInputTokens: Math.min(written, count(byTtl.ephemeral_1h_input_tokens)),

@@ -8,14 +8,18 @@
 // :streamGenerateContent (?alt=sse), and Vertex's .../publishers/google/models/{model}:...
 // (with or without projects/{p}/locations/{l}); free, counting or computing tokens and
 // files (a standing cost); every other POST (embeddings, images, videos, batches, caches,
-// tunings, interactions, agents...) is refused before it is sent, naming it. A request
-// that is not a POST passes. The live API (a websocket) is refused by metered.ts.
+// tunings, interactions, agents...) is refused before it is sent, naming it. A read or a
+// delete passes; a PATCH or PUT (caches.update, extending a cache billed by the hour) is
+// refused unless its path is free. The live API (a websocket) is refused by metered.ts.
 //
 // The usage: promptTokenCount counts the whole prompt, cached content included
 // (cachedContentTokenCount of it, a cache read) and toolUsePromptTokenCount apart (input
 // too); candidatesTokenCount is the visible output and thoughtsTokenCount the thinking, which
 // Google bills as output. A stream's events each carry usageMetadata, partial until the
-// last: the last one read once a candidate has its finishReason is the bill, never a sum.
+// last: the last one read once every candidate (candidateCount) has its finishReason, or the
+// prompt was blocked, is the bill, never a sum; a count that is no whole number in bounds
+// leaves the call in doubt. A call asking for the priority or flex tier (serviceTier) is
+// held and priced at that tier, and settled at the one usageMetadata.trafficType names.
 //
 // What a request may ask that Earmark cannot price is refused before anything is held or
 // sent, as the Python SDK's wire_gemini.py refuses it: a tool that bills a fee per call
@@ -25,13 +29,15 @@
 // (ToolNotMeteredError); an output modality other than text (images, speech) and audio input,
 // billed at rates of their own (ModalityNotMeteredError).
 import { ModalityNotMeteredError, ToolNotMeteredError } from './errors.js';
+import { SERVICE_TIER_LENGTH_MAX } from './limits.js';
+import { cachePart, servedTier } from './openai-background.js';
 import {
   FREE,
-  count,
   isObject,
   jsonChars,
   positive,
   promptEstimate,
+  reportedCounts,
   text,
   within,
   type Call,
@@ -147,35 +153,82 @@ function chars(value: Json | undefined): number {
 }
 
 /** A usageMetadata as Earmark prices it: every input token counted (the cached content among
- * them, as cache reads), the thinking as output. */
-export function geminiUsage(usage: JsonObject): Usage {
-  const inputTokens = count(usage.promptTokenCount) + count(usage.toolUsePromptTokenCount);
+ * them, as cache reads), the thinking as output, at the tier trafficType says the call ran
+ * at; null when a count is not believed (reportedCount): the call is left in doubt. */
+export function geminiUsage(usage: JsonObject): Usage | null {
+  const found = reportedCounts(usage, 'promptTokenCount', 'toolUsePromptTokenCount', 'candidatesTokenCount', 'thoughtsTokenCount');
+  if (found === null) return null;
+  const [prompt, toolUse, candidates, thoughts] = found;
+  const inputTokens = prompt + toolUse;
+  const traffic = String(usage.trafficType ?? '').toUpperCase();
   return {
     inputTokens,
-    outputTokens: count(usage.candidatesTokenCount) + count(usage.thoughtsTokenCount),
-    cachedInputTokens: Math.min(inputTokens, count(usage.cachedContentTokenCount)),
+    outputTokens: candidates + thoughts,
+    cachedInputTokens: cachePart(usage.cachedContentTokenCount, inputTokens),
+    serviceTier: Object.hasOwn(SERVED_TIERS, traffic) ? SERVED_TIERS[traffic] : '',
   };
 }
 
-function finished(answer: JsonObject): boolean {
-  const candidates = Array.isArray(answer.candidates) ? answer.candidates.filter(isObject) : [];
-  return candidates.some((candidate) => typeof candidate.finishReason === 'string' && candidate.finishReason !== '');
+/** The service tiers a request asks for (GenerateContentConfig.serviceTier, the body's
+ * serviceTier) that bill at the standard rates: the price book's default tier (''). */
+export const STANDARD_TIERS: ReadonlySet<string> = new Set(['', 'standard', 'unspecified', 'service_tier_unspecified']);
+/** The tier an answer says it was billed at (usageMetadata.trafficType): the price book's
+ * tier names; any other (provisioned throughput...) says nothing, and the call is priced at
+ * the tier it was held at. The Python SDK's wire_gemini.SERVED_TIERS. */
+export const SERVED_TIERS: Readonly<Record<string, string>> = Object.freeze({
+  ON_DEMAND: 'default',
+  ON_DEMAND_PRIORITY: 'priority',
+  ON_DEMAND_FLEX: 'flex',
+});
+
+/** The service tier a request asks for, as the price book names it ('' the standard one): a
+ * priority or flex call is held and priced at that tier's rates, refused unsent where the
+ * book has none (PriceNotFoundError). */
+export function requestedTier(body: JsonObject): string {
+  const tier = field(body, 'serviceTier', 'service_tier');
+  const name = typeof tier === 'string' ? tier.toLowerCase() : '';
+  if (STANDARD_TIERS.has(name)) return '';
+  // A name the book cannot hold is sent to it as asked, and refused there, unsent.
+  return servedTier(name) || name.slice(0, SERVICE_TIER_LENGTH_MAX + 1);
 }
 
-/** The last usageMetadata of a stream; the bill once a candidate has finished. */
+/** What a chunk says ended: the indexes of the candidates it gives a finishReason, and
+ * whether the prompt was blocked (promptFeedback.blockReason, sent with no candidates),
+ * which ends the answer whole. */
+function finished(chunk: JsonObject): { done: number[]; blocked: boolean } {
+  const candidates = Array.isArray(chunk.candidates) ? chunk.candidates.filter(isObject) : [];
+  const done: number[] = [];
+  for (const candidate of candidates) {
+    if (typeof candidate.finishReason !== 'string' || candidate.finishReason === '') continue;
+    done.push(typeof candidate.index === 'number' && Number.isSafeInteger(candidate.index) ? candidate.index : 0);
+  }
+  const feedback = chunk.promptFeedback;
+  return { done, blocked: isObject(feedback) && Boolean(feedback.blockReason) };
+}
+
+/** A stream's usage: the last usageMetadata a chunk carried, known once the answer has
+ * ended, every one of its candidates (candidateCount) with a finishReason, or its prompt
+ * blocked; earlier ones may be partial (the prompt alone, or a candidate still running when
+ * the stream was cut). The Python SDK's wire_gemini.GenerateTally. */
 class GeminiTally implements Tally {
   private last: JsonObject | null = null;
-  private done = false;
+  private readonly finished = new Set<number>();
+  private blocked = false;
+
+  constructor(private readonly candidates: number) {}
 
   keep(_event: string, data: Json): boolean {
     if (!isObject(data)) return true;
     if (isObject(data.usageMetadata)) this.last = data.usageMetadata;
-    if (finished(data)) this.done = true;
+    const { done, blocked } = finished(data);
+    for (const index of done) this.finished.add(index);
+    this.blocked ||= blocked;
     return true;
   }
 
   usage(): Usage | null {
-    return this.done && this.last !== null ? geminiUsage(this.last) : null;
+    const ended = this.blocked || this.finished.size >= this.candidates;
+    return ended && this.last !== null ? geminiUsage(this.last) : null;
   }
 }
 
@@ -194,7 +247,7 @@ function generate(model: string, streaming: boolean): Route {
         asked: positive(config, 'maxOutputTokens'),
         choices: positive(config, 'candidateCount') ?? 1,
         stream: streaming,
-        serviceTier: '',
+        serviceTier: requestedTier(body),
         toolCallsMax: {},
         hasOutput: true,
       };
@@ -212,8 +265,8 @@ function generate(model: string, streaming: boolean): Route {
       return geminiUsage(answer.usageMetadata);
     },
 
-    tally(): Tally {
-      return new GeminiTally();
+    tally(call: Call): Tally {
+      return new GeminiTally(call.choices);
     },
   };
 }

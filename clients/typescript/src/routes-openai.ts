@@ -10,7 +10,8 @@
 // cancelling or pausing, moderations) and the standing costs (files, uploads, vector stores,
 // conversations); every other POST (images, audio, batches, fine-tuning and resuming it,
 // containers, the legacy completions, realtime sessions and client secrets...) is refused
-// before it is sent, naming it. A request that is not a POST passes. The websockets the
+// before it is sent, naming it. A read or a delete passes; a PATCH or PUT is refused unless
+// its path is free. The websockets the
 // package opens from a client (OPENAI_SOCKETS: its realtime and Responses sockets) are
 // refused by metered.ts before they connect.
 //
@@ -35,6 +36,7 @@ import {
   isObject,
   jsonChars,
   positive,
+  reportedCounts,
   promptEstimate,
   refusedTool,
   text,
@@ -155,16 +157,19 @@ function tier(body: JsonObject): string {
  * prompt_cache_hit_tokens, of prompt_tokens, beside prompt_cache_miss_tokens; its
  * prompt_tokens_details.cached_tokens is absent or 0, so its own count is read when it sends
  * one. The tier is the one the answer says it ran at, which OpenAI and Azure bill and which
- * may differ from the one asked for. */
-function chatUsage(usage: JsonObject, serviceTier: Json | undefined): Usage {
+ * may differ from the one asked for. null when a count is not believed (reportedCount): the
+ * call is left in doubt. */
+function chatUsage(usage: JsonObject, serviceTier: Json | undefined): Usage | null {
+  const found = reportedCounts(usage, 'prompt_tokens', 'completion_tokens');
+  if (found === null) return null;
+  const [inputTokens, outputTokens] = found;
   const prompt = isObject(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
-  const inputTokens = count(usage.prompt_tokens);
   const hits = usage.prompt_cache_hit_tokens;
   const read = hits === undefined || hits === null ? prompt.cached_tokens : hits;
   const [cached, written] = cacheParts(inputTokens, read, prompt.cache_write_tokens);
   return {
     inputTokens,
-    outputTokens: count(usage.completion_tokens),
+    outputTokens,
     cachedInputTokens: cached,
     cacheWriteInputTokens: written,
     serviceTier: servedTier(serviceTier),
@@ -256,6 +261,13 @@ const chat: Route = {
   },
 };
 
+/** A Response's usage (responseUsage, which counts 0 for a count out of shape); null when
+ * its input or output count is not believed (reportedCount): the call is left in doubt. */
+function responsesUsage(response: JsonObject): Usage | null {
+  const usage = response.usage as JsonObject;
+  return reportedCounts(usage, 'input_tokens', 'output_tokens') === null ? null : responseUsage(response);
+}
+
 // A Responses stream ends with one of these, whose response carries the usage.
 const FINAL_EVENTS = new Set(['response.completed', 'response.incomplete', 'response.failed']);
 
@@ -275,7 +287,7 @@ class ResponsesTally implements Tally {
     if (response.background === true && validId(response.id)) this.backgroundId = response.id;
     if (FINAL_EVENTS.has(kind)) {
       this.ended = true;
-      if (isObject(response.usage)) this.found = responseUsage(response);
+      if (isObject(response.usage)) this.found = responsesUsage(response);
     }
     return true;
   }
@@ -394,7 +406,7 @@ const responses: Route = {
 
   usage(answer: Json): Usage | null {
     if (!isObject(answer) || !isObject(answer.usage)) return null;
-    return responseUsage(answer);
+    return responsesUsage(answer);
   },
 
   tally(): Tally {

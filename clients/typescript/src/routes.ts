@@ -7,7 +7,7 @@
 // routes-openai.ts and routes-anthropic.ts hold each provider's routes, as the Python SDK's
 // wire_openai.py and wire_anthropic.py do, rule for rule.
 import { ToolNotMeteredError } from './errors.js';
-import { MESSAGE_OVERHEAD_TOKENS, PROMPT_CHARS_PER_TOKEN, REPLY_OVERHEAD_TOKENS } from './limits.js';
+import { MESSAGE_OVERHEAD_TOKENS, PROMPT_CHARS_PER_TOKEN, REPLY_OVERHEAD_TOKENS, TOKENS_PER_REQUEST_MAX } from './limits.js';
 import type { Shape, Usage } from './types.js';
 
 /** A JSON value as JSON.parse answers it. */
@@ -250,6 +250,26 @@ export function isObject(value: Json | undefined): value is JsonObject {
  * else: 0). */
 export function count(value: Json | undefined): number {
   return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0;
+}
+
+/** A token count from a provider's usage report: absent or null, 0; a whole number from 0
+ * to TOKENS_PER_REQUEST_MAX, itself; anything else (a string, a fraction, a boolean, a count
+ * below 0 or past the bound) null: not believed, so that the call is left in doubt rather
+ * than settled at a count read as 0. The Python SDK's wire_usage.reported_count. */
+export function reportedCount(value: Json | undefined): number | null {
+  if (value === undefined || value === null) return 0;
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 && value <= TOKENS_PER_REQUEST_MAX ? value : null;
+}
+
+/** The counts of names in usage (reportedCount), or null when one is not believed. */
+export function reportedCounts(usage: JsonObject, ...names: string[]): number[] | null {
+  const found: number[] = [];
+  for (const name of names) {
+    const n = reportedCount(usage[name]);
+    if (n === null) return null;
+    found.push(n);
+  }
+  return found;
 }
 
 /** The first of names the body sets to a positive whole number, else null. */

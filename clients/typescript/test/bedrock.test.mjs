@@ -54,6 +54,12 @@ async function answer(req, res) {
     return json(res, 500, { message: 'try again' }, { 'x-amzn-errortype': 'InternalServerException' });
   }
   if (operation === 'count-tokens') return json(res, 200, { inputTokens: 15 });
+  if (operation === 'converse' && text.includes('count:')) {
+    // A count out of shape, as the message names it: "count:string", "count:fraction"...
+    const bad = { string: '20', fraction: 20.5, boolean: true, negative: -1, past: 10 ** 12 + 1 }[/count:(\w+)/.exec(text)[1]];
+    const output = { message: { role: 'assistant', content: [{ text: 'Row locks.' }] } };
+    return json(res, 200, { output, stopReason: 'end_turn', usage: { ...CONVERSE_USAGE, outputTokens: bad }, metrics: { latencyMs: 1 } });
+  }
   if (operation === 'converse' && !text.includes('cache-1h')) {
     const output = { message: { role: 'assistant', content: [{ text: 'Row locks.' }] } };
     return json(res, 200, { output, stopReason: 'end_turn', usage: CONVERSE_USAGE, metrics: { latencyMs: 1 } });
@@ -98,6 +104,7 @@ before(async () => {
   // An in-region Claude call is priced as genai-prices names it: regional.{id}.
   await putPrice(earmark, 'aws', `regional.${claude}`);
   await putPrice(earmark, 'aws', nova);
+  await putPrice(earmark, 'aws', nova, { tier: 'priority', scale: 2 });
 });
 after(async () => {
   earmark.close();
@@ -220,15 +227,39 @@ test('one-hour cache writes (cacheDetails) are priced at their own rate', async 
   assert.deepEqual(await ledger(earmark, id), [2 * 30 + 1 * 10 + 4 * 5 + 8 * 20, 0, 0]);
 });
 
-test('the SDK retries a 5xx inside the one hold; a 4xx settles at nothing', async () => {
+test('the SDK retries a 5xx inside the one hold, which an answer after it leaves in doubt; a 4xx settles at nothing', async () => {
   const { id, llm } = await meteredOn('bedrock-retry', 1_000_000, 2);
-  await llm.send(new ConverseCommand({ modelId: claude, messages: messages('flaky'), inferenceConfig: { maxTokens: 500 } }));
+  const reply = await llm.send(new ConverseCommand({ modelId: claude, messages: messages('flaky'), inferenceConfig: { maxTokens: 500 } }));
+  assert.equal(reply.usage.outputTokens, 20);
   assert.equal(fake.requests.length, 2);
-  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+  // AWS may have run the attempt that answered 500 too: "flaky", ceil(5 / 3) + 4 + 3 = 9
+  // prompt tokens, charged; the answer's 500 still held.
+  assert.deepEqual(await ledger(earmark, id), [2 * 9, 8 * 500, 1]);
   const rejected = await meteredOn('bedrock-400', 1_000_000);
   const error = await rejected.llm.send(new ConverseCommand({ modelId: claude, messages: messages('fail:400'), inferenceConfig: { maxTokens: 500 } })).catch((e) => e);
   assert.equal(error.name, 'ValidationException');
   assert.deepEqual(await ledger(earmark, rejected.id), [0, 0, 0]);
+});
+
+test('a Nova invoke asking for the priority tier is held and settled at its price row', async () => {
+  const { id, llm } = await meteredOn('bedrock-nova-priority', 1_000_000);
+  const request = { schemaVersion: 'messages-v1', messages: messages(QUESTION), inferenceConfig: { max_new_tokens: 500 } };
+  await llm.send(new InvokeModelCommand({ modelId: nova, serviceTier: 'priority', body: JSON.stringify(request) }));
+  assert.equal(fake.requests[0].headers['x-amzn-bedrock-service-tier'], 'priority');
+  // The priority row's rates are twice the default's.
+  assert.deepEqual(atSend(), [2 * 30, 2 * 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, id), [2 * BILL, 0, 0]);
+});
+
+test('a usage count that is no whole number in bounds leaves the call in doubt', async () => {
+  const kinds = ['string', 'fraction', 'boolean', 'negative', 'past'];
+  const { id, llm } = await meteredOn('bedrock-bad-count', 1_000_000);
+  for (const kind of kinds) {
+    await llm.send(new ConverseCommand({ modelId: claude, messages: messages(`count:${kind}`), inferenceConfig: { maxTokens: 100 } }));
+  }
+  // "count:string"... each held ceil(len / 3) + 4 + 3 prompt tokens, charged; its 100 still held.
+  const prompts = kinds.map((kind) => Math.ceil(`count:${kind}`.length / 3) + 7).reduce((a, b) => a + b);
+  assert.deepEqual(await ledger(earmark, id), [2 * prompts, kinds.length * 8 * 100, kinds.length]);
 });
 
 test('every command of the package is classified, and the refused ones are refused unsent', async () => {
