@@ -626,29 +626,38 @@ function sdkErrorOf(client: object, api: Api): (new (message: string) => Error) 
   return typeof base === 'function' ? (base as new (message: string) => Error) : null;
 }
 
+/** The meter of a client by the base URL it sends to (unsealed), and its Azure api-version
+ * (null for none): a copy on another host is routed, and its provider named, anew. */
+type MeterOf = (baseURL: string, apiVersion: string | null) => Meter;
+
 /**
- * A copy of source made with the SDK's own withOptions (options, and a fetch that is
- * meter's around inner), that throws the errors of requests refused unsent as stand-ins of
- * the SDK's base error (stand-in.ts), and whose own copies (withOptions) are metered too.
- * The SDK's withOptions is its class's, so that a metered client metered again is copied
- * around its inner fetch once, not metered twice.
+ * A copy of source made with the SDK's own withOptions (options, and a fetch that is the
+ * meter's around inner: the meter of the copy's base URL, meterOf's), that throws the errors
+ * of requests refused unsent as stand-ins of the SDK's base error (stand-in.ts), and whose
+ * own copies (withOptions) are metered too. The SDK's withOptions is its class's, so that a
+ * metered client metered again is copied around its inner fetch once, not metered twice.
  */
 function install(
   source: Internals,
-  options: { fetch?: FetchLike },
+  options: { fetch?: FetchLike; baseURL?: string | null; apiVersion?: string },
   api: Api,
-  meter: Meter,
+  meterOf: MeterOf,
   inner: FetchLike,
   sdkError: (new (message: string) => Error) | null,
 ): Internals {
   const sdkWithOptions = (Object.getPrototypeOf(source) as Internals).withOptions;
   const base = { path: '' };
+  let apiVersion: string | null = null;
   if (isAzure(source)) {
     // AzureOpenAI's copies are made by its constructor, which reads its apiVersion and
     // deployment from its options (else from the environment), not from the client copied.
-    const { apiVersion, deploymentName } = source as unknown as AzureInternals;
-    options = { apiVersion, deployment: deploymentName, ...options } as { fetch?: FetchLike };
+    const azure = source as unknown as AzureInternals;
+    options = { apiVersion: azure.apiVersion, deployment: azure.deploymentName, ...options } as typeof options;
+    apiVersion = options.apiVersion ?? null;
   }
+  // The copy's host, which names its provider: the one it is given, else the source's.
+  const baseURL = options.baseURL === undefined || options.baseURL === null ? unsealed(source.baseURL) : String(options.baseURL);
+  const meter = meterOf(baseURL, apiVersion);
   // The SDK's copy takes the source's baseURL as it reads, sealed when the source is a
   // metered client: seal() takes the provider's back.
   const copy = sdkWithOptions.call(source, { ...options, fetch: meter.fetch(inner, base) });
@@ -662,8 +671,8 @@ function install(
       return sdkError === null ? early : standIn(early, sdkError);
     });
   }
-  define(copy, 'withOptions', function (this: Internals, more: { fetch?: FetchLike }) {
-    return install(this, more, api, meter, more.fetch ?? inner, sdkError);
+  define(copy, 'withOptions', function (this: Internals, more: { fetch?: FetchLike; baseURL?: string | null }) {
+    return install(this, more, api, meterOf, more.fetch ?? inner, sdkError);
   });
   return copy;
 }
@@ -689,28 +698,40 @@ export function metered<C extends Meterable>(
   const had = internals.fetch ?? (globalThis.fetch as FetchLike);
   const inner = INNER.get(had) ?? had;
   const azure = api === 'openai' && isAzure(client);
-  // An OpenAI client is priced under the provider its base URL's host names, unless the
-  // caller names one (hosts.ts); with deployments, under Azure's.
-  let provider: string = api;
-  if (api === 'openai' && options.provider === undefined) {
-    provider = options.deployments !== undefined || azure ? AZURE : namedProvider(unsealed(internals.baseURL));
+  if (options.deployments !== undefined && api !== 'openai') {
+    throw new TypeError('deployments (Azure OpenAI) takes an OpenAI or AzureOpenAI client');
   }
-  const settings = settingsOf(provider, options);
-  let routing = ROUTING[api];
-  if (options.deployments !== undefined) {
-    if (api !== 'openai') throw new TypeError('deployments (Azure OpenAI) takes an OpenAI or AzureOpenAI client');
-    // An AzureOpenAI client's api-version says whether its chat streams carry their usage.
-    const apiVersion = azure ? (client as unknown as AzureInternals).apiVersion : null;
-    routing = azureRouting(routing, options.deployments, apiVersion);
-  } else if (azure || settings.provider === AZURE) {
-    throw new TypeError(
-      "metered() of an AzureOpenAI client takes deployments: { deployment: baseModel } (e.g. { 'my-gpt4o': 'gpt-4o' }), " +
-        'the model each deployment is priced as',
-    );
-  }
-  if (api === 'openai') routing = compatibleRouting(routing, settings.provider);
-  const meter = new Meter(earmark, budgetId, options, settings, routing);
-  return install(internals, {}, api, meter, inner, sdkErrorOf(client, api)) as unknown as C;
+  // The meter of each host and api-version a client or its copies send to, the first made
+  // here: a copy given another base URL (withOptions({ baseURL })) is priced under the
+  // provider its host names, not the original's.
+  const meters = new Map<string, Meter>();
+  const meterOf: MeterOf = (baseURL, apiVersion) => {
+    // An OpenAI client is priced under the provider its base URL's host names, unless the
+    // caller names one (hosts.ts); with deployments, under Azure's.
+    let provider = options.provider ?? api;
+    if (api === 'openai' && options.provider === undefined) {
+      provider = options.deployments !== undefined || azure ? AZURE : namedProvider(baseURL);
+    }
+    const key = JSON.stringify([provider, apiVersion]);
+    const found = meters.get(key);
+    if (found !== undefined) return found;
+    const settings = settingsOf(provider, options);
+    let routing = ROUTING[api];
+    if (options.deployments !== undefined) {
+      // An AzureOpenAI client's api-version says whether its chat streams carry their usage.
+      routing = azureRouting(routing, options.deployments, apiVersion);
+    } else if (azure || settings.provider === AZURE) {
+      throw new TypeError(
+        "metered() of an AzureOpenAI client takes deployments: { deployment: baseModel } (e.g. { 'my-gpt4o': 'gpt-4o' }), " +
+          'the model each deployment is priced as',
+      );
+    }
+    if (api === 'openai') routing = compatibleRouting(routing, settings.provider);
+    const meter = new Meter(earmark, budgetId, options, settings, routing);
+    meters.set(key, meter);
+    return meter;
+  };
+  return install(internals, {}, api, meterOf, inner, sdkErrorOf(client, api)) as unknown as C;
 }
 
 /** @google/genai's GoogleGenAI as metered() reaches it: its models, and (a member its type
