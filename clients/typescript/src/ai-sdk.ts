@@ -19,11 +19,24 @@
 // before its first '.': "openai", "anthropic", "google", "amazon-bedrock" as "aws", "xai"
 // as "x-ai"...), or the one the options name, and its modelId (a Bedrock one as
 // bedrockPriceName names it).
+//
+// What a call asks that Earmark cannot price is refused before anything is held or sent, as
+// the wire routes refuse it: a tool that is not the caller's own function (a
+// provider-defined tool, type 'provider': google.google_search, openai.web_search...: its
+// fees are not in the AI SDK's usage) with ToolNotMeteredError naming its id, and a Gemini
+// output other than text (providerOptions.google.responseModalities) with
+// ModalityNotMeteredError. A service tier the provider options ask for
+// (providerOptions.openai.serviceTier, providerOptions.google.serviceTier: priority, flex)
+// is held and priced at that tier (refused unsent where the book has none), and settled at
+// the tier the result says the call ran at.
 import { bedrockPriceName } from './bedrock.js';
 import type { EarmarkClient } from './client.js';
 import { HeldCall, failedEnding, settingsOf, type MeterOptions, type Settings } from './held.js';
 import { baseModel } from './routes-azure.js';
-import { promptEstimate, type Call } from './routes.js';
+import { ModalityNotMeteredError, ToolNotMeteredError } from './errors.js';
+import { SERVICE_TIER_LENGTH_MAX } from './limits.js';
+import { servedTier } from './openai-background.js';
+import { UNCLASSIFIED_TOOL, promptEstimate, type Call } from './routes.js';
 import type { Usage } from './types.js';
 
 /** The AI SDK's provider names (model.provider before its first '.') that the price book
@@ -48,6 +61,91 @@ export interface CallOptionsLike {
   prompt?: unknown;
   tools?: unknown;
   maxOutputTokens?: number;
+  providerOptions?: unknown;
+}
+
+/** The providerOptions keys each provider's AI SDK package reads its options under
+ * (@ai-sdk/openai's openai, @ai-sdk/azure's azure then openai, @ai-sdk/google's google,
+ * @ai-sdk/google-vertex's googleVertex, vertex then google), by the price book's provider. */
+const OPTIONS_KEYS: Readonly<Record<string, readonly string[]>> = {
+  openai: ['openai'],
+  azure: ['azure', 'openai'],
+  google: ['google', 'googleVertex', 'vertex'],
+};
+// The service tiers a providerOptions.openai.serviceTier (auto, default) or
+// providerOptions.google.serviceTier (standard, unspecified) names that bill at the price
+// book's default tier (''), as the wire routes read them.
+const DEFAULT_TIERS: ReadonlySet<string> = new Set(['', 'auto', 'default', 'standard', 'unspecified', 'service_tier_unspecified']);
+
+/** The options a call gives its provider (providerOptions[key], the first of the provider's
+ * keys that is set); {} when it gives none. */
+function providerOptionsOf(params: CallOptionsLike, provider: string): Record<string, unknown> {
+  const given = isRecord(params.providerOptions) ? params.providerOptions : {};
+  for (const key of OPTIONS_KEYS[provider] ?? []) {
+    if (isRecord(given[key])) return given[key];
+  }
+  return {};
+}
+
+/** The service tier a call's provider options ask for, as the price book names it ('' the
+ * default): held and priced at that tier, refused unsent where the book has none. */
+function requestedTier(options: Record<string, unknown>): string {
+  const tier = options.serviceTier;
+  const name = typeof tier === 'string' ? tier.toLowerCase() : '';
+  if (DEFAULT_TIERS.has(name)) return '';
+  // A name the book cannot hold is sent to it as asked, and refused there, unsent.
+  return servedTier(name) || name.slice(0, SERVICE_TIER_LENGTH_MAX + 1);
+}
+
+/** Throws ToolNotMeteredError for a tool that is not the caller's own function: a
+ * provider-defined tool (type 'provider', 'provider-defined' in LanguageModelV2: Google
+ * Search grounding, OpenAI's web search...) runs at the provider for fees the AI SDK's usage
+ * does not report, and any other type is one Earmark has not classified. */
+function refuseTools(tools: unknown): void {
+  for (const tool of Array.isArray(tools) ? tools : []) {
+    if (!isRecord(tool) || tool.type === 'function') continue;
+    const id = typeof tool.id === 'string' ? tool.id : typeof tool.name === 'string' ? tool.name : String(tool.type);
+    if (tool.type === 'provider' || tool.type === 'provider-defined') {
+      throw new ToolNotMeteredError(id, PROVIDER_TOOL);
+    }
+    throw new ToolNotMeteredError(id, UNCLASSIFIED_TOOL);
+  }
+}
+const PROVIDER_TOOL = "runs at the provider, for fees the AI SDK's usage does not report and Earmark cannot hold";
+
+/** Throws ModalityNotMeteredError for a Gemini call asking for output other than text
+ * (providerOptions.google.responseModalities: images), billed at rates of its own. */
+function refuseModalities(options: Record<string, unknown>): void {
+  const modalities = options.responseModalities;
+  const listed = Array.isArray(modalities) ? modalities : typeof modalities === 'string' ? [modalities] : [];
+  const other = listed.filter((modality) => String(modality).toUpperCase() !== 'TEXT');
+  if (other.length > 0) throw new ModalityNotMeteredError(`${String(other[0])} output`.toLowerCase());
+}
+
+/** The tier a call ran at, from what its result says: the served tier its provider metadata
+ * names (@ai-sdk/openai's Responses: providerMetadata.openai.serviceTier); else 'default'
+ * when the body sent names no tier though the call was held at one (the AI SDK drops a tier
+ * the model does not take, with a warning); else '' (the tier it was held at). */
+function servedTierOf(result: unknown, held: string): string {
+  if (!isRecord(result)) return '';
+  const metadata = isRecord(result.providerMetadata) ? result.providerMetadata : {};
+  for (const each of Object.values(metadata)) {
+    const served = isRecord(each) ? each.serviceTier : undefined;
+    if (typeof served === 'string' && served !== '') return servedTier(served);
+  }
+  if (held === '') return '';
+  const request = isRecord(result.request) ? result.request : {};
+  let body: unknown = request.body;
+  if (typeof body === 'string') {
+    try {
+      body = JSON.parse(body);
+    } catch {
+      return '';
+    }
+  }
+  if (!isRecord(body)) return '';
+  const told = body.service_tier ?? body.serviceTier;
+  return told === undefined || told === null ? 'default' : '';
 }
 
 /** A language model middleware (the AI SDK's LanguageModelV3Middleware). */
@@ -177,6 +275,10 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
         // A Bedrock modelId (an inference profile, an ARN) under genai-prices' name for it.
         name = bedrockPriceName(name);
       }
+      // Read first: what cannot be priced refuses the call before its hold.
+      refuseTools(params.tools);
+      const providerOptions = providerOptionsOf(params, settings.provider);
+      if (settings.provider === 'google') refuseModalities(providerOptions);
       const { chars, messages } = promptChars(params.prompt);
       const asked = number(params.maxOutputTokens) ?? null;
       const call: Call = {
@@ -185,7 +287,7 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
         asked: asked === 0 ? null : asked,
         choices: 1,
         stream: false,
-        serviceTier: '',
+        serviceTier: requestedTier(providerOptions),
         toolCallsMax: {},
         hasOutput: true,
       };
@@ -206,7 +308,7 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
         throw error;
       }
       const usage = aiSdkUsage(result.usage);
-      await call.end(usage === null ? 'doubt' : { usage });
+      await call.end(usage === null ? 'doubt' : { usage: { ...usage, serviceTier: servedTierOf(result, call.call.serviceTier) } });
       return result;
     },
 
@@ -244,7 +346,8 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
             // Settled before the caller sees the finish: a stream that failed on the way
             // reports what it counted so far, not the bill.
             const usage = failed ? null : aiSdkUsage(part.usage);
-            await call.end(usage === null ? 'doubt' : { usage });
+            const served = servedTierOf({ ...result, providerMetadata: part.providerMetadata }, call.call.serviceTier);
+            await call.end(usage === null ? 'doubt' : { usage: { ...usage, serviceTier: served } });
           }
           controller.enqueue(item.value);
         },

@@ -12,8 +12,17 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, wrapLanguageModel } from 'ai';
-import { DeploymentNotMappedError, RefusedError, aiSdkUsage, earmarkMiddleware } from '../dist/esm/index.js';
+import { generateText, jsonSchema, streamText, tool, wrapLanguageModel } from 'ai';
+import { MockLanguageModelV3 } from 'ai/test';
+import {
+  DeploymentNotMappedError,
+  ModalityNotMeteredError,
+  PriceNotFoundError,
+  RefusedError,
+  ToolNotMeteredError,
+  aiSdkUsage,
+  earmarkMiddleware,
+} from '../dist/esm/index.js';
 import { providerOf } from '../dist/esm/ai-sdk.js';
 import {
   CEILING,
@@ -45,10 +54,21 @@ const MODELS = {
   anthropic: () => anthropic(claude),
 };
 
+// A model the openai package sends a service tier for (its name starts gpt-4); the test's
+// gpt is one it drops a flex tier for, with a warning.
+const gpt4 = `gpt-4-aisdk-${process.pid}`;
+const gemini = `gemini-aisdk-${process.pid}`;
+
 before(async () => {
   assert.ok(FAKE_OPENAI_URL && FAKE_ANTHROPIC_URL, 'the fakes are started by tests/clients/test_typescript.py');
   await putPrice(earmark, 'openai', gpt);
   await putPrice(earmark, 'anthropic', claude);
+  // The tiers' rates: priority twice the default's, flex half.
+  await putPrice(earmark, 'openai', gpt, { tier: 'flex', scale: 0.5 });
+  await putPrice(earmark, 'openai', gpt4);
+  await putPrice(earmark, 'openai', gpt4, { tier: 'priority', scale: 2 });
+  await putPrice(earmark, 'google', gemini);
+  await putPrice(earmark, 'google', gemini, { tier: 'priority', scale: 2 });
 });
 after(() => earmark.close());
 
@@ -182,4 +202,81 @@ test('the AI SDK usage and provider names as the price book reads them', () => {
   assert.equal(aiSdkUsage({ inputTokens: {}, outputTokens: {} }), null);
   const names = ['openai.responses', 'anthropic.messages', 'google.generative-ai', 'amazon-bedrock', 'azure.chat', 'xai.chat', 'togetherai.chat', 'deepseek.chat', 'groq.chat', 'mistral.chat'];
   assert.deepEqual(names.map((provider) => providerOf({ provider, modelId: 'm' })), ['openai', 'anthropic', 'google', 'aws', 'azure', 'x-ai', 'together', 'deepseek', 'groq', 'mistral']);
+});
+
+test('a provider-defined tool is refused before anything is held or sent; a function tool passes', async () => {
+  const { id, model } = await wrapped('aisdk-provider-tools', 1_000_000, openai(gpt));
+  const refused = await generateText({ model, prompt: NEVER_SENT, tools: { web_search: openai.tools.webSearch({}) }, maxRetries: 0 }).catch((e) => e);
+  assert.ok(refused instanceof ToolNotMeteredError, String(refused));
+  assert.equal(refused.tool, 'openai.web_search');
+  const claudeModel = (await wrapped('aisdk-provider-tools-claude', 1_000_000, anthropic(claude))).model;
+  const searched = await generateText({ model: claudeModel, prompt: NEVER_SENT, tools: { web_search: anthropic.tools.webSearch_20250305({}) }, maxRetries: 0 }).catch((e) => e);
+  assert.ok(searched instanceof ToolNotMeteredError && searched.tool === 'anthropic.web_search_20250305', String(searched));
+  assert.equal(spy.sent.length, 0);
+  spy.watch(id);
+  const lookup = tool({ description: 'Looks a row up.', inputSchema: jsonSchema({ type: 'object', properties: { key: { type: 'string' } } }) });
+  await generateText({ model, prompt: QUESTION, tools: { lookup }, maxOutputTokens: 500 });
+  assert.equal(spy.sent[0].body.tools[0].name, 'lookup');
+  assert.equal(spy.sent.length, 1);
+  assert.deepEqual(await ledger(earmark, id), [BILL, 0, 0]);
+});
+
+test('openai: providerOptions.openai.serviceTier is held at its tier and settled at the tier the call ran at', async () => {
+  const chat = await wrapped('aisdk-tier-chat', 1_000_000, openai.chat(gpt4));
+  await generateText({ model: chat.model, prompt: QUESTION, maxOutputTokens: 500, providerOptions: { openai: { serviceTier: 'priority' } } });
+  assert.equal(spy.sent[0].body.service_tier, 'priority');
+  // The priority row's rates are twice the default's.
+  assert.deepEqual(atSend(), [2 * 30, 2 * 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, chat.id), [2 * BILL, 0, 0]);
+  // Responses: the tier its answer names (the fake serves priority as asked).
+  const responses = await wrapped('aisdk-tier-responses', 1_000_000, openai(gpt4));
+  await streamText({ model: responses.model, prompt: QUESTION, maxOutputTokens: 500, providerOptions: { openai: { serviceTier: 'priority' } } }).consumeStream();
+  assert.deepEqual(atSend(), [2 * 30, 2 * 8 * 500, 1]);
+  assert.deepEqual(await ledger(earmark, responses.id), [2 * BILL, 0, 0]);
+  // A tier the AI SDK drops for the model (flex, with a warning) is held at flex's rates and
+  // settled at the default's, which the call ran at.
+  const dropped = await wrapped('aisdk-tier-dropped', 1_000_000, openai.chat(gpt));
+  await generateText({ model: dropped.model, prompt: QUESTION, maxOutputTokens: 500, providerOptions: { openai: { serviceTier: 'flex' } } });
+  assert.equal(spy.sent[0].body.service_tier, undefined);
+  assert.deepEqual(atSend(), [30 / 2, 8 * 500 / 2, 1]);
+  assert.deepEqual(await ledger(earmark, dropped.id), [BILL, 0, 0]);
+  // A tier the book has no price for is refused unsent.
+  const unpriced = await wrapped('aisdk-tier-unpriced', 1_000_000, openai.chat(gpt4));
+  const error = await generateText({ model: unpriced.model, prompt: NEVER_SENT, maxOutputTokens: 500, maxRetries: 0, providerOptions: { openai: { serviceTier: 'flex' } } }).catch((e) => e);
+  assert.ok(error instanceof PriceNotFoundError, String(error));
+  assert.equal(spy.sent.length, 0);
+  assert.deepEqual(await ledger(earmark, unpriced.id), [0, 0, 0]);
+});
+
+test('google: a provider tool and non-text output are refused unsent; providerOptions.google.serviceTier is held at its tier', async () => {
+  // A stand-in for @ai-sdk/google's model (not installed): it answers Gemini's usage as the
+  // AI SDK normalizes it, the body it was given as the body sent.
+  const usage = { inputTokens: { total: 6, noCache: 6, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 300, text: 300, reasoning: 0 } };
+  const base = new MockLanguageModelV3({
+    provider: 'google.generative-ai',
+    modelId: gemini,
+    doGenerate: async (options) => ({
+      content: [{ type: 'text', text: 'Row locks.' }],
+      finishReason: { unified: 'stop', raw: 'STOP' },
+      usage,
+      warnings: [],
+      request: { body: { serviceTier: options.providerOptions?.google?.serviceTier } },
+    }),
+  });
+  const { id, model } = await wrapped('aisdk-google', 1_000_000, base);
+  const prompt = [{ role: 'user', content: [{ type: 'text', text: QUESTION }] }];
+  const grounding = { type: 'provider', id: 'google.google_search', name: 'google_search', args: {} };
+  const refusals = [
+    () => model.doGenerate({ prompt, maxOutputTokens: 500, tools: [grounding] }),
+    () => model.doGenerate({ prompt, maxOutputTokens: 500, providerOptions: { google: { responseModalities: ['TEXT', 'IMAGE'] } } }),
+  ];
+  const errors = [];
+  for (const refused of refusals) errors.push(await refused().catch((e) => e));
+  assert.ok(errors[0] instanceof ToolNotMeteredError && errors[0].tool === 'google.google_search', String(errors[0]));
+  assert.ok(errors[1] instanceof ModalityNotMeteredError, String(errors[1]));
+  assert.equal(base.doGenerateCalls.length, 0);
+  assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
+  await model.doGenerate({ prompt, maxOutputTokens: 500, providerOptions: { google: { serviceTier: 'priority' } } });
+  assert.equal(base.doGenerateCalls.length, 1);
+  assert.deepEqual(await ledger(earmark, id), [2 * BILL, 0, 0]);
 });
