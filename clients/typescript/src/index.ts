@@ -32,7 +32,7 @@ export {
 export { Hold, hold, type HoldOptions } from './hold.js';
 export { metered, NOT_METERED_SCHEME, type FetchLike, type GoogleClientLike, type Meterable, type MeterableClient, type MeterOptions } from './metered.js';
 export { HOSTS, namedProvider, streamsUsage } from './hosts.js';
-export { BEDROCK_COMMANDS, BEDROCK_MIDDLEWARE, type BedrockClientLike } from './bedrock.js';
+export { BEDROCK_ATTEMPTS, BEDROCK_COMMANDS, BEDROCK_MIDDLEWARE, type BedrockClientLike } from './bedrock.js';
 export * as limits from './limits.js';
 export {
   RefusedError,
