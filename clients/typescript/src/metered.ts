@@ -62,7 +62,7 @@ import { anthropicRouting } from './routes-anthropic.js';
 import { azureRouting } from './routes-azure.js';
 import { googleRouting } from './routes-google.js';
 import { isBedrock, meterBedrock, type BedrockClientLike } from './bedrock.js';
-import { AZURE, namedProvider } from './hosts.js';
+import { AZURE, hostOf, namedProvider } from './hosts.js';
 import { OPENAI_SOCKETS, compatibleRouting, openaiRouting } from './routes-openai.js';
 import { FREE, isObject, type Call, type Ended, type Json, type JsonObject, type Later, type Route, type Routing } from './routes.js';
 import { Events } from './sse.js';
@@ -126,6 +126,13 @@ const OPENAI_FRAME = /^\s*at .*[\\/]node_modules[\\/]openai[\\/](?:src[\\/])?(.+
 // How many frames are searched for a websocket class's: it reads the baseURL a few calls
 // down from its constructor.
 const SOCKET_FRAMES_MAX = 32;
+
+/** The base URL a metered client's requests are read under: its path ('/v1'; the routes
+ * are the paths after it) and its host ('' for none checked), which named its provider. */
+interface Base {
+  path: string;
+  host: string;
+}
 
 /** A hold kept open after its call answered, while the call runs on at the provider. */
 interface Running {
@@ -222,9 +229,10 @@ function socketSurface(): string | null {
  * a websocket class of the openai package reads it; set, it takes the new URL, whose path
  * base.path follows.
  */
-function seal(client: Internals, base: { path: string }): void {
+function seal(client: Internals, base: Base): void {
   let url = unsealed(client.baseURL);
   base.path = basePathOf(url);
+  base.host = hostOf(url);
   Object.defineProperty(client, 'baseURL', {
     configurable: true,
     enumerable: true,
@@ -236,6 +244,7 @@ function seal(client: Internals, base: { path: string }): void {
     set(value: string) {
       url = unsealed(String(value));
       base.path = basePathOf(url);
+      base.host = hostOf(url);
     },
   });
 }
@@ -378,17 +387,17 @@ class Meter {
     return refusedAnswer(error);
   }
 
-  /** A fetch that meters each request and sends it with inner; base.path is the client's
-   * base URL's path, set once the client exists. */
-  fetch(inner: FetchLike, base: { path: string }): FetchLike {
-    const metered: FetchLike = (input, init) => this.send(inner, base.path, input, init);
+  /** A fetch that meters each request and sends it with inner; base is the client's base
+   * URL's path and host, set once the client exists. */
+  fetch(inner: FetchLike, base: Base): FetchLike {
+    const metered: FetchLike = (input, init) => this.send(inner, base, input, init);
     INNER.set(metered, inner);
     return metered;
   }
 
   private async send(
     inner: FetchLike,
-    basePath: string,
+    base: Base,
     given: string | URL | Request,
     init: RequestInit | undefined,
   ): Promise<Response> {
@@ -400,6 +409,7 @@ class Meter {
       input = given instanceof Request ? new Request(unsealed(address), given) : unsealed(address);
     }
     const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
+    const basePath = base.path;
     if (PASSED_METHODS.has(method)) return this.passed(inner, input, init, method, basePath);
     const url = new URL(input instanceof Request ? input.url : String(input));
     const path = decodedPath(url.pathname);
@@ -408,7 +418,12 @@ class Meter {
     // free: the routes hold POST bodies alone.
     const route = path === null ? null : this.routing(path, basePath);
     if (route === FREE) return this.passed(inner, input, init, method, basePath);
-    if (route === null || method !== 'POST') return this.refused(new EndpointNotMeteredError(method, url.pathname));
+    // A billable request to another host than the client's base URL names (an absolute URL
+    // given a call) would be priced as the provider that host named: refused.
+    const elsewhere = base.host !== '' && hostOf(url.href) !== base.host;
+    if (route === null || method !== 'POST' || elsewhere) {
+      return this.refused(new EndpointNotMeteredError(method, elsewhere ? `//${url.hostname}${url.pathname}` : url.pathname));
+    }
     let call: Call;
     let body: JsonObject;
     let held: HeldCall;
@@ -646,7 +661,7 @@ function install(
   sdkError: (new (message: string) => Error) | null,
 ): Internals {
   const sdkWithOptions = (Object.getPrototypeOf(source) as Internals).withOptions;
-  const base = { path: '' };
+  const base: Base = { path: '', host: '' };
   let apiVersion: string | null = null;
   if (isAzure(source)) {
     // AzureOpenAI's copies are made by its constructor, which reads its apiVersion and
@@ -662,7 +677,10 @@ function install(
   // metered client: seal() takes the provider's back.
   const copy = sdkWithOptions.call(source, { ...options, fetch: meter.fetch(inner, base) });
   if (api === 'openai') seal(copy, base);
-  else base.path = basePathOf(copy.baseURL);
+  else {
+    base.path = basePathOf(copy.baseURL);
+    base.host = hostOf(copy.baseURL);
+  }
   const statusError = copy.makeStatusError;
   if (typeof statusError === 'function') {
     define(copy, 'makeStatusError', function (this: Internals, status: number, error: unknown, message: string | undefined, headers: Headers) {
@@ -792,7 +810,9 @@ function meterGoogle<C extends GoogleClientLike>(client: C, earmark: EarmarkClie
   const had = httpOptions.fetch ?? (globalThis.fetch as FetchLike);
   const inner = INNER.get(had) ?? had;
   const meter = new Meter(earmark, budgetId, options, settingsOf('google', options), googleRouting, true);
-  const base = { path: basePathOf(apiClient.getBaseUrl()) };
+  // The host is not checked: a call's own baseUrl (an upload's URL among them) names
+  // another.
+  const base: Base = { path: basePathOf(apiClient.getBaseUrl()), host: '' };
   apiClient.clientOptions.httpOptions = { ...httpOptions, fetch: meter.fetch(inner, base) };
   // A call's own httpOptions.fetch (a method's config.httpOptions) replaces the client's for
   // that request (the ApiClient's patchHttpOptions): such a call is sent through the meter

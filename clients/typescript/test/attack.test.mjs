@@ -6,7 +6,9 @@
 //   unsent unless its path is free; reads and deletes pass;
 // - a reported token count that is no whole number in bounds leaves the call in doubt;
 // - a copy given another base URL (withOptions({ baseURL })) is priced under the provider
-//   its host names, and refused (ProviderNotNamedError) on a host Earmark does not know.
+//   its host names, and refused (ProviderNotNamedError) on a host Earmark does not know;
+// - a billable request to another host than the client's base URL names (an absolute URL
+//   given a call) is refused unsent.
 // The fake bills 30 input and 20 output tokens: at the test's rates (helpers.mjs) 2 * 30 +
 // 8 * 20 = 220 micro-dollars.
 import assert from 'node:assert/strict';
@@ -164,4 +166,22 @@ test("a copy given another base URL is priced under its host's provider; an unkn
   await named.withOptions({ baseURL: 'https://llm.example.com/v1', fetch: toFake }).chat.completions.create({ model: gpt, max_tokens: 100, messages: ask('hi') });
   assert.equal(fake.requests.length, 3);
   assert.deepEqual(await ledger(earmark, id), [3 * BILL + BILL + BILL, 0, 0]);
+});
+
+test("a billable request to another host than the base URL's is refused unsent; a free one passes", async () => {
+  const { id, openai, anthropic } = await meteredOn('attack-absolute-url');
+  // The fake under another name than the base URL's 127.0.0.1: were it sent, the fake would see it.
+  const elsewhere = fake.url.replace('127.0.0.1', 'localhost');
+  const calls = {
+    openai: () => openai.post(`${elsewhere}/v1/chat/completions`, { body: { model: gpt, max_tokens: 100, messages: ask(NEVER_SENT) } }),
+    anthropic: () => anthropic.post(`${elsewhere}/v1/messages`, { body: { model: claude, max_tokens: 100, messages: ask(NEVER_SENT) } }),
+  };
+  for (const [named, call] of Object.entries(calls)) {
+    const error = await call().catch((e) => e);
+    assert.ok(error instanceof EndpointNotMeteredError && error.message.includes('//localhost/v1/'), `${named}: ${error}`);
+  }
+  assert.equal(fake.requests.length, 0);
+  await openai.put(`${elsewhere}/v1/vector_stores/vs_1`, { body: { name: 'kept' } });
+  assert.deepEqual(fake.requests.map((r) => `${r.method} ${r.url.pathname}`), ['PUT /v1/vector_stores/vs_1']);
+  assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
 });
