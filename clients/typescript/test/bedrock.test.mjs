@@ -53,6 +53,7 @@ async function answer(req, res) {
   if (text.includes('flaky') && fake.requests.filter((r) => r.body.includes('flaky')).length === 1) {
     return json(res, 500, { message: 'try again' }, { 'x-amzn-errortype': 'InternalServerException' });
   }
+  if (text.includes('lost') && fake.requests.filter((r) => r.body.includes('lost')).length === 1) return res.socket.destroy();
   if (operation === 'count-tokens') return json(res, 200, { inputTokens: 15 });
   if (operation === 'converse' && text.includes('count:')) {
     // A count out of shape, as the message names it: "count:string", "count:fraction"...
@@ -235,6 +236,11 @@ test('the SDK retries a 5xx inside the one hold, which an answer after it leaves
   // AWS may have run the attempt that answered 500 too: "flaky", ceil(5 / 3) + 4 + 3 = 9
   // prompt tokens, charged; the answer's 500 still held.
   assert.deepEqual(await ledger(earmark, id), [2 * 9, 8 * 500, 1]);
+  // So does an attempt lost after it was sent: "lost", ceil(4 / 3) + 4 + 3 = 9 prompt tokens.
+  const lost = await meteredOn('bedrock-lost', 1_000_000, 2);
+  await lost.llm.send(new ConverseCommand({ modelId: claude, messages: messages('lost'), inferenceConfig: { maxTokens: 500 } }));
+  assert.equal(fake.requests.length, 2);
+  assert.deepEqual(await ledger(earmark, lost.id), [2 * 9, 8 * 500, 1]);
   const rejected = await meteredOn('bedrock-400', 1_000_000);
   const error = await rejected.llm.send(new ConverseCommand({ modelId: claude, messages: messages('fail:400'), inferenceConfig: { maxTokens: 500 } })).catch((e) => e);
   assert.equal(error.name, 'ValidationException');
