@@ -227,7 +227,8 @@ function socketSurface(): string | null {
  * client (a metered OpenAI client) with its baseURL sealed (see the module's text): read,
  * it answers the provider's behind NOT_METERED_SCHEME, or throws SocketNotMeteredError when
  * a websocket class of the openai package reads it; set, it takes the new URL, whose path
- * base.path follows.
+ * base.path follows (its host base.host does not: a billable request to another host than
+ * the one that named the provider is refused).
  */
 function seal(client: Internals, base: Base): void {
   let url = unsealed(client.baseURL);
@@ -244,7 +245,8 @@ function seal(client: Internals, base: Base): void {
     set(value: string) {
       url = unsealed(String(value));
       base.path = basePathOf(url);
-      base.host = hostOf(url);
+      // The host stays the one that named the client's provider: a billable request to
+      // another is refused, as a copy on it would be priced anew (withOptions).
     },
   });
 }
@@ -679,7 +681,9 @@ function install(
   if (api === 'openai') seal(copy, base);
   else {
     base.path = basePathOf(copy.baseURL);
-    base.host = hostOf(copy.baseURL);
+    // The client's own host as it stands at each request: @anthropic-ai/sdk adopts a base
+    // URL its credential profile names; its provider is anthropic whatever the host.
+    Object.defineProperty(base, 'host', { get: () => hostOf(copy.baseURL) });
   }
   const statusError = copy.makeStatusError;
   if (typeof statusError === 'function') {

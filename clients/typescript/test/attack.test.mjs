@@ -180,6 +180,10 @@ test("a billable request to another host than the base URL's is refused unsent; 
     const error = await call().catch((e) => e);
     assert.ok(error instanceof EndpointNotMeteredError && error.message.includes('//localhost/v1/'), `${named}: ${error}`);
   }
+  // A base URL set on the client to another host is one too: its provider was named by the first.
+  openai.baseURL = `${elsewhere}/v1`;
+  const moved = await openai.chat.completions.create({ model: gpt, max_tokens: 100, messages: ask(NEVER_SENT) }).catch((e) => e);
+  assert.ok(moved instanceof EndpointNotMeteredError && moved.message.includes('//localhost/v1/chat/completions'), String(moved));
   assert.equal(fake.requests.length, 0);
   await openai.put(`${elsewhere}/v1/vector_stores/vs_1`, { body: { name: 'kept' } });
   assert.deepEqual(fake.requests.map((r) => `${r.method} ${r.url.pathname}`), ['PUT /v1/vector_stores/vs_1']);
