@@ -36,6 +36,7 @@ import { baseModel } from './routes-azure.js';
 import { ModalityNotMeteredError, ToolNotMeteredError } from './errors.js';
 import { SERVICE_TIER_LENGTH_MAX } from './limits.js';
 import { servedTier } from './openai-background.js';
+import { SERVED_TIERS } from './routes-google.js';
 import { UNCLASSIFIED_TOOL, promptEstimate, type Call } from './routes.js';
 import type { Usage } from './types.js';
 
@@ -122,16 +123,21 @@ function refuseModalities(options: Record<string, unknown>): void {
   if (other.length > 0) throw new ModalityNotMeteredError(`${String(other[0])} output`.toLowerCase());
 }
 
-/** The tier a call ran at, from what its result says: the served tier its provider metadata
- * names (@ai-sdk/openai's Responses: providerMetadata.openai.serviceTier); else 'default'
+/** The tier a call ran at, from what its result says: the tier its provider's metadata
+ * names (@ai-sdk/openai's Responses: providerMetadata.openai.serviceTier; @ai-sdk/google's
+ * usageMetadata.trafficType, or its serviceTier), a default one as 'default'; else 'default'
  * when the body sent names no tier though the call was held at one (the AI SDK drops a tier
  * the model does not take, with a warning); else '' (the tier it was held at). */
-function servedTierOf(result: unknown, held: string): string {
+function servedTierOf(result: unknown, provider: string, held: string): string {
   if (!isRecord(result)) return '';
   const metadata = isRecord(result.providerMetadata) ? result.providerMetadata : {};
-  for (const each of Object.values(metadata)) {
-    const served = isRecord(each) ? each.serviceTier : undefined;
-    if (typeof served === 'string' && served !== '') return servedTier(served);
+  for (const key of OPTIONS_KEYS[provider] ?? []) {
+    const each = isRecord(metadata[key]) ? metadata[key] : {};
+    const usage = isRecord(each.usageMetadata) ? each.usageMetadata : {};
+    const traffic = String(usage.trafficType ?? '').toUpperCase();
+    if (Object.hasOwn(SERVED_TIERS, traffic)) return SERVED_TIERS[traffic];
+    const served = typeof each.serviceTier === 'string' ? each.serviceTier.toLowerCase() : '';
+    if (served !== '') return DEFAULT_TIERS.has(served) ? 'default' : servedTier(served);
   }
   if (held === '') return '';
   const request = isRecord(result.request) ? result.request : {};
@@ -297,7 +303,7 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
       return transformed;
     },
 
-    async wrapGenerate({ doGenerate, params }) {
+    async wrapGenerate({ doGenerate, params, model }) {
       const call = held.get(params);
       if (call === undefined) return doGenerate();
       let result;
@@ -308,11 +314,11 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
         throw error;
       }
       const usage = aiSdkUsage(result.usage);
-      await call.end(usage === null ? 'doubt' : { usage: { ...usage, serviceTier: servedTierOf(result, call.call.serviceTier) } });
+      await call.end(usage === null ? 'doubt' : { usage: { ...usage, serviceTier: servedTierOf(result, settingsFor(model).provider, call.call.serviceTier) } });
       return result;
     },
 
-    async wrapStream({ doStream, params }) {
+    async wrapStream({ doStream, params, model }) {
       const call = held.get(params);
       if (call === undefined) return doStream();
       let result;
@@ -346,7 +352,7 @@ export function earmarkMiddleware(earmark: EarmarkClient, budgetId: string, opti
             // Settled before the caller sees the finish: a stream that failed on the way
             // reports what it counted so far, not the bill.
             const usage = failed ? null : aiSdkUsage(part.usage);
-            const served = servedTierOf({ ...result, providerMetadata: part.providerMetadata }, call.call.serviceTier);
+            const served = servedTierOf({ ...result, providerMetadata: part.providerMetadata }, settingsFor(model).provider, call.call.serviceTier);
             await call.end(usage === null ? 'doubt' : { usage: { ...usage, serviceTier: served } });
           }
           controller.enqueue(item.value);

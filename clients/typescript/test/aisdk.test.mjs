@@ -248,10 +248,12 @@ test('openai: providerOptions.openai.serviceTier is held at its tier and settled
   assert.deepEqual(await ledger(earmark, unpriced.id), [0, 0, 0]);
 });
 
-test('google: a provider tool and non-text output are refused unsent; providerOptions.google.serviceTier is held at its tier', async () => {
+test('google: a provider tool and non-text output are refused unsent; providerOptions.google.serviceTier is held at its tier, settled at trafficType\'s', async () => {
   // A stand-in for @ai-sdk/google's model (not installed): it answers Gemini's usage as the
-  // AI SDK normalizes it, the body it was given as the body sent.
+  // AI SDK normalizes it and its usageMetadata's trafficType (served) in its metadata, the
+  // body it was given as the body sent.
   const usage = { inputTokens: { total: 6, noCache: 6, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 300, text: 300, reasoning: 0 } };
+  let served = 'ON_DEMAND_PRIORITY';
   const base = new MockLanguageModelV3({
     provider: 'google.generative-ai',
     modelId: gemini,
@@ -260,6 +262,7 @@ test('google: a provider tool and non-text output are refused unsent; providerOp
       finishReason: { unified: 'stop', raw: 'STOP' },
       usage,
       warnings: [],
+      providerMetadata: { google: { usageMetadata: { trafficType: served } } },
       request: { body: { serviceTier: options.providerOptions?.google?.serviceTier } },
     }),
   });
@@ -277,6 +280,9 @@ test('google: a provider tool and non-text output are refused unsent; providerOp
   assert.equal(base.doGenerateCalls.length, 0);
   assert.deepEqual(await ledger(earmark, id), [0, 0, 0]);
   await model.doGenerate({ prompt, maxOutputTokens: 500, providerOptions: { google: { serviceTier: 'priority' } } });
-  assert.equal(base.doGenerateCalls.length, 1);
-  assert.deepEqual(await ledger(earmark, id), [2 * BILL, 0, 0]);
+  // Asked for priority, served on demand: charged at the default rates.
+  served = 'ON_DEMAND';
+  await model.doGenerate({ prompt, maxOutputTokens: 500, providerOptions: { google: { serviceTier: 'priority' } } });
+  assert.equal(base.doGenerateCalls.length, 2);
+  assert.deepEqual(await ledger(earmark, id), [2 * BILL + BILL, 0, 0]);
 });
