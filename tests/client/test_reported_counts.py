@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from earmark import limits
+from earmark.client.wire import Call
 from earmark.client.wire_anthropic import messages_usage
 from earmark.client.wire_bedrock import bedrock_usage
 from earmark.client.wire_gemini import gemini_usage
-from earmark.client.wire_openai import chat_usage
+from earmark.client.wire_openai import chat_usage, responses_usage
 from earmark.client.wire_usage import reported_count
 from earmark.core.prices import Usage
 
@@ -24,8 +25,10 @@ NOT_BELIEVED = ["5000", 7000.0, True, -1, limits.tokens_per_request_max + 1, [3]
 @pytest.mark.parametrize("value", NOT_BELIEVED)
 def test_a_count_out_of_shape_is_not_believed(value: Any) -> None:
     """Each provider's usage with one count out of shape is no usage."""
-    assert [None] * 5 == [
+    response = {"usage": {"input_tokens": value, "output_tokens": 10}, "output": []}
+    assert [None] * 6 == [
         reported_count(value),
+        responses_usage(response, Call("m", 1)),
         chat_usage({"prompt_tokens": value, "completion_tokens": 10}, {}),
         messages_usage({"input_tokens": 10, "output_tokens": value}),
         gemini_usage({"promptTokenCount": value, "candidatesTokenCount": 10}),

@@ -327,9 +327,14 @@ class Responses:
         return _ResponsesTally(call)
 
 
-def responses_usage(response: dict[str, Any], call: Call) -> Usage:
+def responses_usage(response: dict[str, Any], call: Call) -> Usage | None:
     """A Response's usage, and the built-in tool calls its output items bill
-    (openai_background.py reads them, for reconcile too)."""
+    (openai_background.py reads them, for reconcile too); None when its input or output
+    count is not believed (wire_usage.reported_count): the call is left in doubt."""
+    usage = response.get("usage")
+    given = usage if isinstance(usage, dict) else {}
+    if any(reported_count(given.get(n)) is None for n in ("input_tokens", "output_tokens")):
+        return None
     return response_usage(response)
 
 
