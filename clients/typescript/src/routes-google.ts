@@ -37,6 +37,7 @@ import {
   jsonChars,
   positive,
   promptEstimate,
+  reportedCount,
   reportedCounts,
   text,
   within,
@@ -66,6 +67,7 @@ const FILE_SEARCH = 'bills the embeddings of the stores it searches, which Earma
  * not listed here (or not refused as unclassified, as Python refuses it). The Python SDK's
  * wire_gemini.TOOLS, kind for kind.
  */
+const PARTNER_SEARCH = "bills each search query at its partner's rate, which Earmark cannot hold";
 export const GEMINI_TOOLS: Readonly<Record<string, string>> = Object.freeze({
   // Tokens only: the caller's own functions, code run in Gemini's sandbox (billed as
   // tokens), URLs fetched into the context, a computer the caller drives.
@@ -77,6 +79,10 @@ export const GEMINI_TOOLS: Readonly<Record<string, string>> = Object.freeze({
   url_context: '',
   computerUse: '',
   computer_use: '',
+  // Remote MCP servers Gemini calls for the model: their results are tokens, and the
+  // servers bill their owner, not Google (as the Responses API's mcp tool).
+  mcpServers: '',
+  mcp_servers: '',
   // Refused: fees per call Earmark does not hold yet.
   googleSearch: GROUNDING,
   google_search: GROUNDING,
@@ -89,6 +95,11 @@ export const GEMINI_TOOLS: Readonly<Record<string, string>> = Object.freeze({
   retrieval: 'bills Vertex AI Search or RAG Engine queries, which Earmark cannot hold',
   fileSearch: FILE_SEARCH,
   file_search: FILE_SEARCH,
+  // Vertex AI's partner web search (Exa, Parallel): billed per query.
+  exaAiSearch: PARTNER_SEARCH,
+  exa_ai_search: PARTNER_SEARCH,
+  parallelAiSearch: PARTNER_SEARCH,
+  parallel_ai_search: PARTNER_SEARCH,
 });
 const UNCLASSIFIED_KIND = 'is of a kind Earmark has not classified, and may bill a fee it cannot hold';
 
@@ -111,11 +122,28 @@ function field(holder: Json | undefined, camel: string, snake: string): Json | u
   return value === undefined || value === null ? holder[snake] : value;
 }
 
-/** Whether a Part carries audio (inline or a file), which bills above the text rate. */
+/** Whether a Part may carry audio (inline or a file), which bills above the text rate: an
+ * audio mimeType, or a file that names none (the REST API's fileData.mimeType is optional,
+ * and Google reads the file's own type). */
 function audio(part: Json): boolean {
   for (const [camel, snake] of [['inlineData', 'inline_data'], ['fileData', 'file_data']]) {
-    const mime = field(field(part, camel, snake), 'mimeType', 'mime_type');
+    const blob = field(part, camel, snake);
+    const mime = field(blob, 'mimeType', 'mime_type');
     if (typeof mime === 'string' && mime.toLowerCase().startsWith('audio/')) return true;
+    if (camel === 'fileData' && isObject(blob) && !mime) return true;
+  }
+  return false;
+}
+
+/** Whether a usageMetadata says audio tokens were billed (its prompt's or its cached
+ * content's modality details): at a rate above the text one the hold was not made for, so
+ * the call is left in doubt (the Python SDK's wire_gemini._audio_billed). */
+function audioBilled(usage: JsonObject): boolean {
+  for (const name of ['promptTokensDetails', 'cacheTokensDetails']) {
+    const details = usage[name];
+    for (const detail of Array.isArray(details) ? details.filter(isObject) : []) {
+      if (String(detail.modality ?? '').toUpperCase() === 'AUDIO' && reportedCount(detail.tokenCount) !== 0) return true;
+    }
   }
   return false;
 }
@@ -157,7 +185,7 @@ function chars(value: Json | undefined): number {
  * at; null when a count is not believed (reportedCount): the call is left in doubt. */
 export function geminiUsage(usage: JsonObject): Usage | null {
   const found = reportedCounts(usage, 'promptTokenCount', 'toolUsePromptTokenCount', 'candidatesTokenCount', 'thoughtsTokenCount');
-  if (found === null) return null;
+  if (found === null || audioBilled(usage)) return null;
   const [prompt, toolUse, candidates, thoughts] = found;
   const inputTokens = prompt + toolUse;
   const traffic = String(usage.trafficType ?? '').toUpperCase();

@@ -21,7 +21,7 @@ import { BEDROCK_TOOL_KINDS } from '../dist/esm/bedrock.js';
 import { EndpointNotMeteredError, ModalityNotMeteredError, ToolNotMeteredError, metered } from '../dist/esm/index.js';
 import { responseUsage } from '../dist/esm/openai-background.js';
 import { ANTHROPIC_TOOLS, anthropicRouting, messagesUsage } from '../dist/esm/routes-anthropic.js';
-import { GEMINI_TOOLS, googleRouting } from '../dist/esm/routes-google.js';
+import { GEMINI_TOOLS, geminiUsage, googleRouting } from '../dist/esm/routes-google.js';
 import { CHAT_TOOLS, CHAT_TOOL_PARAMETERS, NAMESPACE_TOOLS, RESPONSES_TOOLS, openaiRouting } from '../dist/esm/routes-openai.js';
 import { TOKENS_ONLY, classified } from '../dist/esm/routes.js';
 import { json, serve } from './fakes.mjs';
@@ -165,20 +165,31 @@ test('every tool type of the installed @anthropic-ai/sdk, beta.messages\' too, i
   assert.ok(typeLiterals('AnthropicBetaTools').size > 20, 'the BetaToolUnion was read');
 });
 
-// @google/genai's Tool has kinds wire_gemini.TOOLS does not list either: the Python SDK
-// refuses them as kinds it has not classified, and so does this one. Listed so that a kind
-// an upgrade adds fails here until both SDKs classify it.
-const GEMINI_UNCLASSIFIED_IN_PYTHON = ['exaAiSearch', 'mcpServers', 'parallelAiSearch'];
-
-test('every tool kind of the installed @google/genai is classified, or refused unclassified as in Python', () => {
+test('every tool kind of the installed @google/genai is classified: MCP servers as tokens, partner search refused', () => {
   const kinds = fields('GeminiTools');
   assert.ok(kinds.includes('googleSearch') && kinds.includes('functionDeclarations'), 'the Tool fields were read');
-  assert.deepEqual(kinds.filter((kind) => !Object.hasOwn(GEMINI_TOOLS, kind)).sort(), GEMINI_UNCLASSIFIED_IN_PYTHON);
+  assert.deepEqual(kinds.filter((kind) => !Object.hasOwn(GEMINI_TOOLS, kind)), []);
   const route = googleRouting('/v1beta/models/gemini-x:generateContent', '');
-  for (const kind of GEMINI_UNCLASSIFIED_IN_PYTHON) {
-    const error = refusal(route, { contents: [{ parts: [{ text: 'hi' }] }], tools: [{ [kind]: {} }] });
+  const body = (tool) => ({ contents: [{ parts: [{ text: 'hi' }] }], tools: [tool] });
+  for (const kind of ['exaAiSearch', 'parallelAiSearch']) {
+    const error = refusal(route, body({ [kind]: {} }));
     assert.deepEqual([error instanceof ToolNotMeteredError, error.tool], [true, kind]);
   }
+  assert.equal(route.call(body({ mcpServers: [] }), settings).model, 'gemini-x');
+});
+
+test('a Gemini file that names no mimeType is refused unsent, and billed audio tokens leave the call in doubt', () => {
+  const route = googleRouting('/v1beta/models/gemini-x:generateContent', '');
+  const error = refusal(route, { contents: [{ parts: [{ fileData: { fileUri: 'u' } }] }] });
+  assert.ok(error instanceof ModalityNotMeteredError, String(error));
+  const usage = { promptTokenCount: 10, candidatesTokenCount: 5 };
+  const details = (modality) => [{ modality: 'TEXT', tokenCount: 8 }, { modality, tokenCount: 2 }];
+  const found = [
+    geminiUsage({ ...usage, promptTokensDetails: details('AUDIO') }),
+    geminiUsage({ ...usage, cacheTokensDetails: details('AUDIO') }),
+    geminiUsage({ ...usage, promptTokensDetails: details('IMAGE') })?.inputTokens,
+  ];
+  assert.deepEqual(found, [null, null, 10]);
 });
 
 test('every tool kind of the installed Bedrock runtime is classified: toolSpec and cachePoint pass, systemTool is refused', () => {
