@@ -387,4 +387,5 @@ def test_web_fetches_settle_at_their_tokens_alone() -> None:
             "server_tool_use": {"web_search_requests": 2, "web_fetch_requests": 3},
         }
     )  # fmt: skip
+    assert usage is not None
     assert (("web_search", 2),) == usage.tool_calls
