@@ -263,7 +263,8 @@ export async function hold<T>(
     try {
       await h.finish(error, true);
     } catch (settleError) {
-      // fn's own error matters more; the sweeper returns the hold.
+      // fn's own error matters more; the hold's lease lapses and the sweeper ends it (in
+      // doubt when it was charged, returned when not).
       if (settleError instanceof EarmarkClientError) {
         process.emitWarning(`earmark settle failed after ${String(error)}: ${settleError.message}`);
       } else throw settleError;

@@ -1,9 +1,10 @@
 """AsyncClient: the worker SDK on grpc.aio, and the one description of every call: the
 synchronous Client (sync.py) runs these coroutines, so the two cannot drift.
 
-Every call has a deadline. UNAVAILABLE is retried with bounded, jittered backoff; that is
-safe because every call that changes something carries an idempotency key, generated once
-per logical call and sent again on each retry (Renew and Settle are idempotent as they are).
+Every attempt has a deadline. UNAVAILABLE and DEADLINE_EXCEEDED are retried with bounded,
+jittered backoff; that is safe because Reserve and Charge carry an idempotency key,
+generated once per logical call and sent again on each retry, and Renew and Settle are
+idempotent as they are (docs/clients.md).
 A call whose channel never connected within its deadline raises UnavailableError naming the
 target at once: another attempt would only wait another deadline for the same nobody.
 """

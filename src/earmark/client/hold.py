@@ -377,7 +377,8 @@ class Hold:
                 # sidecar answers a repeated Settle the same).
                 self._ended = False
                 raise
-            # The block's own exception matters more; the sweeper returns the hold.
+            # The block's own exception matters more; the hold's lease lapses and the sweeper
+            # ends it (in doubt when it was charged, returned when not).
             log.warning("earmark settle failed after %r: %s", exc, error)
         return self.settled
 
