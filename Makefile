@@ -15,8 +15,8 @@ BUF_TOOLS := tools/buf
 BUF := $(BUF_TOOLS)/node_modules/.bin/buf
 BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
-.PHONY: venv node typescript ts-proto buf-tools buf run test check lint typecheck proto bench clean \
-	version
+.PHONY: venv node typescript ts-proto buf-tools buf go go-proto run test check lint typecheck proto \
+	bench clean version
 
 venv: $(STAMP)
 
@@ -42,6 +42,37 @@ node: $(TS_BUILT) $(NODE_STAMP)
 $(NODE_STAMP): $(NODE_WORKER)/package.json $(NODE_WORKER)/package-lock.json
 	cd $(NODE_WORKER) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
+
+# The Go SDK (clients/go: the module github.com/earmark-dev/earmark/gen/go, so that its
+# stubs' import path, clients/go/earmark/v1, is the proto's go_package) and its example
+# worker, built offline against Debian's Go packages in /usr/share/gocode (grpc-go 1.33.3,
+# protobuf-go 1.28.1, golang/protobuf 1.5.2, genproto), which .ci/run installs. GOPATH mode
+# (GO111MODULE=off), not module mode: module mode with GOPROXY=off and `replace` to those
+# folders still needs the go.mod of every module their go.mod files require ("github.com/
+# golang/protobuf@v1.5.2 requires github.com/google/go-cmp@v0.5.5: module lookup disabled
+# by GOPROXY=off", then grpc-go's), which Debian does not ship. The module's path
+# resolves through clients/go/.gopath, a relative symbolic link made here (git-ignored).
+# vet and `go test -run '^$$'` compile the tests too, so that the suite only runs them.
+GO_CLIENT := clients/go
+GO_LINK := $(GO_CLIENT)/.gopath/src/github.com/earmark-dev/earmark/gen/go
+GO_ENV := GO111MODULE=off GOPATH=$(CURDIR)/$(GO_CLIENT)/.gopath:/usr/share/gocode GOFLAGS= \
+	GOPROXY=off
+GO_SOURCES := $(shell find $(GO_CLIENT) -name '*.go' -not -path '*/.gopath/*')
+GO_WORKER := $(GO_CLIENT)/bin/worker
+
+go: $(GO_WORKER)
+
+$(GO_WORKER): $(GO_SOURCES)
+	mkdir -p $(dir $(GO_LINK))
+	ln -sfn ../../../../../.. $(GO_LINK)
+	cd $(GO_LINK) && $(GO_ENV) go build ./... && $(GO_ENV) go vet ./... \
+		&& $(GO_ENV) go test -count=1 -run '^$$' ./... >/dev/null \
+		&& $(GO_ENV) go build -o $(CURDIR)/$(GO_WORKER) ./examples/worker
+
+# Regenerates clients/go/earmark/v1 from protos/ (buf.gen.yaml: buf with Debian's
+# protoc-gen-go and protoc-gen-go-grpc as local plugins).
+go-proto: buf-tools
+	$(BUF) generate
 
 # buf (from npm, pinned in tools/buf) for the wire contract's lint and breaking checks.
 buf-tools: $(BUF_STAMP)
@@ -74,7 +105,7 @@ run: venv
 # worker (xdist_group); `make test TEST_WORKERS=0` runs everything in one process. The 25
 # slowest tests are listed at the end, where a slow new one shows.
 TEST_WORKERS ?= 4
-test: venv typescript node buf-tools
+test: venv typescript node buf-tools go
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 lint: venv
@@ -111,4 +142,5 @@ image:
 
 clean:
 	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules \
-		$(BUF_TOOLS)/node_modules $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist
+		$(BUF_TOOLS)/node_modules $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist \
+		$(GO_CLIENT)/bin $(GO_CLIENT)/.gopath
