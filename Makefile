@@ -15,8 +15,8 @@ BUF_TOOLS := tools/buf
 BUF := $(BUF_TOOLS)/node_modules/.bin/buf
 BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
-.PHONY: venv node typescript ts-proto buf-tools buf go go-proto run test check lint typecheck proto \
-	bench clean version
+.PHONY: venv node typescript ts-proto buf-tools buf go go-proto java run test check lint typecheck \
+	proto bench clean version
 
 venv: $(STAMP)
 
@@ -62,6 +62,18 @@ GO_WORKER := $(GO_CLIENT)/bin/worker
 
 go: $(GO_WORKER)
 
+# The Java worker example (examples/java-worker: the generated stubs and a worker, no SDK),
+# compiled by plain javac against Debian's grpc-java and protobuf-java jars (build.sh).
+JAVA_WORKER := examples/java-worker
+JAVA_SOURCES := $(JAVA_WORKER)/Worker.java $(JAVA_WORKER)/build.sh \
+	$(shell find $(JAVA_WORKER)/gen -name '*.java')
+JAVA_BUILT := $(JAVA_WORKER)/out/Worker.class
+
+java: $(JAVA_BUILT)
+
+$(JAVA_BUILT): $(JAVA_SOURCES)
+	$(JAVA_WORKER)/build.sh
+
 $(GO_WORKER): $(GO_SOURCES)
 	mkdir -p $(dir $(GO_LINK))
 	ln -sfn ../../../../../.. $(GO_LINK)
@@ -105,7 +117,7 @@ run: venv
 # worker (xdist_group); `make test TEST_WORKERS=0` runs everything in one process. The 25
 # slowest tests are listed at the end, where a slow new one shows.
 TEST_WORKERS ?= 4
-test: venv typescript node buf-tools go
+test: venv typescript node buf-tools go java
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 lint: venv
@@ -143,4 +155,4 @@ image:
 clean:
 	rm -rf $(VENV) .earmark .pytest_cache .mypy_cache .ruff_cache $(NODE_WORKER)/node_modules \
 		$(BUF_TOOLS)/node_modules $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist \
-		$(GO_CLIENT)/bin $(GO_CLIENT)/.gopath
+		$(GO_CLIENT)/bin $(GO_CLIENT)/.gopath $(JAVA_WORKER)/out
