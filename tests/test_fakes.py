@@ -430,15 +430,19 @@ def test_a_cut_responses_stream_raises_before_its_final_event() -> None:
 
 
 def test_a_cut_message_stream_raises_before_message_delta() -> None:
-    """A "cut" Anthropic stream ends before message_delta (the body cut short, which the
-    anthropic client does not wrap); the fake billed the whole message all the same."""
+    """A "cut" Anthropic stream ends before message_delta (the body cut short: raised as
+    it is by anthropic 2.16, as an APIConnectionError from it by 2.17); the fake billed the
+    whole message all the same."""
     kinds: list[str] = []
     with (
         anthropic_fake() as (fake, client),
-        pytest.raises(httpx2.RemoteProtocolError),
+        pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError)) as raised,
         client.messages.stream(model=CLAUDE, max_tokens=50, messages=chat("cut")) as stream,
     ):
         kinds.extend(event.type for event in stream)
+    error: BaseException = raised.value
+    cut = error if isinstance(error, httpx2.RemoteProtocolError) else error.__cause__
+    assert isinstance(cut, httpx2.RemoteProtocolError)
     assert (False, [Bill(1, 50, 0)]) == ("message_delta" in kinds, fake.state.billed)
 
 
