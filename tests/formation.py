@@ -26,6 +26,8 @@ import psutil
 
 from tests.helpers import free_port
 
+# How much of each pg_autoctl's log a failed formation's message shows.
+LOG_TAIL_LINES = 40
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 USER = "postgres"
 COMMAND_SECONDS_MAX = 30.0
@@ -105,6 +107,19 @@ class Formation:
             start_new_session=True,
         )
         log.close()
+
+    def log_tails(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of each pg_autoctl's log, for a failure's message: the formation's
+        folder is removed when the test ends."""
+        tails = []
+        for node in [self.monitor, *self.nodes]:
+            try:
+                text = (self.folder / f"{node.name}.log").read_text(errors="replace")
+            except OSError as error:
+                text = f"(no log: {error})"
+            tails.append(f"--- {node.name} (port {node.port}) ---\n" + "\n".join(
+                text.splitlines()[-lines:]))  # fmt: skip
+        return "\n".join(tails)
 
     def monitor_uri(self) -> str:
         return self.run("show", "uri", "--pgdata", str(self.monitor.pgdata), "--formation",

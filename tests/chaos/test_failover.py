@@ -74,7 +74,11 @@ async def start_formation(made: formation.Formation) -> str:
             except RuntimeError:
                 return False  # the node is not registered yet
 
-        await eventually(reached, within_seconds=FORMATION_SECONDS_MAX, what=str(expected))
+        try:
+            await eventually(reached, within_seconds=FORMATION_SECONDS_MAX, what=str(expected))
+        except AssertionError as error:
+            # The formation's logs go with its folder: the message keeps why it stalled.
+            raise AssertionError(f"{error}\n{made.log_tails()}") from None
         for setting, text in formation.NODE_SETTINGS.items():
 
             async def kept(
