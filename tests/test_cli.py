@@ -221,7 +221,7 @@ def test_a_port_in_use_is_one_line(flag: str, database_url: str, tmp_path: Path)
         result = subprocess.run(
             [sys.executable, "-m", "earmark", "serve", "--database-url", database_url,
              "--listen", listen["--listen"], "--metrics-listen", listen["--metrics-listen"],
-             "--admin-listen", f"unix:{tmp_path / 'a.sock'}"],
+             "--admin-listen", f"unix:{tmp_path / 'a.sock'}", "--data-dir", str(tmp_path)],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     lines = result.stderr.strip().splitlines()
