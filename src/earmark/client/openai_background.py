@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from earmark import limits
-from earmark.client.wire_usage import cache_parts, served_tier
+from earmark.client.wire_usage import cache_parts, reported_count, served_tier
 from earmark.core.prices import Usage, counts
 from earmark.core.reconcile_model import model_family
 
@@ -79,14 +79,9 @@ def _count(value: Any, where: str, *, strict: bool) -> int:
     """A token count: absent or null is 0; anything but a whole number from 0 to
     tokens_per_request_max raises when strict, and counts 0 otherwise (as the metered
     client reads an answer it passes on)."""
-    if value is None:
-        return 0
-    if (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and 0 <= value <= limits.tokens_per_request_max
-    ):
-        return value
+    found = reported_count(value)
+    if found is not None:
+        return found
     if strict:
         raise InvalidResponseError(f"{where} is {str(value)[:40]!r}, not a token count", where)
     return 0

@@ -116,13 +116,6 @@ def _positive(value: Any) -> int | None:
     return None
 
 
-def count(value: Any) -> int | None:
-    """A count from a usage report (wire_usage.reported_count): absent or null 0; None for
-    one not believed (not a whole number, below 0, past the bound), which leaves the hold
-    in doubt rather than settle it low."""
-    return reported_count(value)
-
-
 def bedrock_usage(
     usage: Mapping[str, Any], read: str, written: str, tier: Any = None
 ) -> Usage | None:
@@ -131,7 +124,8 @@ def bedrock_usage(
     cache reads nor writes, so both are added; the writes kept for an hour apart
     (cacheDetails); the tier the answer says it ran at. None when a count is out of
     bounds."""
-    found = [count(usage.get(name)) for name in ("inputTokens", "outputTokens", read, written)]
+    names = ("inputTokens", "outputTokens", read, written)
+    found = [reported_count(usage.get(name)) for name in names]
     if None in found:
         return None
     fresh, output, reads, writes = (n or 0 for n in found)

@@ -280,13 +280,6 @@ def capped(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
     return {**body, name: config}
 
 
-def count(value: Any) -> int | None:
-    """A count from a usage report (wire_usage.reported_count): absent or null 0; None for
-    one not believed (not a whole number, below 0, past the bound), which leaves the hold
-    in doubt rather than settle it low."""
-    return reported_count(value)
-
-
 def _audio_billed(usage: dict[str, Any]) -> bool:
     """Whether a usageMetadata says audio tokens were billed (its prompt's or its cached
     content's modality details): at a rate above the text one that the hold was not made
@@ -308,7 +301,7 @@ def gemini_usage(usage: dict[str, Any]) -> Usage | None:
     included, and the tool-use prompt), the cached part apart, and the output with its
     thinking; None when a count is out of bounds."""
     found = [
-        count(usage.get(name))
+        reported_count(usage.get(name))
         for name in (
             "promptTokenCount",
             "toolUsePromptTokenCount",
@@ -421,7 +414,7 @@ class Embed:
         usage = answer.get("usageMetadata") if isinstance(answer, dict) else None
         if not isinstance(usage, dict) or usage.get("promptTokenCount") is None:
             return None
-        tokens = count(usage.get("promptTokenCount"))
+        tokens = reported_count(usage.get("promptTokenCount"))
         return None if tokens is None else Usage(tokens, 0)
 
     def tally(self, call: Call, hidden_usage: bool) -> Tally:
