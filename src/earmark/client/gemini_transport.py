@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx2
 
-from earmark.client.aio import AsyncClient
 from earmark.client.errors import EarmarkClientError
 from earmark.client.held_call import Raising
 from earmark.client.sync import Client
@@ -115,11 +114,7 @@ class CrossLoopTransport(ClosingAsyncTransport):
     def _later(self, settling: Settling) -> None:
         """Runs settling on the Client's loop without the caller waiting (its flush() and
         close() wait for it)."""
-        self.client._submit(_in_background(self.metering.earmark, settling))
-
-
-async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
-    earmark._in_background_later(settling)
+        self.client._submit_later(settling)
 
 
 async def _now(step: Any) -> None:

@@ -253,14 +253,14 @@ class _Metered:
         # money (earmark.client.reported).
         metering_of = ReportingMetering if provider.name in hosts.REPORTS_COST else Metering
         if isinstance(inner, httpx2.AsyncClient) and isinstance(self.earmark, AsyncClient):
-            metering = metering_of(provider, self.earmark, self.settings)
-            metering.host = host or None
+            metering = metering_of(provider, self.earmark, self.settings, host or None)
             return httpx2.AsyncClient(transport=AsyncMeteredTransport(inner, metering))
         if isinstance(inner, httpx2.Client) and isinstance(self.earmark, Client):
             # The sync client's holds run on its own loop, as every call of Client does.
-            metering = metering_of(provider, self.earmark._async, self.settings)
-            metering.host = host or None
-            transport = MeteredTransport(inner, metering, self.earmark._run, self.earmark._submit)
+            metering = metering_of(provider, self.earmark._async, self.settings, host or None)
+            transport = MeteredTransport(
+                inner, metering, self.earmark._run, self.earmark._submit_later
+            )
             return httpx2.Client(transport=transport)
         raise TypeError(
             f"a {type(inner).__name__} cannot be metered with {type(self.earmark).__name__}"

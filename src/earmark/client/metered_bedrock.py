@@ -196,11 +196,9 @@ class _Hooks:
     def soon(self, step: Coroutine[Any, Any, Any]) -> None:
         """Runs step on the Earmark client's loop without the caller waiting (its flush()
         and close() wait for it); a closed client drops it (the hold lapses into doubt)."""
-        background = _in_background(self.earmark._async, step)
         try:
-            self.earmark._submit(background)
+            self.earmark._submit_later(step)
         except RuntimeError:
-            background.close()
             step.close()
 
     def before(self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
@@ -304,10 +302,6 @@ def _unsent(error: BaseException) -> bool:
     from botocore.exceptions import ConnectionError as NotConnected  # type: ignore[import-untyped]
 
     return isinstance(error, NotConnected) or never_sent(error)
-
-
-async def _in_background(earmark: AsyncClient, step: Coroutine[Any, Any, Any]) -> None:
-    earmark._in_background_later(step)
 
 
 __all__ = ["metered"]

@@ -116,7 +116,7 @@ def metered(sdk_client: SDK, earmark: Client | AsyncClient, budget_id: str, **me
     async_http: httpx2.AsyncClient
     if isinstance(earmark, Client):
         sync_transport = ClosingTransport(
-            sync_inner, metering(earmark._async), earmark._run, earmark._submit
+            sync_inner, metering(earmark._async), earmark._run, earmark._submit_later
         )
         sync_http = httpx2.Client(transport=sync_transport)
         cross = CrossLoopTransport(async_inner, metering(earmark._async), earmark)

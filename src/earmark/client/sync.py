@@ -248,6 +248,18 @@ class Client(_Twin[AsyncClient]):
         """Starts coroutine on the client's loop without waiting for it."""
         asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
+    def _submit_later(self, settling: Coroutine[Any, Any, Any]) -> None:
+        """Runs a metered call's settling on the client's loop without the caller waiting:
+        among the settles flush() and close() wait for, started
+        limits.client_sync_settle_start_seconds later (AsyncClient._in_background_later).
+        Raises RuntimeError, settling not started, when the client is closed."""
+        starting = _background_later(self._async, settling)
+        try:
+            self._submit(starting)
+        except BaseException:
+            starting.close()
+            raise
+
     def hold(
         self,
         budget_id: str,
@@ -363,3 +375,7 @@ class SyncHold(_Twin[Hold]):
         tb: TracebackType | None,
     ) -> None:
         self._run(self.hold.__aexit__(exc_type, exc, tb))
+
+
+async def _background_later(earmark: AsyncClient, settling: Coroutine[Any, Any, Any]) -> None:
+    earmark._in_background_later(settling)

@@ -143,14 +143,16 @@ class Metering:
     calls that run on after their answer. The held call's steps are the async SDK's; a
     sync transport runs them on its Client's loop."""
 
-    def __init__(self, provider: Provider, earmark: AsyncClient, meter: Meter) -> None:
+    def __init__(
+        self, provider: Provider, earmark: AsyncClient, meter: Meter, host: str | None = None
+    ) -> None:
         self.provider = provider
         self.earmark = earmark
         self.meter = meter
         self.error = Raising(provider.sdk_error)
         # The host the SDK client's base URL names, which named its provider: a billable
         # request to another (an absolute URL given a call) is refused (None: unchecked).
-        self.host: str | None = None
+        self.host = host
         # The calls running on after their answer, by id, oldest first; changed on the
         # Earmark client's loop only.
         self.running: OrderedDict[str, Running] = OrderedDict()
@@ -545,7 +547,8 @@ class AsyncEventStream(httpx2.AsyncByteStream):
 class MeteredTransport(httpx2.BaseTransport):
     """The sync SDKs' transport: the same exchange, its requests sent and read in the
     caller's thread, its held call's steps run on the Earmark client's own loop through
-    run (waited for) and submit (not)."""
+    run (waited for) and submit (not: a settle, which Client._submit_later starts a moment
+    later)."""
 
     def __init__(
         self,
@@ -591,11 +594,7 @@ class MeteredTransport(httpx2.BaseTransport):
 
     def _later(self, settling: Settling) -> None:
         """Runs settling on the client's loop without the caller waiting."""
-        self._submit(_in_background(self.metering.earmark, settling))
-
-
-async def _in_background(earmark: AsyncClient, settling: Settling) -> None:
-    earmark._in_background_later(settling)
+        self._submit(settling)
 
 
 class EventStream(httpx2.SyncByteStream):
