@@ -19,7 +19,7 @@ import {
   TOKENS_PER_REQUEST_MAX,
   TOOL_CALLS_PER_REQUEST_MAX,
 } from './limits.js';
-import { counts, isObject, text, type Ended, type Json, type JsonObject } from './routes.js';
+import { counts, isObject, reportedCount, text, type Ended, type Json, type JsonObject } from './routes.js';
 import type { Usage } from './types.js';
 
 /** The hold label a background response's id is recorded under once OpenAI answers with it
@@ -94,8 +94,8 @@ export function validId(value: Json | undefined): value is string {
  * TOKENS_PER_REQUEST_MAX throws when strict, and counts 0 otherwise (as the metered client
  * reads an answer it passes on). */
 function tokens(value: Json | undefined, where: string, strict: boolean): number {
-  if (value === undefined || value === null) return 0;
-  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 && value <= TOKENS_PER_REQUEST_MAX) return value;
+  const found = reportedCount(value);
+  if (found !== null) return found;
   if (strict) throw new InvalidResponseError(`${where} is ${JSON.stringify(value).slice(0, 40)}, not a token count`, where);
   return 0;
 }
