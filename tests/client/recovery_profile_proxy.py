@@ -34,6 +34,8 @@ class Proxy:
         self.target = ""
         self.seen: dict[str, list[bytes]] = defaultdict(list)
         self.faults: dict[str, list[Fault]] = defaultdict(list)
+        # Called with each request's method and bytes as it arrives, before any fault.
+        self.on_request: Callable[[str, bytes], None] | None = None
         self._channel = grpc.aio.insecure_channel(upstream)
 
     def settles(self) -> list[pb.SettleRequest]:
@@ -45,6 +47,8 @@ class Proxy:
 
     async def _handle(self, method: str, request: bytes, context: Context) -> bytes:
         self.seen[method].append(request)
+        if self.on_request is not None:
+            self.on_request(method, request)
         metadata = tuple(
             (key, value)
             for key, value in context.invocation_metadata() or ()
