@@ -144,18 +144,18 @@ type Settled struct {
 	State                        earmarkv1.ReservationState
 }
 
-// Settle closes a hold, exactly once: a retry answers the same.
+// Settle closes a hold, exactly once: a retry answers the same. With a journal
+// (Options.JournalDir) the request is on disk before it leaves and removed once answered or
+// refused for good (see Recover). An OK answer that is no settled one (a state other than
+// SETTLED, EXPIRED or IN_DOUBT, or a negative amount) is an *Error with code INTERNAL: the
+// Settle may or may not have landed.
 func (c *Client) Settle(ctx context.Context, req SettleRequest) (*Settled, error) {
 	outcome := req.Outcome
 	if outcome == earmarkv1.Outcome_OUTCOME_UNSPECIFIED {
 		outcome = earmarkv1.Outcome_OUTCOME_SUCCEEDED
 	}
 	in := &earmarkv1.SettleRequest{ReservationId: req.ReservationID, Used: req.Used, Outcome: outcome}
-	var out *earmarkv1.SettleResponse
-	err := c.budgetCall(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
-		out, err = c.budget.Settle(ctx, in, opts...)
-		return err
-	})
+	out, err := c.settle(ctx, in)
 	if err != nil {
 		return nil, err
 	}

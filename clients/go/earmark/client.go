@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log"
 	mathrand "math/rand"
 	"net"
 	"os"
@@ -89,6 +90,15 @@ type Options struct {
 	// DialOptions replace the default (plaintext: the sidecar is on localhost); give
 	// grpc.WithTransportCredentials for TLS.
 	DialOptions []grpc.DialOption
+	// JournalDir, when set, is a settlement journal's directory (see OpenJournal): every
+	// Settle is written there before it is sent and removed once answered or refused for
+	// good, and Recover sends what a client that died left there. Dial does not replay it:
+	// call Recover when the worker starts. The directory is created (0700) if missing and
+	// refused (*UnsafeJournalError) when another user could write it.
+	JournalDir string
+	// Logger takes the journal's warnings (a record quarantined, a record not written);
+	// nil is the standard logger.
+	Logger *log.Logger
 }
 
 // Client talks to one Earmark sidecar; it is safe for concurrent use. Close it when done.
@@ -105,6 +115,9 @@ type Client struct {
 	adminErr            error
 	rngMu               sync.Mutex
 	rng                 *mathrand.Rand
+	journal             *Journal
+	logf                func(format string, args ...any)
+	settles             inflight
 }
 
 // Dial opens a client to target (default $EARMARK_TARGET, else DefaultTarget); the admin
@@ -164,6 +177,18 @@ func newClient(target string, opts Options) (*Client, error) {
 	if c.dialOptions == nil {
 		c.dialOptions = []grpc.DialOption{grpc.WithInsecure()}
 	}
+	c.logf = log.Printf
+	if opts.Logger != nil {
+		c.logf = opts.Logger.Printf
+	}
+	// The journal before any channel: a directory it refuses leaves nothing open.
+	if opts.JournalDir != "" {
+		journal, err := OpenJournal(opts.JournalDir, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		c.journal = journal
+	}
 	return c, nil
 }
 
@@ -190,8 +215,13 @@ func dial(target string, options []grpc.DialOption) (*grpc.ClientConn, error) {
 	return grpc.Dial(target, options...)
 }
 
-// Close closes the channels Dial opened.
+// Close waits, at most FlushTimeout, for the Settles under way (Flush), then closes the
+// channels Dial opened. A Settle still unanswered then fails, and its journal record stays
+// for Recover.
 func (c *Client) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), FlushTimeout)
+	c.Flush(ctx)
+	cancel()
 	var err error
 	if c.conn != nil {
 		err = c.conn.Close()

@@ -1,10 +1,15 @@
 package earmark
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,4 +172,121 @@ func TestLiveUnknownOutcomeLeavesTheHoldInDoubt(t *testing.T) {
 	if err != nil || closed.State != earmarkv1.ReservationState_RESERVATION_STATE_SETTLED {
 		t.Fatalf("want the late Settle to close it, got %+v, %v", closed, err)
 	}
+}
+
+func TestLiveTheJournalSettlesARecordOnceAfterARestart(t *testing.T) {
+	c, budget := live(t, 1000)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "journal")
+	// A worker with a journal: its Hold's record goes once the Settle is answered.
+	worker, err := Dial("", Options{JournalDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Hold(ctx, ReserveRequest{BudgetID: budget, Amount: 100}, func(_ context.Context, h *Hold) error {
+		h.SetUsed(10)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := worker.Journal().Pending(); err != nil || len(left) != 0 {
+		t.Fatalf("want no record left after a settled Hold, got %v (%v)", left, err)
+	}
+	// One that dies after writing its record, before its Settle went.
+	r, err := worker.Reserve(ctx, ReserveRequest{BudgetID: budget, Amount: 500})
+	if err != nil || !r.Admitted {
+		t.Fatalf("want a hold, got %+v, %v", r, err)
+	}
+	request := &earmarkv1.SettleRequest{ReservationId: r.ID, Used: 120, Outcome: earmarkv1.Outcome_OUTCOME_SUCCEEDED}
+	if _, err := worker.Journal().Write(request); err != nil {
+		t.Fatal(err)
+	}
+	_ = worker.Close()
+	if s := budgetState(t, c, budget); s.Held != 500 || s.Used != 10 {
+		t.Fatalf("want the hold still held, got %v", s)
+	}
+
+	next, err := Dial("", Options{JournalDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if n, err := next.Recover(ctx); err != nil || n != 1 {
+		t.Fatalf("want one record settled, got %d, %v", n, err)
+	}
+	if _, err := os.Stat(next.Journal().PathOf(r.ID)); !os.IsNotExist(err) {
+		t.Fatalf("want the record gone, got %v", err)
+	}
+	if s := budgetState(t, c, budget); s.Held != 0 || s.Used != 130 || s.OpenReservations != 0 {
+		t.Fatalf("want it settled at 120 once, got %v", s)
+	}
+	if n, err := next.Recover(ctx); err != nil || n != 0 {
+		t.Fatalf("want nothing sent again, got %d, %v", n, err)
+	}
+	if s := budgetState(t, c, budget); s.Used != 130 {
+		t.Fatalf("want it settled once, got %v", s)
+	}
+}
+
+// helperHoldEnv, set, makes the test binary a worker that holds on the budget it names with
+// a 1 s lease, prints the reservation id and waits to be killed (TestLiveAKilledWorkersHold...).
+const helperHoldEnv = "EARMARK_GO_TEST_HOLD_BUDGET"
+
+func TestLiveAKilledWorkersHoldExpires(t *testing.T) {
+	if budget := os.Getenv(helperHoldEnv); budget != "" {
+		holdUntilKilled(budget)
+		return
+	}
+	c, budget := live(t, 1000)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLiveAKilledWorkersHoldExpires$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperHoldEnv+"="+budget)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "reserved ") {
+		t.Fatalf("want the worker's reservation id, got %q, %v", line, err)
+	}
+	if s := budgetState(t, c, budget); s.Held != 400 {
+		t.Fatalf("want the worker's hold, got %v", s)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s := budgetState(t, c, budget)
+		if s.Held == 0 && s.OpenReservations == 0 {
+			if s.Used != 0 {
+				t.Fatalf("want nothing charged by an expired hold that charged nothing, got %v", s)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want the killed worker's hold expired within 15 s, got %v", s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// holdUntilKilled holds 400 on budget, renewing a 1 s lease, until the process is killed.
+func holdUntilKilled(budget string) {
+	client, err := Dial("", Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_, err = client.Hold(context.Background(), ReserveRequest{BudgetID: budget, Amount: 400, Lease: time.Second},
+		func(ctx context.Context, h *Hold) error {
+			fmt.Printf("reserved %s\n", h.ID())
+			select {} // until SIGKILL
+		})
+	fmt.Fprintln(os.Stderr, "the hold ended:", err)
+	os.Exit(1)
 }
