@@ -59,6 +59,9 @@ GO_ENV := GO111MODULE=off GOPATH=$(CURDIR)/$(GO_CLIENT)/.gopath:/usr/share/gocod
 	GOPROXY=off
 GO_SOURCES := $(shell find $(GO_CLIENT) -name '*.go' -not -path '*/.gopath/*')
 GO_WORKER := $(GO_CLIENT)/bin/worker
+# The conformance kit's adapter (docs/conformance.md), built with the worker (before it,
+# the recipe's target, so that a failed build of either leaves the target out of date).
+GO_CONFORMANCE := $(GO_CLIENT)/bin/conformance
 
 go: $(GO_WORKER)
 
@@ -79,6 +82,7 @@ $(GO_WORKER): $(GO_SOURCES)
 	ln -sfn ../../../../../.. $(GO_LINK)
 	cd $(GO_LINK) && $(GO_ENV) go build ./... && $(GO_ENV) go vet ./... \
 		&& $(GO_ENV) go test -count=1 -run '^$$' ./... >/dev/null \
+		&& $(GO_ENV) go build -o $(CURDIR)/$(GO_CONFORMANCE) ./examples/conformance \
 		&& $(GO_ENV) go build -o $(CURDIR)/$(GO_WORKER) ./examples/worker
 
 # Regenerates clients/go/earmark/v1 from protos/ (buf.gen.yaml: buf with Debian's

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "clients" / "go"
 GENERATED = MODULE / "earmark" / "v1"
 WORKER = MODULE / "bin" / "worker"
+ADAPTER = MODULE / "bin" / "conformance"
 BUF = ROOT / "tools" / "buf" / "node_modules" / ".bin" / "buf"
 # Where the module's import path resolves in GOPATH mode (the Makefile's GO_LINK and
 # GO_ENV, which `make go` makes).
@@ -40,6 +41,7 @@ def go_installed() -> None:
     if why is not None:
         pytest.skip(why)
     assert WORKER.exists(), "run `make go` (`make test` runs it first)"
+    assert ADAPTER.exists(), "run `make go` (`make test` runs it first)"
     assert LINK.exists(), "run `make go` (`make test` runs it first)"
 
 
@@ -131,4 +133,50 @@ async def test_the_example_worker_runs_as_the_docs_show(sidecar: Running) -> Non
         refused["admitted"], refused["reason"], refused["budget_id"]
     )  # fmt: skip
     assert refused["message"]
+    await assert_invariants(sidecar.dsn)
+
+
+async def test_the_conformance_adapter_speaks_the_protocol(
+    sidecar: Running, tmp_path: Path
+) -> None:
+    """clients/go/bin/conformance (docs/conformance.md's adapter protocol; the kit runs its
+    scenarios): a hold's events and answer, its end `unknown` in doubt and `failed` settled,
+    a refusal's reason without its prefix, an unknown op, and `quit` exiting 0 with the
+    journal left empty."""
+    for budget, limit in (("go-kit", 1_000), ("go-kit-empty", 0)):
+        await sidecar.admin.PutBudget(
+            pb.PutBudgetRequest(budget_id=budget, limit=limit, unit="tokens")
+        )
+    journal = tmp_path / "journal"
+    hold = {"op": "hold", "budget_id": "go-kit", "amount": 300, "lease_ms": 60_000}
+    commands = [
+        {"op": "open", "target": sidecar.target, "journal_dir": str(journal), "token": None},
+        {**hold, "charges": [100], "used": 150, "end": "unknown"},
+        {**hold, "charges": [20], "used": None, "end": "failed"},
+        {**hold, "budget_id": "go-kit-empty", "charges": [], "end": "succeeded"},
+        {"op": "nope"},
+        {"op": "quit"},
+    ]
+    stdin = "".join(json.dumps(c) + "\n" for c in commands).encode()
+    async with child(
+        str(ADAPTER), cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    ) as process:  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(stdin), timeout=60)
+    assert 0 == process.returncode, err.decode()
+    lines = [json.loads(line) for line in out.decode().splitlines()]
+    doubt, failed = lines[2]["reservation_id"], lines[4]["reservation_id"]
+    assert [
+        {"done": True, "ok": True},
+        {"event": "reserved", "reservation_id": doubt},
+        {"done": True, "ok": True, "admitted": True, "reservation_id": doubt, "state": "IN_DOUBT"},
+        {"event": "reserved", "reservation_id": failed},
+        {"done": True, "ok": True, "admitted": True, "reservation_id": failed, "state": "SETTLED"},
+        {"done": True, "ok": True, "admitted": False, "reason": "INSUFFICIENT_BUDGET"},
+        {"done": True, "ok": False, "code": "UNIMPLEMENTED", "reason": "unknown op"},
+        {"done": True, "ok": True},
+    ] == lines
+    state = await sidecar.admin.GetBudget(pb.GetBudgetRequest(budget_id="go-kit"))
+    assert (170, 150) == (state.used, state.held)  # in doubt at 150 (the rest held), settled at 20
+    assert [] == sorted(p.name for p in journal.iterdir())
     await assert_invariants(sidecar.dsn)

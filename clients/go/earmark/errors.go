@@ -181,3 +181,11 @@ func Unknown(err error) error {
 // ErrHoldLost: a background Renew found the hold closed (expired or released) while the
 // block ran; the block's context was cancelled and the worker must stop spending.
 var ErrHoldLost = errors.New("earmark: the hold was lost while the block ran")
+
+// holdLost is Hold's error when a renewal found the hold closed: it matches ErrHoldLost and
+// wraps the renewal's *Error (so errors.Is(err, ErrHoldExpired), errors.As to *Error).
+type holdLost struct{ cause error }
+
+func (h holdLost) Error() string        { return ErrHoldLost.Error() + ": " + h.cause.Error() }
+func (h holdLost) Unwrap() error        { return h.cause }
+func (h holdLost) Is(target error) bool { return target == ErrHoldLost }

@@ -107,7 +107,7 @@ func (c *Client) Hold(ctx context.Context, spec ReserveRequest, fn func(ctx cont
 	}()
 	select {
 	case e := <-lost:
-		fnErr = fmt.Errorf("%w: %v", ErrHoldLost, e)
+		fnErr = holdLost{e}
 	default:
 		switch {
 		case ctx.Err() != nil:

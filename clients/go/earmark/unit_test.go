@@ -183,3 +183,11 @@ func TestUnknownMarksAnErrorAndKeepsIt(t *testing.T) {
 		t.Fatal("an unmarked error is not unknown")
 	}
 }
+
+func TestALostHoldMatchesErrHoldLostAndWrapsTheRenewalsError(t *testing.T) {
+	err := error(holdLost{fromError(statusWith(codes.FailedPrecondition, "HOLD_EXPIRED"))})
+	var e *Error
+	if !errors.Is(err, ErrHoldLost) || !errors.Is(err, ErrHoldExpired) || !errors.As(err, &e) || e.Reason != "HOLD_EXPIRED" {
+		t.Fatalf("want ErrHoldLost wrapping HOLD_EXPIRED, got %v", err)
+	}
+}
