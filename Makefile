@@ -15,7 +15,7 @@ BUF_TOOLS := tools/buf
 BUF := $(BUF_TOOLS)/node_modules/.bin/buf
 BUF_STAMP := $(BUF_TOOLS)/node_modules/.installed
 
-.PHONY: venv node typescript ts-proto buf-tools buf go go-proto java run test check lint typecheck \
+.PHONY: venv node typescript ts-proto buf-tools buf go go-proto generate java run test check lint typecheck \
 	proto bench clean version
 
 venv: $(STAMP)
@@ -31,10 +31,6 @@ $(TS_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
 $(TS_BUILT): $(TS_STAMP) $(TS_SOURCES)
 	cd $(TS_CLIENT) && npm run --silent build
 	touch $(TS_BUILT)
-
-# Regenerates the SDK's src/gen/ from protos/ (ts-proto, run by .venv's protoc).
-ts-proto: venv $(TS_STAMP)
-	cd $(TS_CLIENT) && npm run --silent generate
 
 # The Node.js example worker's packages, from its lock file; it uses the SDK from its folder.
 node: $(TS_BUILT) $(NODE_STAMP)
@@ -85,11 +81,6 @@ $(GO_WORKER): $(GO_SOURCES)
 		&& $(GO_ENV) go build -o $(CURDIR)/$(GO_CONFORMANCE) ./examples/conformance \
 		&& $(GO_ENV) go build -o $(CURDIR)/$(GO_WORKER) ./examples/worker
 
-# Regenerates clients/go/earmark/v1 from protos/ (buf.gen.yaml: buf with Debian's
-# protoc-gen-go and protoc-gen-go-grpc as local plugins).
-go-proto: buf-tools
-	$(BUF) generate
-
 # buf (from npm, pinned in tools/buf) for the wire contract's lint and breaking checks.
 buf-tools: $(BUF_STAMP)
 
@@ -134,8 +125,16 @@ typecheck: venv
 # What CI runs.
 check: lint typecheck test
 
-proto: venv
+# Regenerates every language's code from protos/ with buf.gen.yaml (tools/protogen.py:
+# `buf generate`, then the .proto copies beside the Python code). Needs .venv's grpcio-tools,
+# buf, the TypeScript SDK's node_modules (ts-proto) and Debian's protoc, grpc_java_plugin,
+# protoc-gen-go and protoc-gen-go-grpc (.ci/run installs them); tests/test_generated.py
+# fails when the checked-in code drifts.
+generate: venv buf-tools $(TS_STAMP)
 	$(BIN)/python tools/protogen.py
+
+# The old names of `make generate`, which now makes every language at once.
+proto ts-proto go-proto: generate
 
 bench: venv
 	$(BIN)/python -m bench

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.runner import Result, run_kit, scenarios
+from tests.conformance.runner import ROOT, Result, run_kit, scenarios
 from tests.conftest import Running
 from tests.helpers import FakeClock
 
 HERE = Path(__file__).resolve().parent
 ADAPTERS = {
     "python": [sys.executable, str(HERE / "adapters" / "python.py")],
+    "go": [str(ROOT / "clients" / "go" / "bin" / "conformance")],
 }
 
 
