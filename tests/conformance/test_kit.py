@@ -3,6 +3,7 @@ scenarios.json, and an adapter that reuses no idempotency key fails it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.helpers import FakeClock
 HERE = Path(__file__).resolve().parent
 ADAPTERS = {
     "python": [sys.executable, str(HERE / "adapters" / "python.py")],
+    "typescript": ["node", str(HERE / "adapters" / "typescript.mjs")],
     "go": [str(ROOT / "clients" / "go" / "bin" / "conformance")],
 }
 
@@ -42,3 +44,27 @@ async def test_an_adapter_that_reuses_no_idempotency_key_fails_the_kit(
     failed = {r.scenario_id: r.diagnostic for r in results if not r.passed}
     assert ["lost-answers-are-retried-with-the-same-request"] == sorted(failed)
     assert "Reserve requests should be one request sent again" in failed[sorted(failed)[0]]
+
+
+# Earmark's own rules the kit holds every SDK to, besides the Cycles profile's scenarios.
+EARMARK_RULES = {
+    "idempotent retry after a lost answer",
+    "renew while alive",
+    "expiry when dead",
+    "settle after expiry recorded",
+    "in doubt on unknown",
+    "refusal not retried",
+    "journal replay once",
+}
+
+
+def test_the_scenarios_cover_the_profile_and_earmarks_rules() -> None:
+    """Every scenario id of the Cycles profile's catalog (core, durable, boundary) and every
+    rule of Earmark's own is covered by a scenario, and scenario ids are unique."""
+    profile = json.loads(
+        (ROOT / "tests" / "client" / "recovery_profile_scenarios.json").read_text()
+    )
+    ids = {s["id"] for s in profile["scenarios"]}
+    covered = {c for s in scenarios() for c in s["covers"]}
+    names = [s["id"] for s in scenarios()]
+    assert (set(), set(), len(names)) == (ids - covered, EARMARK_RULES - covered, len(set(names)))
