@@ -65,7 +65,18 @@ def main() -> int:
     node_ids = [*binding["python"], f"{MODULE}::test_typescript_scenario[{scenario_id}]"]
     print(f"{scenario_id}: pytest {' '.join(node_ids)}", file=sys.stderr, flush=True)
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rxX", "-p", "no:cacheprovider", *node_ids],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rxX",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "",
+            *node_ids,
+        ],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=sys.stderr,

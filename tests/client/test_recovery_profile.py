@@ -757,6 +757,9 @@ def typescript_bound() -> list[Any]:
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not on this machine")
+# The node suite (tests/clients/test_typescript.py) runs every test of recovery-profile.test.mjs
+# in one process; these run them a scenario at a time, for the profile's runner alone.
+@pytest.mark.cycles_runner
 @pytest.mark.parametrize("scenario", typescript_bound())
 async def test_typescript_scenario(
     scenario: dict[str, Any], sidecar: Running, provider: FakeOpenAI, ts_dist: None
