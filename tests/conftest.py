@@ -34,17 +34,6 @@ TABLES = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests and the xdist groups first, each in its collected order: `make test`'s
-    workers take the long, indivisible work first and share out the many short tests after
-    it, so that no long test starts last and holds the run open alone."""
-    items.sort(
-        key=lambda item: (
-            not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group"))
-        )
-    )
-
-
 @pytest.fixture(scope="session")
 def embedded_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
     """One real PostgreSQL for the whole session, stopped at its end even on failure."""
