@@ -19,7 +19,8 @@ from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.helpers import assert_invariants
 
-HOLDS = 10_000
+# Three full pages of holds and nine of ledger rows at the largest page size.
+HOLDS = 3_000
 NESTED = 100  # of HOLDS: made on a child budget, also holding on the listed one
 CHUNK = 500
 
@@ -44,7 +45,7 @@ async def pages(fetch: Callable[[str], Awaitable[tuple[list[object], str]]]) -> 
 
 
 async def test_paging_returns_each_hold_and_ledger_row_once(sidecar: Running) -> None:
-    """10,000 holds (100 nested from a child budget) charged and settled, 30,000 ledger
+    """3,000 holds (100 nested from a child budget) charged and settled, 9,000 ledger
     rows: pages of 1,000 return each exactly once, in order, and a state filter pages too."""
     store = await Store.open(sidecar.dsn)
     try:
