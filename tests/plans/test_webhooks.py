@@ -388,13 +388,19 @@ async def test_a_token_is_accepted_for_as_long_as_kinde_sends_it_again(
 
 
 async def abort_post(port: int, *, reset: bool) -> None:
-    """Starts a webhook post, sends its headers and a piece of its body, then goes away:
-    closes the connection, or resets it."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    """Starts a webhook post, sends its headers, waits for the receiver's 100 Continue (its
+    app is reading the body: a reset that came before the receiver read the headers would
+    end a connection that never was a request, which nothing counts), sends a piece of the
+    body, then goes away: closes the connection, or resets it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
-        b"POST /kinde/webhooks HTTP/1.1\r\nhost: 127.0.0.1\r\n"
-        b"content-type: application/jwt\r\ncontent-length: 4096\r\n\r\neyJhbGciOi"
+        b"POST /kinde/webhooks HTTP/1.1\r\nhost: 127.0.0.1\r\nexpect: 100-continue\r\n"
+        b"content-type: application/jwt\r\ncontent-length: 4096\r\n\r\n"
     )
+    await writer.drain()
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+    assert interim.startswith(b"HTTP/1.1 100 "), interim
+    writer.write(b"eyJhbGciOi")
     await writer.drain()
     if reset:
         sock = writer.get_extra_info("socket")
