@@ -28,6 +28,8 @@ from earmark.client.journal import (
     record_name,
 )
 from earmark.v1 import budget_pb2 as pb
+from tests.client.llm_helpers import budget as put_budget
+from tests.client.llm_helpers import holds as budget_holds
 from tests.client.recovery_profile_proxy import (
     Context,
     Fault,
@@ -317,9 +319,7 @@ async def finish(run: Run, step: dict[str, Any]) -> None:
 
 
 async def budget(run: Run, step: dict[str, Any]) -> None:
-    await run.sidecar.admin.PutBudget(
-        pb.PutBudgetRequest(budget_id=run.budget_id, limit=step["limit"], unit="tokens")
-    )
+    await put_budget(run.sidecar, run.budget_id, step["limit"], unit="tokens")
 
 
 async def fault(run: Run, step: dict[str, Any]) -> None:
@@ -389,8 +389,8 @@ STEPS = {
 
 
 async def holds(run: Run) -> list[pb.Hold]:
-    page = await run.sidecar.admin.ListHolds(pb.ListHoldsRequest(budget_id=run.budget_id))
-    return sorted(page.holds, key=lambda h: h.created_at.ToNanoseconds())
+    listed = await budget_holds(run.sidecar, run.budget_id)
+    return sorted(listed, key=lambda h: h.created_at.ToNanoseconds())
 
 
 def check(what: str, expected: Any, actual: Any) -> None:
@@ -464,10 +464,6 @@ def hold_field(h: pb.Hold, key: str) -> Any:
 # The run.
 
 
-def journal_names(journal: Path) -> list[str]:
-    return sorted(p.name for p in journal.iterdir()) if journal.exists() else []
-
-
 async def run_scenario(
     adapter: Sequence[str],
     sidecar: Running,
@@ -482,7 +478,7 @@ async def run_scenario(
         def noted(method: str, request: bytes) -> None:
             # The journal's files as each Settle arrives, before any fault acts on it.
             if method == "Settle":
-                run.on_arrival.setdefault(method, []).append(journal_names(run.journal))
+                run.on_arrival.setdefault(method, []).append(run.files())
 
         middle.on_request = noted
         try:

@@ -14,10 +14,10 @@ from typing import Any
 
 import grpc
 
+from earmark.spawn import spawn_sidecar
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
-from tests.chaos.test_start import log_events
-from tests.helpers import assert_invariants, child, eventually
+from tests.helpers import assert_invariants, child
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_DOC = ROOT / "docs" / "sdk-go.md"
@@ -71,39 +71,26 @@ async def run_block(text: str, target: str, admin_socket: Path) -> None:
 
 
 async def test_the_go_and_java_workers_run_as_their_docs_show(
-    database_url: str, socket_dir: Path, tmp_path: Path
+    database_url: str, socket_dir: Path
 ) -> None:
     """`earmark serve`, then each doc's block: the Go worker holds 500 on acme/tokens and
     settles at 320, the Java worker holds 1,000 on java/tokens (put by the block's grpcurl)
     and settles at 600; each prints the line its doc shows, and each budget used what it
     says with nothing held."""
-    log = tmp_path / "sidecar.log"
-    admin_socket = socket_dir / "admin.sock"
-    with log.open("wb") as sink:
-        async with child(
-            sys.executable, "-m", "earmark", "serve", "--database-url", database_url,
-            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-            "--admin-listen", f"unix:{admin_socket}", "--data-dir", str(socket_dir),
-            "--log-format", "json", cwd=tmp_path, stdout=sink, stderr=sink,
-        ) as serve:  # fmt: skip
-
-            async def serving() -> bool:
-                assert serve.returncode is None, log.read_text(errors="replace")
-                return any(e.get("event") == "serving" for e in log_events(log))
-
-            await eventually(serving, within_seconds=60, what="earmark serve serving")
-            (served,) = [e for e in log_events(log) if e.get("event") == "serving"]
-            target = f"127.0.0.1:{served['port']}"
-            async with grpc.aio.insecure_channel(f"unix:{admin_socket}") as channel:
-                admin = pb_grpc.AdminStub(channel)
-                await admin.PutBudget(
-                    pb.PutBudgetRequest(budget_id="acme/tokens", limit=10_000, unit="tokens")
-                )
-                await run_block(block(GO_DOC, "## The example worker"), target, admin_socket)
-                await run_block(block(JAVA_DOC, "## Run"), target, admin_socket)
-                go = await admin.GetBudget(pb.GetBudgetRequest(budget_id="acme/tokens"))
-                java = await admin.GetBudget(pb.GetBudgetRequest(budget_id="java/tokens"))
-            serve.terminate()
-            assert 0 == await asyncio.wait_for(serve.wait(), 60)
+    sidecar = await asyncio.to_thread(spawn_sidecar, socket_dir, "--database-url", database_url)
+    try:
+        admin_socket = Path(sidecar.admin.removeprefix("unix:"))
+        async with grpc.aio.insecure_channel(sidecar.admin) as channel:
+            admin = pb_grpc.AdminStub(channel)
+            await admin.PutBudget(
+                pb.PutBudgetRequest(budget_id="acme/tokens", limit=10_000, unit="tokens")
+            )
+            await run_block(block(GO_DOC, "## The example worker"), sidecar.target, admin_socket)
+            await run_block(block(JAVA_DOC, "## Run"), sidecar.target, admin_socket)
+            go = await admin.GetBudget(pb.GetBudgetRequest(budget_id="acme/tokens"))
+            java = await admin.GetBudget(pb.GetBudgetRequest(budget_id="java/tokens"))
+    finally:
+        stopped = await asyncio.to_thread(sidecar.stop)
+    assert 0 == stopped
     assert ((320, 0), (600, 0)) == ((go.used, go.held), (java.used, java.held))
     await assert_invariants(database_url)
