@@ -45,6 +45,9 @@ class RefusalReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REFUSAL_REASON_INSUFFICIENT_BUDGET: _ClassVar[RefusalReason]
     REFUSAL_REASON_LIMIT_UNAVAILABLE: _ClassVar[RefusalReason]
     REFUSAL_REASON_RATE_LIMITED: _ClassVar[RefusalReason]
+    REFUSAL_REASON_TOO_MANY_OPEN: _ClassVar[RefusalReason]
+    REFUSAL_REASON_ADMISSIONS_SPENT: _ClassVar[RefusalReason]
+    REFUSAL_REASON_CLOSED: _ClassVar[RefusalReason]
 
 class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -109,6 +112,9 @@ REFUSAL_REASON_UNSPECIFIED: RefusalReason
 REFUSAL_REASON_INSUFFICIENT_BUDGET: RefusalReason
 REFUSAL_REASON_LIMIT_UNAVAILABLE: RefusalReason
 REFUSAL_REASON_RATE_LIMITED: RefusalReason
+REFUSAL_REASON_TOO_MANY_OPEN: RefusalReason
+REFUSAL_REASON_ADMISSIONS_SPENT: RefusalReason
+REFUSAL_REASON_CLOSED: RefusalReason
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_SUCCEEDED: Outcome
 OUTCOME_FAILED: Outcome
@@ -300,7 +306,7 @@ class SettleResponse(_message.Message):
     def __init__(self, charged: _Optional[int] = ..., released: _Optional[int] = ..., overshoot: _Optional[int] = ..., state: _Optional[_Union[ReservationState, str]] = ..., price_version: _Optional[int] = ...) -> None: ...
 
 class PutBudgetRequest(_message.Message):
-    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode", "admissions_per_minute", "units_per_minute", "threshold_basis")
+    __slots__ = ("budget_id", "limit", "unit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy", "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode", "admissions_per_minute", "units_per_minute", "threshold_basis", "max_open_holds", "max_admissions", "closes_at")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +323,9 @@ class PutBudgetRequest(_message.Message):
     ADMISSIONS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     UNITS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_BASIS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OPEN_HOLDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ADMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    CLOSES_AT_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     unit: str
@@ -333,15 +342,22 @@ class PutBudgetRequest(_message.Message):
     admissions_per_minute: int
     units_per_minute: int
     threshold_basis: ThresholdBasis
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_anchor: _Optional[int] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., threshold_basis: _Optional[_Union[ThresholdBasis, str]] = ...) -> None: ...
+    max_open_holds: int
+    max_admissions: int
+    closes_at: _timestamp_pb2.Timestamp
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., unit: _Optional[str] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_anchor: _Optional[int] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., threshold_basis: _Optional[_Union[ThresholdBasis, str]] = ..., max_open_holds: _Optional[int] = ..., max_admissions: _Optional[int] = ..., closes_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class UpdateBudgetRequest(_message.Message):
-    __slots__ = ("budget", "update_mask")
+    __slots__ = ("budget", "update_mask", "limit_until", "reason")
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     budget: PutBudgetRequest
     update_mask: _field_mask_pb2.FieldMask
-    def __init__(self, budget: _Optional[_Union[PutBudgetRequest, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+    limit_until: _timestamp_pb2.Timestamp
+    reason: str
+    def __init__(self, budget: _Optional[_Union[PutBudgetRequest, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., limit_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
     __slots__ = ("budget_id",)
@@ -350,7 +366,7 @@ class GetBudgetRequest(_message.Message):
     def __init__(self, budget_id: _Optional[str] = ...) -> None: ...
 
 class BudgetState(_message.Message):
-    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at", "period", "timezone", "period_start", "resets_at", "mode", "threshold_bps", "admissions_per_minute", "units_per_minute", "period_anchor", "threshold_basis", "refusals", "first_refused_at", "last_refused_at")
+    __slots__ = ("budget_id", "limit", "used", "held", "remaining", "unit", "open_reservations", "default_estimate", "estimate_policy", "exceeded", "account", "feature", "cycle_start", "cycle_end", "limit_read_at", "escrow_bps", "overage_policy", "overage_limit", "overage_since", "archived_at", "period", "timezone", "period_start", "resets_at", "mode", "threshold_bps", "admissions_per_minute", "units_per_minute", "period_anchor", "threshold_basis", "refusals", "first_refused_at", "last_refused_at", "max_open_holds", "max_admissions", "closes_at", "admissions", "limit_until", "limit_after", "limit_reason", "template_id", "changed_by_hand")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -384,6 +400,15 @@ class BudgetState(_message.Message):
     REFUSALS_FIELD_NUMBER: _ClassVar[int]
     FIRST_REFUSED_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_REFUSED_AT_FIELD_NUMBER: _ClassVar[int]
+    MAX_OPEN_HOLDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ADMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    CLOSES_AT_FIELD_NUMBER: _ClassVar[int]
+    ADMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_REASON_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_BY_HAND_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     limit: int
     used: int
@@ -417,7 +442,16 @@ class BudgetState(_message.Message):
     refusals: int
     first_refused_at: _timestamp_pb2.Timestamp
     last_refused_at: _timestamp_pb2.Timestamp
-    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., period_anchor: _Optional[int] = ..., threshold_basis: _Optional[_Union[ThresholdBasis, str]] = ..., refusals: _Optional[int] = ..., first_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    max_open_holds: int
+    max_admissions: int
+    closes_at: _timestamp_pb2.Timestamp
+    admissions: int
+    limit_until: _timestamp_pb2.Timestamp
+    limit_after: int
+    limit_reason: str
+    template_id: str
+    changed_by_hand: bool
+    def __init__(self, budget_id: _Optional[str] = ..., limit: _Optional[int] = ..., used: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., unit: _Optional[str] = ..., open_reservations: _Optional[int] = ..., default_estimate: _Optional[int] = ..., estimate_policy: _Optional[_Union[EstimatePolicy, str]] = ..., exceeded: _Optional[bool] = ..., account: _Optional[str] = ..., feature: _Optional[str] = ..., cycle_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cycle_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_read_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., escrow_bps: _Optional[int] = ..., overage_policy: _Optional[_Union[OveragePolicy, str]] = ..., overage_limit: _Optional[int] = ..., overage_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., archived_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., period: _Optional[_Union[Period, str]] = ..., timezone: _Optional[str] = ..., period_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[BudgetMode, str]] = ..., threshold_bps: _Optional[_Iterable[int]] = ..., admissions_per_minute: _Optional[int] = ..., units_per_minute: _Optional[int] = ..., period_anchor: _Optional[int] = ..., threshold_basis: _Optional[_Union[ThresholdBasis, str]] = ..., refusals: _Optional[int] = ..., first_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_open_holds: _Optional[int] = ..., max_admissions: _Optional[int] = ..., closes_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., admissions: _Optional[int] = ..., limit_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit_after: _Optional[int] = ..., limit_reason: _Optional[str] = ..., template_id: _Optional[str] = ..., changed_by_hand: _Optional[bool] = ...) -> None: ...
 
 class ListCyclesRequest(_message.Message):
     __slots__ = ("account",)
@@ -638,7 +672,7 @@ class ListHoldsResponse(_message.Message):
     def __init__(self, holds: _Optional[_Iterable[_Union[Hold, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class LedgerEntry(_message.Message):
-    __slots__ = ("entry_id", "budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at", "evidence")
+    __slots__ = ("entry_id", "budget_id", "reservation_id", "kind", "held_delta", "used_delta", "at", "evidence", "limit_before", "limit_after", "limit_until", "reason")
     ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -647,6 +681,10 @@ class LedgerEntry(_message.Message):
     USED_DELTA_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     entry_id: int
     budget_id: str
     reservation_id: str
@@ -655,7 +693,11 @@ class LedgerEntry(_message.Message):
     used_delta: int
     at: _timestamp_pb2.Timestamp
     evidence: str
-    def __init__(self, entry_id: _Optional[int] = ..., budget_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., kind: _Optional[str] = ..., held_delta: _Optional[int] = ..., used_delta: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evidence: _Optional[str] = ...) -> None: ...
+    limit_before: int
+    limit_after: int
+    limit_until: _timestamp_pb2.Timestamp
+    reason: str
+    def __init__(self, entry_id: _Optional[int] = ..., budget_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., kind: _Optional[str] = ..., held_delta: _Optional[int] = ..., used_delta: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evidence: _Optional[str] = ..., limit_before: _Optional[int] = ..., limit_after: _Optional[int] = ..., limit_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ListLedgerRequest(_message.Message):
     __slots__ = ("budget_id", "page_size", "page_token")
@@ -810,3 +852,45 @@ class GetSpendResponse(_message.Message):
     groups: int
     unit: str
     def __init__(self, rows: _Optional[_Iterable[_Union[SpendRow, _Mapping]]] = ..., used: _Optional[int] = ..., groups: _Optional[int] = ..., unit: _Optional[str] = ...) -> None: ...
+
+class PutBudgetTemplateRequest(_message.Message):
+    __slots__ = ("template_id", "pattern", "budget")
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    template_id: str
+    pattern: str
+    budget: PutBudgetRequest
+    def __init__(self, template_id: _Optional[str] = ..., pattern: _Optional[str] = ..., budget: _Optional[_Union[PutBudgetRequest, _Mapping]] = ...) -> None: ...
+
+class BudgetTemplate(_message.Message):
+    __slots__ = ("template_id", "pattern", "budget", "version", "updated_at", "deleted_at")
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DELETED_AT_FIELD_NUMBER: _ClassVar[int]
+    template_id: str
+    pattern: str
+    budget: PutBudgetRequest
+    version: int
+    updated_at: _timestamp_pb2.Timestamp
+    deleted_at: _timestamp_pb2.Timestamp
+    def __init__(self, template_id: _Optional[str] = ..., pattern: _Optional[str] = ..., budget: _Optional[_Union[PutBudgetRequest, _Mapping]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListBudgetTemplatesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListBudgetTemplatesResponse(_message.Message):
+    __slots__ = ("templates",)
+    TEMPLATES_FIELD_NUMBER: _ClassVar[int]
+    templates: _containers.RepeatedCompositeFieldContainer[BudgetTemplate]
+    def __init__(self, templates: _Optional[_Iterable[_Union[BudgetTemplate, _Mapping]]] = ...) -> None: ...
+
+class DeleteBudgetTemplateRequest(_message.Message):
+    __slots__ = ("template_id",)
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    template_id: str
+    def __init__(self, template_id: _Optional[str] = ...) -> None: ...

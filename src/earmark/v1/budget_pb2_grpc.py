@@ -319,6 +319,21 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.UpdateBudgetRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
                 _registered_method=True)
+        self.PutBudgetTemplate = channel.unary_unary(
+                '/earmark.v1.Admin/PutBudgetTemplate',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.PutBudgetTemplateRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetTemplate.FromString,
+                _registered_method=True)
+        self.ListBudgetTemplates = channel.unary_unary(
+                '/earmark.v1.Admin/ListBudgetTemplates',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListBudgetTemplatesRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListBudgetTemplatesResponse.FromString,
+                _registered_method=True)
+        self.DeleteBudgetTemplate = channel.unary_unary(
+                '/earmark.v1.Admin/DeleteBudgetTemplate',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetTemplateRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetTemplate.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -439,6 +454,30 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutBudgetTemplate(self, request, context):
+        """Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+        that does not exist but whose id matches the pattern creates it from the template, in
+        the transaction that decides the admission. A changed template reaches the budgets made
+        from it at their next period, unless an operator changed them by hand.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBudgetTemplates(self, request, context):
+        """Every template, in template id order (at most 100 exist).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteBudgetTemplate(self, request, context):
+        """Removes a template: no budget is made from it any more; those made stay as they are.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -516,6 +555,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.UpdateBudget,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.UpdateBudgetRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetState.SerializeToString,
+            ),
+            'PutBudgetTemplate': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutBudgetTemplate,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.PutBudgetTemplateRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetTemplate.SerializeToString,
+            ),
+            'ListBudgetTemplates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBudgetTemplates,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListBudgetTemplatesRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListBudgetTemplatesResponse.SerializeToString,
+            ),
+            'DeleteBudgetTemplate': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteBudgetTemplate,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetTemplateRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetTemplate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -924,6 +978,87 @@ class Admin:
             '/earmark.v1.Admin/UpdateBudget',
             earmark_dot_v1_dot_budget__pb2.UpdateBudgetRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.BudgetState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutBudgetTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/PutBudgetTemplate',
+            earmark_dot_v1_dot_budget__pb2.PutBudgetTemplateRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.BudgetTemplate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBudgetTemplates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListBudgetTemplates',
+            earmark_dot_v1_dot_budget__pb2.ListBudgetTemplatesRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListBudgetTemplatesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteBudgetTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/DeleteBudgetTemplate',
+            earmark_dot_v1_dot_budget__pb2.DeleteBudgetTemplateRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.BudgetTemplate.FromString,
             options,
             channel_credentials,
             insecure,

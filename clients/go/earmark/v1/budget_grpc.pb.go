@@ -257,6 +257,15 @@ type AdminClient interface {
 	// settings stay as they are. Without a mask, the fields budget sets (non-default) are
 	// named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
 	UpdateBudget(ctx context.Context, in *UpdateBudgetRequest, opts ...grpc.CallOption) (*BudgetState, error)
+	// Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+	// that does not exist but whose id matches the pattern creates it from the template, in
+	// the transaction that decides the admission. A changed template reaches the budgets made
+	// from it at their next period, unless an operator changed them by hand.
+	PutBudgetTemplate(ctx context.Context, in *PutBudgetTemplateRequest, opts ...grpc.CallOption) (*BudgetTemplate, error)
+	// Every template, in template id order (at most 100 exist).
+	ListBudgetTemplates(ctx context.Context, in *ListBudgetTemplatesRequest, opts ...grpc.CallOption) (*ListBudgetTemplatesResponse, error)
+	// Removes a template: no budget is made from it any more; those made stay as they are.
+	DeleteBudgetTemplate(ctx context.Context, in *DeleteBudgetTemplateRequest, opts ...grpc.CallOption) (*BudgetTemplate, error)
 }
 
 type adminClient struct {
@@ -402,6 +411,33 @@ func (c *adminClient) UpdateBudget(ctx context.Context, in *UpdateBudgetRequest,
 	return out, nil
 }
 
+func (c *adminClient) PutBudgetTemplate(ctx context.Context, in *PutBudgetTemplateRequest, opts ...grpc.CallOption) (*BudgetTemplate, error) {
+	out := new(BudgetTemplate)
+	err := c.cc.Invoke(ctx, "/earmark.v1.Admin/PutBudgetTemplate", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListBudgetTemplates(ctx context.Context, in *ListBudgetTemplatesRequest, opts ...grpc.CallOption) (*ListBudgetTemplatesResponse, error) {
+	out := new(ListBudgetTemplatesResponse)
+	err := c.cc.Invoke(ctx, "/earmark.v1.Admin/ListBudgetTemplates", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteBudgetTemplate(ctx context.Context, in *DeleteBudgetTemplateRequest, opts ...grpc.CallOption) (*BudgetTemplate, error) {
+	out := new(BudgetTemplate)
+	err := c.cc.Invoke(ctx, "/earmark.v1.Admin/DeleteBudgetTemplate", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility
@@ -445,6 +481,15 @@ type AdminServer interface {
 	// settings stay as they are. Without a mask, the fields budget sets (non-default) are
 	// named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
 	UpdateBudget(context.Context, *UpdateBudgetRequest) (*BudgetState, error)
+	// Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+	// that does not exist but whose id matches the pattern creates it from the template, in
+	// the transaction that decides the admission. A changed template reaches the budgets made
+	// from it at their next period, unless an operator changed them by hand.
+	PutBudgetTemplate(context.Context, *PutBudgetTemplateRequest) (*BudgetTemplate, error)
+	// Every template, in template id order (at most 100 exist).
+	ListBudgetTemplates(context.Context, *ListBudgetTemplatesRequest) (*ListBudgetTemplatesResponse, error)
+	// Removes a template: no budget is made from it any more; those made stay as they are.
+	DeleteBudgetTemplate(context.Context, *DeleteBudgetTemplateRequest) (*BudgetTemplate, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -496,6 +541,15 @@ func (UnimplementedAdminServer) GetSpend(context.Context, *GetSpendRequest) (*Ge
 }
 func (UnimplementedAdminServer) UpdateBudget(context.Context, *UpdateBudgetRequest) (*BudgetState, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UpdateBudget not implemented")
+}
+func (UnimplementedAdminServer) PutBudgetTemplate(context.Context, *PutBudgetTemplateRequest) (*BudgetTemplate, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PutBudgetTemplate not implemented")
+}
+func (UnimplementedAdminServer) ListBudgetTemplates(context.Context, *ListBudgetTemplatesRequest) (*ListBudgetTemplatesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListBudgetTemplates not implemented")
+}
+func (UnimplementedAdminServer) DeleteBudgetTemplate(context.Context, *DeleteBudgetTemplateRequest) (*BudgetTemplate, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteBudgetTemplate not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 
@@ -780,6 +834,60 @@ func _Admin_UpdateBudget_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_PutBudgetTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutBudgetTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PutBudgetTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/earmark.v1.Admin/PutBudgetTemplate",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PutBudgetTemplate(ctx, req.(*PutBudgetTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListBudgetTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBudgetTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListBudgetTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/earmark.v1.Admin/ListBudgetTemplates",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListBudgetTemplates(ctx, req.(*ListBudgetTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteBudgetTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteBudgetTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteBudgetTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/earmark.v1.Admin/DeleteBudgetTemplate",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteBudgetTemplate(ctx, req.(*DeleteBudgetTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _Admin_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "earmark.v1.Admin",
 	HandlerType: (*AdminServer)(nil),
@@ -843,6 +951,18 @@ var _Admin_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateBudget",
 			Handler:    _Admin_UpdateBudget_Handler,
+		},
+		{
+			MethodName: "PutBudgetTemplate",
+			Handler:    _Admin_PutBudgetTemplate_Handler,
+		},
+		{
+			MethodName: "ListBudgetTemplates",
+			Handler:    _Admin_ListBudgetTemplates_Handler,
+		},
+		{
+			MethodName: "DeleteBudgetTemplate",
+			Handler:    _Admin_DeleteBudgetTemplate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

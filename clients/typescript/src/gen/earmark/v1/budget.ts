@@ -219,6 +219,12 @@ export enum RefusalReason {
   REFUSAL_REASON_INSUFFICIENT_BUDGET = 1,
   REFUSAL_REASON_LIMIT_UNAVAILABLE = 2,
   REFUSAL_REASON_RATE_LIMITED = 3,
+  /** REFUSAL_REASON_TOO_MANY_OPEN - A budget already has max_open_holds holds open. */
+  REFUSAL_REASON_TOO_MANY_OPEN = 4,
+  /** REFUSAL_REASON_ADMISSIONS_SPENT - A budget has admitted its max_admissions Reserves (in its period, when it has one). */
+  REFUSAL_REASON_ADMISSIONS_SPENT = 5,
+  /** REFUSAL_REASON_CLOSED - A budget's closes_at has passed: it admits nothing more. */
+  REFUSAL_REASON_CLOSED = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -236,6 +242,15 @@ export function refusalReasonFromJSON(object: any): RefusalReason {
     case 3:
     case "REFUSAL_REASON_RATE_LIMITED":
       return RefusalReason.REFUSAL_REASON_RATE_LIMITED;
+    case 4:
+    case "REFUSAL_REASON_TOO_MANY_OPEN":
+      return RefusalReason.REFUSAL_REASON_TOO_MANY_OPEN;
+    case 5:
+    case "REFUSAL_REASON_ADMISSIONS_SPENT":
+      return RefusalReason.REFUSAL_REASON_ADMISSIONS_SPENT;
+    case 6:
+    case "REFUSAL_REASON_CLOSED":
+      return RefusalReason.REFUSAL_REASON_CLOSED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -253,6 +268,12 @@ export function refusalReasonToJSON(object: RefusalReason): string {
       return "REFUSAL_REASON_LIMIT_UNAVAILABLE";
     case RefusalReason.REFUSAL_REASON_RATE_LIMITED:
       return "REFUSAL_REASON_RATE_LIMITED";
+    case RefusalReason.REFUSAL_REASON_TOO_MANY_OPEN:
+      return "REFUSAL_REASON_TOO_MANY_OPEN";
+    case RefusalReason.REFUSAL_REASON_ADMISSIONS_SPENT:
+      return "REFUSAL_REASON_ADMISSIONS_SPENT";
+    case RefusalReason.REFUSAL_REASON_CLOSED:
+      return "REFUSAL_REASON_CLOSED";
     case RefusalReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -800,6 +821,22 @@ export interface PutBudgetRequest {
    * money held for calls still running); USED, settled spend only.
    */
   thresholdBasis: ThresholdBasis;
+  /** At most this many holds open at once (held or in doubt); absent: no limit. */
+  maxOpenHolds?:
+    | bigint
+    | undefined;
+  /**
+   * At most this many Reserves admitted over the budget's life, or with a period, per
+   * period; absent: no limit.
+   */
+  maxAdmissions?:
+    | bigint
+    | undefined;
+  /**
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   */
+  closesAt: Date | undefined;
 }
 
 /**
@@ -809,7 +846,18 @@ export interface PutBudgetRequest {
  */
 export interface UpdateBudgetRequest {
   budget: PutBudgetRequest | undefined;
-  updateMask: string[] | undefined;
+  updateMask:
+    | string[]
+    | undefined;
+  /**
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   */
+  limitUntil:
+    | Date
+    | undefined;
+  /** Why the limit changed, kept with its ledger entry and event; at most 256 characters. */
+  reason: string;
 }
 
 export interface GetBudgetRequest {
@@ -873,6 +921,27 @@ export interface BudgetState {
   refusals: bigint;
   firstRefusedAt: Date | undefined;
   lastRefusedAt: Date | undefined;
+  maxOpenHolds?: bigint | undefined;
+  maxAdmissions?: bigint | undefined;
+  closesAt:
+    | Date
+    | undefined;
+  /** Reserves admitted in the current period (or over its life without a period). */
+  admissions: bigint;
+  /**
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   */
+  limitUntil: Date | undefined;
+  limitAfter?: bigint | undefined;
+  limitReason: string;
+  /** The template the budget was made from, if any. */
+  templateId: string;
+  /**
+   * An operator changed it by hand since it was made: its template's changes no longer
+   * reach it.
+   */
+  changedByHand: boolean;
 }
 
 export interface ListCyclesRequest {
@@ -1092,7 +1161,7 @@ export interface LedgerEntry {
   entryId: bigint;
   budgetId: string;
   reservationId: string;
-  /** hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release. */
+  /** hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit. */
   kind: string;
   heldDelta: bigint;
   usedDelta: bigint;
@@ -1101,6 +1170,14 @@ export interface LedgerEntry {
     | undefined;
   /** A resolve's: what proved the outcome (ResolveHoldRequest.evidence). */
   evidence: string;
+  /**
+   * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+   * unlimited), until when the new one is in force, and why.
+   */
+  limitBefore?: bigint | undefined;
+  limitAfter?: bigint | undefined;
+  limitUntil: Date | undefined;
+  reason: string;
 }
 
 export interface ListLedgerRequest {
@@ -1241,6 +1318,48 @@ export interface GetSpendResponse {
   groups: bigint;
   /** The budget's unit (usd_micros: amounts are micro-dollars). */
   unit: string;
+}
+
+export interface PutBudgetTemplateRequest {
+  /** Required: letters, digits, '.', '_' and '-', at most 64 characters. */
+  templateId: string;
+  /**
+   * A budget id with one segment (between '/') that is '*' alone, as "end-user/*": it
+   * matches the ids with a non-empty segment there and the same segments elsewhere. A
+   * pattern that would match an id another template's matches is refused.
+   */
+  pattern: string;
+  /** What a budget made from the template is put with (budget_id is ignored). */
+  budget: PutBudgetRequest | undefined;
+}
+
+export interface BudgetTemplate {
+  templateId: string;
+  pattern: string;
+  budget:
+    | PutBudgetRequest
+    | undefined;
+  /**
+   * Increases with each put; a budget made from an older version takes the newer at its
+   * next period unless changed by hand.
+   */
+  version: bigint;
+  updatedAt:
+    | Date
+    | undefined;
+  /** Set by DeleteBudgetTemplate on the template it removed. */
+  deletedAt: Date | undefined;
+}
+
+export interface ListBudgetTemplatesRequest {
+}
+
+export interface ListBudgetTemplatesResponse {
+  templates: BudgetTemplate[];
+}
+
+export interface DeleteBudgetTemplateRequest {
+  templateId: string;
 }
 
 function createBaseReserveRequest(): ReserveRequest {
@@ -3080,6 +3199,9 @@ function createBasePutBudgetRequest(): PutBudgetRequest {
     admissionsPerMinute: undefined,
     unitsPerMinute: undefined,
     thresholdBasis: 0,
+    maxOpenHolds: undefined,
+    maxAdmissions: undefined,
+    closesAt: undefined,
   };
 }
 
@@ -3151,6 +3273,21 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
     }
     if (message.thresholdBasis !== 0) {
       writer.uint32(128).int32(message.thresholdBasis);
+    }
+    if (message.maxOpenHolds !== undefined) {
+      if (BigInt.asIntN(64, message.maxOpenHolds) !== message.maxOpenHolds) {
+        throw new globalThis.Error("value provided for field message.maxOpenHolds of type int64 too large");
+      }
+      writer.uint32(136).int64(message.maxOpenHolds);
+    }
+    if (message.maxAdmissions !== undefined) {
+      if (BigInt.asIntN(64, message.maxAdmissions) !== message.maxAdmissions) {
+        throw new globalThis.Error("value provided for field message.maxAdmissions of type int64 too large");
+      }
+      writer.uint32(144).int64(message.maxAdmissions);
+    }
+    if (message.closesAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.closesAt), writer.uint32(154).fork()).join();
     }
     return writer;
   },
@@ -3306,6 +3443,30 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
             message.thresholdBasis = reader.int32() as any;
             continue;
           }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.maxOpenHolds = reader.int64() as bigint;
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.maxAdmissions = reader.int64() as bigint;
+            continue;
+          }
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.closesAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3380,6 +3541,21 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
         : isSet(object.threshold_basis)
         ? thresholdBasisFromJSON(object.threshold_basis)
         : 0,
+      maxOpenHolds: isSet(object.maxOpenHolds)
+        ? BigInt(object.maxOpenHolds)
+        : isSet(object.max_open_holds)
+        ? BigInt(object.max_open_holds)
+        : undefined,
+      maxAdmissions: isSet(object.maxAdmissions)
+        ? BigInt(object.maxAdmissions)
+        : isSet(object.max_admissions)
+        ? BigInt(object.max_admissions)
+        : undefined,
+      closesAt: isSet(object.closesAt)
+        ? fromJsonTimestamp(object.closesAt)
+        : isSet(object.closes_at)
+        ? fromJsonTimestamp(object.closes_at)
+        : undefined,
     };
   },
 
@@ -3433,6 +3609,15 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
     if (message.thresholdBasis !== 0) {
       obj.thresholdBasis = thresholdBasisToJSON(message.thresholdBasis);
     }
+    if (message.maxOpenHolds !== undefined) {
+      obj.maxOpenHolds = message.maxOpenHolds.toString();
+    }
+    if (message.maxAdmissions !== undefined) {
+      obj.maxAdmissions = message.maxAdmissions.toString();
+    }
+    if (message.closesAt !== undefined) {
+      obj.closesAt = message.closesAt.toISOString();
+    }
     return obj;
   },
 
@@ -3465,12 +3650,19 @@ export const PutBudgetRequest: MessageFns<PutBudgetRequest> = {
       ? BigInt(object.unitsPerMinute)
       : undefined;
     message.thresholdBasis = object.thresholdBasis ?? 0;
+    message.maxOpenHolds = (object.maxOpenHolds !== undefined && object.maxOpenHolds !== null)
+      ? BigInt(object.maxOpenHolds)
+      : undefined;
+    message.maxAdmissions = (object.maxAdmissions !== undefined && object.maxAdmissions !== null)
+      ? BigInt(object.maxAdmissions)
+      : undefined;
+    message.closesAt = object.closesAt ?? undefined;
     return message;
   },
 };
 
 function createBaseUpdateBudgetRequest(): UpdateBudgetRequest {
-  return { budget: undefined, updateMask: undefined };
+  return { budget: undefined, updateMask: undefined, limitUntil: undefined, reason: "" };
 }
 
 export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
@@ -3480,6 +3672,12 @@ export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
     }
     if (message.updateMask !== undefined) {
       FieldMask.encode(FieldMask.wrap(message.updateMask), writer.uint32(18).fork()).join();
+    }
+    if (message.limitUntil !== undefined) {
+      Timestamp.encode(toTimestamp(message.limitUntil), writer.uint32(26).fork()).join();
+    }
+    if (message.reason !== "") {
+      writer.uint32(34).string(message.reason);
     }
     return writer;
   },
@@ -3513,6 +3711,22 @@ export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
             message.updateMask = FieldMask.unwrap(FieldMask.decode(reader, reader.uint32()));
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.limitUntil = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3533,6 +3747,12 @@ export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
         : isSet(object.update_mask)
         ? FieldMask.unwrap(FieldMask.fromJSON(object.update_mask))
         : undefined,
+      limitUntil: isSet(object.limitUntil)
+        ? fromJsonTimestamp(object.limitUntil)
+        : isSet(object.limit_until)
+        ? fromJsonTimestamp(object.limit_until)
+        : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
     };
   },
 
@@ -3543,6 +3763,12 @@ export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
     }
     if (message.updateMask !== undefined) {
       obj.updateMask = FieldMask.toJSON(FieldMask.wrap(message.updateMask));
+    }
+    if (message.limitUntil !== undefined) {
+      obj.limitUntil = message.limitUntil.toISOString();
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
     }
     return obj;
   },
@@ -3556,6 +3782,8 @@ export const UpdateBudgetRequest: MessageFns<UpdateBudgetRequest> = {
       ? PutBudgetRequest.fromPartial(object.budget)
       : undefined;
     message.updateMask = object.updateMask ?? undefined;
+    message.limitUntil = object.limitUntil ?? undefined;
+    message.reason = object.reason ?? "";
     return message;
   },
 };
@@ -3668,6 +3896,15 @@ function createBaseBudgetState(): BudgetState {
     refusals: 0n,
     firstRefusedAt: undefined,
     lastRefusedAt: undefined,
+    maxOpenHolds: undefined,
+    maxAdmissions: undefined,
+    closesAt: undefined,
+    admissions: 0n,
+    limitUntil: undefined,
+    limitAfter: undefined,
+    limitReason: "",
+    templateId: "",
+    changedByHand: false,
   };
 }
 
@@ -3805,6 +4042,45 @@ export const BudgetState: MessageFns<BudgetState> = {
     }
     if (message.lastRefusedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.lastRefusedAt), writer.uint32(266).fork()).join();
+    }
+    if (message.maxOpenHolds !== undefined) {
+      if (BigInt.asIntN(64, message.maxOpenHolds) !== message.maxOpenHolds) {
+        throw new globalThis.Error("value provided for field message.maxOpenHolds of type int64 too large");
+      }
+      writer.uint32(272).int64(message.maxOpenHolds);
+    }
+    if (message.maxAdmissions !== undefined) {
+      if (BigInt.asIntN(64, message.maxAdmissions) !== message.maxAdmissions) {
+        throw new globalThis.Error("value provided for field message.maxAdmissions of type int64 too large");
+      }
+      writer.uint32(280).int64(message.maxAdmissions);
+    }
+    if (message.closesAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.closesAt), writer.uint32(290).fork()).join();
+    }
+    if (message.admissions !== 0n) {
+      if (BigInt.asIntN(64, message.admissions) !== message.admissions) {
+        throw new globalThis.Error("value provided for field message.admissions of type int64 too large");
+      }
+      writer.uint32(296).int64(message.admissions);
+    }
+    if (message.limitUntil !== undefined) {
+      Timestamp.encode(toTimestamp(message.limitUntil), writer.uint32(306).fork()).join();
+    }
+    if (message.limitAfter !== undefined) {
+      if (BigInt.asIntN(64, message.limitAfter) !== message.limitAfter) {
+        throw new globalThis.Error("value provided for field message.limitAfter of type int64 too large");
+      }
+      writer.uint32(312).int64(message.limitAfter);
+    }
+    if (message.limitReason !== "") {
+      writer.uint32(322).string(message.limitReason);
+    }
+    if (message.templateId !== "") {
+      writer.uint32(330).string(message.templateId);
+    }
+    if (message.changedByHand !== false) {
+      writer.uint32(336).bool(message.changedByHand);
     }
     return writer;
   },
@@ -4096,6 +4372,78 @@ export const BudgetState: MessageFns<BudgetState> = {
             message.lastRefusedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 34: {
+            if (tag !== 272) {
+              break;
+            }
+
+            message.maxOpenHolds = reader.int64() as bigint;
+            continue;
+          }
+          case 35: {
+            if (tag !== 280) {
+              break;
+            }
+
+            message.maxAdmissions = reader.int64() as bigint;
+            continue;
+          }
+          case 36: {
+            if (tag !== 290) {
+              break;
+            }
+
+            message.closesAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 37: {
+            if (tag !== 296) {
+              break;
+            }
+
+            message.admissions = reader.int64() as bigint;
+            continue;
+          }
+          case 38: {
+            if (tag !== 306) {
+              break;
+            }
+
+            message.limitUntil = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 39: {
+            if (tag !== 312) {
+              break;
+            }
+
+            message.limitAfter = reader.int64() as bigint;
+            continue;
+          }
+          case 40: {
+            if (tag !== 322) {
+              break;
+            }
+
+            message.limitReason = reader.string();
+            continue;
+          }
+          case 41: {
+            if (tag !== 330) {
+              break;
+            }
+
+            message.templateId = reader.string();
+            continue;
+          }
+          case 42: {
+            if (tag !== 336) {
+              break;
+            }
+
+            message.changedByHand = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4227,6 +4575,47 @@ export const BudgetState: MessageFns<BudgetState> = {
         : isSet(object.last_refused_at)
         ? fromJsonTimestamp(object.last_refused_at)
         : undefined,
+      maxOpenHolds: isSet(object.maxOpenHolds)
+        ? BigInt(object.maxOpenHolds)
+        : isSet(object.max_open_holds)
+        ? BigInt(object.max_open_holds)
+        : undefined,
+      maxAdmissions: isSet(object.maxAdmissions)
+        ? BigInt(object.maxAdmissions)
+        : isSet(object.max_admissions)
+        ? BigInt(object.max_admissions)
+        : undefined,
+      closesAt: isSet(object.closesAt)
+        ? fromJsonTimestamp(object.closesAt)
+        : isSet(object.closes_at)
+        ? fromJsonTimestamp(object.closes_at)
+        : undefined,
+      admissions: isSet(object.admissions) ? BigInt(object.admissions) : 0n,
+      limitUntil: isSet(object.limitUntil)
+        ? fromJsonTimestamp(object.limitUntil)
+        : isSet(object.limit_until)
+        ? fromJsonTimestamp(object.limit_until)
+        : undefined,
+      limitAfter: isSet(object.limitAfter)
+        ? BigInt(object.limitAfter)
+        : isSet(object.limit_after)
+        ? BigInt(object.limit_after)
+        : undefined,
+      limitReason: isSet(object.limitReason)
+        ? globalThis.String(object.limitReason)
+        : isSet(object.limit_reason)
+        ? globalThis.String(object.limit_reason)
+        : "",
+      templateId: isSet(object.templateId)
+        ? globalThis.String(object.templateId)
+        : isSet(object.template_id)
+        ? globalThis.String(object.template_id)
+        : "",
+      changedByHand: isSet(object.changedByHand)
+        ? globalThis.Boolean(object.changedByHand)
+        : isSet(object.changed_by_hand)
+        ? globalThis.Boolean(object.changed_by_hand)
+        : false,
     };
   },
 
@@ -4331,6 +4720,33 @@ export const BudgetState: MessageFns<BudgetState> = {
     if (message.lastRefusedAt !== undefined) {
       obj.lastRefusedAt = message.lastRefusedAt.toISOString();
     }
+    if (message.maxOpenHolds !== undefined) {
+      obj.maxOpenHolds = message.maxOpenHolds.toString();
+    }
+    if (message.maxAdmissions !== undefined) {
+      obj.maxAdmissions = message.maxAdmissions.toString();
+    }
+    if (message.closesAt !== undefined) {
+      obj.closesAt = message.closesAt.toISOString();
+    }
+    if (message.admissions !== 0n) {
+      obj.admissions = message.admissions.toString();
+    }
+    if (message.limitUntil !== undefined) {
+      obj.limitUntil = message.limitUntil.toISOString();
+    }
+    if (message.limitAfter !== undefined) {
+      obj.limitAfter = message.limitAfter.toString();
+    }
+    if (message.limitReason !== "") {
+      obj.limitReason = message.limitReason;
+    }
+    if (message.templateId !== "") {
+      obj.templateId = message.templateId;
+    }
+    if (message.changedByHand !== false) {
+      obj.changedByHand = message.changedByHand;
+    }
     return obj;
   },
 
@@ -4384,6 +4800,23 @@ export const BudgetState: MessageFns<BudgetState> = {
     message.refusals = (object.refusals !== undefined && object.refusals !== null) ? BigInt(object.refusals) : 0n;
     message.firstRefusedAt = object.firstRefusedAt ?? undefined;
     message.lastRefusedAt = object.lastRefusedAt ?? undefined;
+    message.maxOpenHolds = (object.maxOpenHolds !== undefined && object.maxOpenHolds !== null)
+      ? BigInt(object.maxOpenHolds)
+      : undefined;
+    message.maxAdmissions = (object.maxAdmissions !== undefined && object.maxAdmissions !== null)
+      ? BigInt(object.maxAdmissions)
+      : undefined;
+    message.closesAt = object.closesAt ?? undefined;
+    message.admissions = (object.admissions !== undefined && object.admissions !== null)
+      ? BigInt(object.admissions)
+      : 0n;
+    message.limitUntil = object.limitUntil ?? undefined;
+    message.limitAfter = (object.limitAfter !== undefined && object.limitAfter !== null)
+      ? BigInt(object.limitAfter)
+      : undefined;
+    message.limitReason = object.limitReason ?? "";
+    message.templateId = object.templateId ?? "";
+    message.changedByHand = object.changedByHand ?? false;
     return message;
   },
 };
@@ -7021,6 +7454,10 @@ function createBaseLedgerEntry(): LedgerEntry {
     usedDelta: 0n,
     at: undefined,
     evidence: "",
+    limitBefore: undefined,
+    limitAfter: undefined,
+    limitUntil: undefined,
+    reason: "",
   };
 }
 
@@ -7058,6 +7495,24 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
     }
     if (message.evidence !== "") {
       writer.uint32(66).string(message.evidence);
+    }
+    if (message.limitBefore !== undefined) {
+      if (BigInt.asIntN(64, message.limitBefore) !== message.limitBefore) {
+        throw new globalThis.Error("value provided for field message.limitBefore of type int64 too large");
+      }
+      writer.uint32(72).int64(message.limitBefore);
+    }
+    if (message.limitAfter !== undefined) {
+      if (BigInt.asIntN(64, message.limitAfter) !== message.limitAfter) {
+        throw new globalThis.Error("value provided for field message.limitAfter of type int64 too large");
+      }
+      writer.uint32(80).int64(message.limitAfter);
+    }
+    if (message.limitUntil !== undefined) {
+      Timestamp.encode(toTimestamp(message.limitUntil), writer.uint32(90).fork()).join();
+    }
+    if (message.reason !== "") {
+      writer.uint32(98).string(message.reason);
     }
     return writer;
   },
@@ -7139,6 +7594,38 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
             message.evidence = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.limitBefore = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.limitAfter = reader.int64() as bigint;
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.limitUntil = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7177,6 +7664,22 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
         : 0n,
       at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
       evidence: isSet(object.evidence) ? globalThis.String(object.evidence) : "",
+      limitBefore: isSet(object.limitBefore)
+        ? BigInt(object.limitBefore)
+        : isSet(object.limit_before)
+        ? BigInt(object.limit_before)
+        : undefined,
+      limitAfter: isSet(object.limitAfter)
+        ? BigInt(object.limitAfter)
+        : isSet(object.limit_after)
+        ? BigInt(object.limit_after)
+        : undefined,
+      limitUntil: isSet(object.limitUntil)
+        ? fromJsonTimestamp(object.limitUntil)
+        : isSet(object.limit_until)
+        ? fromJsonTimestamp(object.limit_until)
+        : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
     };
   },
 
@@ -7206,6 +7709,18 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
     if (message.evidence !== "") {
       obj.evidence = message.evidence;
     }
+    if (message.limitBefore !== undefined) {
+      obj.limitBefore = message.limitBefore.toString();
+    }
+    if (message.limitAfter !== undefined) {
+      obj.limitAfter = message.limitAfter.toString();
+    }
+    if (message.limitUntil !== undefined) {
+      obj.limitUntil = message.limitUntil.toISOString();
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
     return obj;
   },
 
@@ -7222,6 +7737,14 @@ export const LedgerEntry: MessageFns<LedgerEntry> = {
     message.usedDelta = (object.usedDelta !== undefined && object.usedDelta !== null) ? BigInt(object.usedDelta) : 0n;
     message.at = object.at ?? undefined;
     message.evidence = object.evidence ?? "";
+    message.limitBefore = (object.limitBefore !== undefined && object.limitBefore !== null)
+      ? BigInt(object.limitBefore)
+      : undefined;
+    message.limitAfter = (object.limitAfter !== undefined && object.limitAfter !== null)
+      ? BigInt(object.limitAfter)
+      : undefined;
+    message.limitUntil = object.limitUntil ?? undefined;
+    message.reason = object.reason ?? "";
     return message;
   },
 };
@@ -8873,6 +9396,475 @@ export const GetSpendResponse: MessageFns<GetSpendResponse> = {
   },
 };
 
+function createBasePutBudgetTemplateRequest(): PutBudgetTemplateRequest {
+  return { templateId: "", pattern: "", budget: undefined };
+}
+
+export const PutBudgetTemplateRequest: MessageFns<PutBudgetTemplateRequest> = {
+  encode(message: PutBudgetTemplateRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.templateId !== "") {
+      writer.uint32(10).string(message.templateId);
+    }
+    if (message.pattern !== "") {
+      writer.uint32(18).string(message.pattern);
+    }
+    if (message.budget !== undefined) {
+      PutBudgetRequest.encode(message.budget, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PutBudgetTemplateRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePutBudgetTemplateRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.templateId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.pattern = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.budget = PutBudgetRequest.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PutBudgetTemplateRequest {
+    return {
+      templateId: isSet(object.templateId)
+        ? globalThis.String(object.templateId)
+        : isSet(object.template_id)
+        ? globalThis.String(object.template_id)
+        : "",
+      pattern: isSet(object.pattern) ? globalThis.String(object.pattern) : "",
+      budget: isSet(object.budget) ? PutBudgetRequest.fromJSON(object.budget) : undefined,
+    };
+  },
+
+  toJSON(message: PutBudgetTemplateRequest): unknown {
+    const obj: any = {};
+    if (message.templateId !== "") {
+      obj.templateId = message.templateId;
+    }
+    if (message.pattern !== "") {
+      obj.pattern = message.pattern;
+    }
+    if (message.budget !== undefined) {
+      obj.budget = PutBudgetRequest.toJSON(message.budget);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PutBudgetTemplateRequest>, I>>(base?: I): PutBudgetTemplateRequest {
+    return PutBudgetTemplateRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PutBudgetTemplateRequest>, I>>(object: I): PutBudgetTemplateRequest {
+    const message = createBasePutBudgetTemplateRequest();
+    message.templateId = object.templateId ?? "";
+    message.pattern = object.pattern ?? "";
+    message.budget = (object.budget !== undefined && object.budget !== null)
+      ? PutBudgetRequest.fromPartial(object.budget)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseBudgetTemplate(): BudgetTemplate {
+  return { templateId: "", pattern: "", budget: undefined, version: 0n, updatedAt: undefined, deletedAt: undefined };
+}
+
+export const BudgetTemplate: MessageFns<BudgetTemplate> = {
+  encode(message: BudgetTemplate, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.templateId !== "") {
+      writer.uint32(10).string(message.templateId);
+    }
+    if (message.pattern !== "") {
+      writer.uint32(18).string(message.pattern);
+    }
+    if (message.budget !== undefined) {
+      PutBudgetRequest.encode(message.budget, writer.uint32(26).fork()).join();
+    }
+    if (message.version !== 0n) {
+      if (BigInt.asIntN(64, message.version) !== message.version) {
+        throw new globalThis.Error("value provided for field message.version of type int64 too large");
+      }
+      writer.uint32(32).int64(message.version);
+    }
+    if (message.updatedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.updatedAt), writer.uint32(42).fork()).join();
+    }
+    if (message.deletedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.deletedAt), writer.uint32(50).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BudgetTemplate {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBudgetTemplate();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.templateId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.pattern = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.budget = PutBudgetRequest.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.version = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.updatedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.deletedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BudgetTemplate {
+    return {
+      templateId: isSet(object.templateId)
+        ? globalThis.String(object.templateId)
+        : isSet(object.template_id)
+        ? globalThis.String(object.template_id)
+        : "",
+      pattern: isSet(object.pattern) ? globalThis.String(object.pattern) : "",
+      budget: isSet(object.budget) ? PutBudgetRequest.fromJSON(object.budget) : undefined,
+      version: isSet(object.version) ? BigInt(object.version) : 0n,
+      updatedAt: isSet(object.updatedAt)
+        ? fromJsonTimestamp(object.updatedAt)
+        : isSet(object.updated_at)
+        ? fromJsonTimestamp(object.updated_at)
+        : undefined,
+      deletedAt: isSet(object.deletedAt)
+        ? fromJsonTimestamp(object.deletedAt)
+        : isSet(object.deleted_at)
+        ? fromJsonTimestamp(object.deleted_at)
+        : undefined,
+    };
+  },
+
+  toJSON(message: BudgetTemplate): unknown {
+    const obj: any = {};
+    if (message.templateId !== "") {
+      obj.templateId = message.templateId;
+    }
+    if (message.pattern !== "") {
+      obj.pattern = message.pattern;
+    }
+    if (message.budget !== undefined) {
+      obj.budget = PutBudgetRequest.toJSON(message.budget);
+    }
+    if (message.version !== 0n) {
+      obj.version = message.version.toString();
+    }
+    if (message.updatedAt !== undefined) {
+      obj.updatedAt = message.updatedAt.toISOString();
+    }
+    if (message.deletedAt !== undefined) {
+      obj.deletedAt = message.deletedAt.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<BudgetTemplate>, I>>(base?: I): BudgetTemplate {
+    return BudgetTemplate.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<BudgetTemplate>, I>>(object: I): BudgetTemplate {
+    const message = createBaseBudgetTemplate();
+    message.templateId = object.templateId ?? "";
+    message.pattern = object.pattern ?? "";
+    message.budget = (object.budget !== undefined && object.budget !== null)
+      ? PutBudgetRequest.fromPartial(object.budget)
+      : undefined;
+    message.version = (object.version !== undefined && object.version !== null) ? BigInt(object.version) : 0n;
+    message.updatedAt = object.updatedAt ?? undefined;
+    message.deletedAt = object.deletedAt ?? undefined;
+    return message;
+  },
+};
+
+function createBaseListBudgetTemplatesRequest(): ListBudgetTemplatesRequest {
+  return {};
+}
+
+export const ListBudgetTemplatesRequest: MessageFns<ListBudgetTemplatesRequest> = {
+  encode(_: ListBudgetTemplatesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListBudgetTemplatesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListBudgetTemplatesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListBudgetTemplatesRequest {
+    return {};
+  },
+
+  toJSON(_: ListBudgetTemplatesRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListBudgetTemplatesRequest>, I>>(base?: I): ListBudgetTemplatesRequest {
+    return ListBudgetTemplatesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListBudgetTemplatesRequest>, I>>(_: I): ListBudgetTemplatesRequest {
+    const message = createBaseListBudgetTemplatesRequest();
+    return message;
+  },
+};
+
+function createBaseListBudgetTemplatesResponse(): ListBudgetTemplatesResponse {
+  return { templates: [] };
+}
+
+export const ListBudgetTemplatesResponse: MessageFns<ListBudgetTemplatesResponse> = {
+  encode(message: ListBudgetTemplatesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.templates) {
+      BudgetTemplate.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListBudgetTemplatesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListBudgetTemplatesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.templates.push(BudgetTemplate.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListBudgetTemplatesResponse {
+    return {
+      templates: globalThis.Array.isArray(object?.templates)
+        ? object.templates.map((e: any) => BudgetTemplate.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListBudgetTemplatesResponse): unknown {
+    const obj: any = {};
+    if (message.templates?.length) {
+      obj.templates = message.templates.map((e) => BudgetTemplate.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListBudgetTemplatesResponse>, I>>(base?: I): ListBudgetTemplatesResponse {
+    return ListBudgetTemplatesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListBudgetTemplatesResponse>, I>>(object: I): ListBudgetTemplatesResponse {
+    const message = createBaseListBudgetTemplatesResponse();
+    message.templates = object.templates?.map((e) => BudgetTemplate.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseDeleteBudgetTemplateRequest(): DeleteBudgetTemplateRequest {
+  return { templateId: "" };
+}
+
+export const DeleteBudgetTemplateRequest: MessageFns<DeleteBudgetTemplateRequest> = {
+  encode(message: DeleteBudgetTemplateRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.templateId !== "") {
+      writer.uint32(10).string(message.templateId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteBudgetTemplateRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteBudgetTemplateRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.templateId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteBudgetTemplateRequest {
+    return {
+      templateId: isSet(object.templateId)
+        ? globalThis.String(object.templateId)
+        : isSet(object.template_id)
+        ? globalThis.String(object.template_id)
+        : "",
+    };
+  },
+
+  toJSON(message: DeleteBudgetTemplateRequest): unknown {
+    const obj: any = {};
+    if (message.templateId !== "") {
+      obj.templateId = message.templateId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteBudgetTemplateRequest>, I>>(base?: I): DeleteBudgetTemplateRequest {
+    return DeleteBudgetTemplateRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteBudgetTemplateRequest>, I>>(object: I): DeleteBudgetTemplateRequest {
+    const message = createBaseDeleteBudgetTemplateRequest();
+    message.templateId = object.templateId ?? "";
+    return message;
+  },
+};
+
 /** What workers call, on localhost, before they spend. */
 export type BudgetService = typeof BudgetService;
 export const BudgetService = {
@@ -9191,6 +10183,45 @@ export const AdminService = {
     responseSerialize: (value: BudgetState): Buffer => Buffer.from(BudgetState.encode(value).finish()),
     responseDeserialize: (value: Buffer): BudgetState => BudgetState.decode(value),
   },
+  /**
+   * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+   * that does not exist but whose id matches the pattern creates it from the template, in
+   * the transaction that decides the admission. A changed template reaches the budgets made
+   * from it at their next period, unless an operator changed them by hand.
+   */
+  putBudgetTemplate: {
+    path: "/earmark.v1.Admin/PutBudgetTemplate" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PutBudgetTemplateRequest): Buffer =>
+      Buffer.from(PutBudgetTemplateRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PutBudgetTemplateRequest => PutBudgetTemplateRequest.decode(value),
+    responseSerialize: (value: BudgetTemplate): Buffer => Buffer.from(BudgetTemplate.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BudgetTemplate => BudgetTemplate.decode(value),
+  },
+  /** Every template, in template id order (at most 100 exist). */
+  listBudgetTemplates: {
+    path: "/earmark.v1.Admin/ListBudgetTemplates" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListBudgetTemplatesRequest): Buffer =>
+      Buffer.from(ListBudgetTemplatesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListBudgetTemplatesRequest => ListBudgetTemplatesRequest.decode(value),
+    responseSerialize: (value: ListBudgetTemplatesResponse): Buffer =>
+      Buffer.from(ListBudgetTemplatesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListBudgetTemplatesResponse => ListBudgetTemplatesResponse.decode(value),
+  },
+  /** Removes a template: no budget is made from it any more; those made stay as they are. */
+  deleteBudgetTemplate: {
+    path: "/earmark.v1.Admin/DeleteBudgetTemplate" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteBudgetTemplateRequest): Buffer =>
+      Buffer.from(DeleteBudgetTemplateRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteBudgetTemplateRequest => DeleteBudgetTemplateRequest.decode(value),
+    responseSerialize: (value: BudgetTemplate): Buffer => Buffer.from(BudgetTemplate.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BudgetTemplate => BudgetTemplate.decode(value),
+  },
 } as const;
 
 export interface AdminServer extends UntypedServiceImplementation {
@@ -9251,6 +10282,17 @@ export interface AdminServer extends UntypedServiceImplementation {
    * named; "*" names them all, as PutBudget. A budget that does not exist is NOT_FOUND.
    */
   updateBudget: handleUnaryCall<UpdateBudgetRequest, BudgetState>;
+  /**
+   * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+   * that does not exist but whose id matches the pattern creates it from the template, in
+   * the transaction that decides the admission. A changed template reaches the budgets made
+   * from it at their next period, unless an operator changed them by hand.
+   */
+  putBudgetTemplate: handleUnaryCall<PutBudgetTemplateRequest, BudgetTemplate>;
+  /** Every template, in template id order (at most 100 exist). */
+  listBudgetTemplates: handleUnaryCall<ListBudgetTemplatesRequest, ListBudgetTemplatesResponse>;
+  /** Removes a template: no budget is made from it any more; those made stay as they are. */
+  deleteBudgetTemplate: handleUnaryCall<DeleteBudgetTemplateRequest, BudgetTemplate>;
 }
 
 export interface AdminClient extends Client {
@@ -9517,6 +10559,59 @@ export interface AdminClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: BudgetState) => void,
+  ): ClientUnaryCall;
+  /**
+   * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+   * that does not exist but whose id matches the pattern creates it from the template, in
+   * the transaction that decides the admission. A changed template reaches the budgets made
+   * from it at their next period, unless an operator changed them by hand.
+   */
+  putBudgetTemplate(
+    request: PutBudgetTemplateRequest,
+    callback: (error: ServiceError | null, response: BudgetTemplate) => void,
+  ): ClientUnaryCall;
+  putBudgetTemplate(
+    request: PutBudgetTemplateRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BudgetTemplate) => void,
+  ): ClientUnaryCall;
+  putBudgetTemplate(
+    request: PutBudgetTemplateRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BudgetTemplate) => void,
+  ): ClientUnaryCall;
+  /** Every template, in template id order (at most 100 exist). */
+  listBudgetTemplates(
+    request: ListBudgetTemplatesRequest,
+    callback: (error: ServiceError | null, response: ListBudgetTemplatesResponse) => void,
+  ): ClientUnaryCall;
+  listBudgetTemplates(
+    request: ListBudgetTemplatesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListBudgetTemplatesResponse) => void,
+  ): ClientUnaryCall;
+  listBudgetTemplates(
+    request: ListBudgetTemplatesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListBudgetTemplatesResponse) => void,
+  ): ClientUnaryCall;
+  /** Removes a template: no budget is made from it any more; those made stay as they are. */
+  deleteBudgetTemplate(
+    request: DeleteBudgetTemplateRequest,
+    callback: (error: ServiceError | null, response: BudgetTemplate) => void,
+  ): ClientUnaryCall;
+  deleteBudgetTemplate(
+    request: DeleteBudgetTemplateRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BudgetTemplate) => void,
+  ): ClientUnaryCall;
+  deleteBudgetTemplate(
+    request: DeleteBudgetTemplateRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BudgetTemplate) => void,
   ): ClientUnaryCall;
 }
 

@@ -483,6 +483,99 @@ public final class AdminGrpc {
     return getUpdateBudgetMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.earmark.v1.PutBudgetTemplateRequest,
+      dev.earmark.v1.BudgetTemplate> getPutBudgetTemplateMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "PutBudgetTemplate",
+      requestType = dev.earmark.v1.PutBudgetTemplateRequest.class,
+      responseType = dev.earmark.v1.BudgetTemplate.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.earmark.v1.PutBudgetTemplateRequest,
+      dev.earmark.v1.BudgetTemplate> getPutBudgetTemplateMethod() {
+    io.grpc.MethodDescriptor<dev.earmark.v1.PutBudgetTemplateRequest, dev.earmark.v1.BudgetTemplate> getPutBudgetTemplateMethod;
+    if ((getPutBudgetTemplateMethod = AdminGrpc.getPutBudgetTemplateMethod) == null) {
+      synchronized (AdminGrpc.class) {
+        if ((getPutBudgetTemplateMethod = AdminGrpc.getPutBudgetTemplateMethod) == null) {
+          AdminGrpc.getPutBudgetTemplateMethod = getPutBudgetTemplateMethod =
+              io.grpc.MethodDescriptor.<dev.earmark.v1.PutBudgetTemplateRequest, dev.earmark.v1.BudgetTemplate>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "PutBudgetTemplate"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.PutBudgetTemplateRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.BudgetTemplate.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminMethodDescriptorSupplier("PutBudgetTemplate"))
+              .build();
+        }
+      }
+    }
+    return getPutBudgetTemplateMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<dev.earmark.v1.ListBudgetTemplatesRequest,
+      dev.earmark.v1.ListBudgetTemplatesResponse> getListBudgetTemplatesMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListBudgetTemplates",
+      requestType = dev.earmark.v1.ListBudgetTemplatesRequest.class,
+      responseType = dev.earmark.v1.ListBudgetTemplatesResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.earmark.v1.ListBudgetTemplatesRequest,
+      dev.earmark.v1.ListBudgetTemplatesResponse> getListBudgetTemplatesMethod() {
+    io.grpc.MethodDescriptor<dev.earmark.v1.ListBudgetTemplatesRequest, dev.earmark.v1.ListBudgetTemplatesResponse> getListBudgetTemplatesMethod;
+    if ((getListBudgetTemplatesMethod = AdminGrpc.getListBudgetTemplatesMethod) == null) {
+      synchronized (AdminGrpc.class) {
+        if ((getListBudgetTemplatesMethod = AdminGrpc.getListBudgetTemplatesMethod) == null) {
+          AdminGrpc.getListBudgetTemplatesMethod = getListBudgetTemplatesMethod =
+              io.grpc.MethodDescriptor.<dev.earmark.v1.ListBudgetTemplatesRequest, dev.earmark.v1.ListBudgetTemplatesResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListBudgetTemplates"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.ListBudgetTemplatesRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.ListBudgetTemplatesResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminMethodDescriptorSupplier("ListBudgetTemplates"))
+              .build();
+        }
+      }
+    }
+    return getListBudgetTemplatesMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<dev.earmark.v1.DeleteBudgetTemplateRequest,
+      dev.earmark.v1.BudgetTemplate> getDeleteBudgetTemplateMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "DeleteBudgetTemplate",
+      requestType = dev.earmark.v1.DeleteBudgetTemplateRequest.class,
+      responseType = dev.earmark.v1.BudgetTemplate.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.earmark.v1.DeleteBudgetTemplateRequest,
+      dev.earmark.v1.BudgetTemplate> getDeleteBudgetTemplateMethod() {
+    io.grpc.MethodDescriptor<dev.earmark.v1.DeleteBudgetTemplateRequest, dev.earmark.v1.BudgetTemplate> getDeleteBudgetTemplateMethod;
+    if ((getDeleteBudgetTemplateMethod = AdminGrpc.getDeleteBudgetTemplateMethod) == null) {
+      synchronized (AdminGrpc.class) {
+        if ((getDeleteBudgetTemplateMethod = AdminGrpc.getDeleteBudgetTemplateMethod) == null) {
+          AdminGrpc.getDeleteBudgetTemplateMethod = getDeleteBudgetTemplateMethod =
+              io.grpc.MethodDescriptor.<dev.earmark.v1.DeleteBudgetTemplateRequest, dev.earmark.v1.BudgetTemplate>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "DeleteBudgetTemplate"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.DeleteBudgetTemplateRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.BudgetTemplate.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminMethodDescriptorSupplier("DeleteBudgetTemplate"))
+              .build();
+        }
+      }
+    }
+    return getDeleteBudgetTemplateMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -691,6 +784,39 @@ public final class AdminGrpc {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getUpdateBudgetMethod(), responseObserver);
     }
 
+    /**
+     * <pre>
+     * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+     * that does not exist but whose id matches the pattern creates it from the template, in
+     * the transaction that decides the admission. A changed template reaches the budgets made
+     * from it at their next period, unless an operator changed them by hand.
+     * </pre>
+     */
+    public void putBudgetTemplate(dev.earmark.v1.PutBudgetTemplateRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getPutBudgetTemplateMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Every template, in template id order (at most 100 exist).
+     * </pre>
+     */
+    public void listBudgetTemplates(dev.earmark.v1.ListBudgetTemplatesRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.ListBudgetTemplatesResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListBudgetTemplatesMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Removes a template: no budget is made from it any more; those made stay as they are.
+     * </pre>
+     */
+    public void deleteBudgetTemplate(dev.earmark.v1.DeleteBudgetTemplateRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getDeleteBudgetTemplateMethod(), responseObserver);
+    }
+
     @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
       return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
           .addMethod(
@@ -798,6 +924,27 @@ public final class AdminGrpc {
                 dev.earmark.v1.UpdateBudgetRequest,
                 dev.earmark.v1.BudgetState>(
                   this, METHODID_UPDATE_BUDGET)))
+          .addMethod(
+            getPutBudgetTemplateMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                dev.earmark.v1.PutBudgetTemplateRequest,
+                dev.earmark.v1.BudgetTemplate>(
+                  this, METHODID_PUT_BUDGET_TEMPLATE)))
+          .addMethod(
+            getListBudgetTemplatesMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                dev.earmark.v1.ListBudgetTemplatesRequest,
+                dev.earmark.v1.ListBudgetTemplatesResponse>(
+                  this, METHODID_LIST_BUDGET_TEMPLATES)))
+          .addMethod(
+            getDeleteBudgetTemplateMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                dev.earmark.v1.DeleteBudgetTemplateRequest,
+                dev.earmark.v1.BudgetTemplate>(
+                  this, METHODID_DELETE_BUDGET_TEMPLATE)))
           .build();
     }
   }
@@ -990,6 +1137,42 @@ public final class AdminGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getUpdateBudgetMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+     * that does not exist but whose id matches the pattern creates it from the template, in
+     * the transaction that decides the admission. A changed template reaches the budgets made
+     * from it at their next period, unless an operator changed them by hand.
+     * </pre>
+     */
+    public void putBudgetTemplate(dev.earmark.v1.PutBudgetTemplateRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getPutBudgetTemplateMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Every template, in template id order (at most 100 exist).
+     * </pre>
+     */
+    public void listBudgetTemplates(dev.earmark.v1.ListBudgetTemplatesRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.ListBudgetTemplatesResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListBudgetTemplatesMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Removes a template: no budget is made from it any more; those made stay as they are.
+     * </pre>
+     */
+    public void deleteBudgetTemplate(dev.earmark.v1.DeleteBudgetTemplateRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getDeleteBudgetTemplateMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -1164,6 +1347,39 @@ public final class AdminGrpc {
     public dev.earmark.v1.BudgetState updateBudget(dev.earmark.v1.UpdateBudgetRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getUpdateBudgetMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+     * that does not exist but whose id matches the pattern creates it from the template, in
+     * the transaction that decides the admission. A changed template reaches the budgets made
+     * from it at their next period, unless an operator changed them by hand.
+     * </pre>
+     */
+    public dev.earmark.v1.BudgetTemplate putBudgetTemplate(dev.earmark.v1.PutBudgetTemplateRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getPutBudgetTemplateMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Every template, in template id order (at most 100 exist).
+     * </pre>
+     */
+    public dev.earmark.v1.ListBudgetTemplatesResponse listBudgetTemplates(dev.earmark.v1.ListBudgetTemplatesRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListBudgetTemplatesMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Removes a template: no budget is made from it any more; those made stay as they are.
+     * </pre>
+     */
+    public dev.earmark.v1.BudgetTemplate deleteBudgetTemplate(dev.earmark.v1.DeleteBudgetTemplateRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getDeleteBudgetTemplateMethod(), getCallOptions(), request);
     }
   }
 
@@ -1355,6 +1571,42 @@ public final class AdminGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getUpdateBudgetMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * Creates or replaces a template: a Reserve (or a gated or metered call) naming a budget
+     * that does not exist but whose id matches the pattern creates it from the template, in
+     * the transaction that decides the admission. A changed template reaches the budgets made
+     * from it at their next period, unless an operator changed them by hand.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.earmark.v1.BudgetTemplate> putBudgetTemplate(
+        dev.earmark.v1.PutBudgetTemplateRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getPutBudgetTemplateMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Every template, in template id order (at most 100 exist).
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.earmark.v1.ListBudgetTemplatesResponse> listBudgetTemplates(
+        dev.earmark.v1.ListBudgetTemplatesRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListBudgetTemplatesMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Removes a template: no budget is made from it any more; those made stay as they are.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.earmark.v1.BudgetTemplate> deleteBudgetTemplate(
+        dev.earmark.v1.DeleteBudgetTemplateRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getDeleteBudgetTemplateMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_PUT_BUDGET = 0;
@@ -1372,6 +1624,9 @@ public final class AdminGrpc {
   private static final int METHODID_LIST_CALLS = 12;
   private static final int METHODID_GET_SPEND = 13;
   private static final int METHODID_UPDATE_BUDGET = 14;
+  private static final int METHODID_PUT_BUDGET_TEMPLATE = 15;
+  private static final int METHODID_LIST_BUDGET_TEMPLATES = 16;
+  private static final int METHODID_DELETE_BUDGET_TEMPLATE = 17;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1450,6 +1705,18 @@ public final class AdminGrpc {
           serviceImpl.updateBudget((dev.earmark.v1.UpdateBudgetRequest) request,
               (io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetState>) responseObserver);
           break;
+        case METHODID_PUT_BUDGET_TEMPLATE:
+          serviceImpl.putBudgetTemplate((dev.earmark.v1.PutBudgetTemplateRequest) request,
+              (io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate>) responseObserver);
+          break;
+        case METHODID_LIST_BUDGET_TEMPLATES:
+          serviceImpl.listBudgetTemplates((dev.earmark.v1.ListBudgetTemplatesRequest) request,
+              (io.grpc.stub.StreamObserver<dev.earmark.v1.ListBudgetTemplatesResponse>) responseObserver);
+          break;
+        case METHODID_DELETE_BUDGET_TEMPLATE:
+          serviceImpl.deleteBudgetTemplate((dev.earmark.v1.DeleteBudgetTemplateRequest) request,
+              (io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate>) responseObserver);
+          break;
         default:
           throw new AssertionError();
       }
@@ -1526,6 +1793,9 @@ public final class AdminGrpc {
               .addMethod(getListCallsMethod())
               .addMethod(getGetSpendMethod())
               .addMethod(getUpdateBudgetMethod())
+              .addMethod(getPutBudgetTemplateMethod())
+              .addMethod(getListBudgetTemplatesMethod())
+              .addMethod(getDeleteBudgetTemplateMethod())
               .build();
         }
       }

@@ -234,6 +234,31 @@ public final class BudgetProto {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_earmark_v1_GetSpendResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_PutBudgetTemplateRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_PutBudgetTemplateRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_BudgetTemplate_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_BudgetTemplate_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_ListBudgetTemplatesRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_ListBudgetTemplatesRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_ListBudgetTemplatesResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_ListBudgetTemplatesResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_DeleteBudgetTemplateRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_DeleteBudgetTemplateRequest_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -295,7 +320,7 @@ public final class BudgetProto {
       "e\022\017\n\007charged\030\001 \001(\003\022\020\n\010released\030\002 \001(\003\022\021\n\t" +
       "overshoot\030\003 \001(\003\022+\n\005state\030\004 \001(\0162\034.earmark" +
       ".v1.ReservationState\022\025\n\rprice_version\030\005 " +
-      "\001(\003\"\340\004\n\020PutBudgetRequest\022\021\n\tbudget_id\030\001 " +
+      "\001(\003\"\357\005\n\020PutBudgetRequest\022\021\n\tbudget_id\030\001 " +
       "\001(\t\022\022\n\005limit\030\002 \001(\003H\000\210\001\001\022\014\n\004unit\030\003 \001(\t\022\035\n" +
       "\020default_estimate\030\004 \001(\003H\001\210\001\001\0223\n\017estimate" +
       "_policy\030\005 \001(\0162\032.earmark.v1.EstimatePolic" +
@@ -307,222 +332,261 @@ public final class BudgetProto {
       "\022$\n\004mode\030\r \001(\0162\026.earmark.v1.BudgetMode\022\"" +
       "\n\025admissions_per_minute\030\016 \001(\003H\003\210\001\001\022\035\n\020un" +
       "its_per_minute\030\017 \001(\003H\004\210\001\001\0223\n\017threshold_b" +
-      "asis\030\020 \001(\0162\032.earmark.v1.ThresholdBasisB\010" +
-      "\n\006_limitB\023\n\021_default_estimateB\020\n\016_overag" +
-      "e_limitB\030\n\026_admissions_per_minuteB\023\n\021_un" +
-      "its_per_minute\"t\n\023UpdateBudgetRequest\022,\n" +
-      "\006budget\030\001 \001(\0132\034.earmark.v1.PutBudgetRequ" +
-      "est\022/\n\013update_mask\030\002 \001(\0132\032.google.protob" +
-      "uf.FieldMask\"%\n\020GetBudgetRequest\022\021\n\tbudg" +
-      "et_id\030\001 \001(\t\"\301\t\n\013BudgetState\022\021\n\tbudget_id" +
-      "\030\001 \001(\t\022\022\n\005limit\030\002 \001(\003H\000\210\001\001\022\014\n\004used\030\003 \001(\003" +
-      "\022\014\n\004held\030\004 \001(\003\022\026\n\tremaining\030\005 \001(\003H\001\210\001\001\022\014" +
-      "\n\004unit\030\006 \001(\t\022\031\n\021open_reservations\030\007 \001(\003\022" +
-      "\035\n\020default_estimate\030\010 \001(\003H\002\210\001\001\0223\n\017estima" +
-      "te_policy\030\t \001(\0162\032.earmark.v1.EstimatePol" +
-      "icy\022\020\n\010exceeded\030\n \001(\010\022\017\n\007account\030\r \001(\t\022\017" +
-      "\n\007feature\030\016 \001(\t\022/\n\013cycle_start\030\017 \001(\0132\032.g" +
-      "oogle.protobuf.Timestamp\022-\n\tcycle_end\030\020 " +
-      "\001(\0132\032.google.protobuf.Timestamp\0221\n\rlimit" +
-      "_read_at\030\021 \001(\0132\032.google.protobuf.Timesta" +
-      "mp\022\022\n\nescrow_bps\030\013 \001(\005\0221\n\016overage_policy" +
-      "\030\014 \001(\0162\031.earmark.v1.OveragePolicy\022\032\n\rove" +
-      "rage_limit\030\022 \001(\003H\003\210\001\001\0221\n\roverage_since\030\023" +
-      " \001(\0132\032.google.protobuf.Timestamp\022/\n\013arch" +
-      "ived_at\030\024 \001(\0132\032.google.protobuf.Timestam" +
-      "p\022\"\n\006period\030\025 \001(\0162\022.earmark.v1.Period\022\020\n" +
-      "\010timezone\030\026 \001(\t\0220\n\014period_start\030\027 \001(\0132\032." +
-      "google.protobuf.Timestamp\022-\n\tresets_at\030\030" +
-      " \001(\0132\032.google.protobuf.Timestamp\022$\n\004mode" +
-      "\030\031 \001(\0162\026.earmark.v1.BudgetMode\022\025\n\rthresh" +
-      "old_bps\030\032 \003(\005\022\"\n\025admissions_per_minute\030\033" +
-      " \001(\003H\004\210\001\001\022\035\n\020units_per_minute\030\034 \001(\003H\005\210\001\001" +
-      "\022\025\n\rperiod_anchor\030\035 \001(\005\0223\n\017threshold_bas" +
-      "is\030\036 \001(\0162\032.earmark.v1.ThresholdBasis\022\020\n\010" +
-      "refusals\030\037 \001(\003\0224\n\020first_refused_at\030  \001(\013" +
-      "2\032.google.protobuf.Timestamp\0223\n\017last_ref" +
-      "used_at\030! \001(\0132\032.google.protobuf.Timestam" +
-      "pB\010\n\006_limitB\014\n\n_remainingB\023\n\021_default_es" +
-      "timateB\020\n\016_overage_limitB\030\n\026_admissions_" +
-      "per_minuteB\023\n\021_units_per_minute\"$\n\021ListC" +
-      "yclesRequest\022\017\n\007account\030\001 \001(\t\"=\n\022ListCyc" +
-      "lesResponse\022\'\n\006cycles\030\001 \003(\0132\027.earmark.v1" +
-      ".BudgetState\"\'\n\024RefreshLimitsRequest\022\017\n\007" +
-      "account\030\001 \001(\t\"\323\005\n\005Price\022\020\n\010provider\030\001 \001(" +
-      "\t\022\r\n\005model\030\002 \001(\t\0222\n\016effective_from\030\003 \001(\013" +
-      "2\032.google.protobuf.Timestamp\0220\n\014effectiv" +
-      "e_to\030\004 \001(\0132\032.google.protobuf.Timestamp\022!" +
-      "\n\031input_usd_micros_per_mtok\030\005 \001(\003\022\"\n\032out" +
-      "put_usd_micros_per_mtok\030\006 \001(\003\022(\n cached_" +
-      "input_usd_micros_per_mtok\030\007 \001(\003\022\032\n\022reque" +
-      "st_usd_micros\030\010 \001(\003\022\016\n\006source\030\t \001(\t\022/\n\013c" +
-      "aptured_at\030\n \001(\0132\032.google.protobuf.Times" +
-      "tamp\022\017\n\007version\030\013 \001(\003\022\031\n\021daily_from_minu" +
-      "te\030\014 \001(\005\022\027\n\017daily_to_minute\030\r \001(\005\022\'\n\037cac" +
-      "he_write_usd_micros_per_mtok\030\016 \001(\003\022\031\n\021ma" +
-      "x_output_tokens\030\017 \001(\003\022,\n$cache_write_lon" +
-      "g_usd_micros_per_mtok\030\020 \001(\003\022\024\n\014service_t" +
-      "ier\030\021 \001(\t\022=\n\017tool_usd_micros\030\022 \003(\0132$.ear" +
-      "mark.v1.Price.ToolUsdMicrosEntry\022\032\n\022inpu" +
-      "t_tokens_above\030\023 \001(\003\022\027\n\017window_timezone\030" +
-      "\024 \001(\t\0324\n\022ToolUsdMicrosEntry\022\013\n\003key\030\001 \001(\t" +
-      "\022\r\n\005value\030\002 \001(\003:\0028\001\"3\n\017PutPriceRequest\022 " +
-      "\n\005price\030\001 \001(\0132\021.earmark.v1.Price\"4\n\021List" +
-      "PricesRequest\022\020\n\010provider\030\001 \001(\t\022\r\n\005model" +
-      "\030\002 \001(\t\"7\n\022ListPricesResponse\022!\n\006prices\030\001" +
-      " \003(\0132\021.earmark.v1.Price\"\373\002\n\nUsageShape\022\020" +
-      "\n\010provider\030\001 \001(\t\022\r\n\005model\030\002 \001(\t\022\024\n\014input" +
-      "_tokens\030\003 \001(\003\022\031\n\021max_output_tokens\030\004 \001(\003" +
-      "\022\033\n\023cached_input_tokens\030\005 \001(\003\022\020\n\010attempt" +
-      "s\030\006 \001(\003\022 \n\030cache_write_input_tokens\030\007 \001(" +
-      "\003\022%\n\035cache_write_long_input_tokens\030\010 \001(\003" +
-      "\022\024\n\014service_tier\030\t \001(\t\022@\n\016max_tool_calls" +
-      "\030\n \003(\0132(.earmark.v1.UsageShape.MaxToolCa" +
-      "llsEntry\022\026\n\016output_ceiling\030\013 \001(\010\0323\n\021MaxT" +
-      "oolCallsEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(" +
-      "\003:\0028\001\"\325\002\n\nTokenUsage\022\024\n\014input_tokens\030\001 \001" +
-      "(\003\022\025\n\routput_tokens\030\002 \001(\003\022\033\n\023cached_inpu" +
-      "t_tokens\030\003 \001(\003\022\020\n\010requests\030\004 \001(\003\022\020\n\010prov" +
-      "ider\030\005 \001(\t\022\r\n\005model\030\006 \001(\t\022 \n\030cache_write" +
-      "_input_tokens\030\007 \001(\003\022%\n\035cache_write_long_" +
-      "input_tokens\030\010 \001(\003\022\024\n\014service_tier\030\t \001(\t" +
-      "\0229\n\ntool_calls\030\n \003(\0132%.earmark.v1.TokenU" +
-      "sage.ToolCallsEntry\0320\n\016ToolCallsEntry\022\013\n" +
-      "\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\003:\0028\001\"\255\004\n\004Hold\022\026" +
-      "\n\016reservation_id\030\001 \001(\t\022\021\n\tbudget_id\030\002 \001(" +
-      "\t\022\027\n\017also_budget_ids\030\003 \003(\t\022+\n\005state\030\004 \001(" +
-      "\0162\034.earmark.v1.ReservationState\022\016\n\006amoun" +
-      "t\030\005 \001(\003\022\017\n\007charged\030\006 \001(\003\022\022\n\ndispatched\030\007" +
-      " \001(\010\022 \n\005phase\030\010 \001(\0162\021.earmark.v1.Phase\022\027" +
-      "\n\017idempotency_key\030\t \001(\t\022\r\n\005owner\030\n \001(\t\022\013" +
-      "\n\003job\030\013 \001(\t\022,\n\006labels\030\014 \003(\0132\034.earmark.v1" +
-      ".Hold.LabelsEntry\022.\n\ncreated_at\030\r \001(\0132\032." +
-      "google.protobuf.Timestamp\022.\n\nexpires_at\030" +
-      "\016 \001(\0132\032.google.protobuf.Timestamp\022-\n\tclo" +
-      "sed_at\030\017 \001(\0132\032.google.protobuf.Timestamp" +
-      "\022\031\n\014settled_used\030\020 \001(\003H\000\210\001\001\022\020\n\010released\030" +
-      "\021 \001(\010\032-\n\013LabelsEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005val" +
-      "ue\030\002 \001(\t:\0028\001B\017\n\r_settled_used\"y\n\020ListHol" +
-      "dsRequest\022\021\n\tbudget_id\030\001 \001(\t\022+\n\005state\030\002 " +
-      "\001(\0162\034.earmark.v1.ReservationState\022\021\n\tpag" +
-      "e_size\030\003 \001(\005\022\022\n\npage_token\030\004 \001(\t\"M\n\021List" +
-      "HoldsResponse\022\037\n\005holds\030\001 \003(\0132\020.earmark.v" +
-      "1.Hold\022\027\n\017next_page_token\030\002 \001(\t\"\272\001\n\013Ledg" +
-      "erEntry\022\020\n\010entry_id\030\001 \001(\003\022\021\n\tbudget_id\030\002" +
-      " \001(\t\022\026\n\016reservation_id\030\003 \001(\t\022\014\n\004kind\030\004 \001" +
-      "(\t\022\022\n\nheld_delta\030\005 \001(\003\022\022\n\nused_delta\030\006 \001" +
-      "(\003\022&\n\002at\030\007 \001(\0132\032.google.protobuf.Timesta" +
-      "mp\022\020\n\010evidence\030\010 \001(\t\"M\n\021ListLedgerReques" +
-      "t\022\021\n\tbudget_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022" +
-      "\022\n\npage_token\030\003 \001(\t\"W\n\022ListLedgerRespons" +
-      "e\022(\n\007entries\030\001 \003(\0132\027.earmark.v1.LedgerEn" +
-      "try\022\027\n\017next_page_token\030\002 \001(\t\"K\n\022ListBudg" +
-      "etsRequest\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030" +
-      "\002 \001(\005\022\022\n\npage_token\030\003 \001(\t\"X\n\023ListBudgets" +
-      "Response\022(\n\007budgets\030\001 \003(\0132\027.earmark.v1.B" +
-      "udgetState\022\027\n\017next_page_token\030\002 \001(\t\"s\n\022R" +
-      "esolveHoldRequest\022\026\n\016reservation_id\030\001 \001(" +
-      "\t\022\014\n\004used\030\002 \001(\003\022%\n\005usage\030\003 \001(\0132\026.earmark" +
-      ".v1.TokenUsage\022\020\n\010evidence\030\004 \001(\t\",\n\022Rele" +
-      "aseHoldRequest\022\026\n\016reservation_id\030\001 \001(\t\"(" +
-      "\n\023DeleteBudgetRequest\022\021\n\tbudget_id\030\001 \001(\t" +
-      "\"\202\003\n\004Call\022\026\n\016reservation_id\030\001 \001(\t\022\021\n\tbud" +
-      "get_id\030\002 \001(\t\022\027\n\017also_budget_ids\030\003 \003(\t\022\020\n" +
-      "\010provider\030\004 \001(\t\022\r\n\005model\030\005 \001(\t\022\024\n\014servic" +
-      "e_tier\030\006 \001(\t\022\021\n\tkey_label\030\007 \001(\t\022+\n\007sent_" +
-      "at\030\010 \001(\0132\032.google.protobuf.Timestamp\022+\n\005" +
-      "state\030\t \001(\0162\034.earmark.v1.ReservationStat" +
-      "e\022\016\n\006amount\030\n \001(\003\022\017\n\007charged\030\013 \001(\003\022%\n\005us" +
-      "age\030\014 \001(\0132\026.earmark.v1.TokenUsage\022\031\n\014set" +
-      "tled_used\030\r \001(\003H\000\210\001\001\022\020\n\010evidence\030\016 \001(\t\022\014" +
-      "\n\004unit\030\017 \001(\tB\017\n\r_settled_used\"\264\001\n\020ListCa" +
-      "llsRequest\022\020\n\010provider\030\001 \001(\t\022)\n\005since\030\002 " +
-      "\001(\0132\032.google.protobuf.Timestamp\022)\n\005until" +
-      "\030\003 \001(\0132\032.google.protobuf.Timestamp\022\021\n\tke" +
-      "y_label\030\004 \001(\t\022\021\n\tpage_size\030\005 \001(\005\022\022\n\npage" +
-      "_token\030\006 \001(\t\"M\n\021ListCallsResponse\022\037\n\005cal" +
-      "ls\030\001 \003(\0132\020.earmark.v1.Call\022\027\n\017next_page_" +
-      "token\030\002 \001(\t\"\266\001\n\017GetSpendRequest\022\021\n\tbudge" +
-      "t_id\030\001 \001(\t\022(\n\010group_by\030\002 \001(\0162\026.earmark.v" +
-      "1.SpendGroup\022)\n\005since\030\003 \001(\0132\032.google.pro" +
-      "tobuf.Timestamp\022)\n\005until\030\004 \001(\0132\032.google." +
-      "protobuf.Timestamp\022\020\n\010max_rows\030\005 \001(\005\"4\n\010" +
-      "SpendRow\022\013\n\003key\030\001 \001(\t\022\014\n\004used\030\002 \001(\003\022\r\n\005h" +
-      "olds\030\003 \001(\003\"b\n\020GetSpendResponse\022\"\n\004rows\030\001" +
-      " \003(\0132\024.earmark.v1.SpendRow\022\014\n\004used\030\002 \001(\003" +
-      "\022\016\n\006groups\030\003 \001(\003\022\014\n\004unit\030\004 \001(\t*?\n\005Phase\022" +
-      "\025\n\021PHASE_UNSPECIFIED\020\000\022\016\n\nPHASE_WORK\020\001\022\017" +
-      "\n\013PHASE_FINAL\020\002*a\n\rOveragePolicy\022\036\n\032OVER" +
-      "AGE_POLICY_UNSPECIFIED\020\000\022\027\n\023OVERAGE_POLI" +
-      "CY_HARD\020\001\022\027\n\023OVERAGE_POLICY_SOFT\020\002*x\n\006Pe" +
-      "riod\022\026\n\022PERIOD_UNSPECIFIED\020\000\022\016\n\nPERIOD_D" +
-      "AY\020\001\022\017\n\013PERIOD_WEEK\020\002\022\020\n\014PERIOD_MONTH\020\003\022" +
-      "\022\n\016PERIOD_QUARTER\020\004\022\017\n\013PERIOD_YEAR\020\005*[\n\n" +
-      "BudgetMode\022\033\n\027BUDGET_MODE_UNSPECIFIED\020\000\022" +
-      "\027\n\023BUDGET_MODE_ENFORCE\020\001\022\027\n\023BUDGET_MODE_" +
-      "OBSERVE\020\002*\236\001\n\rRefusalReason\022\036\n\032REFUSAL_R" +
-      "EASON_UNSPECIFIED\020\000\022&\n\"REFUSAL_REASON_IN" +
-      "SUFFICIENT_BUDGET\020\001\022$\n REFUSAL_REASON_LI" +
-      "MIT_UNAVAILABLE\020\002\022\037\n\033REFUSAL_REASON_RATE" +
-      "_LIMITED\020\003*y\n\007Outcome\022\027\n\023OUTCOME_UNSPECI" +
-      "FIED\020\000\022\025\n\021OUTCOME_SUCCEEDED\020\001\022\022\n\016OUTCOME" +
-      "_FAILED\020\002\022\025\n\021OUTCOME_CANCELLED\020\003\022\023\n\017OUTC" +
-      "OME_UNKNOWN\020\004*\257\001\n\020ReservationState\022!\n\035RE" +
-      "SERVATION_STATE_UNSPECIFIED\020\000\022\032\n\026RESERVA" +
-      "TION_STATE_HELD\020\001\022\035\n\031RESERVATION_STATE_S" +
-      "ETTLED\020\002\022\035\n\031RESERVATION_STATE_EXPIRED\020\003\022" +
-      "\036\n\032RESERVATION_STATE_IN_DOUBT\020\004*j\n\016Thres" +
-      "holdBasis\022\037\n\033THRESHOLD_BASIS_UNSPECIFIED" +
-      "\020\000\022\035\n\031THRESHOLD_BASIS_COMMITTED\020\001\022\030\n\024THR" +
-      "ESHOLD_BASIS_USED\020\002*\337\001\n\016EstimateSource\022\037" +
-      "\n\033ESTIMATE_SOURCE_UNSPECIFIED\020\000\022\032\n\026ESTIM" +
-      "ATE_SOURCE_CALLER\020\001\022\031\n\025ESTIMATE_SOURCE_S" +
-      "HAPE\020\002\022\033\n\027ESTIMATE_SOURCE_DEFAULT\020\003\022\036\n\032E" +
-      "STIMATE_SOURCE_JOB_MEDIAN\020\004\022\033\n\027ESTIMATE_" +
-      "SOURCE_JOB_P75\020\005\022\033\n\027ESTIMATE_SOURCE_JOB_" +
-      "MAX\020\006*f\n\016EstimatePolicy\022\037\n\033ESTIMATE_POLI" +
-      "CY_UNSPECIFIED\020\000\022\032\n\026ESTIMATE_POLICY_MEDI" +
-      "AN\020\001\022\027\n\023ESTIMATE_POLICY_P75\020\002*j\n\nSpendGr" +
-      "oup\022\033\n\027SPEND_GROUP_UNSPECIFIED\020\000\022\025\n\021SPEN" +
-      "D_GROUP_MODEL\020\001\022\023\n\017SPEND_GROUP_JOB\020\002\022\023\n\017" +
-      "SPEND_GROUP_DAY\020\0032\214\002\n\006Budget\022B\n\007Reserve\022" +
-      "\032.earmark.v1.ReserveRequest\032\033.earmark.v1" +
-      ".ReserveResponse\022?\n\006Charge\022\031.earmark.v1." +
-      "ChargeRequest\032\032.earmark.v1.ChargeRespons" +
-      "e\022<\n\005Renew\022\030.earmark.v1.RenewRequest\032\031.e" +
-      "armark.v1.RenewResponse\022?\n\006Settle\022\031.earm" +
-      "ark.v1.SettleRequest\032\032.earmark.v1.Settle" +
-      "Response2\332\010\n\005Admin\022B\n\tPutBudget\022\034.earmar" +
-      "k.v1.PutBudgetRequest\032\027.earmark.v1.Budge" +
-      "tState\022B\n\tGetBudget\022\034.earmark.v1.GetBudg" +
-      "etRequest\032\027.earmark.v1.BudgetState\022:\n\010Pu" +
-      "tPrice\022\033.earmark.v1.PutPriceRequest\032\021.ea" +
-      "rmark.v1.Price\022K\n\nListPrices\022\035.earmark.v" +
-      "1.ListPricesRequest\032\036.earmark.v1.ListPri" +
-      "cesResponse\022K\n\nListCycles\022\035.earmark.v1.L" +
-      "istCyclesRequest\032\036.earmark.v1.ListCycles" +
-      "Response\022Q\n\rRefreshLimits\022 .earmark.v1.R" +
-      "efreshLimitsRequest\032\036.earmark.v1.ListCyc" +
-      "lesResponse\022H\n\tListHolds\022\034.earmark.v1.Li" +
-      "stHoldsRequest\032\035.earmark.v1.ListHoldsRes" +
-      "ponse\022K\n\nListLedger\022\035.earmark.v1.ListLed" +
-      "gerRequest\032\036.earmark.v1.ListLedgerRespon" +
-      "se\022I\n\013ResolveHold\022\036.earmark.v1.ResolveHo" +
-      "ldRequest\032\032.earmark.v1.SettleResponse\022I\n" +
-      "\013ReleaseHold\022\036.earmark.v1.ReleaseHoldReq" +
-      "uest\032\032.earmark.v1.SettleResponse\022H\n\014Dele" +
-      "teBudget\022\037.earmark.v1.DeleteBudgetReques" +
-      "t\032\027.earmark.v1.BudgetState\022N\n\013ListBudget" +
-      "s\022\036.earmark.v1.ListBudgetsRequest\032\037.earm" +
-      "ark.v1.ListBudgetsResponse\022H\n\tListCalls\022" +
-      "\034.earmark.v1.ListCallsRequest\032\035.earmark." +
-      "v1.ListCallsResponse\022E\n\010GetSpend\022\033.earma" +
-      "rk.v1.GetSpendRequest\032\034.earmark.v1.GetSp" +
-      "endResponse\022H\n\014UpdateBudget\022\037.earmark.v1" +
-      ".UpdateBudgetRequest\032\027.earmark.v1.Budget" +
-      "StateB[\n\016dev.earmark.v1B\013BudgetProtoP\001Z:" +
-      "github.com/earmark-dev/earmark/gen/go/ea" +
-      "rmark/v1;earmarkv1b\006proto3"
+      "asis\030\020 \001(\0162\032.earmark.v1.ThresholdBasis\022\033" +
+      "\n\016max_open_holds\030\021 \001(\003H\005\210\001\001\022\033\n\016max_admis" +
+      "sions\030\022 \001(\003H\006\210\001\001\022-\n\tcloses_at\030\023 \001(\0132\032.go" +
+      "ogle.protobuf.TimestampB\010\n\006_limitB\023\n\021_de" +
+      "fault_estimateB\020\n\016_overage_limitB\030\n\026_adm" +
+      "issions_per_minuteB\023\n\021_units_per_minuteB" +
+      "\021\n\017_max_open_holdsB\021\n\017_max_admissions\"\265\001" +
+      "\n\023UpdateBudgetRequest\022,\n\006budget\030\001 \001(\0132\034." +
+      "earmark.v1.PutBudgetRequest\022/\n\013update_ma" +
+      "sk\030\002 \001(\0132\032.google.protobuf.FieldMask\022/\n\013" +
+      "limit_until\030\003 \001(\0132\032.google.protobuf.Time" +
+      "stamp\022\016\n\006reason\030\004 \001(\t\"%\n\020GetBudgetReques" +
+      "t\022\021\n\tbudget_id\030\001 \001(\t\"\203\014\n\013BudgetState\022\021\n\t" +
+      "budget_id\030\001 \001(\t\022\022\n\005limit\030\002 \001(\003H\000\210\001\001\022\014\n\004u" +
+      "sed\030\003 \001(\003\022\014\n\004held\030\004 \001(\003\022\026\n\tremaining\030\005 \001" +
+      "(\003H\001\210\001\001\022\014\n\004unit\030\006 \001(\t\022\031\n\021open_reservatio" +
+      "ns\030\007 \001(\003\022\035\n\020default_estimate\030\010 \001(\003H\002\210\001\001\022" +
+      "3\n\017estimate_policy\030\t \001(\0162\032.earmark.v1.Es" +
+      "timatePolicy\022\020\n\010exceeded\030\n \001(\010\022\017\n\007accoun" +
+      "t\030\r \001(\t\022\017\n\007feature\030\016 \001(\t\022/\n\013cycle_start\030" +
+      "\017 \001(\0132\032.google.protobuf.Timestamp\022-\n\tcyc" +
+      "le_end\030\020 \001(\0132\032.google.protobuf.Timestamp" +
+      "\0221\n\rlimit_read_at\030\021 \001(\0132\032.google.protobu" +
+      "f.Timestamp\022\022\n\nescrow_bps\030\013 \001(\005\0221\n\016overa" +
+      "ge_policy\030\014 \001(\0162\031.earmark.v1.OveragePoli" +
+      "cy\022\032\n\roverage_limit\030\022 \001(\003H\003\210\001\001\0221\n\roverag" +
+      "e_since\030\023 \001(\0132\032.google.protobuf.Timestam" +
+      "p\022/\n\013archived_at\030\024 \001(\0132\032.google.protobuf" +
+      ".Timestamp\022\"\n\006period\030\025 \001(\0162\022.earmark.v1." +
+      "Period\022\020\n\010timezone\030\026 \001(\t\0220\n\014period_start" +
+      "\030\027 \001(\0132\032.google.protobuf.Timestamp\022-\n\tre" +
+      "sets_at\030\030 \001(\0132\032.google.protobuf.Timestam" +
+      "p\022$\n\004mode\030\031 \001(\0162\026.earmark.v1.BudgetMode\022" +
+      "\025\n\rthreshold_bps\030\032 \003(\005\022\"\n\025admissions_per" +
+      "_minute\030\033 \001(\003H\004\210\001\001\022\035\n\020units_per_minute\030\034" +
+      " \001(\003H\005\210\001\001\022\025\n\rperiod_anchor\030\035 \001(\005\0223\n\017thre" +
+      "shold_basis\030\036 \001(\0162\032.earmark.v1.Threshold" +
+      "Basis\022\020\n\010refusals\030\037 \001(\003\0224\n\020first_refused" +
+      "_at\030  \001(\0132\032.google.protobuf.Timestamp\0223\n" +
+      "\017last_refused_at\030! \001(\0132\032.google.protobuf" +
+      ".Timestamp\022\033\n\016max_open_holds\030\" \001(\003H\006\210\001\001\022" +
+      "\033\n\016max_admissions\030# \001(\003H\007\210\001\001\022-\n\tcloses_a" +
+      "t\030$ \001(\0132\032.google.protobuf.Timestamp\022\022\n\na" +
+      "dmissions\030% \001(\003\022/\n\013limit_until\030& \001(\0132\032.g" +
+      "oogle.protobuf.Timestamp\022\030\n\013limit_after\030" +
+      "\' \001(\003H\010\210\001\001\022\024\n\014limit_reason\030( \001(\t\022\023\n\013temp" +
+      "late_id\030) \001(\t\022\027\n\017changed_by_hand\030* \001(\010B\010" +
+      "\n\006_limitB\014\n\n_remainingB\023\n\021_default_estim" +
+      "ateB\020\n\016_overage_limitB\030\n\026_admissions_per" +
+      "_minuteB\023\n\021_units_per_minuteB\021\n\017_max_ope" +
+      "n_holdsB\021\n\017_max_admissionsB\016\n\014_limit_aft" +
+      "er\"$\n\021ListCyclesRequest\022\017\n\007account\030\001 \001(\t" +
+      "\"=\n\022ListCyclesResponse\022\'\n\006cycles\030\001 \003(\0132\027" +
+      ".earmark.v1.BudgetState\"\'\n\024RefreshLimits" +
+      "Request\022\017\n\007account\030\001 \001(\t\"\323\005\n\005Price\022\020\n\010pr" +
+      "ovider\030\001 \001(\t\022\r\n\005model\030\002 \001(\t\0222\n\016effective" +
+      "_from\030\003 \001(\0132\032.google.protobuf.Timestamp\022" +
+      "0\n\014effective_to\030\004 \001(\0132\032.google.protobuf." +
+      "Timestamp\022!\n\031input_usd_micros_per_mtok\030\005" +
+      " \001(\003\022\"\n\032output_usd_micros_per_mtok\030\006 \001(\003" +
+      "\022(\n cached_input_usd_micros_per_mtok\030\007 \001" +
+      "(\003\022\032\n\022request_usd_micros\030\010 \001(\003\022\016\n\006source" +
+      "\030\t \001(\t\022/\n\013captured_at\030\n \001(\0132\032.google.pro" +
+      "tobuf.Timestamp\022\017\n\007version\030\013 \001(\003\022\031\n\021dail" +
+      "y_from_minute\030\014 \001(\005\022\027\n\017daily_to_minute\030\r" +
+      " \001(\005\022\'\n\037cache_write_usd_micros_per_mtok\030" +
+      "\016 \001(\003\022\031\n\021max_output_tokens\030\017 \001(\003\022,\n$cach" +
+      "e_write_long_usd_micros_per_mtok\030\020 \001(\003\022\024" +
+      "\n\014service_tier\030\021 \001(\t\022=\n\017tool_usd_micros\030" +
+      "\022 \003(\0132$.earmark.v1.Price.ToolUsdMicrosEn" +
+      "try\022\032\n\022input_tokens_above\030\023 \001(\003\022\027\n\017windo" +
+      "w_timezone\030\024 \001(\t\0324\n\022ToolUsdMicrosEntry\022\013" +
+      "\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\003:\0028\001\"3\n\017PutPri" +
+      "ceRequest\022 \n\005price\030\001 \001(\0132\021.earmark.v1.Pr" +
+      "ice\"4\n\021ListPricesRequest\022\020\n\010provider\030\001 \001" +
+      "(\t\022\r\n\005model\030\002 \001(\t\"7\n\022ListPricesResponse\022" +
+      "!\n\006prices\030\001 \003(\0132\021.earmark.v1.Price\"\373\002\n\nU" +
+      "sageShape\022\020\n\010provider\030\001 \001(\t\022\r\n\005model\030\002 \001" +
+      "(\t\022\024\n\014input_tokens\030\003 \001(\003\022\031\n\021max_output_t" +
+      "okens\030\004 \001(\003\022\033\n\023cached_input_tokens\030\005 \001(\003" +
+      "\022\020\n\010attempts\030\006 \001(\003\022 \n\030cache_write_input_" +
+      "tokens\030\007 \001(\003\022%\n\035cache_write_long_input_t" +
+      "okens\030\010 \001(\003\022\024\n\014service_tier\030\t \001(\t\022@\n\016max" +
+      "_tool_calls\030\n \003(\0132(.earmark.v1.UsageShap" +
+      "e.MaxToolCallsEntry\022\026\n\016output_ceiling\030\013 " +
+      "\001(\010\0323\n\021MaxToolCallsEntry\022\013\n\003key\030\001 \001(\t\022\r\n" +
+      "\005value\030\002 \001(\003:\0028\001\"\325\002\n\nTokenUsage\022\024\n\014input" +
+      "_tokens\030\001 \001(\003\022\025\n\routput_tokens\030\002 \001(\003\022\033\n\023" +
+      "cached_input_tokens\030\003 \001(\003\022\020\n\010requests\030\004 " +
+      "\001(\003\022\020\n\010provider\030\005 \001(\t\022\r\n\005model\030\006 \001(\t\022 \n\030" +
+      "cache_write_input_tokens\030\007 \001(\003\022%\n\035cache_" +
+      "write_long_input_tokens\030\010 \001(\003\022\024\n\014service" +
+      "_tier\030\t \001(\t\0229\n\ntool_calls\030\n \003(\0132%.earmar" +
+      "k.v1.TokenUsage.ToolCallsEntry\0320\n\016ToolCa" +
+      "llsEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\003:\0028\001" +
+      "\"\255\004\n\004Hold\022\026\n\016reservation_id\030\001 \001(\t\022\021\n\tbud" +
+      "get_id\030\002 \001(\t\022\027\n\017also_budget_ids\030\003 \003(\t\022+\n" +
+      "\005state\030\004 \001(\0162\034.earmark.v1.ReservationSta" +
+      "te\022\016\n\006amount\030\005 \001(\003\022\017\n\007charged\030\006 \001(\003\022\022\n\nd" +
+      "ispatched\030\007 \001(\010\022 \n\005phase\030\010 \001(\0162\021.earmark" +
+      ".v1.Phase\022\027\n\017idempotency_key\030\t \001(\t\022\r\n\005ow" +
+      "ner\030\n \001(\t\022\013\n\003job\030\013 \001(\t\022,\n\006labels\030\014 \003(\0132\034" +
+      ".earmark.v1.Hold.LabelsEntry\022.\n\ncreated_" +
+      "at\030\r \001(\0132\032.google.protobuf.Timestamp\022.\n\n" +
+      "expires_at\030\016 \001(\0132\032.google.protobuf.Times" +
+      "tamp\022-\n\tclosed_at\030\017 \001(\0132\032.google.protobu" +
+      "f.Timestamp\022\031\n\014settled_used\030\020 \001(\003H\000\210\001\001\022\020" +
+      "\n\010released\030\021 \001(\010\032-\n\013LabelsEntry\022\013\n\003key\030\001" +
+      " \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001B\017\n\r_settled_used" +
+      "\"y\n\020ListHoldsRequest\022\021\n\tbudget_id\030\001 \001(\t\022" +
+      "+\n\005state\030\002 \001(\0162\034.earmark.v1.ReservationS" +
+      "tate\022\021\n\tpage_size\030\003 \001(\005\022\022\n\npage_token\030\004 " +
+      "\001(\t\"M\n\021ListHoldsResponse\022\037\n\005holds\030\001 \003(\0132" +
+      "\020.earmark.v1.Hold\022\027\n\017next_page_token\030\002 \001" +
+      "(\t\"\321\002\n\013LedgerEntry\022\020\n\010entry_id\030\001 \001(\003\022\021\n\t" +
+      "budget_id\030\002 \001(\t\022\026\n\016reservation_id\030\003 \001(\t\022" +
+      "\014\n\004kind\030\004 \001(\t\022\022\n\nheld_delta\030\005 \001(\003\022\022\n\nuse" +
+      "d_delta\030\006 \001(\003\022&\n\002at\030\007 \001(\0132\032.google.proto" +
+      "buf.Timestamp\022\020\n\010evidence\030\010 \001(\t\022\031\n\014limit" +
+      "_before\030\t \001(\003H\000\210\001\001\022\030\n\013limit_after\030\n \001(\003H" +
+      "\001\210\001\001\022/\n\013limit_until\030\013 \001(\0132\032.google.proto" +
+      "buf.Timestamp\022\016\n\006reason\030\014 \001(\tB\017\n\r_limit_" +
+      "beforeB\016\n\014_limit_after\"M\n\021ListLedgerRequ" +
+      "est\022\021\n\tbudget_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(" +
+      "\005\022\022\n\npage_token\030\003 \001(\t\"W\n\022ListLedgerRespo" +
+      "nse\022(\n\007entries\030\001 \003(\0132\027.earmark.v1.Ledger" +
+      "Entry\022\027\n\017next_page_token\030\002 \001(\t\"K\n\022ListBu" +
+      "dgetsRequest\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_siz" +
+      "e\030\002 \001(\005\022\022\n\npage_token\030\003 \001(\t\"X\n\023ListBudge" +
+      "tsResponse\022(\n\007budgets\030\001 \003(\0132\027.earmark.v1" +
+      ".BudgetState\022\027\n\017next_page_token\030\002 \001(\t\"s\n" +
+      "\022ResolveHoldRequest\022\026\n\016reservation_id\030\001 " +
+      "\001(\t\022\014\n\004used\030\002 \001(\003\022%\n\005usage\030\003 \001(\0132\026.earma" +
+      "rk.v1.TokenUsage\022\020\n\010evidence\030\004 \001(\t\",\n\022Re" +
+      "leaseHoldRequest\022\026\n\016reservation_id\030\001 \001(\t" +
+      "\"(\n\023DeleteBudgetRequest\022\021\n\tbudget_id\030\001 \001" +
+      "(\t\"\202\003\n\004Call\022\026\n\016reservation_id\030\001 \001(\t\022\021\n\tb" +
+      "udget_id\030\002 \001(\t\022\027\n\017also_budget_ids\030\003 \003(\t\022" +
+      "\020\n\010provider\030\004 \001(\t\022\r\n\005model\030\005 \001(\t\022\024\n\014serv" +
+      "ice_tier\030\006 \001(\t\022\021\n\tkey_label\030\007 \001(\t\022+\n\007sen" +
+      "t_at\030\010 \001(\0132\032.google.protobuf.Timestamp\022+" +
+      "\n\005state\030\t \001(\0162\034.earmark.v1.ReservationSt" +
+      "ate\022\016\n\006amount\030\n \001(\003\022\017\n\007charged\030\013 \001(\003\022%\n\005" +
+      "usage\030\014 \001(\0132\026.earmark.v1.TokenUsage\022\031\n\014s" +
+      "ettled_used\030\r \001(\003H\000\210\001\001\022\020\n\010evidence\030\016 \001(\t" +
+      "\022\014\n\004unit\030\017 \001(\tB\017\n\r_settled_used\"\264\001\n\020List" +
+      "CallsRequest\022\020\n\010provider\030\001 \001(\t\022)\n\005since\030" +
+      "\002 \001(\0132\032.google.protobuf.Timestamp\022)\n\005unt" +
+      "il\030\003 \001(\0132\032.google.protobuf.Timestamp\022\021\n\t" +
+      "key_label\030\004 \001(\t\022\021\n\tpage_size\030\005 \001(\005\022\022\n\npa" +
+      "ge_token\030\006 \001(\t\"M\n\021ListCallsResponse\022\037\n\005c" +
+      "alls\030\001 \003(\0132\020.earmark.v1.Call\022\027\n\017next_pag" +
+      "e_token\030\002 \001(\t\"\266\001\n\017GetSpendRequest\022\021\n\tbud" +
+      "get_id\030\001 \001(\t\022(\n\010group_by\030\002 \001(\0162\026.earmark" +
+      ".v1.SpendGroup\022)\n\005since\030\003 \001(\0132\032.google.p" +
+      "rotobuf.Timestamp\022)\n\005until\030\004 \001(\0132\032.googl" +
+      "e.protobuf.Timestamp\022\020\n\010max_rows\030\005 \001(\005\"4" +
+      "\n\010SpendRow\022\013\n\003key\030\001 \001(\t\022\014\n\004used\030\002 \001(\003\022\r\n" +
+      "\005holds\030\003 \001(\003\"b\n\020GetSpendResponse\022\"\n\004rows" +
+      "\030\001 \003(\0132\024.earmark.v1.SpendRow\022\014\n\004used\030\002 \001" +
+      "(\003\022\016\n\006groups\030\003 \001(\003\022\014\n\004unit\030\004 \001(\t\"n\n\030PutB" +
+      "udgetTemplateRequest\022\023\n\013template_id\030\001 \001(" +
+      "\t\022\017\n\007pattern\030\002 \001(\t\022,\n\006budget\030\003 \001(\0132\034.ear" +
+      "mark.v1.PutBudgetRequest\"\325\001\n\016BudgetTempl" +
+      "ate\022\023\n\013template_id\030\001 \001(\t\022\017\n\007pattern\030\002 \001(" +
+      "\t\022,\n\006budget\030\003 \001(\0132\034.earmark.v1.PutBudget" +
+      "Request\022\017\n\007version\030\004 \001(\003\022.\n\nupdated_at\030\005" +
+      " \001(\0132\032.google.protobuf.Timestamp\022.\n\ndele" +
+      "ted_at\030\006 \001(\0132\032.google.protobuf.Timestamp" +
+      "\"\034\n\032ListBudgetTemplatesRequest\"L\n\033ListBu" +
+      "dgetTemplatesResponse\022-\n\ttemplates\030\001 \003(\013" +
+      "2\032.earmark.v1.BudgetTemplate\"2\n\033DeleteBu" +
+      "dgetTemplateRequest\022\023\n\013template_id\030\001 \001(\t" +
+      "*?\n\005Phase\022\025\n\021PHASE_UNSPECIFIED\020\000\022\016\n\nPHAS" +
+      "E_WORK\020\001\022\017\n\013PHASE_FINAL\020\002*a\n\rOveragePoli" +
+      "cy\022\036\n\032OVERAGE_POLICY_UNSPECIFIED\020\000\022\027\n\023OV" +
+      "ERAGE_POLICY_HARD\020\001\022\027\n\023OVERAGE_POLICY_SO" +
+      "FT\020\002*x\n\006Period\022\026\n\022PERIOD_UNSPECIFIED\020\000\022\016" +
+      "\n\nPERIOD_DAY\020\001\022\017\n\013PERIOD_WEEK\020\002\022\020\n\014PERIO" +
+      "D_MONTH\020\003\022\022\n\016PERIOD_QUARTER\020\004\022\017\n\013PERIOD_" +
+      "YEAR\020\005*[\n\nBudgetMode\022\033\n\027BUDGET_MODE_UNSP" +
+      "ECIFIED\020\000\022\027\n\023BUDGET_MODE_ENFORCE\020\001\022\027\n\023BU" +
+      "DGET_MODE_OBSERVE\020\002*\200\002\n\rRefusalReason\022\036\n" +
+      "\032REFUSAL_REASON_UNSPECIFIED\020\000\022&\n\"REFUSAL" +
+      "_REASON_INSUFFICIENT_BUDGET\020\001\022$\n REFUSAL" +
+      "_REASON_LIMIT_UNAVAILABLE\020\002\022\037\n\033REFUSAL_R" +
+      "EASON_RATE_LIMITED\020\003\022 \n\034REFUSAL_REASON_T" +
+      "OO_MANY_OPEN\020\004\022#\n\037REFUSAL_REASON_ADMISSI" +
+      "ONS_SPENT\020\005\022\031\n\025REFUSAL_REASON_CLOSED\020\006*y" +
+      "\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\025\n\021OU" +
+      "TCOME_SUCCEEDED\020\001\022\022\n\016OUTCOME_FAILED\020\002\022\025\n" +
+      "\021OUTCOME_CANCELLED\020\003\022\023\n\017OUTCOME_UNKNOWN\020" +
+      "\004*\257\001\n\020ReservationState\022!\n\035RESERVATION_ST" +
+      "ATE_UNSPECIFIED\020\000\022\032\n\026RESERVATION_STATE_H" +
+      "ELD\020\001\022\035\n\031RESERVATION_STATE_SETTLED\020\002\022\035\n\031" +
+      "RESERVATION_STATE_EXPIRED\020\003\022\036\n\032RESERVATI" +
+      "ON_STATE_IN_DOUBT\020\004*j\n\016ThresholdBasis\022\037\n" +
+      "\033THRESHOLD_BASIS_UNSPECIFIED\020\000\022\035\n\031THRESH" +
+      "OLD_BASIS_COMMITTED\020\001\022\030\n\024THRESHOLD_BASIS" +
+      "_USED\020\002*\337\001\n\016EstimateSource\022\037\n\033ESTIMATE_S" +
+      "OURCE_UNSPECIFIED\020\000\022\032\n\026ESTIMATE_SOURCE_C" +
+      "ALLER\020\001\022\031\n\025ESTIMATE_SOURCE_SHAPE\020\002\022\033\n\027ES" +
+      "TIMATE_SOURCE_DEFAULT\020\003\022\036\n\032ESTIMATE_SOUR" +
+      "CE_JOB_MEDIAN\020\004\022\033\n\027ESTIMATE_SOURCE_JOB_P" +
+      "75\020\005\022\033\n\027ESTIMATE_SOURCE_JOB_MAX\020\006*f\n\016Est" +
+      "imatePolicy\022\037\n\033ESTIMATE_POLICY_UNSPECIFI" +
+      "ED\020\000\022\032\n\026ESTIMATE_POLICY_MEDIAN\020\001\022\027\n\023ESTI" +
+      "MATE_POLICY_P75\020\002*j\n\nSpendGroup\022\033\n\027SPEND" +
+      "_GROUP_UNSPECIFIED\020\000\022\025\n\021SPEND_GROUP_MODE" +
+      "L\020\001\022\023\n\017SPEND_GROUP_JOB\020\002\022\023\n\017SPEND_GROUP_" +
+      "DAY\020\0032\214\002\n\006Budget\022B\n\007Reserve\022\032.earmark.v1" +
+      ".ReserveRequest\032\033.earmark.v1.ReserveResp" +
+      "onse\022?\n\006Charge\022\031.earmark.v1.ChargeReques" +
+      "t\032\032.earmark.v1.ChargeResponse\022<\n\005Renew\022\030" +
+      ".earmark.v1.RenewRequest\032\031.earmark.v1.Re" +
+      "newResponse\022?\n\006Settle\022\031.earmark.v1.Settl" +
+      "eRequest\032\032.earmark.v1.SettleResponse2\366\n\n" +
+      "\005Admin\022B\n\tPutBudget\022\034.earmark.v1.PutBudg" +
+      "etRequest\032\027.earmark.v1.BudgetState\022B\n\tGe" +
+      "tBudget\022\034.earmark.v1.GetBudgetRequest\032\027." +
+      "earmark.v1.BudgetState\022:\n\010PutPrice\022\033.ear" +
+      "mark.v1.PutPriceRequest\032\021.earmark.v1.Pri" +
+      "ce\022K\n\nListPrices\022\035.earmark.v1.ListPrices" +
+      "Request\032\036.earmark.v1.ListPricesResponse\022" +
+      "K\n\nListCycles\022\035.earmark.v1.ListCyclesReq" +
+      "uest\032\036.earmark.v1.ListCyclesResponse\022Q\n\r" +
+      "RefreshLimits\022 .earmark.v1.RefreshLimits" +
+      "Request\032\036.earmark.v1.ListCyclesResponse\022" +
+      "H\n\tListHolds\022\034.earmark.v1.ListHoldsReque" +
+      "st\032\035.earmark.v1.ListHoldsResponse\022K\n\nLis" +
+      "tLedger\022\035.earmark.v1.ListLedgerRequest\032\036" +
+      ".earmark.v1.ListLedgerResponse\022I\n\013Resolv" +
+      "eHold\022\036.earmark.v1.ResolveHoldRequest\032\032." +
+      "earmark.v1.SettleResponse\022I\n\013ReleaseHold" +
+      "\022\036.earmark.v1.ReleaseHoldRequest\032\032.earma" +
+      "rk.v1.SettleResponse\022H\n\014DeleteBudget\022\037.e" +
+      "armark.v1.DeleteBudgetRequest\032\027.earmark." +
+      "v1.BudgetState\022N\n\013ListBudgets\022\036.earmark." +
+      "v1.ListBudgetsRequest\032\037.earmark.v1.ListB" +
+      "udgetsResponse\022H\n\tListCalls\022\034.earmark.v1" +
+      ".ListCallsRequest\032\035.earmark.v1.ListCalls" +
+      "Response\022E\n\010GetSpend\022\033.earmark.v1.GetSpe" +
+      "ndRequest\032\034.earmark.v1.GetSpendResponse\022" +
+      "H\n\014UpdateBudget\022\037.earmark.v1.UpdateBudge" +
+      "tRequest\032\027.earmark.v1.BudgetState\022U\n\021Put" +
+      "BudgetTemplate\022$.earmark.v1.PutBudgetTem" +
+      "plateRequest\032\032.earmark.v1.BudgetTemplate" +
+      "\022f\n\023ListBudgetTemplates\022&.earmark.v1.Lis" +
+      "tBudgetTemplatesRequest\032\'.earmark.v1.Lis" +
+      "tBudgetTemplatesResponse\022[\n\024DeleteBudget" +
+      "Template\022\'.earmark.v1.DeleteBudgetTempla" +
+      "teRequest\032\032.earmark.v1.BudgetTemplateB[\n" +
+      "\016dev.earmark.v1B\013BudgetProtoP\001Z:github.c" +
+      "om/earmark-dev/earmark/gen/go/earmark/v1" +
+      ";earmarkv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -596,13 +660,13 @@ public final class BudgetProto {
     internal_static_earmark_v1_PutBudgetRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_PutBudgetRequest_descriptor,
-        new java.lang.String[] { "BudgetId", "Limit", "Unit", "DefaultEstimate", "EstimatePolicy", "EscrowBps", "OveragePolicy", "OverageLimit", "Period", "Timezone", "PeriodAnchor", "ThresholdBps", "Mode", "AdmissionsPerMinute", "UnitsPerMinute", "ThresholdBasis", "Limit", "DefaultEstimate", "OverageLimit", "AdmissionsPerMinute", "UnitsPerMinute", });
+        new java.lang.String[] { "BudgetId", "Limit", "Unit", "DefaultEstimate", "EstimatePolicy", "EscrowBps", "OveragePolicy", "OverageLimit", "Period", "Timezone", "PeriodAnchor", "ThresholdBps", "Mode", "AdmissionsPerMinute", "UnitsPerMinute", "ThresholdBasis", "MaxOpenHolds", "MaxAdmissions", "ClosesAt", "Limit", "DefaultEstimate", "OverageLimit", "AdmissionsPerMinute", "UnitsPerMinute", "MaxOpenHolds", "MaxAdmissions", });
     internal_static_earmark_v1_UpdateBudgetRequest_descriptor =
       getDescriptor().getMessageTypes().get(9);
     internal_static_earmark_v1_UpdateBudgetRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_UpdateBudgetRequest_descriptor,
-        new java.lang.String[] { "Budget", "UpdateMask", });
+        new java.lang.String[] { "Budget", "UpdateMask", "LimitUntil", "Reason", });
     internal_static_earmark_v1_GetBudgetRequest_descriptor =
       getDescriptor().getMessageTypes().get(10);
     internal_static_earmark_v1_GetBudgetRequest_fieldAccessorTable = new
@@ -614,7 +678,7 @@ public final class BudgetProto {
     internal_static_earmark_v1_BudgetState_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_BudgetState_descriptor,
-        new java.lang.String[] { "BudgetId", "Limit", "Used", "Held", "Remaining", "Unit", "OpenReservations", "DefaultEstimate", "EstimatePolicy", "Exceeded", "Account", "Feature", "CycleStart", "CycleEnd", "LimitReadAt", "EscrowBps", "OveragePolicy", "OverageLimit", "OverageSince", "ArchivedAt", "Period", "Timezone", "PeriodStart", "ResetsAt", "Mode", "ThresholdBps", "AdmissionsPerMinute", "UnitsPerMinute", "PeriodAnchor", "ThresholdBasis", "Refusals", "FirstRefusedAt", "LastRefusedAt", "Limit", "Remaining", "DefaultEstimate", "OverageLimit", "AdmissionsPerMinute", "UnitsPerMinute", });
+        new java.lang.String[] { "BudgetId", "Limit", "Used", "Held", "Remaining", "Unit", "OpenReservations", "DefaultEstimate", "EstimatePolicy", "Exceeded", "Account", "Feature", "CycleStart", "CycleEnd", "LimitReadAt", "EscrowBps", "OveragePolicy", "OverageLimit", "OverageSince", "ArchivedAt", "Period", "Timezone", "PeriodStart", "ResetsAt", "Mode", "ThresholdBps", "AdmissionsPerMinute", "UnitsPerMinute", "PeriodAnchor", "ThresholdBasis", "Refusals", "FirstRefusedAt", "LastRefusedAt", "MaxOpenHolds", "MaxAdmissions", "ClosesAt", "Admissions", "LimitUntil", "LimitAfter", "LimitReason", "TemplateId", "ChangedByHand", "Limit", "Remaining", "DefaultEstimate", "OverageLimit", "AdmissionsPerMinute", "UnitsPerMinute", "MaxOpenHolds", "MaxAdmissions", "LimitAfter", });
     internal_static_earmark_v1_ListCyclesRequest_descriptor =
       getDescriptor().getMessageTypes().get(12);
     internal_static_earmark_v1_ListCyclesRequest_fieldAccessorTable = new
@@ -716,7 +780,7 @@ public final class BudgetProto {
     internal_static_earmark_v1_LedgerEntry_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_LedgerEntry_descriptor,
-        new java.lang.String[] { "EntryId", "BudgetId", "ReservationId", "Kind", "HeldDelta", "UsedDelta", "At", "Evidence", });
+        new java.lang.String[] { "EntryId", "BudgetId", "ReservationId", "Kind", "HeldDelta", "UsedDelta", "At", "Evidence", "LimitBefore", "LimitAfter", "LimitUntil", "Reason", "LimitBefore", "LimitAfter", });
     internal_static_earmark_v1_ListLedgerRequest_descriptor =
       getDescriptor().getMessageTypes().get(25);
     internal_static_earmark_v1_ListLedgerRequest_fieldAccessorTable = new
@@ -795,6 +859,36 @@ public final class BudgetProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_GetSpendResponse_descriptor,
         new java.lang.String[] { "Rows", "Used", "Groups", "Unit", });
+    internal_static_earmark_v1_PutBudgetTemplateRequest_descriptor =
+      getDescriptor().getMessageTypes().get(38);
+    internal_static_earmark_v1_PutBudgetTemplateRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_PutBudgetTemplateRequest_descriptor,
+        new java.lang.String[] { "TemplateId", "Pattern", "Budget", });
+    internal_static_earmark_v1_BudgetTemplate_descriptor =
+      getDescriptor().getMessageTypes().get(39);
+    internal_static_earmark_v1_BudgetTemplate_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_BudgetTemplate_descriptor,
+        new java.lang.String[] { "TemplateId", "Pattern", "Budget", "Version", "UpdatedAt", "DeletedAt", });
+    internal_static_earmark_v1_ListBudgetTemplatesRequest_descriptor =
+      getDescriptor().getMessageTypes().get(40);
+    internal_static_earmark_v1_ListBudgetTemplatesRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_ListBudgetTemplatesRequest_descriptor,
+        new java.lang.String[] { });
+    internal_static_earmark_v1_ListBudgetTemplatesResponse_descriptor =
+      getDescriptor().getMessageTypes().get(41);
+    internal_static_earmark_v1_ListBudgetTemplatesResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_ListBudgetTemplatesResponse_descriptor,
+        new java.lang.String[] { "Templates", });
+    internal_static_earmark_v1_DeleteBudgetTemplateRequest_descriptor =
+      getDescriptor().getMessageTypes().get(42);
+    internal_static_earmark_v1_DeleteBudgetTemplateRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_DeleteBudgetTemplateRequest_descriptor,
+        new java.lang.String[] { "TemplateId", });
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.FieldMaskProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();

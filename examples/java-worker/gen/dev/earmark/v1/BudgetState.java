@@ -27,6 +27,8 @@ private static final long serialVersionUID = 0L;
     mode_ = 0;
     thresholdBps_ = emptyIntList();
     thresholdBasis_ = 0;
+    limitReason_ = "";
+    templateId_ = "";
   }
 
   @java.lang.Override
@@ -874,6 +876,247 @@ private static final long serialVersionUID = 0L;
     return lastRefusedAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : lastRefusedAt_;
   }
 
+  public static final int MAX_OPEN_HOLDS_FIELD_NUMBER = 34;
+  private long maxOpenHolds_ = 0L;
+  /**
+   * <code>optional int64 max_open_holds = 34;</code>
+   * @return Whether the maxOpenHolds field is set.
+   */
+  @java.lang.Override
+  public boolean hasMaxOpenHolds() {
+    return ((bitField0_ & 0x00000040) != 0);
+  }
+  /**
+   * <code>optional int64 max_open_holds = 34;</code>
+   * @return The maxOpenHolds.
+   */
+  @java.lang.Override
+  public long getMaxOpenHolds() {
+    return maxOpenHolds_;
+  }
+
+  public static final int MAX_ADMISSIONS_FIELD_NUMBER = 35;
+  private long maxAdmissions_ = 0L;
+  /**
+   * <code>optional int64 max_admissions = 35;</code>
+   * @return Whether the maxAdmissions field is set.
+   */
+  @java.lang.Override
+  public boolean hasMaxAdmissions() {
+    return ((bitField0_ & 0x00000080) != 0);
+  }
+  /**
+   * <code>optional int64 max_admissions = 35;</code>
+   * @return The maxAdmissions.
+   */
+  @java.lang.Override
+  public long getMaxAdmissions() {
+    return maxAdmissions_;
+  }
+
+  public static final int CLOSES_AT_FIELD_NUMBER = 36;
+  private com.google.protobuf.Timestamp closesAt_;
+  /**
+   * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+   * @return Whether the closesAt field is set.
+   */
+  @java.lang.Override
+  public boolean hasClosesAt() {
+    return closesAt_ != null;
+  }
+  /**
+   * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+   * @return The closesAt.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Timestamp getClosesAt() {
+    return closesAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+  }
+  /**
+   * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.TimestampOrBuilder getClosesAtOrBuilder() {
+    return closesAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+  }
+
+  public static final int ADMISSIONS_FIELD_NUMBER = 37;
+  private long admissions_ = 0L;
+  /**
+   * <pre>
+   * Reserves admitted in the current period (or over its life without a period).
+   * </pre>
+   *
+   * <code>int64 admissions = 37;</code>
+   * @return The admissions.
+   */
+  @java.lang.Override
+  public long getAdmissions() {
+    return admissions_;
+  }
+
+  public static final int LIMIT_UNTIL_FIELD_NUMBER = 38;
+  private com.google.protobuf.Timestamp limitUntil_;
+  /**
+   * <pre>
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+   * @return Whether the limitUntil field is set.
+   */
+  @java.lang.Override
+  public boolean hasLimitUntil() {
+    return limitUntil_ != null;
+  }
+  /**
+   * <pre>
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+   * @return The limitUntil.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Timestamp getLimitUntil() {
+    return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+  }
+  /**
+   * <pre>
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder() {
+    return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+  }
+
+  public static final int LIMIT_AFTER_FIELD_NUMBER = 39;
+  private long limitAfter_ = 0L;
+  /**
+   * <code>optional int64 limit_after = 39;</code>
+   * @return Whether the limitAfter field is set.
+   */
+  @java.lang.Override
+  public boolean hasLimitAfter() {
+    return ((bitField0_ & 0x00000100) != 0);
+  }
+  /**
+   * <code>optional int64 limit_after = 39;</code>
+   * @return The limitAfter.
+   */
+  @java.lang.Override
+  public long getLimitAfter() {
+    return limitAfter_;
+  }
+
+  public static final int LIMIT_REASON_FIELD_NUMBER = 40;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object limitReason_ = "";
+  /**
+   * <code>string limit_reason = 40;</code>
+   * @return The limitReason.
+   */
+  @java.lang.Override
+  public java.lang.String getLimitReason() {
+    java.lang.Object ref = limitReason_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      limitReason_ = s;
+      return s;
+    }
+  }
+  /**
+   * <code>string limit_reason = 40;</code>
+   * @return The bytes for limitReason.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getLimitReasonBytes() {
+    java.lang.Object ref = limitReason_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      limitReason_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int TEMPLATE_ID_FIELD_NUMBER = 41;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object templateId_ = "";
+  /**
+   * <pre>
+   * The template the budget was made from, if any.
+   * </pre>
+   *
+   * <code>string template_id = 41;</code>
+   * @return The templateId.
+   */
+  @java.lang.Override
+  public java.lang.String getTemplateId() {
+    java.lang.Object ref = templateId_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      templateId_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The template the budget was made from, if any.
+   * </pre>
+   *
+   * <code>string template_id = 41;</code>
+   * @return The bytes for templateId.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getTemplateIdBytes() {
+    java.lang.Object ref = templateId_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      templateId_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int CHANGED_BY_HAND_FIELD_NUMBER = 42;
+  private boolean changedByHand_ = false;
+  /**
+   * <pre>
+   * An operator changed it by hand since it was made: its template's changes no longer
+   * reach it.
+   * </pre>
+   *
+   * <code>bool changed_by_hand = 42;</code>
+   * @return The changedByHand.
+   */
+  @java.lang.Override
+  public boolean getChangedByHand() {
+    return changedByHand_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -991,6 +1234,33 @@ private static final long serialVersionUID = 0L;
     }
     if (lastRefusedAt_ != null) {
       output.writeMessage(33, getLastRefusedAt());
+    }
+    if (((bitField0_ & 0x00000040) != 0)) {
+      output.writeInt64(34, maxOpenHolds_);
+    }
+    if (((bitField0_ & 0x00000080) != 0)) {
+      output.writeInt64(35, maxAdmissions_);
+    }
+    if (closesAt_ != null) {
+      output.writeMessage(36, getClosesAt());
+    }
+    if (admissions_ != 0L) {
+      output.writeInt64(37, admissions_);
+    }
+    if (limitUntil_ != null) {
+      output.writeMessage(38, getLimitUntil());
+    }
+    if (((bitField0_ & 0x00000100) != 0)) {
+      output.writeInt64(39, limitAfter_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(limitReason_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 40, limitReason_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(templateId_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 41, templateId_);
+    }
+    if (changedByHand_ != false) {
+      output.writeBool(42, changedByHand_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -1138,6 +1408,40 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(33, getLastRefusedAt());
     }
+    if (((bitField0_ & 0x00000040) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(34, maxOpenHolds_);
+    }
+    if (((bitField0_ & 0x00000080) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(35, maxAdmissions_);
+    }
+    if (closesAt_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(36, getClosesAt());
+    }
+    if (admissions_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(37, admissions_);
+    }
+    if (limitUntil_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(38, getLimitUntil());
+    }
+    if (((bitField0_ & 0x00000100) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(39, limitAfter_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(limitReason_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(40, limitReason_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(templateId_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(41, templateId_);
+    }
+    if (changedByHand_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(42, changedByHand_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -1259,6 +1563,39 @@ private static final long serialVersionUID = 0L;
       if (!getLastRefusedAt()
           .equals(other.getLastRefusedAt())) return false;
     }
+    if (hasMaxOpenHolds() != other.hasMaxOpenHolds()) return false;
+    if (hasMaxOpenHolds()) {
+      if (getMaxOpenHolds()
+          != other.getMaxOpenHolds()) return false;
+    }
+    if (hasMaxAdmissions() != other.hasMaxAdmissions()) return false;
+    if (hasMaxAdmissions()) {
+      if (getMaxAdmissions()
+          != other.getMaxAdmissions()) return false;
+    }
+    if (hasClosesAt() != other.hasClosesAt()) return false;
+    if (hasClosesAt()) {
+      if (!getClosesAt()
+          .equals(other.getClosesAt())) return false;
+    }
+    if (getAdmissions()
+        != other.getAdmissions()) return false;
+    if (hasLimitUntil() != other.hasLimitUntil()) return false;
+    if (hasLimitUntil()) {
+      if (!getLimitUntil()
+          .equals(other.getLimitUntil())) return false;
+    }
+    if (hasLimitAfter() != other.hasLimitAfter()) return false;
+    if (hasLimitAfter()) {
+      if (getLimitAfter()
+          != other.getLimitAfter()) return false;
+    }
+    if (!getLimitReason()
+        .equals(other.getLimitReason())) return false;
+    if (!getTemplateId()
+        .equals(other.getTemplateId())) return false;
+    if (getChangedByHand()
+        != other.getChangedByHand()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -1379,6 +1716,39 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + LAST_REFUSED_AT_FIELD_NUMBER;
       hash = (53 * hash) + getLastRefusedAt().hashCode();
     }
+    if (hasMaxOpenHolds()) {
+      hash = (37 * hash) + MAX_OPEN_HOLDS_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getMaxOpenHolds());
+    }
+    if (hasMaxAdmissions()) {
+      hash = (37 * hash) + MAX_ADMISSIONS_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getMaxAdmissions());
+    }
+    if (hasClosesAt()) {
+      hash = (37 * hash) + CLOSES_AT_FIELD_NUMBER;
+      hash = (53 * hash) + getClosesAt().hashCode();
+    }
+    hash = (37 * hash) + ADMISSIONS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getAdmissions());
+    if (hasLimitUntil()) {
+      hash = (37 * hash) + LIMIT_UNTIL_FIELD_NUMBER;
+      hash = (53 * hash) + getLimitUntil().hashCode();
+    }
+    if (hasLimitAfter()) {
+      hash = (37 * hash) + LIMIT_AFTER_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getLimitAfter());
+    }
+    hash = (37 * hash) + LIMIT_REASON_FIELD_NUMBER;
+    hash = (53 * hash) + getLimitReason().hashCode();
+    hash = (37 * hash) + TEMPLATE_ID_FIELD_NUMBER;
+    hash = (53 * hash) + getTemplateId().hashCode();
+    hash = (37 * hash) + CHANGED_BY_HAND_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getChangedByHand());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1578,6 +1948,23 @@ private static final long serialVersionUID = 0L;
         lastRefusedAtBuilder_.dispose();
         lastRefusedAtBuilder_ = null;
       }
+      maxOpenHolds_ = 0L;
+      maxAdmissions_ = 0L;
+      closesAt_ = null;
+      if (closesAtBuilder_ != null) {
+        closesAtBuilder_.dispose();
+        closesAtBuilder_ = null;
+      }
+      admissions_ = 0L;
+      limitUntil_ = null;
+      if (limitUntilBuilder_ != null) {
+        limitUntilBuilder_.dispose();
+        limitUntilBuilder_ = null;
+      }
+      limitAfter_ = 0L;
+      limitReason_ = "";
+      templateId_ = "";
+      changedByHand_ = false;
       return this;
     }
 
@@ -1747,6 +2134,42 @@ private static final long serialVersionUID = 0L;
             ? lastRefusedAt_
             : lastRefusedAtBuilder_.build();
       }
+      int to_bitField0_ = 0;
+      if (((from_bitField1_ & 0x00000002) != 0)) {
+        result.maxOpenHolds_ = maxOpenHolds_;
+        to_bitField0_ |= 0x00000040;
+      }
+      if (((from_bitField1_ & 0x00000004) != 0)) {
+        result.maxAdmissions_ = maxAdmissions_;
+        to_bitField0_ |= 0x00000080;
+      }
+      if (((from_bitField1_ & 0x00000008) != 0)) {
+        result.closesAt_ = closesAtBuilder_ == null
+            ? closesAt_
+            : closesAtBuilder_.build();
+      }
+      if (((from_bitField1_ & 0x00000010) != 0)) {
+        result.admissions_ = admissions_;
+      }
+      if (((from_bitField1_ & 0x00000020) != 0)) {
+        result.limitUntil_ = limitUntilBuilder_ == null
+            ? limitUntil_
+            : limitUntilBuilder_.build();
+      }
+      if (((from_bitField1_ & 0x00000040) != 0)) {
+        result.limitAfter_ = limitAfter_;
+        to_bitField0_ |= 0x00000100;
+      }
+      if (((from_bitField1_ & 0x00000080) != 0)) {
+        result.limitReason_ = limitReason_;
+      }
+      if (((from_bitField1_ & 0x00000100) != 0)) {
+        result.templateId_ = templateId_;
+      }
+      if (((from_bitField1_ & 0x00000200) != 0)) {
+        result.changedByHand_ = changedByHand_;
+      }
+      result.bitField0_ |= to_bitField0_;
     }
 
     @java.lang.Override
@@ -1908,6 +2331,37 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasLastRefusedAt()) {
         mergeLastRefusedAt(other.getLastRefusedAt());
+      }
+      if (other.hasMaxOpenHolds()) {
+        setMaxOpenHolds(other.getMaxOpenHolds());
+      }
+      if (other.hasMaxAdmissions()) {
+        setMaxAdmissions(other.getMaxAdmissions());
+      }
+      if (other.hasClosesAt()) {
+        mergeClosesAt(other.getClosesAt());
+      }
+      if (other.getAdmissions() != 0L) {
+        setAdmissions(other.getAdmissions());
+      }
+      if (other.hasLimitUntil()) {
+        mergeLimitUntil(other.getLimitUntil());
+      }
+      if (other.hasLimitAfter()) {
+        setLimitAfter(other.getLimitAfter());
+      }
+      if (!other.getLimitReason().isEmpty()) {
+        limitReason_ = other.limitReason_;
+        bitField1_ |= 0x00000080;
+        onChanged();
+      }
+      if (!other.getTemplateId().isEmpty()) {
+        templateId_ = other.templateId_;
+        bitField1_ |= 0x00000100;
+        onChanged();
+      }
+      if (other.getChangedByHand() != false) {
+        setChangedByHand(other.getChangedByHand());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -2129,6 +2583,55 @@ private static final long serialVersionUID = 0L;
               bitField1_ |= 0x00000001;
               break;
             } // case 266
+            case 272: {
+              maxOpenHolds_ = input.readInt64();
+              bitField1_ |= 0x00000002;
+              break;
+            } // case 272
+            case 280: {
+              maxAdmissions_ = input.readInt64();
+              bitField1_ |= 0x00000004;
+              break;
+            } // case 280
+            case 290: {
+              input.readMessage(
+                  getClosesAtFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField1_ |= 0x00000008;
+              break;
+            } // case 290
+            case 296: {
+              admissions_ = input.readInt64();
+              bitField1_ |= 0x00000010;
+              break;
+            } // case 296
+            case 306: {
+              input.readMessage(
+                  getLimitUntilFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField1_ |= 0x00000020;
+              break;
+            } // case 306
+            case 312: {
+              limitAfter_ = input.readInt64();
+              bitField1_ |= 0x00000040;
+              break;
+            } // case 312
+            case 322: {
+              limitReason_ = input.readStringRequireUtf8();
+              bitField1_ |= 0x00000080;
+              break;
+            } // case 322
+            case 330: {
+              templateId_ = input.readStringRequireUtf8();
+              bitField1_ |= 0x00000100;
+              break;
+            } // case 330
+            case 336: {
+              changedByHand_ = input.readBool();
+              bitField1_ |= 0x00000200;
+              break;
+            } // case 336
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -4618,6 +5121,664 @@ private static final long serialVersionUID = 0L;
         lastRefusedAt_ = null;
       }
       return lastRefusedAtBuilder_;
+    }
+
+    private long maxOpenHolds_ ;
+    /**
+     * <code>optional int64 max_open_holds = 34;</code>
+     * @return Whether the maxOpenHolds field is set.
+     */
+    @java.lang.Override
+    public boolean hasMaxOpenHolds() {
+      return ((bitField1_ & 0x00000002) != 0);
+    }
+    /**
+     * <code>optional int64 max_open_holds = 34;</code>
+     * @return The maxOpenHolds.
+     */
+    @java.lang.Override
+    public long getMaxOpenHolds() {
+      return maxOpenHolds_;
+    }
+    /**
+     * <code>optional int64 max_open_holds = 34;</code>
+     * @param value The maxOpenHolds to set.
+     * @return This builder for chaining.
+     */
+    public Builder setMaxOpenHolds(long value) {
+      
+      maxOpenHolds_ = value;
+      bitField1_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>optional int64 max_open_holds = 34;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearMaxOpenHolds() {
+      bitField1_ = (bitField1_ & ~0x00000002);
+      maxOpenHolds_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long maxAdmissions_ ;
+    /**
+     * <code>optional int64 max_admissions = 35;</code>
+     * @return Whether the maxAdmissions field is set.
+     */
+    @java.lang.Override
+    public boolean hasMaxAdmissions() {
+      return ((bitField1_ & 0x00000004) != 0);
+    }
+    /**
+     * <code>optional int64 max_admissions = 35;</code>
+     * @return The maxAdmissions.
+     */
+    @java.lang.Override
+    public long getMaxAdmissions() {
+      return maxAdmissions_;
+    }
+    /**
+     * <code>optional int64 max_admissions = 35;</code>
+     * @param value The maxAdmissions to set.
+     * @return This builder for chaining.
+     */
+    public Builder setMaxAdmissions(long value) {
+      
+      maxAdmissions_ = value;
+      bitField1_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>optional int64 max_admissions = 35;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearMaxAdmissions() {
+      bitField1_ = (bitField1_ & ~0x00000004);
+      maxAdmissions_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Timestamp closesAt_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> closesAtBuilder_;
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     * @return Whether the closesAt field is set.
+     */
+    public boolean hasClosesAt() {
+      return ((bitField1_ & 0x00000008) != 0);
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     * @return The closesAt.
+     */
+    public com.google.protobuf.Timestamp getClosesAt() {
+      if (closesAtBuilder_ == null) {
+        return closesAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+      } else {
+        return closesAtBuilder_.getMessage();
+      }
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    public Builder setClosesAt(com.google.protobuf.Timestamp value) {
+      if (closesAtBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        closesAt_ = value;
+      } else {
+        closesAtBuilder_.setMessage(value);
+      }
+      bitField1_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    public Builder setClosesAt(
+        com.google.protobuf.Timestamp.Builder builderForValue) {
+      if (closesAtBuilder_ == null) {
+        closesAt_ = builderForValue.build();
+      } else {
+        closesAtBuilder_.setMessage(builderForValue.build());
+      }
+      bitField1_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    public Builder mergeClosesAt(com.google.protobuf.Timestamp value) {
+      if (closesAtBuilder_ == null) {
+        if (((bitField1_ & 0x00000008) != 0) &&
+          closesAt_ != null &&
+          closesAt_ != com.google.protobuf.Timestamp.getDefaultInstance()) {
+          getClosesAtBuilder().mergeFrom(value);
+        } else {
+          closesAt_ = value;
+        }
+      } else {
+        closesAtBuilder_.mergeFrom(value);
+      }
+      bitField1_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    public Builder clearClosesAt() {
+      bitField1_ = (bitField1_ & ~0x00000008);
+      closesAt_ = null;
+      if (closesAtBuilder_ != null) {
+        closesAtBuilder_.dispose();
+        closesAtBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    public com.google.protobuf.Timestamp.Builder getClosesAtBuilder() {
+      bitField1_ |= 0x00000008;
+      onChanged();
+      return getClosesAtFieldBuilder().getBuilder();
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    public com.google.protobuf.TimestampOrBuilder getClosesAtOrBuilder() {
+      if (closesAtBuilder_ != null) {
+        return closesAtBuilder_.getMessageOrBuilder();
+      } else {
+        return closesAt_ == null ?
+            com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+      }
+    }
+    /**
+     * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> 
+        getClosesAtFieldBuilder() {
+      if (closesAtBuilder_ == null) {
+        closesAtBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder>(
+                getClosesAt(),
+                getParentForChildren(),
+                isClean());
+        closesAt_ = null;
+      }
+      return closesAtBuilder_;
+    }
+
+    private long admissions_ ;
+    /**
+     * <pre>
+     * Reserves admitted in the current period (or over its life without a period).
+     * </pre>
+     *
+     * <code>int64 admissions = 37;</code>
+     * @return The admissions.
+     */
+    @java.lang.Override
+    public long getAdmissions() {
+      return admissions_;
+    }
+    /**
+     * <pre>
+     * Reserves admitted in the current period (or over its life without a period).
+     * </pre>
+     *
+     * <code>int64 admissions = 37;</code>
+     * @param value The admissions to set.
+     * @return This builder for chaining.
+     */
+    public Builder setAdmissions(long value) {
+      
+      admissions_ = value;
+      bitField1_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Reserves admitted in the current period (or over its life without a period).
+     * </pre>
+     *
+     * <code>int64 admissions = 37;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearAdmissions() {
+      bitField1_ = (bitField1_ & ~0x00000010);
+      admissions_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Timestamp limitUntil_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> limitUntilBuilder_;
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     * @return Whether the limitUntil field is set.
+     */
+    public boolean hasLimitUntil() {
+      return ((bitField1_ & 0x00000020) != 0);
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     * @return The limitUntil.
+     */
+    public com.google.protobuf.Timestamp getLimitUntil() {
+      if (limitUntilBuilder_ == null) {
+        return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+      } else {
+        return limitUntilBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    public Builder setLimitUntil(com.google.protobuf.Timestamp value) {
+      if (limitUntilBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        limitUntil_ = value;
+      } else {
+        limitUntilBuilder_.setMessage(value);
+      }
+      bitField1_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    public Builder setLimitUntil(
+        com.google.protobuf.Timestamp.Builder builderForValue) {
+      if (limitUntilBuilder_ == null) {
+        limitUntil_ = builderForValue.build();
+      } else {
+        limitUntilBuilder_.setMessage(builderForValue.build());
+      }
+      bitField1_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    public Builder mergeLimitUntil(com.google.protobuf.Timestamp value) {
+      if (limitUntilBuilder_ == null) {
+        if (((bitField1_ & 0x00000020) != 0) &&
+          limitUntil_ != null &&
+          limitUntil_ != com.google.protobuf.Timestamp.getDefaultInstance()) {
+          getLimitUntilBuilder().mergeFrom(value);
+        } else {
+          limitUntil_ = value;
+        }
+      } else {
+        limitUntilBuilder_.mergeFrom(value);
+      }
+      bitField1_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    public Builder clearLimitUntil() {
+      bitField1_ = (bitField1_ & ~0x00000020);
+      limitUntil_ = null;
+      if (limitUntilBuilder_ != null) {
+        limitUntilBuilder_.dispose();
+        limitUntilBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    public com.google.protobuf.Timestamp.Builder getLimitUntilBuilder() {
+      bitField1_ |= 0x00000020;
+      onChanged();
+      return getLimitUntilFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    public com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder() {
+      if (limitUntilBuilder_ != null) {
+        return limitUntilBuilder_.getMessageOrBuilder();
+      } else {
+        return limitUntil_ == null ?
+            com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+      }
+    }
+    /**
+     * <pre>
+     * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+     * unlimited), and why it was set.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> 
+        getLimitUntilFieldBuilder() {
+      if (limitUntilBuilder_ == null) {
+        limitUntilBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder>(
+                getLimitUntil(),
+                getParentForChildren(),
+                isClean());
+        limitUntil_ = null;
+      }
+      return limitUntilBuilder_;
+    }
+
+    private long limitAfter_ ;
+    /**
+     * <code>optional int64 limit_after = 39;</code>
+     * @return Whether the limitAfter field is set.
+     */
+    @java.lang.Override
+    public boolean hasLimitAfter() {
+      return ((bitField1_ & 0x00000040) != 0);
+    }
+    /**
+     * <code>optional int64 limit_after = 39;</code>
+     * @return The limitAfter.
+     */
+    @java.lang.Override
+    public long getLimitAfter() {
+      return limitAfter_;
+    }
+    /**
+     * <code>optional int64 limit_after = 39;</code>
+     * @param value The limitAfter to set.
+     * @return This builder for chaining.
+     */
+    public Builder setLimitAfter(long value) {
+      
+      limitAfter_ = value;
+      bitField1_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>optional int64 limit_after = 39;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearLimitAfter() {
+      bitField1_ = (bitField1_ & ~0x00000040);
+      limitAfter_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object limitReason_ = "";
+    /**
+     * <code>string limit_reason = 40;</code>
+     * @return The limitReason.
+     */
+    public java.lang.String getLimitReason() {
+      java.lang.Object ref = limitReason_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        limitReason_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <code>string limit_reason = 40;</code>
+     * @return The bytes for limitReason.
+     */
+    public com.google.protobuf.ByteString
+        getLimitReasonBytes() {
+      java.lang.Object ref = limitReason_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        limitReason_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <code>string limit_reason = 40;</code>
+     * @param value The limitReason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setLimitReason(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      limitReason_ = value;
+      bitField1_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>string limit_reason = 40;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearLimitReason() {
+      limitReason_ = getDefaultInstance().getLimitReason();
+      bitField1_ = (bitField1_ & ~0x00000080);
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>string limit_reason = 40;</code>
+     * @param value The bytes for limitReason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setLimitReasonBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      limitReason_ = value;
+      bitField1_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object templateId_ = "";
+    /**
+     * <pre>
+     * The template the budget was made from, if any.
+     * </pre>
+     *
+     * <code>string template_id = 41;</code>
+     * @return The templateId.
+     */
+    public java.lang.String getTemplateId() {
+      java.lang.Object ref = templateId_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        templateId_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The template the budget was made from, if any.
+     * </pre>
+     *
+     * <code>string template_id = 41;</code>
+     * @return The bytes for templateId.
+     */
+    public com.google.protobuf.ByteString
+        getTemplateIdBytes() {
+      java.lang.Object ref = templateId_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        templateId_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The template the budget was made from, if any.
+     * </pre>
+     *
+     * <code>string template_id = 41;</code>
+     * @param value The templateId to set.
+     * @return This builder for chaining.
+     */
+    public Builder setTemplateId(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      templateId_ = value;
+      bitField1_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The template the budget was made from, if any.
+     * </pre>
+     *
+     * <code>string template_id = 41;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearTemplateId() {
+      templateId_ = getDefaultInstance().getTemplateId();
+      bitField1_ = (bitField1_ & ~0x00000100);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The template the budget was made from, if any.
+     * </pre>
+     *
+     * <code>string template_id = 41;</code>
+     * @param value The bytes for templateId to set.
+     * @return This builder for chaining.
+     */
+    public Builder setTemplateIdBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      templateId_ = value;
+      bitField1_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+
+    private boolean changedByHand_ ;
+    /**
+     * <pre>
+     * An operator changed it by hand since it was made: its template's changes no longer
+     * reach it.
+     * </pre>
+     *
+     * <code>bool changed_by_hand = 42;</code>
+     * @return The changedByHand.
+     */
+    @java.lang.Override
+    public boolean getChangedByHand() {
+      return changedByHand_;
+    }
+    /**
+     * <pre>
+     * An operator changed it by hand since it was made: its template's changes no longer
+     * reach it.
+     * </pre>
+     *
+     * <code>bool changed_by_hand = 42;</code>
+     * @param value The changedByHand to set.
+     * @return This builder for chaining.
+     */
+    public Builder setChangedByHand(boolean value) {
+      
+      changedByHand_ = value;
+      bitField1_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * An operator changed it by hand since it was made: its template's changes no longer
+     * reach it.
+     * </pre>
+     *
+     * <code>bool changed_by_hand = 42;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearChangedByHand() {
+      bitField1_ = (bitField1_ & ~0x00000200);
+      changedByHand_ = false;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

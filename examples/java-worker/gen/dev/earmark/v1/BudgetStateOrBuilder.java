@@ -461,4 +461,135 @@ public interface BudgetStateOrBuilder extends
    * <code>.google.protobuf.Timestamp last_refused_at = 33;</code>
    */
   com.google.protobuf.TimestampOrBuilder getLastRefusedAtOrBuilder();
+
+  /**
+   * <code>optional int64 max_open_holds = 34;</code>
+   * @return Whether the maxOpenHolds field is set.
+   */
+  boolean hasMaxOpenHolds();
+  /**
+   * <code>optional int64 max_open_holds = 34;</code>
+   * @return The maxOpenHolds.
+   */
+  long getMaxOpenHolds();
+
+  /**
+   * <code>optional int64 max_admissions = 35;</code>
+   * @return Whether the maxAdmissions field is set.
+   */
+  boolean hasMaxAdmissions();
+  /**
+   * <code>optional int64 max_admissions = 35;</code>
+   * @return The maxAdmissions.
+   */
+  long getMaxAdmissions();
+
+  /**
+   * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+   * @return Whether the closesAt field is set.
+   */
+  boolean hasClosesAt();
+  /**
+   * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+   * @return The closesAt.
+   */
+  com.google.protobuf.Timestamp getClosesAt();
+  /**
+   * <code>.google.protobuf.Timestamp closes_at = 36;</code>
+   */
+  com.google.protobuf.TimestampOrBuilder getClosesAtOrBuilder();
+
+  /**
+   * <pre>
+   * Reserves admitted in the current period (or over its life without a period).
+   * </pre>
+   *
+   * <code>int64 admissions = 37;</code>
+   * @return The admissions.
+   */
+  long getAdmissions();
+
+  /**
+   * <pre>
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+   * @return Whether the limitUntil field is set.
+   */
+  boolean hasLimitUntil();
+  /**
+   * <pre>
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+   * @return The limitUntil.
+   */
+  com.google.protobuf.Timestamp getLimitUntil();
+  /**
+   * <pre>
+   * Set while a temporary limit is in force: when it ends, and the limit after it (absent:
+   * unlimited), and why it was set.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 38;</code>
+   */
+  com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder();
+
+  /**
+   * <code>optional int64 limit_after = 39;</code>
+   * @return Whether the limitAfter field is set.
+   */
+  boolean hasLimitAfter();
+  /**
+   * <code>optional int64 limit_after = 39;</code>
+   * @return The limitAfter.
+   */
+  long getLimitAfter();
+
+  /**
+   * <code>string limit_reason = 40;</code>
+   * @return The limitReason.
+   */
+  java.lang.String getLimitReason();
+  /**
+   * <code>string limit_reason = 40;</code>
+   * @return The bytes for limitReason.
+   */
+  com.google.protobuf.ByteString
+      getLimitReasonBytes();
+
+  /**
+   * <pre>
+   * The template the budget was made from, if any.
+   * </pre>
+   *
+   * <code>string template_id = 41;</code>
+   * @return The templateId.
+   */
+  java.lang.String getTemplateId();
+  /**
+   * <pre>
+   * The template the budget was made from, if any.
+   * </pre>
+   *
+   * <code>string template_id = 41;</code>
+   * @return The bytes for templateId.
+   */
+  com.google.protobuf.ByteString
+      getTemplateIdBytes();
+
+  /**
+   * <pre>
+   * An operator changed it by hand since it was made: its template's changes no longer
+   * reach it.
+   * </pre>
+   *
+   * <code>bool changed_by_hand = 42;</code>
+   * @return The changedByHand.
+   */
+  boolean getChangedByHand();
 }

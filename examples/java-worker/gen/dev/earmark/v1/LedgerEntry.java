@@ -20,6 +20,7 @@ private static final long serialVersionUID = 0L;
     reservationId_ = "";
     kind_ = "";
     evidence_ = "";
+    reason_ = "";
   }
 
   @java.lang.Override
@@ -47,6 +48,7 @@ private static final long serialVersionUID = 0L;
             dev.earmark.v1.LedgerEntry.class, dev.earmark.v1.LedgerEntry.Builder.class);
   }
 
+  private int bitField0_;
   public static final int ENTRY_ID_FIELD_NUMBER = 1;
   private long entryId_ = 0L;
   /**
@@ -141,7 +143,7 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object kind_ = "";
   /**
    * <pre>
-   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
    * </pre>
    *
    * <code>string kind = 4;</code>
@@ -162,7 +164,7 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
    * </pre>
    *
    * <code>string kind = 4;</code>
@@ -278,6 +280,119 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int LIMIT_BEFORE_FIELD_NUMBER = 9;
+  private long limitBefore_ = 0L;
+  /**
+   * <pre>
+   * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+   * unlimited), until when the new one is in force, and why.
+   * </pre>
+   *
+   * <code>optional int64 limit_before = 9;</code>
+   * @return Whether the limitBefore field is set.
+   */
+  @java.lang.Override
+  public boolean hasLimitBefore() {
+    return ((bitField0_ & 0x00000001) != 0);
+  }
+  /**
+   * <pre>
+   * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+   * unlimited), until when the new one is in force, and why.
+   * </pre>
+   *
+   * <code>optional int64 limit_before = 9;</code>
+   * @return The limitBefore.
+   */
+  @java.lang.Override
+  public long getLimitBefore() {
+    return limitBefore_;
+  }
+
+  public static final int LIMIT_AFTER_FIELD_NUMBER = 10;
+  private long limitAfter_ = 0L;
+  /**
+   * <code>optional int64 limit_after = 10;</code>
+   * @return Whether the limitAfter field is set.
+   */
+  @java.lang.Override
+  public boolean hasLimitAfter() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <code>optional int64 limit_after = 10;</code>
+   * @return The limitAfter.
+   */
+  @java.lang.Override
+  public long getLimitAfter() {
+    return limitAfter_;
+  }
+
+  public static final int LIMIT_UNTIL_FIELD_NUMBER = 11;
+  private com.google.protobuf.Timestamp limitUntil_;
+  /**
+   * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+   * @return Whether the limitUntil field is set.
+   */
+  @java.lang.Override
+  public boolean hasLimitUntil() {
+    return limitUntil_ != null;
+  }
+  /**
+   * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+   * @return The limitUntil.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Timestamp getLimitUntil() {
+    return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+  }
+  /**
+   * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder() {
+    return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+  }
+
+  public static final int REASON_FIELD_NUMBER = 12;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object reason_ = "";
+  /**
+   * <code>string reason = 12;</code>
+   * @return The reason.
+   */
+  @java.lang.Override
+  public java.lang.String getReason() {
+    java.lang.Object ref = reason_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      reason_ = s;
+      return s;
+    }
+  }
+  /**
+   * <code>string reason = 12;</code>
+   * @return The bytes for reason.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getReasonBytes() {
+    java.lang.Object ref = reason_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      reason_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -316,6 +431,18 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(evidence_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 8, evidence_);
     }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      output.writeInt64(9, limitBefore_);
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeInt64(10, limitAfter_);
+    }
+    if (limitUntil_ != null) {
+      output.writeMessage(11, getLimitUntil());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reason_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 12, reason_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -353,6 +480,21 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(evidence_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(8, evidence_);
     }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(9, limitBefore_);
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(10, limitAfter_);
+    }
+    if (limitUntil_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(11, getLimitUntil());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reason_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(12, reason_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -387,6 +529,23 @@ private static final long serialVersionUID = 0L;
     }
     if (!getEvidence()
         .equals(other.getEvidence())) return false;
+    if (hasLimitBefore() != other.hasLimitBefore()) return false;
+    if (hasLimitBefore()) {
+      if (getLimitBefore()
+          != other.getLimitBefore()) return false;
+    }
+    if (hasLimitAfter() != other.hasLimitAfter()) return false;
+    if (hasLimitAfter()) {
+      if (getLimitAfter()
+          != other.getLimitAfter()) return false;
+    }
+    if (hasLimitUntil() != other.hasLimitUntil()) return false;
+    if (hasLimitUntil()) {
+      if (!getLimitUntil()
+          .equals(other.getLimitUntil())) return false;
+    }
+    if (!getReason()
+        .equals(other.getReason())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -419,6 +578,22 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + EVIDENCE_FIELD_NUMBER;
     hash = (53 * hash) + getEvidence().hashCode();
+    if (hasLimitBefore()) {
+      hash = (37 * hash) + LIMIT_BEFORE_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getLimitBefore());
+    }
+    if (hasLimitAfter()) {
+      hash = (37 * hash) + LIMIT_AFTER_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getLimitAfter());
+    }
+    if (hasLimitUntil()) {
+      hash = (37 * hash) + LIMIT_UNTIL_FIELD_NUMBER;
+      hash = (53 * hash) + getLimitUntil().hashCode();
+    }
+    hash = (37 * hash) + REASON_FIELD_NUMBER;
+    hash = (53 * hash) + getReason().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -560,6 +735,14 @@ private static final long serialVersionUID = 0L;
         atBuilder_ = null;
       }
       evidence_ = "";
+      limitBefore_ = 0L;
+      limitAfter_ = 0L;
+      limitUntil_ = null;
+      if (limitUntilBuilder_ != null) {
+        limitUntilBuilder_.dispose();
+        limitUntilBuilder_ = null;
+      }
+      reason_ = "";
       return this;
     }
 
@@ -619,6 +802,24 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000080) != 0)) {
         result.evidence_ = evidence_;
       }
+      int to_bitField0_ = 0;
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.limitBefore_ = limitBefore_;
+        to_bitField0_ |= 0x00000001;
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.limitAfter_ = limitAfter_;
+        to_bitField0_ |= 0x00000002;
+      }
+      if (((from_bitField0_ & 0x00000400) != 0)) {
+        result.limitUntil_ = limitUntilBuilder_ == null
+            ? limitUntil_
+            : limitUntilBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000800) != 0)) {
+        result.reason_ = reason_;
+      }
+      result.bitField0_ |= to_bitField0_;
     }
 
     @java.lang.Override
@@ -697,6 +898,20 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000080;
         onChanged();
       }
+      if (other.hasLimitBefore()) {
+        setLimitBefore(other.getLimitBefore());
+      }
+      if (other.hasLimitAfter()) {
+        setLimitAfter(other.getLimitAfter());
+      }
+      if (other.hasLimitUntil()) {
+        mergeLimitUntil(other.getLimitUntil());
+      }
+      if (!other.getReason().isEmpty()) {
+        reason_ = other.reason_;
+        bitField0_ |= 0x00000800;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -765,6 +980,28 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000080;
               break;
             } // case 66
+            case 72: {
+              limitBefore_ = input.readInt64();
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 72
+            case 80: {
+              limitAfter_ = input.readInt64();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 80
+            case 90: {
+              input.readMessage(
+                  getLimitUntilFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000400;
+              break;
+            } // case 90
+            case 98: {
+              reason_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000800;
+              break;
+            } // case 98
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -961,7 +1198,7 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object kind_ = "";
     /**
      * <pre>
-     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
      * </pre>
      *
      * <code>string kind = 4;</code>
@@ -981,7 +1218,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
      * </pre>
      *
      * <code>string kind = 4;</code>
@@ -1002,7 +1239,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
      * </pre>
      *
      * <code>string kind = 4;</code>
@@ -1019,7 +1256,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
      * </pre>
      *
      * <code>string kind = 4;</code>
@@ -1033,7 +1270,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+     * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
      * </pre>
      *
      * <code>string kind = 4;</code>
@@ -1321,6 +1558,297 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       evidence_ = value;
       bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+
+    private long limitBefore_ ;
+    /**
+     * <pre>
+     * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+     * unlimited), until when the new one is in force, and why.
+     * </pre>
+     *
+     * <code>optional int64 limit_before = 9;</code>
+     * @return Whether the limitBefore field is set.
+     */
+    @java.lang.Override
+    public boolean hasLimitBefore() {
+      return ((bitField0_ & 0x00000100) != 0);
+    }
+    /**
+     * <pre>
+     * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+     * unlimited), until when the new one is in force, and why.
+     * </pre>
+     *
+     * <code>optional int64 limit_before = 9;</code>
+     * @return The limitBefore.
+     */
+    @java.lang.Override
+    public long getLimitBefore() {
+      return limitBefore_;
+    }
+    /**
+     * <pre>
+     * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+     * unlimited), until when the new one is in force, and why.
+     * </pre>
+     *
+     * <code>optional int64 limit_before = 9;</code>
+     * @param value The limitBefore to set.
+     * @return This builder for chaining.
+     */
+    public Builder setLimitBefore(long value) {
+      
+      limitBefore_ = value;
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+     * unlimited), until when the new one is in force, and why.
+     * </pre>
+     *
+     * <code>optional int64 limit_before = 9;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearLimitBefore() {
+      bitField0_ = (bitField0_ & ~0x00000100);
+      limitBefore_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long limitAfter_ ;
+    /**
+     * <code>optional int64 limit_after = 10;</code>
+     * @return Whether the limitAfter field is set.
+     */
+    @java.lang.Override
+    public boolean hasLimitAfter() {
+      return ((bitField0_ & 0x00000200) != 0);
+    }
+    /**
+     * <code>optional int64 limit_after = 10;</code>
+     * @return The limitAfter.
+     */
+    @java.lang.Override
+    public long getLimitAfter() {
+      return limitAfter_;
+    }
+    /**
+     * <code>optional int64 limit_after = 10;</code>
+     * @param value The limitAfter to set.
+     * @return This builder for chaining.
+     */
+    public Builder setLimitAfter(long value) {
+      
+      limitAfter_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>optional int64 limit_after = 10;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearLimitAfter() {
+      bitField0_ = (bitField0_ & ~0x00000200);
+      limitAfter_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Timestamp limitUntil_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> limitUntilBuilder_;
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     * @return Whether the limitUntil field is set.
+     */
+    public boolean hasLimitUntil() {
+      return ((bitField0_ & 0x00000400) != 0);
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     * @return The limitUntil.
+     */
+    public com.google.protobuf.Timestamp getLimitUntil() {
+      if (limitUntilBuilder_ == null) {
+        return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+      } else {
+        return limitUntilBuilder_.getMessage();
+      }
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    public Builder setLimitUntil(com.google.protobuf.Timestamp value) {
+      if (limitUntilBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        limitUntil_ = value;
+      } else {
+        limitUntilBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    public Builder setLimitUntil(
+        com.google.protobuf.Timestamp.Builder builderForValue) {
+      if (limitUntilBuilder_ == null) {
+        limitUntil_ = builderForValue.build();
+      } else {
+        limitUntilBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    public Builder mergeLimitUntil(com.google.protobuf.Timestamp value) {
+      if (limitUntilBuilder_ == null) {
+        if (((bitField0_ & 0x00000400) != 0) &&
+          limitUntil_ != null &&
+          limitUntil_ != com.google.protobuf.Timestamp.getDefaultInstance()) {
+          getLimitUntilBuilder().mergeFrom(value);
+        } else {
+          limitUntil_ = value;
+        }
+      } else {
+        limitUntilBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    public Builder clearLimitUntil() {
+      bitField0_ = (bitField0_ & ~0x00000400);
+      limitUntil_ = null;
+      if (limitUntilBuilder_ != null) {
+        limitUntilBuilder_.dispose();
+        limitUntilBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    public com.google.protobuf.Timestamp.Builder getLimitUntilBuilder() {
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return getLimitUntilFieldBuilder().getBuilder();
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    public com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder() {
+      if (limitUntilBuilder_ != null) {
+        return limitUntilBuilder_.getMessageOrBuilder();
+      } else {
+        return limitUntil_ == null ?
+            com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+      }
+    }
+    /**
+     * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> 
+        getLimitUntilFieldBuilder() {
+      if (limitUntilBuilder_ == null) {
+        limitUntilBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder>(
+                getLimitUntil(),
+                getParentForChildren(),
+                isClean());
+        limitUntil_ = null;
+      }
+      return limitUntilBuilder_;
+    }
+
+    private java.lang.Object reason_ = "";
+    /**
+     * <code>string reason = 12;</code>
+     * @return The reason.
+     */
+    public java.lang.String getReason() {
+      java.lang.Object ref = reason_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        reason_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <code>string reason = 12;</code>
+     * @return The bytes for reason.
+     */
+    public com.google.protobuf.ByteString
+        getReasonBytes() {
+      java.lang.Object ref = reason_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        reason_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <code>string reason = 12;</code>
+     * @param value The reason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReason(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      reason_ = value;
+      bitField0_ |= 0x00000800;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>string reason = 12;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearReason() {
+      reason_ = getDefaultInstance().getReason();
+      bitField0_ = (bitField0_ & ~0x00000800);
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>string reason = 12;</code>
+     * @param value The bytes for reason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReasonBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      reason_ = value;
+      bitField0_ |= 0x00000800;
       onChanged();
       return this;
     }

@@ -39,7 +39,7 @@ public interface LedgerEntryOrBuilder extends
 
   /**
    * <pre>
-   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
    * </pre>
    *
    * <code>string kind = 4;</code>
@@ -48,7 +48,7 @@ public interface LedgerEntryOrBuilder extends
   java.lang.String getKind();
   /**
    * <pre>
-   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release.
+   * hold, charge, settle, expire, late_settle, reprice, in_doubt, resolve, release, limit.
    * </pre>
    *
    * <code>string kind = 4;</code>
@@ -103,4 +103,63 @@ public interface LedgerEntryOrBuilder extends
    */
   com.google.protobuf.ByteString
       getEvidenceBytes();
+
+  /**
+   * <pre>
+   * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+   * unlimited), until when the new one is in force, and why.
+   * </pre>
+   *
+   * <code>optional int64 limit_before = 9;</code>
+   * @return Whether the limitBefore field is set.
+   */
+  boolean hasLimitBefore();
+  /**
+   * <pre>
+   * A limit entry's (kind "limit": nothing moves): the limit before and after (absent:
+   * unlimited), until when the new one is in force, and why.
+   * </pre>
+   *
+   * <code>optional int64 limit_before = 9;</code>
+   * @return The limitBefore.
+   */
+  long getLimitBefore();
+
+  /**
+   * <code>optional int64 limit_after = 10;</code>
+   * @return Whether the limitAfter field is set.
+   */
+  boolean hasLimitAfter();
+  /**
+   * <code>optional int64 limit_after = 10;</code>
+   * @return The limitAfter.
+   */
+  long getLimitAfter();
+
+  /**
+   * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+   * @return Whether the limitUntil field is set.
+   */
+  boolean hasLimitUntil();
+  /**
+   * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+   * @return The limitUntil.
+   */
+  com.google.protobuf.Timestamp getLimitUntil();
+  /**
+   * <code>.google.protobuf.Timestamp limit_until = 11;</code>
+   */
+  com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder();
+
+  /**
+   * <code>string reason = 12;</code>
+   * @return The reason.
+   */
+  java.lang.String getReason();
+  /**
+   * <code>string reason = 12;</code>
+   * @return The bytes for reason.
+   */
+  com.google.protobuf.ByteString
+      getReasonBytes();
 }

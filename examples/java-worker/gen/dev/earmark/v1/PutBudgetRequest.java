@@ -500,6 +500,103 @@ private static final long serialVersionUID = 0L;
     return result == null ? dev.earmark.v1.ThresholdBasis.UNRECOGNIZED : result;
   }
 
+  public static final int MAX_OPEN_HOLDS_FIELD_NUMBER = 17;
+  private long maxOpenHolds_ = 0L;
+  /**
+   * <pre>
+   * At most this many holds open at once (held or in doubt); absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_open_holds = 17;</code>
+   * @return Whether the maxOpenHolds field is set.
+   */
+  @java.lang.Override
+  public boolean hasMaxOpenHolds() {
+    return ((bitField0_ & 0x00000020) != 0);
+  }
+  /**
+   * <pre>
+   * At most this many holds open at once (held or in doubt); absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_open_holds = 17;</code>
+   * @return The maxOpenHolds.
+   */
+  @java.lang.Override
+  public long getMaxOpenHolds() {
+    return maxOpenHolds_;
+  }
+
+  public static final int MAX_ADMISSIONS_FIELD_NUMBER = 18;
+  private long maxAdmissions_ = 0L;
+  /**
+   * <pre>
+   * At most this many Reserves admitted over the budget's life, or with a period, per
+   * period; absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_admissions = 18;</code>
+   * @return Whether the maxAdmissions field is set.
+   */
+  @java.lang.Override
+  public boolean hasMaxAdmissions() {
+    return ((bitField0_ & 0x00000040) != 0);
+  }
+  /**
+   * <pre>
+   * At most this many Reserves admitted over the budget's life, or with a period, per
+   * period; absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_admissions = 18;</code>
+   * @return The maxAdmissions.
+   */
+  @java.lang.Override
+  public long getMaxAdmissions() {
+    return maxAdmissions_;
+  }
+
+  public static final int CLOSES_AT_FIELD_NUMBER = 19;
+  private com.google.protobuf.Timestamp closesAt_;
+  /**
+   * <pre>
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+   * @return Whether the closesAt field is set.
+   */
+  @java.lang.Override
+  public boolean hasClosesAt() {
+    return closesAt_ != null;
+  }
+  /**
+   * <pre>
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+   * @return The closesAt.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Timestamp getClosesAt() {
+    return closesAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+  }
+  /**
+   * <pre>
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.TimestampOrBuilder getClosesAtOrBuilder() {
+    return closesAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -566,6 +663,15 @@ private static final long serialVersionUID = 0L;
     }
     if (thresholdBasis_ != dev.earmark.v1.ThresholdBasis.THRESHOLD_BASIS_UNSPECIFIED.getNumber()) {
       output.writeEnum(16, thresholdBasis_);
+    }
+    if (((bitField0_ & 0x00000020) != 0)) {
+      output.writeInt64(17, maxOpenHolds_);
+    }
+    if (((bitField0_ & 0x00000040) != 0)) {
+      output.writeInt64(18, maxAdmissions_);
+    }
+    if (closesAt_ != null) {
+      output.writeMessage(19, getClosesAt());
     }
     getUnknownFields().writeTo(output);
   }
@@ -647,6 +753,18 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeEnumSize(16, thresholdBasis_);
     }
+    if (((bitField0_ & 0x00000020) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(17, maxOpenHolds_);
+    }
+    if (((bitField0_ & 0x00000040) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(18, maxAdmissions_);
+    }
+    if (closesAt_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(19, getClosesAt());
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -704,6 +822,21 @@ private static final long serialVersionUID = 0L;
           != other.getUnitsPerMinute()) return false;
     }
     if (thresholdBasis_ != other.thresholdBasis_) return false;
+    if (hasMaxOpenHolds() != other.hasMaxOpenHolds()) return false;
+    if (hasMaxOpenHolds()) {
+      if (getMaxOpenHolds()
+          != other.getMaxOpenHolds()) return false;
+    }
+    if (hasMaxAdmissions() != other.hasMaxAdmissions()) return false;
+    if (hasMaxAdmissions()) {
+      if (getMaxAdmissions()
+          != other.getMaxAdmissions()) return false;
+    }
+    if (hasClosesAt() != other.hasClosesAt()) return false;
+    if (hasClosesAt()) {
+      if (!getClosesAt()
+          .equals(other.getClosesAt())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -764,6 +897,20 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + THRESHOLD_BASIS_FIELD_NUMBER;
     hash = (53 * hash) + thresholdBasis_;
+    if (hasMaxOpenHolds()) {
+      hash = (37 * hash) + MAX_OPEN_HOLDS_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getMaxOpenHolds());
+    }
+    if (hasMaxAdmissions()) {
+      hash = (37 * hash) + MAX_ADMISSIONS_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getMaxAdmissions());
+    }
+    if (hasClosesAt()) {
+      hash = (37 * hash) + CLOSES_AT_FIELD_NUMBER;
+      hash = (53 * hash) + getClosesAt().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -909,6 +1056,13 @@ private static final long serialVersionUID = 0L;
       admissionsPerMinute_ = 0L;
       unitsPerMinute_ = 0L;
       thresholdBasis_ = 0;
+      maxOpenHolds_ = 0L;
+      maxAdmissions_ = 0L;
+      closesAt_ = null;
+      if (closesAtBuilder_ != null) {
+        closesAtBuilder_.dispose();
+        closesAtBuilder_ = null;
+      }
       return this;
     }
 
@@ -1001,6 +1155,19 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00008000) != 0)) {
         result.thresholdBasis_ = thresholdBasis_;
+      }
+      if (((from_bitField0_ & 0x00010000) != 0)) {
+        result.maxOpenHolds_ = maxOpenHolds_;
+        to_bitField0_ |= 0x00000020;
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.maxAdmissions_ = maxAdmissions_;
+        to_bitField0_ |= 0x00000040;
+      }
+      if (((from_bitField0_ & 0x00040000) != 0)) {
+        result.closesAt_ = closesAtBuilder_ == null
+            ? closesAt_
+            : closesAtBuilder_.build();
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1109,6 +1276,15 @@ private static final long serialVersionUID = 0L;
       }
       if (other.thresholdBasis_ != 0) {
         setThresholdBasisValue(other.getThresholdBasisValue());
+      }
+      if (other.hasMaxOpenHolds()) {
+        setMaxOpenHolds(other.getMaxOpenHolds());
+      }
+      if (other.hasMaxAdmissions()) {
+        setMaxAdmissions(other.getMaxAdmissions());
+      }
+      if (other.hasClosesAt()) {
+        mergeClosesAt(other.getClosesAt());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1227,6 +1403,23 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00008000;
               break;
             } // case 128
+            case 136: {
+              maxOpenHolds_ = input.readInt64();
+              bitField0_ |= 0x00010000;
+              break;
+            } // case 136
+            case 144: {
+              maxAdmissions_ = input.readInt64();
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 144
+            case 154: {
+              input.readMessage(
+                  getClosesAtFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00040000;
+              break;
+            } // case 154
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2285,6 +2478,286 @@ private static final long serialVersionUID = 0L;
       thresholdBasis_ = 0;
       onChanged();
       return this;
+    }
+
+    private long maxOpenHolds_ ;
+    /**
+     * <pre>
+     * At most this many holds open at once (held or in doubt); absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_open_holds = 17;</code>
+     * @return Whether the maxOpenHolds field is set.
+     */
+    @java.lang.Override
+    public boolean hasMaxOpenHolds() {
+      return ((bitField0_ & 0x00010000) != 0);
+    }
+    /**
+     * <pre>
+     * At most this many holds open at once (held or in doubt); absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_open_holds = 17;</code>
+     * @return The maxOpenHolds.
+     */
+    @java.lang.Override
+    public long getMaxOpenHolds() {
+      return maxOpenHolds_;
+    }
+    /**
+     * <pre>
+     * At most this many holds open at once (held or in doubt); absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_open_holds = 17;</code>
+     * @param value The maxOpenHolds to set.
+     * @return This builder for chaining.
+     */
+    public Builder setMaxOpenHolds(long value) {
+      
+      maxOpenHolds_ = value;
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * At most this many holds open at once (held or in doubt); absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_open_holds = 17;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearMaxOpenHolds() {
+      bitField0_ = (bitField0_ & ~0x00010000);
+      maxOpenHolds_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long maxAdmissions_ ;
+    /**
+     * <pre>
+     * At most this many Reserves admitted over the budget's life, or with a period, per
+     * period; absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_admissions = 18;</code>
+     * @return Whether the maxAdmissions field is set.
+     */
+    @java.lang.Override
+    public boolean hasMaxAdmissions() {
+      return ((bitField0_ & 0x00020000) != 0);
+    }
+    /**
+     * <pre>
+     * At most this many Reserves admitted over the budget's life, or with a period, per
+     * period; absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_admissions = 18;</code>
+     * @return The maxAdmissions.
+     */
+    @java.lang.Override
+    public long getMaxAdmissions() {
+      return maxAdmissions_;
+    }
+    /**
+     * <pre>
+     * At most this many Reserves admitted over the budget's life, or with a period, per
+     * period; absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_admissions = 18;</code>
+     * @param value The maxAdmissions to set.
+     * @return This builder for chaining.
+     */
+    public Builder setMaxAdmissions(long value) {
+      
+      maxAdmissions_ = value;
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * At most this many Reserves admitted over the budget's life, or with a period, per
+     * period; absent: no limit.
+     * </pre>
+     *
+     * <code>optional int64 max_admissions = 18;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearMaxAdmissions() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      maxAdmissions_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Timestamp closesAt_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> closesAtBuilder_;
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     * @return Whether the closesAt field is set.
+     */
+    public boolean hasClosesAt() {
+      return ((bitField0_ & 0x00040000) != 0);
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     * @return The closesAt.
+     */
+    public com.google.protobuf.Timestamp getClosesAt() {
+      if (closesAtBuilder_ == null) {
+        return closesAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+      } else {
+        return closesAtBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    public Builder setClosesAt(com.google.protobuf.Timestamp value) {
+      if (closesAtBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        closesAt_ = value;
+      } else {
+        closesAtBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    public Builder setClosesAt(
+        com.google.protobuf.Timestamp.Builder builderForValue) {
+      if (closesAtBuilder_ == null) {
+        closesAt_ = builderForValue.build();
+      } else {
+        closesAtBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    public Builder mergeClosesAt(com.google.protobuf.Timestamp value) {
+      if (closesAtBuilder_ == null) {
+        if (((bitField0_ & 0x00040000) != 0) &&
+          closesAt_ != null &&
+          closesAt_ != com.google.protobuf.Timestamp.getDefaultInstance()) {
+          getClosesAtBuilder().mergeFrom(value);
+        } else {
+          closesAt_ = value;
+        }
+      } else {
+        closesAtBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    public Builder clearClosesAt() {
+      bitField0_ = (bitField0_ & ~0x00040000);
+      closesAt_ = null;
+      if (closesAtBuilder_ != null) {
+        closesAtBuilder_.dispose();
+        closesAtBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    public com.google.protobuf.Timestamp.Builder getClosesAtBuilder() {
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return getClosesAtFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    public com.google.protobuf.TimestampOrBuilder getClosesAtOrBuilder() {
+      if (closesAtBuilder_ != null) {
+        return closesAtBuilder_.getMessageOrBuilder();
+      } else {
+        return closesAt_ == null ?
+            com.google.protobuf.Timestamp.getDefaultInstance() : closesAt_;
+      }
+    }
+    /**
+     * <pre>
+     * No Reserve is admitted at or after this instant; holds open then settle as usual.
+     * Absent: never closes.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> 
+        getClosesAtFieldBuilder() {
+      if (closesAtBuilder_ == null) {
+        closesAtBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder>(
+                getClosesAt(),
+                getParentForChildren(),
+                isClean());
+        closesAt_ = null;
+      }
+      return closesAtBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -275,4 +275,74 @@ public interface PutBudgetRequestOrBuilder extends
    * @return The thresholdBasis.
    */
   dev.earmark.v1.ThresholdBasis getThresholdBasis();
+
+  /**
+   * <pre>
+   * At most this many holds open at once (held or in doubt); absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_open_holds = 17;</code>
+   * @return Whether the maxOpenHolds field is set.
+   */
+  boolean hasMaxOpenHolds();
+  /**
+   * <pre>
+   * At most this many holds open at once (held or in doubt); absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_open_holds = 17;</code>
+   * @return The maxOpenHolds.
+   */
+  long getMaxOpenHolds();
+
+  /**
+   * <pre>
+   * At most this many Reserves admitted over the budget's life, or with a period, per
+   * period; absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_admissions = 18;</code>
+   * @return Whether the maxAdmissions field is set.
+   */
+  boolean hasMaxAdmissions();
+  /**
+   * <pre>
+   * At most this many Reserves admitted over the budget's life, or with a period, per
+   * period; absent: no limit.
+   * </pre>
+   *
+   * <code>optional int64 max_admissions = 18;</code>
+   * @return The maxAdmissions.
+   */
+  long getMaxAdmissions();
+
+  /**
+   * <pre>
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+   * @return Whether the closesAt field is set.
+   */
+  boolean hasClosesAt();
+  /**
+   * <pre>
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+   * @return The closesAt.
+   */
+  com.google.protobuf.Timestamp getClosesAt();
+  /**
+   * <pre>
+   * No Reserve is admitted at or after this instant; holds open then settle as usual.
+   * Absent: never closes.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp closes_at = 19;</code>
+   */
+  com.google.protobuf.TimestampOrBuilder getClosesAtOrBuilder();
 }

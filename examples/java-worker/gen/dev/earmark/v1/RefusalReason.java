@@ -24,6 +24,30 @@ public enum RefusalReason
    * <code>REFUSAL_REASON_RATE_LIMITED = 3;</code>
    */
   REFUSAL_REASON_RATE_LIMITED(3),
+  /**
+   * <pre>
+   * A budget already has max_open_holds holds open.
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_TOO_MANY_OPEN = 4;</code>
+   */
+  REFUSAL_REASON_TOO_MANY_OPEN(4),
+  /**
+   * <pre>
+   * A budget has admitted its max_admissions Reserves (in its period, when it has one).
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_ADMISSIONS_SPENT = 5;</code>
+   */
+  REFUSAL_REASON_ADMISSIONS_SPENT(5),
+  /**
+   * <pre>
+   * A budget's closes_at has passed: it admits nothing more.
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_CLOSED = 6;</code>
+   */
+  REFUSAL_REASON_CLOSED(6),
   UNRECOGNIZED(-1),
   ;
 
@@ -43,6 +67,30 @@ public enum RefusalReason
    * <code>REFUSAL_REASON_RATE_LIMITED = 3;</code>
    */
   public static final int REFUSAL_REASON_RATE_LIMITED_VALUE = 3;
+  /**
+   * <pre>
+   * A budget already has max_open_holds holds open.
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_TOO_MANY_OPEN = 4;</code>
+   */
+  public static final int REFUSAL_REASON_TOO_MANY_OPEN_VALUE = 4;
+  /**
+   * <pre>
+   * A budget has admitted its max_admissions Reserves (in its period, when it has one).
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_ADMISSIONS_SPENT = 5;</code>
+   */
+  public static final int REFUSAL_REASON_ADMISSIONS_SPENT_VALUE = 5;
+  /**
+   * <pre>
+   * A budget's closes_at has passed: it admits nothing more.
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_CLOSED = 6;</code>
+   */
+  public static final int REFUSAL_REASON_CLOSED_VALUE = 6;
 
 
   public final int getNumber() {
@@ -73,6 +121,9 @@ public enum RefusalReason
       case 1: return REFUSAL_REASON_INSUFFICIENT_BUDGET;
       case 2: return REFUSAL_REASON_LIMIT_UNAVAILABLE;
       case 3: return REFUSAL_REASON_RATE_LIMITED;
+      case 4: return REFUSAL_REASON_TOO_MANY_OPEN;
+      case 5: return REFUSAL_REASON_ADMISSIONS_SPENT;
+      case 6: return REFUSAL_REASON_CLOSED;
       default: return null;
     }
   }

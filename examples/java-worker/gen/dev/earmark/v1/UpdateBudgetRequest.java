@@ -22,6 +22,7 @@ private static final long serialVersionUID = 0L;
     super(builder);
   }
   private UpdateBudgetRequest() {
+    reason_ = "";
   }
 
   @java.lang.Override
@@ -101,6 +102,94 @@ private static final long serialVersionUID = 0L;
     return updateMask_ == null ? com.google.protobuf.FieldMask.getDefaultInstance() : updateMask_;
   }
 
+  public static final int LIMIT_UNTIL_FIELD_NUMBER = 3;
+  private com.google.protobuf.Timestamp limitUntil_;
+  /**
+   * <pre>
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+   * @return Whether the limitUntil field is set.
+   */
+  @java.lang.Override
+  public boolean hasLimitUntil() {
+    return limitUntil_ != null;
+  }
+  /**
+   * <pre>
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+   * @return The limitUntil.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Timestamp getLimitUntil() {
+    return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+  }
+  /**
+   * <pre>
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder() {
+    return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+  }
+
+  public static final int REASON_FIELD_NUMBER = 4;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object reason_ = "";
+  /**
+   * <pre>
+   * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+   * </pre>
+   *
+   * <code>string reason = 4;</code>
+   * @return The reason.
+   */
+  @java.lang.Override
+  public java.lang.String getReason() {
+    java.lang.Object ref = reason_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      reason_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+   * </pre>
+   *
+   * <code>string reason = 4;</code>
+   * @return The bytes for reason.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getReasonBytes() {
+    java.lang.Object ref = reason_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      reason_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -121,6 +210,12 @@ private static final long serialVersionUID = 0L;
     if (updateMask_ != null) {
       output.writeMessage(2, getUpdateMask());
     }
+    if (limitUntil_ != null) {
+      output.writeMessage(3, getLimitUntil());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reason_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 4, reason_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -137,6 +232,13 @@ private static final long serialVersionUID = 0L;
     if (updateMask_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(2, getUpdateMask());
+    }
+    if (limitUntil_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(3, getLimitUntil());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reason_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(4, reason_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -163,6 +265,13 @@ private static final long serialVersionUID = 0L;
       if (!getUpdateMask()
           .equals(other.getUpdateMask())) return false;
     }
+    if (hasLimitUntil() != other.hasLimitUntil()) return false;
+    if (hasLimitUntil()) {
+      if (!getLimitUntil()
+          .equals(other.getLimitUntil())) return false;
+    }
+    if (!getReason()
+        .equals(other.getReason())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -182,6 +291,12 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + UPDATE_MASK_FIELD_NUMBER;
       hash = (53 * hash) + getUpdateMask().hashCode();
     }
+    if (hasLimitUntil()) {
+      hash = (37 * hash) + LIMIT_UNTIL_FIELD_NUMBER;
+      hash = (53 * hash) + getLimitUntil().hashCode();
+    }
+    hash = (37 * hash) + REASON_FIELD_NUMBER;
+    hash = (53 * hash) + getReason().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -327,6 +442,12 @@ private static final long serialVersionUID = 0L;
         updateMaskBuilder_.dispose();
         updateMaskBuilder_ = null;
       }
+      limitUntil_ = null;
+      if (limitUntilBuilder_ != null) {
+        limitUntilBuilder_.dispose();
+        limitUntilBuilder_ = null;
+      }
+      reason_ = "";
       return this;
     }
 
@@ -369,6 +490,14 @@ private static final long serialVersionUID = 0L;
         result.updateMask_ = updateMaskBuilder_ == null
             ? updateMask_
             : updateMaskBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.limitUntil_ = limitUntilBuilder_ == null
+            ? limitUntil_
+            : limitUntilBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.reason_ = reason_;
       }
     }
 
@@ -422,6 +551,14 @@ private static final long serialVersionUID = 0L;
       if (other.hasUpdateMask()) {
         mergeUpdateMask(other.getUpdateMask());
       }
+      if (other.hasLimitUntil()) {
+        mergeLimitUntil(other.getLimitUntil());
+      }
+      if (!other.getReason().isEmpty()) {
+        reason_ = other.reason_;
+        bitField0_ |= 0x00000008;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -462,6 +599,18 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 18
+            case 26: {
+              input.readMessage(
+                  getLimitUntilFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 26
+            case 34: {
+              reason_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -715,6 +864,262 @@ private static final long serialVersionUID = 0L;
         updateMask_ = null;
       }
       return updateMaskBuilder_;
+    }
+
+    private com.google.protobuf.Timestamp limitUntil_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> limitUntilBuilder_;
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     * @return Whether the limitUntil field is set.
+     */
+    public boolean hasLimitUntil() {
+      return ((bitField0_ & 0x00000004) != 0);
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     * @return The limitUntil.
+     */
+    public com.google.protobuf.Timestamp getLimitUntil() {
+      if (limitUntilBuilder_ == null) {
+        return limitUntil_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+      } else {
+        return limitUntilBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    public Builder setLimitUntil(com.google.protobuf.Timestamp value) {
+      if (limitUntilBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        limitUntil_ = value;
+      } else {
+        limitUntilBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    public Builder setLimitUntil(
+        com.google.protobuf.Timestamp.Builder builderForValue) {
+      if (limitUntilBuilder_ == null) {
+        limitUntil_ = builderForValue.build();
+      } else {
+        limitUntilBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    public Builder mergeLimitUntil(com.google.protobuf.Timestamp value) {
+      if (limitUntilBuilder_ == null) {
+        if (((bitField0_ & 0x00000004) != 0) &&
+          limitUntil_ != null &&
+          limitUntil_ != com.google.protobuf.Timestamp.getDefaultInstance()) {
+          getLimitUntilBuilder().mergeFrom(value);
+        } else {
+          limitUntil_ = value;
+        }
+      } else {
+        limitUntilBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    public Builder clearLimitUntil() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      limitUntil_ = null;
+      if (limitUntilBuilder_ != null) {
+        limitUntilBuilder_.dispose();
+        limitUntilBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    public com.google.protobuf.Timestamp.Builder getLimitUntilBuilder() {
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return getLimitUntilFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    public com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder() {
+      if (limitUntilBuilder_ != null) {
+        return limitUntilBuilder_.getMessageOrBuilder();
+      } else {
+        return limitUntil_ == null ?
+            com.google.protobuf.Timestamp.getDefaultInstance() : limitUntil_;
+      }
+    }
+    /**
+     * <pre>
+     * A temporary limit: the limit this update sets is in force until then, and the limit
+     * before it after. Needs the update to name limit; at most a year ahead.
+     * </pre>
+     *
+     * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder> 
+        getLimitUntilFieldBuilder() {
+      if (limitUntilBuilder_ == null) {
+        limitUntilBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Timestamp, com.google.protobuf.Timestamp.Builder, com.google.protobuf.TimestampOrBuilder>(
+                getLimitUntil(),
+                getParentForChildren(),
+                isClean());
+        limitUntil_ = null;
+      }
+      return limitUntilBuilder_;
+    }
+
+    private java.lang.Object reason_ = "";
+    /**
+     * <pre>
+     * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+     * </pre>
+     *
+     * <code>string reason = 4;</code>
+     * @return The reason.
+     */
+    public java.lang.String getReason() {
+      java.lang.Object ref = reason_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        reason_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+     * </pre>
+     *
+     * <code>string reason = 4;</code>
+     * @return The bytes for reason.
+     */
+    public com.google.protobuf.ByteString
+        getReasonBytes() {
+      java.lang.Object ref = reason_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        reason_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+     * </pre>
+     *
+     * <code>string reason = 4;</code>
+     * @param value The reason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReason(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      reason_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+     * </pre>
+     *
+     * <code>string reason = 4;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearReason() {
+      reason_ = getDefaultInstance().getReason();
+      bitField0_ = (bitField0_ & ~0x00000008);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+     * </pre>
+     *
+     * <code>string reason = 4;</code>
+     * @param value The bytes for reason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReasonBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      reason_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -36,4 +36,54 @@ public interface UpdateBudgetRequestOrBuilder extends
    * <code>.google.protobuf.FieldMask update_mask = 2;</code>
    */
   com.google.protobuf.FieldMaskOrBuilder getUpdateMaskOrBuilder();
+
+  /**
+   * <pre>
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+   * @return Whether the limitUntil field is set.
+   */
+  boolean hasLimitUntil();
+  /**
+   * <pre>
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+   * @return The limitUntil.
+   */
+  com.google.protobuf.Timestamp getLimitUntil();
+  /**
+   * <pre>
+   * A temporary limit: the limit this update sets is in force until then, and the limit
+   * before it after. Needs the update to name limit; at most a year ahead.
+   * </pre>
+   *
+   * <code>.google.protobuf.Timestamp limit_until = 3;</code>
+   */
+  com.google.protobuf.TimestampOrBuilder getLimitUntilOrBuilder();
+
+  /**
+   * <pre>
+   * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+   * </pre>
+   *
+   * <code>string reason = 4;</code>
+   * @return The reason.
+   */
+  java.lang.String getReason();
+  /**
+   * <pre>
+   * Why the limit changed, kept with its ledger entry and event; at most 256 characters.
+   * </pre>
+   *
+   * <code>string reason = 4;</code>
+   * @return The bytes for reason.
+   */
+  com.google.protobuf.ByteString
+      getReasonBytes();
 }
