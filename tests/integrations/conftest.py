@@ -31,6 +31,13 @@ __all__ = ["priced"]
 # The xdist_group of the tests that take `proxy`: one worker runs them all, and starts it
 # once for them (`make test` runs with --dist loadgroup).
 SHARED_PROXY = "litellm_proxy"
+# The xdist_group of the tests that take `lease_proxy` (a short lease and grace).
+LEASE_PROXY = "litellm_lease_proxy"
+# lease_proxy's settings: the gate's lease (EARMARK_LEASE_SECONDS), its grace for an
+# outcome (EARMARK_LITELLM_OUTCOME_GRACE_SECONDS), and LiteLLM's SSE keepalive.
+LEASE_SECONDS = 4
+GRACE_SECONDS = 1
+KEEPALIVE_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -121,4 +128,26 @@ async def proxy(
     async with litellm_proxy(
         config(provider_url(openai_server)), tmp_path_factory.mktemp("litellm"), env
     ) as url:
+        yield url
+
+
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
+async def lease_proxy(
+    sidecar_address: Address,
+    openai_server: StateServer[OpenAIState],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[str]:
+    """The real LiteLLM proxy as `proxy` has it, but with the gate's lease LEASE_SECONDS,
+    its outcome's grace GRACE_SECONDS and LiteLLM's SSE keepalive on (every
+    KEEPALIVE_SECONDS): started once for the tests of holds that outlive a lease or a
+    grace (xdist_group LEASE_PROXY), each with its own sidecar and fake's state. Yields its
+    URL."""
+    settings = config(provider_url(openai_server))
+    settings["litellm_settings"]["sse_keepalive_ping_interval_seconds"] = KEEPALIVE_SECONDS
+    env = {
+        **sidecar_address.env,
+        "EARMARK_LEASE_SECONDS": str(LEASE_SECONDS),
+        "EARMARK_LITELLM_OUTCOME_GRACE_SECONDS": str(GRACE_SECONDS),
+    }
+    async with litellm_proxy(settings, tmp_path_factory.mktemp("litellm"), env) as url:
         yield url

@@ -18,7 +18,12 @@ from tests.client.llm_helpers import CEILING, INPUT, OUTPUT, budget, cost, holds
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants, eventually
-from tests.integrations.conftest import SHARED_PROXY
+from tests.integrations.conftest import (
+    GRACE_SECONDS,
+    LEASE_PROXY,
+    LEASE_SECONDS,
+    SHARED_PROXY,
+)
 from tests.integrations.litellm_proxy import GATE, GUARD, MASTER, MODEL, config, litellm_proxy
 
 pytestmark = pytest.mark.slow
@@ -191,19 +196,17 @@ async def test_the_provider_is_told_the_cap_and_each_ending_is_kept(
     await assert_invariants(priced.dsn)
 
 
+@pytest.mark.xdist_group(LEASE_PROXY)
 async def test_a_hold_renews_while_its_call_runs_and_a_stream_left_midway_stays_in_doubt(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, lease_proxy: str
 ) -> None:
     """With a four-second lease, a call the provider holds up keeps its hold past the lease
     and settles at its bill; a stream whose client leaves after three chunks ends in doubt,
     not at LiteLLM's own count of the chunks it read."""
+    assert (4, 1) == (LEASE_SECONDS, GRACE_SECONDS)
     await budget(priced, "team", 50_000_000)
     provider.state.chunk_seconds = 0.05
-    env = env_of(priced, EARMARK_LEASE_SECONDS="4", EARMARK_LITELLM_OUTCOME_GRACE_SECONDS="1")
-    async with (
-        litellm_proxy(config(provider.url), tmp_path, env) as url,
-        llm(url, budget_id="team") as client,
-    ):
+    async with llm(lease_proxy, budget_id="team") as client:
         slow = asyncio.ensure_future(
             client.chat.completions.create(model=MODEL, max_tokens=20, **named("slow"))
         )
@@ -313,22 +316,18 @@ async def test_responses_embeddings_and_what_the_gate_will_not_send(
     await assert_invariants(priced.dsn)
 
 
+@pytest.mark.xdist_group(LEASE_PROXY)
 async def test_an_outcome_that_comes_after_the_grace_still_settles_the_hold(
-    priced: Running, provider: FakeOpenAI, tmp_path: Path
+    priced: Running, provider: FakeOpenAI, lease_proxy: str
 ) -> None:
     """With SSE keepalive on, LiteLLM serves a stream from a task of its own, so the
     request's handler ends before the stream does: a three-second stream outlives the
     one-second grace and its hold goes in doubt, then settles at the provider's bill when
     the stream's outcome comes."""
+    assert GRACE_SECONDS == 1
     await budget(priced, "team", 50_000_000)
     provider.state.chunk_seconds = 0.05
-    settings = config(provider.url)
-    settings["litellm_settings"]["sse_keepalive_ping_interval_seconds"] = 30
-    env = env_of(priced, EARMARK_LITELLM_OUTCOME_GRACE_SECONDS="1")
-    async with (
-        litellm_proxy(settings, tmp_path, env) as url,
-        llm(url, budget_id="team") as client,
-    ):
+    async with llm(lease_proxy, budget_id="team") as client:
         stream = await client.chat.completions.create(
             model=MODEL, max_tokens=60, stream=True, **named("kept")
         )
