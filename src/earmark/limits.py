@@ -223,7 +223,7 @@ notify_tolerance_seconds = 300
 thresholds_max = 8
 threshold_bps_max = 100_000
 # UpdateBudget's update_mask (issue 43) names at most update_mask_paths_max paths: there are
-# 15 fields, and `*`; a mask of more is refused before it is read.
+# 18 fields, and `*`; a mask of more is refused before it is read.
 update_mask_paths_max = 32
 # An unknown path is quoted in its error cut to update_mask_path_shown_chars_max characters.
 update_mask_path_shown_chars_max = 64
@@ -234,6 +234,18 @@ refusing_recent_seconds = 300
 # A budget's rate window (issue 34) admits at most admissions_per_minute_max admissions a
 # minute: past it, a window is no bound (its units window is bounded by limit_units_max).
 admissions_per_minute_max = 1_000_000_000
+# A budget's run limits (issue 47): max_open_holds at most open_holds_max (past any number
+# of holds the sidecars could have open), max_admissions at most amount_units_max.
+open_holds_max = 10**9
+# A temporary limit (UpdateBudgetRequest.limit_until) ends at most limit_raise_days_max days
+# after it is set; its reason is at most limit_reason_chars_max characters.
+limit_raise_days_max = 366
+limit_reason_chars_max = 256
+# Budget templates (issue 47): at most templates_max exist; an id is at most
+# template_id_chars_max characters. A Reserve's batch makes at most one budget per budget
+# it names (at most also_budget_ids_max + 1).
+templates_max = 100
+template_id_chars_max = 64
 
 # Leases.
 lease_seconds_default = 120.0

@@ -1,5 +1,6 @@
-"""Whether a Reserve's budgets admit its hold: their counters' room, their rate windows
-(core.windows), their limits, and shadow mode (an observing budget admits what an
+"""Whether a Reserve's budgets admit its hold: their counters' room, their run limits
+(issue 47: closes_at, max_admissions, max_open_holds), their rate windows (core.windows),
+their limits, and shadow mode (an observing budget admits what an
 enforcing one would refuse, and says so)."""
 
 from __future__ import annotations
@@ -98,3 +99,52 @@ def budget_rates(scope: list[Budget], amount: int, now: datetime) -> ReserveResu
         refused_budget_id=each.budget_id,
         policy=each.overage_policy,
     )
+
+
+def run_limit(budget: Budget, now: datetime) -> tuple[RefusalReason, str] | None:
+    """Why budget's run limits refuse one more admission at now, and what to say; None when
+    they admit it. Checked in this order: closed, admissions spent, holds open."""
+    if budget.closes_at is not None and now >= budget.closes_at:
+        return RefusalReason.CLOSED, f"it closed at {budget.closes_at.isoformat()}"
+    if budget.max_admissions is not None and budget.admissions >= budget.max_admissions:
+        within = " this period" if budget.period_end is not None else ""
+        return (
+            RefusalReason.ADMISSIONS_SPENT,
+            f"it has admitted {budget.admissions} Reserves{within}; "
+            f"max_admissions is {budget.max_admissions}",
+        )
+    if budget.max_open_holds is not None and budget.open_reservations >= budget.max_open_holds:
+        return (
+            RefusalReason.TOO_MANY_OPEN,
+            f"it has {budget.open_reservations} holds open; "
+            f"max_open_holds is {budget.max_open_holds}",
+        )
+    return None
+
+
+def run_limits(scope: list[Budget], amount: int, now: datetime) -> ReserveResult | Would | None:
+    """The run limits of the Reserve's budgets: a refusal naming the first enforcing budget
+    whose limits refuse, else what the first observing one would have refused, else None.
+    Nothing is counted here: an admission counts on every budget (core.batch)."""
+    would = None
+    for each in scope:
+        refusal = run_limit(each, now)
+        if refusal is None:
+            continue
+        reason, message = refusal
+        if each.mode is BudgetMode.OBSERVE:
+            would = would or Would(reason, each.budget_id)
+            continue
+        return ReserveResult(
+            admitted=False,
+            reservation_id="",
+            amount=amount,
+            remaining=each.remaining(),
+            reason=reason,
+            message=f"budget {each.budget_id!r}: {message}",
+            expires_at=None,
+            refused_budget_id=each.budget_id,
+            policy=each.overage_policy,
+        )
+    return would
+

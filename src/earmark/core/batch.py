@@ -168,9 +168,13 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         amounts.usage_amount_of(budget, op.charge, op.shape, "", state.prices, now)
     amount = max(1, priced.amount)
     admit.require_counters_fit(scope, amount)
+    ran = admit.run_limits(scope, amount, now)
+    if isinstance(ran, ReserveResult):
+        return replace(ran, source=priced.source, price_version=priced.price_version)
     would = admit.budget_rates(scope, amount, now)
     if isinstance(would, ReserveResult):
         return replace(would, source=priced.source, price_version=priced.price_version)
+    would = ran or would
     window = state.windows.get(op.account) if op.admissions_per_minute else None
     if window is not None:
         rate = ratelimit.admit_rate(window, now, op.admissions_per_minute)
@@ -231,6 +235,9 @@ def _hold(
         if windows.limited(each):
             windows.count(each, amount)
             decision.touched[each.budget_id] = each
+        # Counted on every budget (the hold touches each anyway), so that a max_admissions
+        # set later counts what the period admitted before it.
+        each.admissions += 1
     hold = _new_hold(op, scope[0], amount, priced, now)
     if any(each.period_no for each in scope):
         hold.periods = tuple(each.period_no for each in scope)

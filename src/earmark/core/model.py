@@ -60,6 +60,10 @@ class RefusalReason(enum.IntEnum):
     INSUFFICIENT_BUDGET = 1
     LIMIT_UNAVAILABLE = 2
     RATE_LIMITED = 3
+    # Issue 47's run limits: holds open at once, admissions spent, closed.
+    TOO_MANY_OPEN = 4
+    ADMISSIONS_SPENT = 5
+    CLOSED = 6
 
 
 class BudgetMode(enum.IntEnum):
@@ -207,6 +211,23 @@ class Budget:
     admissions_per_minute: int | None = None
     units_per_minute: int | None = None
     rate: RateCounts = field(default_factory=lambda: RateCounts())
+    # Run limits (issue 47): at most so many holds open at once, so many Reserves admitted
+    # (in the period, with one), and nothing admitted from closes_at on. admissions counts
+    # the current period's (or the life's) admitted Reserves.
+    max_open_holds: int | None = None
+    max_admissions: int | None = None
+    closes_at: datetime | None = None
+    admissions: int = 0
+    # A temporary limit (issue 47): limit is in force until limit_until, then limit_after
+    # (None: unlimited); limit_reason says why it was set.
+    limit_until: datetime | None = None
+    limit_after: int | None = None
+    limit_reason: str = ""
+    # The template it was made from and the template's version it has; changed_by_hand: an
+    # operator put or updated it since, so the template's changes no longer reach it.
+    template_id: str | None = None
+    template_version: int = 0
+    changed_by_hand: bool = False
 
     def calendar(self) -> Calendar:
         return Calendar(self.period, self.timezone, self.period_anchor)
@@ -348,6 +369,10 @@ class Policies:
     admissions_per_minute: int | None = None
     units_per_minute: int | None = None
     threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
+    # Run limits (issue 47).
+    max_open_holds: int | None = None
+    max_admissions: int | None = None
+    closes_at: datetime | None = None
 
     def applied(self, spec: Budget) -> Budget:
         """spec with these policies."""
@@ -361,4 +386,7 @@ class Policies:
             admissions_per_minute=self.admissions_per_minute,
             units_per_minute=self.units_per_minute,
             threshold_basis=self.threshold_basis,
+            max_open_holds=self.max_open_holds,
+            max_admissions=self.max_admissions,
+            closes_at=self.closes_at,
         )

@@ -66,6 +66,7 @@ def roll(budget: Budget, now: datetime) -> PeriodTotals | None:
     budget.noticed_bps = ()
     budget.exceeded_noticed = False
     budget.overage_since = None
+    budget.admissions = 0
     refusals.start_period(budget)
     return closed
 

@@ -11,6 +11,7 @@ import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 from earmark import limits
@@ -51,6 +52,9 @@ class Fields:
     admissions_per_minute: int | None = None
     units_per_minute: int | None = None
     threshold_basis: int = 0
+    max_open_holds: int | None = None
+    max_admissions: int | None = None
+    closes_at: datetime | None = None
 
 
 def known(field: str, value: int, kind: type[E], wire_name: str) -> E:
@@ -146,6 +150,22 @@ def per_minute(name: str, value: int | None, most: int) -> int | None:
     return value
 
 
+def run_limit(name: str, value: int | None, most: int) -> int | None:
+    """A run limit (issue 47): absent, none; else from 0 (nothing admitted) to most."""
+    if value is None:
+        return None
+    if not 0 <= value <= most:
+        raise InvalidArgument(name, f"is {value}; it must lie between 0 and {most}")
+    return value
+
+
+def closes_at(value: datetime | None) -> datetime | None:
+    """When a budget stops admitting: absent, never; else an aware instant."""
+    if value is not None and value.tzinfo is None:
+        raise InvalidArgument("closes_at", "must name its timezone")
+    return value
+
+
 def policies(
     *,
     period: int,
@@ -157,6 +177,9 @@ def policies(
     admissions: int | None,
     units: int | None,
     basis: int = 0,
+    open_holds: int | None = None,
+    admissions_max: int | None = None,
+    closes: datetime | None = None,
 ) -> Policies:
     """The policies PutBudget sets, or InvalidArgument naming the first field that is
     wrong."""
@@ -179,6 +202,9 @@ def policies(
         ),
         units_per_minute=per_minute("units_per_minute", units, limits.limit_units_max),
         threshold_basis=threshold_basis(basis),
+        max_open_holds=run_limit("max_open_holds", open_holds, limits.open_holds_max),
+        max_admissions=run_limit("max_admissions", admissions_max, limits.amount_units_max),
+        closes_at=closes_at(closes),
     )
 
 
@@ -217,6 +243,9 @@ def checked(given: Fields) -> Spec:
         admissions=given.admissions_per_minute,
         units=given.units_per_minute,
         basis=given.threshold_basis,
+        open_holds=given.max_open_holds,
+        admissions_max=given.max_admissions,
+        closes=given.closes_at,
     )
     return Spec(chosen.applied(budget), chosen)
 
@@ -240,4 +269,7 @@ def fields_of(budget: Budget) -> Fields:
         admissions_per_minute=budget.admissions_per_minute,
         units_per_minute=budget.units_per_minute,
         threshold_basis=int(budget.threshold_basis),
+        max_open_holds=budget.max_open_holds,
+        max_admissions=budget.max_admissions,
+        closes_at=budget.closes_at,
     )

@@ -101,6 +101,18 @@ def budget_state(budget: Budget) -> pb.BudgetState:
         reply.admissions_per_minute = budget.admissions_per_minute
     if budget.units_per_minute is not None:
         reply.units_per_minute = budget.units_per_minute
+    for name in ("max_open_holds", "max_admissions"):
+        most = getattr(budget, name)
+        if most is not None:
+            setattr(reply, name, most)
+    reply.admissions = budget.admissions
+    if budget.limit_until is not None:
+        reply.limit_until.CopyFrom(timestamp(budget.limit_until))
+        if budget.limit_after is not None:
+            reply.limit_after = budget.limit_after
+        reply.limit_reason = budget.limit_reason
+    reply.template_id = budget.template_id or ""
+    reply.changed_by_hand = budget.changed_by_hand
     if budget.period_start is not None:
         reply.period_start.CopyFrom(timestamp(budget.period_start))
     if budget.period_end is not None:
@@ -114,7 +126,7 @@ def budget_state(budget: Budget) -> pb.BudgetState:
         reply.feature = budget.feature or ""
     for name in (
         "cycle_start", "cycle_end", "limit_read_at", "overage_since", "archived_at",
-        "first_refused_at", "last_refused_at",
+        "first_refused_at", "last_refused_at", "closes_at",
     ):  # fmt: skip
         at = getattr(budget, name)
         if at is not None:

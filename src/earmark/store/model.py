@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from earmark import limits
-from earmark.core import notices, resets, specs, updates
+from earmark.core import notices, puts, resets, specs, updates
 from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due, sample_keys
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
@@ -53,7 +53,6 @@ from earmark.errors import (
     reservation_not_found,
 )
 from earmark.store.interface import Holds
-from earmark.store.model_budgets import put_checked
 
 __all__ = ["Holds", "Model"]
 
@@ -115,8 +114,8 @@ class Model:
             spec = policies.applied(spec)
         now = self.clock()
         open_closed, used_closed = self._closed_use(budget_id)
-        stored = put_checked(
-            self.budgets.get(budget_id), spec, now, in_use_closed=bool(open_closed or used_closed)
+        stored = puts.put(
+            puts.PutInput(self.budgets.get(budget_id), spec, now, bool(open_closed or used_closed))
         )
         self.budgets[budget_id] = stored
         return resets.current(copy.deepcopy(stored), now)
@@ -131,8 +130,8 @@ class Model:
         now = self.clock()
         open_closed, used_closed = self._closed_use(given.budget_id)
         in_use_closed = bool(open_closed or used_closed)
-        stored = put_checked(
-            budget, updates.kept(budget, spec, named), now, in_use_closed=in_use_closed
+        stored = puts.put(
+            puts.PutInput(budget, updates.kept(budget, spec, named), now, in_use_closed)
         )
         self.budgets[given.budget_id] = stored
         return resets.current(copy.deepcopy(stored), now)

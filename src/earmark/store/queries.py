@@ -132,11 +132,14 @@ INSERT_BUDGET = NamedQuery(f"""
 INSERT INTO budgets (budget_id, limit_units, unit, default_estimate, estimate_policy,
                      escrow_bps, overage_policy, overage_limit, period, timezone,
                      period_anchor, period_start, period_end, threshold_bps, mode,
-                     admissions_per_minute, units_per_minute, threshold_basis)
+                     admissions_per_minute, units_per_minute, threshold_basis,
+                     max_open_holds, max_admissions, closes_at, template_id,
+                     template_version)
 VALUES ($budget_id, $limit, $unit, $default_estimate, $estimate_policy, $escrow_bps,
         $overage_policy, $overage_limit, $period, $timezone, $period_anchor, $period_start,
         $period_end, $threshold_bps, $mode, $admissions_per_minute, $units_per_minute,
-        $threshold_basis)
+        $threshold_basis, $max_open_holds, $max_admissions, $closes_at, $template_id,
+        $template_version)
 ON CONFLICT (budget_id) DO NOTHING
 RETURNING {BUDGET_COLUMNS}
 """)
@@ -153,6 +156,10 @@ UPDATE budgets SET limit_units = $limit, unit = $unit, default_estimate = $defau
     period_start = $period_start, period_end = $period_end, threshold_bps = $threshold_bps,
     mode = $mode, admissions_per_minute = $admissions_per_minute,
     units_per_minute = $units_per_minute, threshold_basis = $threshold_basis,
+    max_open_holds = $max_open_holds, max_admissions = $max_admissions,
+    closes_at = $closes_at, limit_until = $limit_until, limit_after = $limit_after,
+    limit_reason = $limit_reason, template_version = $template_version,
+    changed_by_hand = $changed_by_hand,
     updated_at = now()
 WHERE budget_id = $budget_id
 RETURNING {BUDGET_COLUMNS}
@@ -180,12 +187,23 @@ def _budget_args(query: NamedQuery, spec: Budget, **more: object) -> list[object
         admissions_per_minute=spec.admissions_per_minute,
         units_per_minute=spec.units_per_minute,
         threshold_basis=int(spec.threshold_basis),
+        max_open_holds=spec.max_open_holds,
+        max_admissions=spec.max_admissions,
+        closes_at=spec.closes_at,
     )
 
 
 async def insert_budget(conn: Conn, spec: Budget) -> Budget | None:
     """The new budget, or None if another transaction created it first."""
-    row = await conn.fetchrow(INSERT_BUDGET.sql, *_budget_args(INSERT_BUDGET, spec))
+    row = await conn.fetchrow(
+        INSERT_BUDGET.sql,
+        *_budget_args(
+            INSERT_BUDGET,
+            spec,
+            template_id=spec.template_id,
+            template_version=spec.template_version,
+        ),
+    )
     return None if row is None else budget_from_row(row)
 
 
@@ -197,6 +215,11 @@ async def update_budget(conn: Conn, spec: Budget) -> Budget:
         "overage_since": spec.overage_since,
         "noticed_bps": list(spec.noticed_bps),
         "refusing_noticed": spec.refusing_noticed,
+        "limit_until": spec.limit_until,
+        "limit_after": spec.limit_after,
+        "limit_reason": spec.limit_reason,
+        "template_version": spec.template_version,
+        "changed_by_hand": spec.changed_by_hand,
     }
     row = await conn.fetchrow(UPDATE_BUDGET.sql, *_budget_args(UPDATE_BUDGET, spec, **kept))
     assert row is not None

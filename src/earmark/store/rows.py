@@ -34,7 +34,9 @@ BUDGET_COLUMNS = (
     "period_anchor, period_no, period_start, period_end, threshold_bps, noticed_bps, "
     "exceeded_noticed, mode, admissions_per_minute, units_per_minute, rate_window_start, "
     "rate_admissions, rate_units, rate_prev_admissions, rate_prev_units, threshold_basis, "
-    "refusals, first_refused_at, last_refused_at, refusing_noticed, refusals_period_no"
+    "refusals, first_refused_at, last_refused_at, refusing_noticed, refusals_period_no, "
+    "max_open_holds, max_admissions, closes_at, admissions, admissions_period_no, limit_until, "
+    "limit_after, limit_reason, template_id, template_version, changed_by_hand"
 )
 BUDGET_COLUMN_TYPES = {
     "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
@@ -51,7 +53,10 @@ BUDGET_COLUMN_TYPES = {
     "rate_prev_admissions": "bigint", "rate_prev_units": "bigint",
     "threshold_basis": "smallint", "refusals": "bigint", "first_refused_at": "timestamptz",
     "last_refused_at": "timestamptz", "refusing_noticed": "boolean",
-    "refusals_period_no": "integer",
+    "refusals_period_no": "integer", "max_open_holds": "bigint", "max_admissions": "bigint",
+    "closes_at": "timestamptz", "admissions": "bigint", "admissions_period_no": "integer",
+    "limit_until": "timestamptz", "limit_after": "bigint", "limit_reason": "text",
+    "template_id": "text", "template_version": "bigint", "changed_by_hand": "boolean",
 }  # fmt: skip
 assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
@@ -141,6 +146,17 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         mode=BudgetMode(row["mode"]),
         admissions_per_minute=row["admissions_per_minute"],
         units_per_minute=row["units_per_minute"],
+        max_open_holds=row["max_open_holds"],
+        max_admissions=row["max_admissions"],
+        closes_at=row["closes_at"],
+        # A period a previous release rolled (migration 0027) has admitted nothing yet.
+        admissions=row["admissions"] if row["admissions_period_no"] == row["period_no"] else 0,
+        limit_until=row["limit_until"],
+        limit_after=row["limit_after"],
+        limit_reason=row["limit_reason"],
+        template_id=row["template_id"],
+        template_version=row["template_version"],
+        changed_by_hand=row["changed_by_hand"],
         rate=RateCounts(
             start=row["rate_window_start"],
             admissions=row["rate_admissions"],

@@ -42,11 +42,11 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
     ),
     "write_meter_move": ("account", "feature", "cycle_start", "cycle_end", "used_delta", "at"),
     "write_tenant_samples": ("unit", "root", "job", "model", "samples"),
-    "write_budget_totals_2": (
+    "write_budget_totals_3": (
         "budget_id", "used", "held", "open_reservations", "overage_since", "period_no",
         "period_start", "period_end", "noticed_bps", "exceeded_noticed", "rate_window_start",
         "rate_admissions", "rate_units", "rate_prev_admissions", "rate_prev_units", "rolled",
-        "refusals", "first_refused_at", "last_refused_at", "refusing_noticed",
+        "refusals", "first_refused_at", "last_refused_at", "refusing_noticed", "admissions",
     ),
     "write_budget_period": (
         "budget_id", "period_no", "period_start", "period_end", "limit_units", "used", "held",
@@ -200,12 +200,13 @@ WRITES: dict[str, str] = {
         rate_prev_units = u.rate_prev_units, refusals = u.refusals,
         first_refused_at = u.first_refused_at, last_refused_at = u.last_refused_at,
         refusing_noticed = u.refusing_noticed, refusals_period_no = u.period_no,
+        admissions = u.admissions, admissions_period_no = u.period_no,
         ceiling_max = CASE WHEN NOT u.rolled THEN b.ceiling_max
             ELSE budget_ceiling(b.limit_units, b.overage_policy, b.overage_limit, b.mode) END,
         updated_at = now()
-    FROM unnest($budgets::write_budget_totals_2[]) AS u
+    FROM unnest($budgets::write_budget_totals_3[]) AS u
     WHERE b.budget_id = u.budget_id
-        AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals_2[]", "budget_id")})""",
+        AND b.budget_id = ANY({_keys_of("$budgets::write_budget_totals_3[]", "budget_id")})""",
 }
 
 
@@ -223,7 +224,7 @@ def _budget_row(b: Budget, rolled: bool) -> tuple[object, ...]:
         b.budget_id, b.used, b.held, b.open_reservations, b.overage_since, b.period_no,
         b.period_start, b.period_end, list(b.noticed_bps), b.exceeded_noticed, rate.start,
         rate.admissions, rate.units, rate.prev_admissions, rate.prev_units, rolled,
-        b.refusals, b.first_refused_at, b.last_refused_at, b.refusing_noticed,
+        b.refusals, b.first_refused_at, b.last_refused_at, b.refusing_noticed, b.admissions,
     )  # fmt: skip
 
 

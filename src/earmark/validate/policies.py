@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from earmark.core import specs, updates
 from earmark.v1 import budget_pb2 as pb
+from earmark.validate import prices
 
 
 def fields(request: pb.PutBudgetRequest) -> specs.Fields:
@@ -34,6 +35,13 @@ def fields(request: pb.PutBudgetRequest) -> specs.Fields:
         admissions_per_minute=optional("admissions_per_minute"),
         units_per_minute=optional("units_per_minute"),
         threshold_basis=request.threshold_basis,
+        max_open_holds=optional("max_open_holds"),
+        max_admissions=optional("max_admissions"),
+        closes_at=(
+            prices.timestamp("closes_at", request.closes_at)
+            if request.HasField("closes_at")
+            else None
+        ),
     )
 
 

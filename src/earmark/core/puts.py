@@ -1,9 +1,18 @@
-"""PutBudget's rules for the model in memory: store/budgets.py's checks, in the same order
-and with the same errors, on a budget held in a dictionary rather than a locked row."""
+"""PutBudget's rule, once (issue 47): the budget a put leaves, from the budget as stored (or
+None) and the checked spec (core.specs). The PostgreSQL store (store/budgets.py) runs it on
+the row it locked and writes what it returns; the model (store/model.py) on its dictionary.
+
+A new budget starts in the period containing now. An existing one keeps its counters, its
+cycle, its archive and rate counts, its current period (a changed calendar takes effect at
+the period's end, core.resets) and its template; its overage flag is spec's (PutBudget
+clears it, an update that names nothing about it keeps it: core.updates.kept), its notices
+what core.notices.kept_by_put keeps. A put ends a temporary limit in force (the put's limit
+is the budget's from now on; core.raises sets a new one after the put), and a put by hand
+on a budget made from a template detaches it from the template's later changes."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from earmark.core import notices, resets
@@ -12,14 +21,29 @@ from earmark.core.periods import Period
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason
 
 
-def put_checked(
-    budget: Budget | None, spec: Budget, now: datetime, *, in_use_closed: bool
-) -> Budget:
-    """The budget PutBudget leaves: spec's new budget in the period containing now, or
-    budget with what an operator sets (its counters, cycle, archive and rate counts stay,
-    its overage flag is spec's (PutBudget's clears it; core.updates.kept), its notices
-    what core.notices.kept_by_put keeps, and a changed calendar takes effect at the current
-    period's end). in_use_closed: a closed period of it has open holds or was used."""
+@dataclass(frozen=True, slots=True)
+class PutInput:
+    """One put: the budget as stored (None: new), the checked spec, and whether a closed
+    period of the budget has open holds or was used (then its unit is in use)."""
+
+    budget: Budget | None
+    spec: Budget
+    now: datetime
+    in_use_closed: bool = False
+    # False for a template's change reaching a budget made from it at a new period.
+    by_hand: bool = True
+
+
+def unit_changes(budget: Budget | None, spec: Budget) -> bool:
+    """Whether the put would change an existing budget's unit (the store then reads whether
+    a closed period of it is in use, for PutInput.in_use_closed)."""
+    return budget is not None and bool(spec.unit) and spec.unit != budget.unit
+
+
+def put(given: PutInput) -> Budget:
+    """The budget the put leaves, or the error naming why it is refused; nothing else
+    changes."""
+    budget, spec, now = given.budget, given.spec, given.now
     budget_id = spec.budget_id
     if budget is None:
         if not spec.unit:
@@ -33,6 +57,7 @@ def put_checked(
             budget_id=budget_id,
         )
     if budget.account is not None and spec.period != Period.NEVER:
+        # A billing cycle's period is the provider's: its budget is the period.
         raise FailedPrecondition(
             f"period: budget {budget_id!r} is account {budget.account!r}'s billing cycle, "
             "whose period the billing provider sets",
@@ -41,7 +66,7 @@ def put_checked(
             budget_id=budget_id,
         )
     unit = spec.unit or budget.unit
-    in_use = budget.used or budget.held or budget.open_reservations or in_use_closed
+    in_use = budget.used or budget.held or budget.open_reservations or given.in_use_closed
     if unit != budget.unit and in_use:
         raise FailedPrecondition(
             f"budget {budget_id!r} is in use: its unit stays {budget.unit!r}",
@@ -74,4 +99,12 @@ def put_checked(
         mode=spec.mode,
         admissions_per_minute=spec.admissions_per_minute,
         units_per_minute=spec.units_per_minute,
+        max_open_holds=spec.max_open_holds,
+        max_admissions=spec.max_admissions,
+        closes_at=spec.closes_at,
+        limit_until=None,
+        limit_after=None,
+        limit_reason="",
+        changed_by_hand=budget.changed_by_hand
+        or (given.by_hand and budget.template_id is not None),
     )
