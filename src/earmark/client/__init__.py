@@ -31,7 +31,14 @@ from earmark.client.errors import (
 )
 from earmark.client.hold import Hold
 from earmark.client.sync import Client, SyncHold
-from earmark.client.types import BudgetState, Charged, Reservation, RetryPolicy, Settled
+from earmark.client.types import (
+    BudgetState,
+    BudgetTemplate,
+    Charged,
+    Reservation,
+    RetryPolicy,
+    Settled,
+)
 from earmark.core.model import (
     BudgetMode,
     EstimatePolicy,
@@ -54,6 +61,7 @@ __all__ = [
     "BudgetMode",
     "BudgetNotFoundError",
     "BudgetState",
+    "BudgetTemplate",
     "Charged",
     "Client",
     "ClientError",

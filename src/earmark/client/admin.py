@@ -18,9 +18,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark.client.types import (
     BudgetState,
+    BudgetTemplate,
     Settled,
     budget_state_of,
     settled_of,
+    template_of,
     usage_message,
 )
 from earmark.core.model import (
@@ -48,7 +50,7 @@ UNSET = Unset.UNSET
 
 def budget_request(budget_id: str, values: Mapping[str, object]) -> pb.PutBudgetRequest:
     """A PutBudgetRequest setting values (PutBudgetRequest's field names): None leaves an
-    optional field absent, an enum is sent as its number."""
+    optional field absent, an enum is sent as its number, a datetime as a Timestamp."""
     request = pb.PutBudgetRequest(budget_id=budget_id)
     for name, value in values.items():
         if value is None:
@@ -56,6 +58,8 @@ def budget_request(budget_id: str, values: Mapping[str, object]) -> pb.PutBudget
         if name == "threshold_bps":
             assert isinstance(value, Sequence)
             request.threshold_bps.extend(value)
+        elif isinstance(value, datetime):
+            getattr(request, name).CopyFrom(_stamp(value))
         elif isinstance(value, enum.IntEnum):
             setattr(request, name, int(value))
         else:
@@ -250,6 +254,9 @@ class AdminCalls:
         admissions_per_minute: int | None = None,
         units_per_minute: int | None = None,
         threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED,
+        max_open_holds: int | None = None,
+        max_admissions: int | None = None,
+        closes_at: datetime | None = None,
     ) -> BudgetState:
         """Creates or replaces a budget (None: no limit); every setting not given takes its
         default (update_budget changes only what it names). escrow_bps keeps that share of
@@ -263,7 +270,9 @@ class AdminCalls:
         (COMMITTED: used + held; USED: settled spend only). OBSERVE mode admits what
         ENFORCE would refuse and says so (Reservation.would_refuse). admissions_per_minute
         and units_per_minute bound what it admits a minute, over a sliding window (None: no
-        bound)."""
+        bound). Its run limits (issue 47): max_open_holds holds open at once (past it a
+        Reserve is refused TOO_MANY_OPEN), max_admissions Reserves admitted a period
+        (ADMISSIONS_SPENT), none from closes_at on (CLOSED); None: no such limit."""
         request = budget_request(
             budget_id,
             {
@@ -282,6 +291,9 @@ class AdminCalls:
                 "admissions_per_minute": admissions_per_minute,
                 "units_per_minute": units_per_minute,
                 "threshold_basis": threshold_basis,
+                "max_open_holds": max_open_holds,
+                "max_admissions": max_admissions,
+                "closes_at": closes_at,
             },
         )
         return budget_state_of(await self._admin_call("PutBudget", request))
@@ -306,6 +318,9 @@ class AdminCalls:
         admissions_per_minute: int | Unset | None = UNSET,
         units_per_minute: int | Unset | None = UNSET,
         threshold_basis: ThresholdBasis | Unset = UNSET,
+        max_open_holds: int | Unset | None = UNSET,
+        max_admissions: int | Unset | None = UNSET,
+        closes_at: datetime | Unset | None = UNSET,
     ) -> BudgetState:
         """Changes only the settings given of an existing budget (UpdateBudget, AIP-134);
         every other setting stays. None clears an optional one (limit=None: unlimited).
@@ -332,6 +347,9 @@ class AdminCalls:
                 ("admissions_per_minute", admissions_per_minute),
                 ("units_per_minute", units_per_minute),
                 ("threshold_basis", threshold_basis),
+                ("max_open_holds", max_open_holds),
+                ("max_admissions", max_admissions),
+                ("closes_at", closes_at),
             )
             if value is not UNSET
         }
@@ -368,6 +386,77 @@ class AdminCalls:
         """Archives a budget with no open holds (its ledger stays readable)."""
         request = pb.DeleteBudgetRequest(budget_id=budget_id)
         return budget_state_of(await self._admin_call("DeleteBudget", request))
+
+    async def put_template(
+        self,
+        template_id: str,
+        pattern: str,
+        limit: int | None,
+        unit: str = "",
+        *,
+        default_estimate: int | None = None,
+        estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN,
+        escrow_bps: int = 0,
+        overage_policy: OveragePolicy = OveragePolicy.HARD,
+        overage_limit: int | None = None,
+        period: Period = Period.NEVER,
+        timezone: str = "",
+        period_anchor: int = 0,
+        threshold_bps: Sequence[int] = (),
+        mode: BudgetMode = BudgetMode.ENFORCE,
+        admissions_per_minute: int | None = None,
+        units_per_minute: int | None = None,
+        threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED,
+        max_open_holds: int | None = None,
+        max_admissions: int | None = None,
+        closes_at: datetime | None = None,
+    ) -> BudgetTemplate:
+        """Creates or replaces a budget template (issue 47): a budget whose id matches
+        pattern (a budget id with one '/'-separated segment that is '*' alone, as
+        end-user/*) and does not exist is made with these settings (put_budget's) on its
+        first Reserve. Raises FailedPreconditionError for a pattern that overlaps another
+        template's, or past the most templates there may be."""
+        settings = budget_request(
+            "",
+            {
+                "limit": limit,
+                "unit": unit,
+                "default_estimate": default_estimate,
+                "estimate_policy": estimate_policy,
+                "escrow_bps": escrow_bps,
+                "overage_policy": overage_policy,
+                "overage_limit": overage_limit,
+                "period": period,
+                "timezone": timezone,
+                "period_anchor": period_anchor,
+                "threshold_bps": threshold_bps,
+                "mode": mode,
+                "admissions_per_minute": admissions_per_minute,
+                "units_per_minute": units_per_minute,
+                "threshold_basis": threshold_basis,
+                "max_open_holds": max_open_holds,
+                "max_admissions": max_admissions,
+                "closes_at": closes_at,
+            },
+        )
+        request = pb.PutBudgetTemplateRequest(
+            template_id=template_id, pattern=pattern, budget=settings
+        )
+        return template_of(await self._admin_call("PutBudgetTemplate", request))
+
+    async def list_templates(self) -> list[BudgetTemplate]:
+        """Every budget template, as ListBudgetTemplates answers them."""
+        request = pb.ListBudgetTemplatesRequest()
+        reply: pb.ListBudgetTemplatesResponse = await self._admin_call(
+            "ListBudgetTemplates", request
+        )
+        return [template_of(template) for template in reply.templates]
+
+    async def delete_template(self, template_id: str) -> BudgetTemplate:
+        """Deletes a budget template: no budget is made from it from now on; those made
+        from it stay as they are."""
+        request = pb.DeleteBudgetTemplateRequest(template_id=template_id)
+        return template_of(await self._admin_call("DeleteBudgetTemplate", request))
 
     async def put_price(
         self,

@@ -222,7 +222,10 @@ def unreachable(target: str, timeout_seconds: float) -> UnavailableError:
 
 class RefusedError(EarmarkClientError):
     """Raised by hold() on a refusal, unless the caller asked for the refusal back.
-    reason is the refusal's (INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE)."""
+    reason is the refusal's: INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE, or one
+    of a budget's run limits (issue 47): TOO_MANY_OPEN (as many holds open as it allows at
+    once: again once one closes), ADMISSIONS_SPENT (as many Reserves admitted this period as
+    it allows) or CLOSED (past its closes_at)."""
 
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(f"{refusal.budget_id}: {refusal.message}")

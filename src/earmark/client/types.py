@@ -202,6 +202,48 @@ class BudgetState:
     refusals: int = 0
     first_refused_at: datetime | None = None
     last_refused_at: datetime | None = None
+    # Its run limits (issue 47): at most max_open_holds holds open at once, at most
+    # max_admissions Reserves admitted a period (None: no bound), none admitted from
+    # closes_at on; and the Reserves admitted this period. template_id names the template
+    # it was made from ("" if none); changed_by_hand, a setting since changed by hand.
+    max_open_holds: int | None = None
+    max_admissions: int | None = None
+    closes_at: datetime | None = None
+    admissions: int = 0
+    template_id: str = ""
+    changed_by_hand: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetTemplate:
+    """A budget template as Admin answers it (issue 47): the settings a budget whose id
+    matches pattern (one '/'-separated segment '*' alone, as end-user/*) is made with on
+    its first Reserve, as put_budget names them; its version, counted from 1 by each put,
+    and when it was last put; deleted_at once deleted (the budgets made from it stay)."""
+
+    template_id: str
+    pattern: str
+    limit: int | None
+    unit: str
+    version: int
+    updated_at: datetime | None = None
+    deleted_at: datetime | None = None
+    default_estimate: int | None = None
+    estimate_policy: EstimatePolicy = EstimatePolicy.MEDIAN
+    escrow_bps: int = 0
+    overage_policy: OveragePolicy = OveragePolicy.HARD
+    overage_limit: int | None = None
+    period: Period = Period.NEVER
+    timezone: str = ""
+    period_anchor: int = 0
+    threshold_bps: tuple[int, ...] = ()
+    mode: BudgetMode = BudgetMode.ENFORCE
+    admissions_per_minute: int | None = None
+    units_per_minute: int | None = None
+    threshold_basis: ThresholdBasis = ThresholdBasis.COMMITTED
+    max_open_holds: int | None = None
+    max_admissions: int | None = None
+    closes_at: datetime | None = None
 
 
 # To the wire.
@@ -246,7 +288,10 @@ def duration_message(seconds: float) -> Duration:
 # From the wire.
 
 
-def _time(message: pb.BudgetState | pb.ReserveResponse, name: str) -> datetime | None:
+def _time(
+    message: pb.BudgetState | pb.ReserveResponse | pb.PutBudgetRequest | pb.BudgetTemplate,
+    name: str,
+) -> datetime | None:
     """A Timestamp field as an aware datetime, or None when it is not set."""
     if not message.HasField(name):
         return None
@@ -361,4 +406,43 @@ def budget_state_of(reply: pb.BudgetState) -> BudgetState:
         refusals=reply.refusals,
         first_refused_at=_time(reply, "first_refused_at"),
         last_refused_at=_time(reply, "last_refused_at"),
+        max_open_holds=optional("max_open_holds"),
+        max_admissions=optional("max_admissions"),
+        closes_at=_time(reply, "closes_at"),
+        admissions=reply.admissions,
+        template_id=reply.template_id,
+        changed_by_hand=reply.changed_by_hand,
+    )
+
+
+def template_of(reply: pb.BudgetTemplate) -> BudgetTemplate:
+    budget = reply.budget
+
+    def optional(name: str) -> int | None:
+        return getattr(budget, name) if budget.HasField(name) else None
+
+    return BudgetTemplate(
+        template_id=reply.template_id,
+        pattern=reply.pattern,
+        limit=optional("limit"),
+        unit=budget.unit,
+        version=reply.version,
+        updated_at=_time(reply, "updated_at"),
+        deleted_at=_time(reply, "deleted_at"),
+        default_estimate=optional("default_estimate"),
+        estimate_policy=EstimatePolicy(budget.estimate_policy or EstimatePolicy.MEDIAN),
+        escrow_bps=budget.escrow_bps,
+        overage_policy=_policy(budget.overage_policy),
+        overage_limit=optional("overage_limit"),
+        period=Period(budget.period),
+        timezone=budget.timezone,
+        period_anchor=budget.period_anchor,
+        threshold_bps=tuple(budget.threshold_bps),
+        mode=_mode(budget.mode),
+        admissions_per_minute=optional("admissions_per_minute"),
+        units_per_minute=optional("units_per_minute"),
+        threshold_basis=ThresholdBasis(budget.threshold_basis or ThresholdBasis.COMMITTED),
+        max_open_holds=optional("max_open_holds"),
+        max_admissions=optional("max_admissions"),
+        closes_at=_time(budget, "closes_at"),
     )
