@@ -168,6 +168,12 @@ export interface PutBudgetOptions {
   /** What thresholdBps are shares of: COMMITTED, used + held; USED, settled spend alone
    * [COMMITTED]. */
   thresholdBasis?: ThresholdBasis;
+  /** Run limits (issue 47): at most this many holds open at once (past it a Reserve is
+   * refused TOO_MANY_OPEN), this many Reserves admitted a period (ADMISSIONS_SPENT), none
+   * from closesAt on (CLOSED) [no such limit]. */
+  maxOpenHolds?: number;
+  maxAdmissions?: number;
+  closesAt?: Date;
 }
 
 /** What updateBudget changes: each setting given (not undefined) is named in the update's
@@ -185,6 +191,9 @@ export interface BudgetChanges {
   mode?: BudgetMode;
   admissionsPerMinute?: number | null;
   unitsPerMinute?: number | null;
+  maxOpenHolds?: number | null;
+  maxAdmissions?: number | null;
+  closesAt?: Date | null;
 }
 
 /** Each BudgetChanges key, as the mask's path (PutBudgetRequest's field name). */
@@ -200,6 +209,9 @@ const CHANGE_PATHS: Record<keyof BudgetChanges, string> = {
   mode: 'mode',
   admissionsPerMinute: 'admissions_per_minute',
   unitsPerMinute: 'units_per_minute',
+  maxOpenHolds: 'max_open_holds',
+  maxAdmissions: 'max_admissions',
+  closesAt: 'closes_at',
 };
 
 export type ThresholdBasis = 'COMMITTED' | 'USED';
@@ -542,6 +554,9 @@ export class EarmarkClient {
           : int64(options.admissionsPerMinute, 'admissionsPerMinute'),
       unitsPerMinute:
         options.unitsPerMinute === undefined ? undefined : int64(options.unitsPerMinute, 'unitsPerMinute'),
+      maxOpenHolds: options.maxOpenHolds === undefined ? undefined : int64(options.maxOpenHolds, 'maxOpenHolds'),
+      maxAdmissions: options.maxAdmissions === undefined ? undefined : int64(options.maxAdmissions, 'maxAdmissions'),
+      closesAt: options.closesAt,
     };
     return budgetStateOf(await this.adminCall((s) => s.putBudget, request));
   }
@@ -575,8 +590,13 @@ export class EarmarkClient {
       mode: BUDGET_MODE[changes.mode ?? 'ENFORCE'],
       admissionsPerMinute: optional(changes.admissionsPerMinute, 'admissionsPerMinute'),
       unitsPerMinute: optional(changes.unitsPerMinute, 'unitsPerMinute'),
+      maxOpenHolds: optional(changes.maxOpenHolds, 'maxOpenHolds'),
+      maxAdmissions: optional(changes.maxAdmissions, 'maxAdmissions'),
+      closesAt: changes.closesAt ?? undefined,
     };
-    return budgetStateOf(await this.adminCall((s) => s.updateBudget, { budget, updateMask: paths }));
+    // limitUntil and reason (a temporary raise) are not sent: this SDK does not set one.
+    const request: pb.UpdateBudgetRequest = { budget, updateMask: paths, limitUntil: undefined, reason: '' };
+    return budgetStateOf(await this.adminCall((s) => s.updateBudget, request));
   }
 
   /** Admin: appends a price version for a provider's model; answers its version. */

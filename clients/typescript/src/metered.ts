@@ -168,6 +168,20 @@ function apiOf(client: object): Api {
 }
 
 /**
+ * The HTTP status of a request Earmark refused, by the refusal's reason. A refusal that
+ * passes with time on its own is 429, Too Many Requests, which a client may send again
+ * later: RATE_LIMITED once the window has room, TOO_MANY_OPEN once one of the budget's
+ * open holds closes (a call in flight ends), without anyone acting. The others are 402,
+ * Payment Required: sending again does not help until an operator acts or the period
+ * resets, whether the money is spent (INSUFFICIENT_BUDGET), the period's admissions are
+ * (ADMISSIONS_SPENT) or the budget has closed for good (CLOSED); a 429 would invite
+ * retries that can only fail.
+ */
+export function refusalStatus(reason: string): 429 | 402 {
+  return reason === 'RATE_LIMITED' || reason === 'TOO_MANY_OPEN' ? 429 : 402;
+}
+
+/**
  * The answer that stands for a request refused before it was sent. A fetch that throws is
  * taken by both SDKs for a connection error, retried, and rethrown wrapped; an answer with
  * `x-should-retry: false` is not retried, and the client's makeStatusError (replaced on a
@@ -180,7 +194,7 @@ function refusedAnswer(error: unknown): Response {
   const cause = error instanceof Error ? error : new EarmarkClientError(String(error));
   const reason = cause instanceof EarmarkClientError ? cause.reason : '';
   let status = 400;
-  if (cause instanceof RefusedError) status = reason === 'RATE_LIMITED' ? 429 : 402;
+  if (cause instanceof RefusedError) status = refusalStatus(reason);
   else if (cause instanceof EndpointNotMeteredError) status = 403;
   else if (cause instanceof UnavailableError) status = 503;
   const body = { type: 'error', error: { type: 'earmark', code: reason || null, param: null, message: cause.message } };

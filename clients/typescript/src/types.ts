@@ -53,7 +53,17 @@ export interface Usage {
 }
 
 export type EstimateSource = 'CALLER' | 'SHAPE' | 'DEFAULT' | 'JOB_MEDIAN' | 'JOB_P75' | 'JOB_MAX' | 'UNSPECIFIED';
-export type RefusalReason = 'INSUFFICIENT_BUDGET' | 'LIMIT_UNAVAILABLE' | 'RATE_LIMITED' | 'UNSPECIFIED';
+/** Why a Reserve was refused. TOO_MANY_OPEN, ADMISSIONS_SPENT and CLOSED are a budget's run
+ * limits (issue 47): as many holds open at once as it allows (again once one closes), as
+ * many Reserves admitted this period as it allows, past its closesAt. */
+export type RefusalReason =
+  | 'INSUFFICIENT_BUDGET'
+  | 'LIMIT_UNAVAILABLE'
+  | 'RATE_LIMITED'
+  | 'TOO_MANY_OPEN'
+  | 'ADMISSIONS_SPENT'
+  | 'CLOSED'
+  | 'UNSPECIFIED';
 export type ReservationState = 'HELD' | 'SETTLED' | 'EXPIRED' | 'IN_DOUBT' | 'UNSPECIFIED';
 /** How often a budget starts again at zero used and held (NEVER: it does not). */
 export type Period = 'NEVER' | 'DAY' | 'WEEK' | 'MONTH' | 'QUARTER' | 'YEAR';
@@ -172,10 +182,27 @@ export interface BudgetState {
   refusals: number;
   firstRefusedAt: Date | null;
   lastRefusedAt: Date | null;
+  /** Run limits (issue 47): at most this many holds open at once, this many Reserves
+   * admitted a period (null: no bound), none from closesAt on (null: never closes); and
+   * the Reserves admitted this period. */
+  maxOpenHolds: number | null;
+  maxAdmissions: number | null;
+  closesAt: Date | null;
+  admissions: number;
+  /** A temporary raise: the limit holds until limitUntil, then becomes limitAfter (null:
+   * unlimited), for limitReason; all null and '' when there is none. */
+  limitUntil: Date | null;
+  limitAfter: number | null;
+  limitReason: string;
+  /** The template it was made from ('' if none), and whether a setting was since changed
+   * by hand. */
+  templateId: string;
+  changedByHand: boolean;
 }
 
 /** hold() (and metered calls) throw a refusal as this, unless asked for it back. reason is
- * the refusal's (INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE). */
+ * the refusal's (INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE, TOO_MANY_OPEN,
+ * ADMISSIONS_SPENT, CLOSED). */
 export class RefusedError extends EarmarkClientError {
   readonly refusal: Refusal;
 
@@ -289,6 +316,15 @@ export function budgetStateOf(reply: pb.BudgetState): BudgetState {
     refusals: num(reply.refusals, 'refusals'),
     firstRefusedAt: reply.firstRefusedAt ?? null,
     lastRefusedAt: reply.lastRefusedAt ?? null,
+    maxOpenHolds: maybe(reply.maxOpenHolds, 'max_open_holds'),
+    maxAdmissions: maybe(reply.maxAdmissions, 'max_admissions'),
+    closesAt: reply.closesAt ?? null,
+    admissions: num(reply.admissions, 'admissions'),
+    limitUntil: reply.limitUntil ?? null,
+    limitAfter: reply.limitUntil ? maybe(reply.limitAfter, 'limit_after') : null,
+    limitReason: reply.limitReason,
+    templateId: reply.templateId,
+    changedByHand: reply.changedByHand,
   };
 }
 

@@ -12,6 +12,7 @@ import {
   UnavailableError,
   backoffMs,
 } from '../dist/esm/index.js';
+import { refusalStatus } from '../dist/esm/metered.js';
 import { budgetId, client } from './helpers.mjs';
 
 const earmark = client();
@@ -92,7 +93,9 @@ test("a budget's policies are put, read back and answered with each Reserve", as
   assert.deepEqual([fits.resetsAt, over.resetsAt], [put.resetsAt, put.resetsAt]);
   await earmark.settle(fits.reservationId, 0);
   await earmark.settle(over.reservationId, 0);
-  assert.deepEqual(await earmark.getBudget(id), { ...put, used: 0, held: 0, remaining: 1_000, openReservations: 0 });
+  // Both Reserves were admitted this period (issue 47's admissions).
+  const read = await earmark.getBudget(id);
+  assert.deepEqual(read, { ...put, used: 0, held: 0, remaining: 1_000, openReservations: 0, admissions: 2 });
 
   // Nothing given: never resets, enforces, no notices and no rate bound.
   const plain = await earmark.putBudget(budgetId('plain'), 1_000, 'tokens');
@@ -196,4 +199,40 @@ test('updateBudget changes only the settings given', async () => {
   );
   await assert.rejects(earmark.updateBudget(id, {}), RangeError);
   await assert.rejects(earmark.updateBudget(budgetId('nobody'), { limit: 1 }), BudgetNotFoundError);
+});
+
+test('run limits are put and read, and each refuses with its reason (issue 47)', async () => {
+  const closesAt = new Date('2036-01-01T00:00:00Z');
+  const id = budgetId('run');
+  const put = await earmark.putBudget(id, 1_000, 'tokens', { maxOpenHolds: 1, maxAdmissions: 2, closesAt });
+  assert.deepEqual(
+    [put.maxOpenHolds, put.maxAdmissions, put.closesAt, put.admissions, put.templateId, put.changedByHand],
+    [1, 2, closesAt, 0, '', false],
+  );
+  assert.deepEqual([put.limitUntil, put.limitAfter, put.limitReason], [null, null, '']);
+  const first = await earmark.reserve(id, 10);
+  const tooMany = await earmark.reserve(id, 10);
+  assert.deepEqual([first.admitted, tooMany.admitted, tooMany.reason], [true, false, 'TOO_MANY_OPEN']);
+  await earmark.settle(first.reservationId, 10);
+  const second = await earmark.reserve(id, 10);
+  await earmark.settle(second.reservationId, 10);
+  const spent = await earmark.reserve(id, 10);
+  assert.deepEqual([second.admitted, spent.admitted, spent.reason], [true, false, 'ADMISSIONS_SPENT']);
+  assert.equal((await earmark.getBudget(id)).admissions, 2);
+
+  // updateBudget names only what it is given; null clears; a closesAt past closes it.
+  const changed = await earmark.updateBudget(id, { maxAdmissions: null, maxOpenHolds: 3 });
+  assert.deepEqual([changed.maxOpenHolds, changed.maxAdmissions, changed.closesAt], [3, null, closesAt]);
+  const closed = await earmark.updateBudget(id, { closesAt: new Date(Date.now() - 60_000) });
+  assert.ok(closed.closesAt < new Date(), String(closed.closesAt));
+  const refused = await earmark.reserve(id, 10);
+  assert.deepEqual([refused.admitted, refused.reason], [false, 'CLOSED']);
+
+  // A metered call refused by a limit that passes on its own is 429; else 402.
+  assert.deepEqual(
+    ['RATE_LIMITED', 'TOO_MANY_OPEN', 'ADMISSIONS_SPENT', 'CLOSED', 'INSUFFICIENT_BUDGET', 'LIMIT_UNAVAILABLE'].map(
+      refusalStatus,
+    ),
+    [429, 429, 402, 402, 402, 402],
+  );
 });
