@@ -80,6 +80,17 @@ def reserve_amount(
     return Priced(chosen.amount, chosen.source)
 
 
+def held(priced: Priced) -> int:
+    """What a Reserve priced so holds: at least 1 (a caller's amount, an estimate, a count
+    of tokens), except a shape that a price version prices at exactly 0. The book saying
+    the call is free is a fact, and the hold of 0 fits on any budget, a limit of 0
+    included; an estimate of 0 is only a guess, and holds 1."""
+    free = priced.source is EstimateSource.SHAPE and priced.price_version > 0
+    if free and priced.amount == 0:
+        return 0
+    return max(1, priced.amount)
+
+
 def ceiling_needs_samples(budget: Budget, shape: Shape) -> bool:
     """Whether a Reserve of shape reads its job's samples (a SOFT budget's estimate)."""
     return shape.output_ceiling and budget.overage_policy is OveragePolicy.SOFT

@@ -166,7 +166,7 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         # Priced before anything moves: a charge that cannot be priced fails the Reserve
         # alone, with nothing held.
         amounts.usage_amount_of(budget, op.charge, op.shape, "", state.prices, now)
-    amount = max(1, priced.amount)
+    amount = amounts.held(priced)
     admit.require_counters_fit(scope, amount)
     ran = admit.run_limits(scope, amount, now)
     if isinstance(ran, ReserveResult):
@@ -190,7 +190,7 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
     enforcing = [each for each in scope if each.mode is BudgetMode.ENFORCE]
     degrade = calls.degrade(budget, enforcing, op, priced, state.prices, now)
     if degrade is not None:
-        priced, amount = degrade, max(1, degrade.amount)
+        priced, amount = degrade, amounts.held(degrade)
     admissions, observed, refusing = admit.admissions(scope, amount, op.phase)
     if refusing is not None:
         # All or nothing: the first budget without room refuses, and nothing is held.

@@ -40,7 +40,7 @@ def degrade(
         return None
     if amounts.ceiling_needs_samples(budget, op.shape):
         return None
-    amount = max(1, priced.amount)
+    amount = amounts.held(priced)
     if all(rules.admit(each, amount, op.phase).admitted for each in scope):
         return None
     shape = amounts.with_ceiling(op.shape, book, now)
@@ -63,7 +63,7 @@ def degraded(
     def fits(output_tokens: int) -> Priced | None:
         shaped = replace(shape, max_output_tokens=output_tokens, output_ceiling=False)
         candidate = amounts.priced_shape(budget, shaped, book, now)
-        amount = max(1, candidate.amount)
+        amount = amounts.held(candidate)
         if all(rules.admit(each, amount, phase).admitted for each in scope):
             return candidate
         return None

@@ -55,11 +55,17 @@ def admit(budget: Budget, amount: int, phase: Phase = Phase.WORK) -> Admission:
     """Decides whether a hold of amount fits in what the budget lets a hold of phase reach:
     under HARD its cap (the limit, less the output escrow for WORK); under SOFT the cap and
     then its overage limit, flagged as over_limit."""
-    assert amount > 0
+    assert amount >= 0
     cap = budget.cap(phase)
     policy = budget.overage_policy
     if cap is None:
         return Admission(admitted=True, remaining=None, message="admitted: budget is unlimited")
+    if amount == 0:
+        # A call the price book says is free holds nothing, and so fits on any budget.
+        room = max(0, cap - budget.used - budget.held)
+        return Admission(
+            admitted=True, remaining=room, message="admitted: priced at 0", policy=policy
+        )
     after = budget.used + budget.held + amount
     if after <= cap:
         return Admission(admitted=True, remaining=cap - after, message="admitted", policy=policy)

@@ -151,7 +151,7 @@ def _reprice(
 ) -> bool:
     """Moves a hold to its new ceiling if every one of its budgets has room for the
     difference (in the hold's phase)."""
-    amount = max(1, priced.amount)
+    amount = amounts.held(priced)
     delta = amount - hold.amount
     budgets = budgets_of(state, hold)
     if any(hold.period_on(i) != b.period_no for i, b in enumerate(budgets)):

@@ -434,13 +434,15 @@ def policy(state: pb.BudgetState) -> str:
 
 
 def status(state: pb.BudgetState, now: datetime) -> str:
-    """What an operator should notice at now: archived, exceeded, in overage, refusing
+    """What an operator should notice at now: archived, a limit of 0 (zero-limit: it
+    refuses every Reserve that would hold anything), exceeded, in overage, refusing
     (core.refusing: refused for want of room this period, lately or with nothing left);
     else ok."""
     flags = [
         name
         for name, on in (
             ("archived", state.HasField("archived_at")),
+            ("zero-limit", state.HasField("limit") and state.limit == 0),
             ("exceeded", state.exceeded),
             ("overage", state.HasField("overage_since")),
             ("refusing", is_refusing(state, now)),

@@ -295,8 +295,11 @@ class BudgetService(pb_grpc.BudgetServicer):
         m.child(m.released_units, result.unit).inc(result.released)
         # A counter only grows: a Settle below the charges refunds, which it does not count.
         m.child(m.charged_units, result.unit).inc(max(0, result.used_delta))
-        m.used_ratio.observe(result.used / result.amount)
-        m.child(m.estimate_ratio, result.source.name.lower()).observe(result.used / result.amount)
+        if result.amount:
+            # A hold of 0 (a call the price book says is free) has no ratio to observe.
+            ratio = result.used / result.amount
+            m.used_ratio.observe(ratio)
+            m.child(m.estimate_ratio, result.source.name.lower()).observe(ratio)
         if result.state is HoldState.EXPIRED:
             m.late_settles.inc()
         if result.was_in_doubt:
