@@ -57,9 +57,9 @@ async def test_a_budget_is_put_read_and_deleted(sidecar: Running) -> None:
     assert [
         ["BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW",
          "STATUS", "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS",
-         "THRESHOLD BASIS", "RATE", "REFUSALS"],
+         "THRESHOLD BASIS", "RATE", "REFUSALS", "ADMISSIONS", "CLOSES AT"],
         ["session", "usd_micros", "$10.00", "$0.00", "$0.00", "$10.00", "0", "soft +$0.50",
-         "15%", "ok", "enforce", "never", "-", "-", "-", "committed", "-", "0"],
+         "15%", "ok", "enforce", "never", "-", "-", "-", "committed", "-", "0", "0", "-"],
     ] == rows(put)  # fmt: skip
     state = await run_json(sidecar, "budgets", "get", "session")
     assert ("10000000", 1500, "OVERAGE_POLICY_SOFT", "500000", "20000", "ESTIMATE_POLICY_P75") == (
@@ -143,7 +143,7 @@ async def test_an_unlimited_budget_and_a_missing_one(sidecar: Running) -> None:
     put = rows(await run(sidecar, "budgets", "put", "meter", "--unit", "tokens"))
     assert [
         "meter", "tokens", "unlimited", "0", "0", "-", "0", "hard", "-", "ok", "enforce", "never",
-        "-", "-", "-", "committed", "-", "0",
+        "-", "-", "-", "committed", "-", "0", "0", "-",
     ] == put[1]  # fmt: skip
     missing = await failure(sidecar, "budgets", "get", "nope")
     assert "NOT_FOUND BUDGET_NOT_FOUND: budget 'nope' not found" == missing

@@ -7,7 +7,9 @@ flag not given takes its default, as PutBudget does with a field not sent. On a 
 that exists, a put that would so drop its period, thresholds (or their basis), mode or
 rate windows refuses, naming them, unless given --replace (issue 43). `update` changes
 only the settings its flags name (UpdateBudget with their mask); `--unlimited`,
-`--no-thresholds` and `--clear FIELD` name a setting to clear."""
+`--no-thresholds` and `--clear FIELD` name a setting to clear. Both set a budget's run
+limits (issue 47: `--max-open-holds`, `--max-admissions`, `--closes-at`); get and list show
+its open holds and its admissions this period (of their most) and when it closes."""
 
 from __future__ import annotations
 
@@ -31,15 +33,16 @@ ESTIMATE_POLICIES = {"median": pb.ESTIMATE_POLICY_MEDIAN, "p75": pb.ESTIMATE_POL
 HEADERS = (
     "BUDGET", "UNIT", "LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "POLICY", "ESCROW", "STATUS",
     "MODE", "PERIOD", "PERIOD START", "RESETS AT", "THRESHOLDS", "THRESHOLD BASIS", "RATE",
-    "REFUSALS",
+    "REFUSALS", "ADMISSIONS", "CLOSES AT",
 )  # fmt: skip
-AMOUNTS = ("LIMIT", "USED", "HELD", "REMAINING", "HOLDS")
+AMOUNTS = ("LIMIT", "USED", "HELD", "REMAINING", "HOLDS", "ADMISSIONS")
 # What `budgets update --clear FIELD` may clear, to its default: the PutBudgetRequest
 # fields an update may name, but the unit (which "" keeps).
 CLEARABLE = (
     "limit", "default_estimate", "estimate_policy", "escrow_bps", "overage_policy",
     "overage_limit", "period", "timezone", "period_anchor", "threshold_bps", "mode",
-    "admissions_per_minute", "units_per_minute", "threshold_basis",
+    "admissions_per_minute", "units_per_minute", "threshold_basis", "max_open_holds",
+    "max_admissions", "closes_at",
 )  # fmt: skip
 
 
@@ -49,6 +52,16 @@ def _threshold(text: str) -> int:
         return policies.bps_of_percent(text)
     except policies.BadPercent as bad:
         raise argparse.ArgumentTypeError(str(bad)) from None
+
+
+def _moment(text: str) -> datetime:
+    """--closes-at's ISO 8601 time (UTC when it names no zone; argparse names the flag on
+    an error)."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 PUT_OPTIONS = (
@@ -136,6 +149,29 @@ POLICY_OPTIONS = (
         metavar="N",
     ),
 )
+# Its run limits (issue 47): refused TOO_MANY_OPEN, ADMISSIONS_SPENT and CLOSED.
+RUN_OPTIONS = (
+    Option(
+        "max_open_holds",
+        "at most this many holds open at once (past it a Reserve is refused TOO_MANY_OPEN "
+        "until one closes); not given: no bound",
+        convert=int,
+        metavar="N",
+    ),
+    Option(
+        "max_admissions",
+        "at most this many Reserves admitted a period (then ADMISSIONS_SPENT); not given: no bound",
+        convert=int,
+        metavar="N",
+    ),
+    Option(
+        "closes_at",
+        "from this time on every Reserve is refused CLOSED (ISO 8601, as "
+        "2026-12-31T18:00:00Z; UTC when it names no zone); not given: never closes",
+        convert=_moment,
+        metavar="ISO8601",
+    ),
+)
 REPLACE = Option(
     "replace",
     "on a budget that exists, set every field even where that drops its period, "
@@ -148,7 +184,7 @@ REPLACE = Option(
 UPDATE_OPTIONS = (
     *(Option(o.name, o.help, default=() if o.action == "append" else None, convert=o.convert,
              choices=o.choices, action=o.action, metavar=o.metavar)
-      for o in (*PUT_OPTIONS, *POLICY_OPTIONS)),
+      for o in (*PUT_OPTIONS, *POLICY_OPTIONS, *RUN_OPTIONS)),
     Option("unlimited", "clear the limit: the budget becomes unlimited", default=False,
            action="store_true"),
     Option("no_thresholds", "clear every threshold", default=False, action="store_true"),
@@ -180,7 +216,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "windows without --replace (to change one setting: budgets update)",
     )
     put.add_argument("budget_id")
-    options.add_options(put, (*PUT_OPTIONS, *POLICY_OPTIONS, REPLACE))
+    options.add_options(put, (*PUT_OPTIONS, *POLICY_OPTIONS, *RUN_OPTIONS, REPLACE))
     put.set_defaults(run=put_budget)
     update = verbs.add_parser(
         "update",
@@ -237,6 +273,12 @@ def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
         request.admissions_per_minute = args.admissions_per_minute
     if args.units_per_minute is not None:
         request.units_per_minute = args.units_per_minute
+    if args.max_open_holds is not None:
+        request.max_open_holds = args.max_open_holds
+    if args.max_admissions is not None:
+        request.max_admissions = args.max_admissions
+    if args.closes_at is not None:
+        request.closes_at.FromDatetime(args.closes_at)
     return request
 
 
@@ -311,6 +353,9 @@ def update_request(args: argparse.Namespace) -> pb.UpdateBudgetRequest:
         "admissions_per_minute": args.admissions_per_minute is not None,
         "units_per_minute": args.units_per_minute is not None,
         "threshold_basis": args.threshold_basis is not None,
+        "max_open_holds": args.max_open_holds is not None,
+        "max_admissions": args.max_admissions is not None,
+        "closes_at": args.closes_at is not None,
     }
     named = [name for name, on in flags.items() if on]
     cleared = list(args.clear or ())
@@ -394,7 +439,7 @@ def row(state: pb.BudgetState, now: datetime, detail: bool = False) -> list[str]
         render.amount(state.used, unit),
         render.amount(state.held, unit),
         optional("remaining", render.NONE),
-        f"{state.open_reservations:,}",
+        open_holds(state),
         policy(state),
         f"{state.escrow_bps / 100:g}%" if state.escrow_bps else render.NONE,
         status(state, now),
@@ -406,6 +451,8 @@ def row(state: pb.BudgetState, now: datetime, detail: bool = False) -> list[str]
         policies.basis_name(state.threshold_basis),
         rate(state),
         refusals(state, detail),
+        admissions(state),
+        render.timestamp(state.closes_at),
     ]
 
 
@@ -415,6 +462,18 @@ def refusals(state: pb.BudgetState, detail: bool) -> str:
     if not detail or not state.refusals:
         return count
     return f"{count}, last {render.timestamp(state.last_refused_at)}"
+
+
+def open_holds(state: pb.BudgetState) -> str:
+    """The holds open now, of its max_open_holds when it has one."""
+    count = f"{state.open_reservations:,}"
+    return f"{count}/{state.max_open_holds:,}" if state.HasField("max_open_holds") else count
+
+
+def admissions(state: pb.BudgetState) -> str:
+    """The Reserves admitted this period, of its max_admissions when it has one."""
+    count = f"{state.admissions:,}"
+    return f"{count}/{state.max_admissions:,}" if state.HasField("max_admissions") else count
 
 
 def rate(state: pb.BudgetState) -> str:
