@@ -443,3 +443,93 @@ async def test_an_update_sets_only_the_fields_it_names(backend: Backend) -> None
         await attempt(archived),
     )
     assert counters(raised) == counters(await store.get_budget("u"))
+
+
+async def run_limited(store: Holds, clock: FakeClock) -> dict[str, Any]:
+    """One sequence of a daily run (max_open_holds 2, max_admissions 3, closing at 01:00
+    the next day) and a parent of max_open_holds 1 over an unlimited child: each answer,
+    and the budgets read along the way."""
+    closes = datetime(2026, 12, 2, 1, tzinfo=UTC)
+    limited = replace(DAILY, max_open_holds=2, max_admissions=3, closes_at=closes)
+    await store.put_budget("r", 1_000, "tokens", policies=limited)
+    await store.put_budget("p", None, "tokens", policies=Policies(max_open_holds=1))
+    await store.put_budget("c", None, "tokens")
+    told: dict[str, Any] = {}
+    for key in ("k1", "k2", "k3"):
+        told[key] = await store.submit(reserve("r", 100, key))
+    told["s1"] = await store.submit(SettleOp(told["k1"].reservation_id, 60, Outcome.SUCCEEDED))
+    told["k4"] = await store.submit(reserve("r", 100, "k4"))
+    told["k4 again"] = await store.submit(reserve("r", 100, "k4"))
+    for key in ("k2", "k4"):
+        await store.submit(SettleOp(told[key].reservation_id, 50, Outcome.SUCCEEDED))
+    told["k5"] = await store.submit(reserve("r", 100, "k5"))
+    told["spent"] = await store.get_budget("r")
+    clock.set(datetime(2026, 12, 2, 0, 1, tzinfo=UTC))
+    told["k6"] = await store.submit(reserve("r", 100, "k6", lease=HOUR))
+    told["next day"] = await store.get_budget("r")
+    clock.set(closes)
+    told["k7"] = await store.submit(reserve("r", 1, "k7"))
+    told["s6"] = await store.submit(SettleOp(told["k6"].reservation_id, 90, Outcome.SUCCEEDED))
+    told["closed"] = await store.get_budget("r")
+    for key in ("n1", "n2"):
+        told[key] = await store.submit(reserve("c", 10, key, also_budget_ids=("p",)))
+    told["parent"] = await store.get_budget("p")
+    return told
+
+
+async def test_run_limits_refuse_in_order_and_count_per_period(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """A daily run refuses a 3rd open hold TOO_MANY_OPEN and a 4th admission of the day
+    ADMISSIONS_SPENT (a retried key still answers its hold), admits again the next day, is
+    CLOSED from closes_at on while its open hold settles; a parent's max_open_holds refuses
+    a Reserve on its child, naming the parent."""
+    told = await run_limited(backend.store, clock)
+    reasons = {
+        key: (told[key].admitted, told[key].reason, told[key].refused_budget_id)
+        for key in ("k1", "k2", "k3", "k4", "k5", "k6", "k7", "n1", "n2")
+    }
+    ok = (True, RefusalReason.UNSPECIFIED, "")
+    assert {
+        "k1": ok,
+        "k2": ok,
+        "k3": (False, RefusalReason.TOO_MANY_OPEN, "r"),
+        "k4": ok,
+        "k5": (False, RefusalReason.ADMISSIONS_SPENT, "r"),
+        "k6": ok,
+        "k7": (False, RefusalReason.CLOSED, "r"),
+        "n1": ok,
+        "n2": (False, RefusalReason.TOO_MANY_OPEN, "p"),
+    } == reasons
+    assert "it has 2 holds open; max_open_holds is 2" in told["k3"].message
+    assert "it has admitted 3 Reserves this period; max_admissions is 3" in told["k5"].message
+    assert (True, told["k4"].reservation_id) == (
+        told["k4 again"].duplicate,
+        told["k4 again"].reservation_id,
+    )
+    assert (90, 10, HoldState.SETTLED) == (told["s6"].used, told["s6"].released, told["s6"].state)
+    assert [(3, (1_000, 160, 0, 0)), (1, (1_000, 0, 100, 1)), (1, (1_000, 90, 0, 0))] == [
+        (told[key].admissions, counters(told[key])) for key in ("spent", "next day", "closed")
+    ]
+    assert (1, (None, 0, 10, 1)) == (told["parent"].admissions, counters(told["parent"]))
+
+
+async def test_run_limits_answer_alike_on_the_store_and_the_model(dsn: str) -> None:
+    """The run-limit sequence on the PostgreSQL store and on the model: the same answers,
+    budgets, ledger rows, closed periods and notices."""
+    seen = []
+    for name in ("postgres", "model"):
+        clock = FakeClock(CLOCK_START)
+        model = Model.empty(clock) if name == "model" else None
+        store: Holds = model if model is not None else await Store.open(dsn, clock=clock)
+        try:
+            backend = Backend(name, store, dsn, model)
+            told = await run_limited(store, clock)
+            seen.append(
+                (told, await backend.ledger(), await backend.periods(), await backend.events())
+            )
+        finally:
+            if isinstance(store, Store):
+                await store.close()
+    stored, modelled = seen
+    assert modelled == stored
