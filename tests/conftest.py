@@ -30,7 +30,8 @@ TEST_DATABASE = "earmark_test"
 TABLES = (
     "calls, ledger, charges, open_holds, in_doubt_holds, hold_scopes, reservations, budgets, "
     "units, prices, job_samples, tenant_samples, "
-    "accounts, meter_outbox, meter_sent, budget_periods, event_deliveries, events, notify_lease"
+    "accounts, meter_outbox, meter_sent, budget_periods, event_deliveries, events, notify_lease, "
+    "budget_templates"
 )
 
 

@@ -24,6 +24,7 @@ class Reason(StrEnum):
     # NOT_FOUND.
     BUDGET_NOT_FOUND = "BUDGET_NOT_FOUND"
     RESERVATION_NOT_FOUND = "RESERVATION_NOT_FOUND"
+    TEMPLATE_NOT_FOUND = "TEMPLATE_NOT_FOUND"
     # ALREADY_EXISTS: an idempotency key came back with other arguments.
     KEY_REUSED = "KEY_REUSED"
     # FAILED_PRECONDITION: the hold is no longer HELD.
@@ -46,6 +47,10 @@ class Reason(StrEnum):
     PRICE_BOOK_FULL = "PRICE_BOOK_FULL"
     BUDGET_ARCHIVED = "BUDGET_ARCHIVED"
     BUDGET_HAS_OPEN_HOLDS = "BUDGET_HAS_OPEN_HOLDS"
+    # PutBudgetTemplate: the pattern matches ids another template's matches; or there are as
+    # many templates as there may be (limits.templates_max).
+    TEMPLATES_OVERLAP = "TEMPLATES_OVERLAP"
+    TEMPLATES_FULL = "TEMPLATES_FULL"
     # The change would carry a counter past 2^63-1.
     COUNTER_OVERFLOW = "COUNTER_OVERFLOW"
     # FAILED_PRECONDITION: the database refused a value or a constraint of this request

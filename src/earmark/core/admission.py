@@ -147,4 +147,3 @@ def run_limits(scope: list[Budget], amount: int, now: datetime) -> ReserveResult
             policy=each.overage_policy,
         )
     return would
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 import structlog
 
 from earmark import limits, validate
-from earmark.core import resets
+from earmark.core import resets, templates
 from earmark.core.model import Budget
 from earmark.core.ops import ReleaseOp, ResolveOp, SettleResult
 from earmark.errors import FailedPrecondition, Reason, Unavailable
@@ -14,6 +14,7 @@ from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
 from earmark.service import convert
+from earmark.service import templates as service_templates
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
@@ -31,7 +32,12 @@ log = structlog.get_logger("earmark.admin")
 
 class AdminService(pb_grpc.AdminServicer):
     def __init__(
-        self, store: AdminStore, metrics: Metrics, drain: Drain, *, plans: PlanGate | None = None
+        self,
+        store: AdminStore,
+        metrics: Metrics,
+        drain: Drain,
+        *,
+        plans: PlanGate | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -68,6 +74,39 @@ class AdminService(pb_grpc.AdminServicer):
         budget = await self.store.update_budget(given, named)
         log.info("update_budget", update_mask=sorted(named), **_settings(budget))
         return convert.budget_state(budget)
+
+    @rpc("PutBudgetTemplate")
+    async def PutBudgetTemplate(
+        self, request: pb.PutBudgetTemplateRequest, context: Context
+    ) -> pb.BudgetTemplate:
+        """Creates or replaces a template; the store checks it against every other."""
+        template = await self.store.put_template(service_templates.template_input(request))
+        log.info(
+            "put_budget_template",
+            template_id=template.template_id,
+            pattern=template.pattern,
+            version=template.version,
+        )
+        return service_templates.template_message(template)
+
+    @rpc("ListBudgetTemplates")
+    async def ListBudgetTemplates(
+        self, request: pb.ListBudgetTemplatesRequest, context: Context
+    ) -> pb.ListBudgetTemplatesResponse:
+        found = await self.store.list_templates()
+        return pb.ListBudgetTemplatesResponse(
+            templates=[service_templates.template_message(t) for t in found]
+        )
+
+    @rpc("DeleteBudgetTemplate")
+    async def DeleteBudgetTemplate(
+        self, request: pb.DeleteBudgetTemplateRequest, context: Context
+    ) -> pb.BudgetTemplate:
+        template = await self.store.delete_template(templates.template_id(request.template_id))
+        log.info("delete_budget_template", template_id=template.template_id)
+        reply = service_templates.template_message(template)
+        reply.deleted_at.CopyFrom(convert.timestamp(self.store.now()))
+        return reply
 
     @rpc("GetBudget")
     async def GetBudget(self, request: pb.GetBudgetRequest, context: Context) -> pb.BudgetState:

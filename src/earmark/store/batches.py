@@ -15,7 +15,7 @@ from earmark.core.batch import BatchDecision, BatchState, decide_batch
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import PriceBook
 from earmark.errors import EarmarkError
-from earmark.store import queries, routes, stripes, writes
+from earmark.store import queries, routes, stripes, templates, writes
 from earmark.store.lanes import Lanes, Route, TopUp
 from earmark.store.tx import Conn
 
@@ -113,6 +113,13 @@ class Batches:
             states, self._prices = await queries.load_batches(
                 conn, entries, self._prices, by_key=by_key
             )
+            missing = _missing(entries, states)
+            if missing and await templates.make_missing(conn, missing, self._clock()):
+                # A budget made from its template on first sight, in this transaction and
+                # under its stripe lock (issue 47): loaded again with the budgets made.
+                states, self._prices = await queries.load_batches(
+                    conn, entries, self._prices, by_key=by_key
+                )
             now = self._clock()
             return [
                 (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
@@ -160,6 +167,15 @@ class Batches:
             if isinstance(op, SettleOp) and isinstance(outcome, SettleResult):
                 self._routes.forget(op.reservation_id)
         return outcomes
+
+
+def _missing(entries: list[tuple[Route, Op]], states: dict[str, BatchState]) -> set[str]:
+    """The budgets the Reserves name that the batch found no row of."""
+    named = {budget_id for route, op in entries if isinstance(op, ReserveOp) for budget_id in route}
+    if not named:
+        return set()
+    found = next(iter(states.values())).budgets.keys() if states else set()
+    return named - set(found)
 
 
 # The unique index of reservations' idempotency keys (migration 0003).

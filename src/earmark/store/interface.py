@@ -25,10 +25,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
+from earmark.core.model import (
+    Budget,
+    EstimatePolicy,
+    OveragePolicy,
+    Policies,
+    UnitTotals,
+)
 from earmark.core.ops import Op, Result
 from earmark.core.prices import Price
 from earmark.core.specs import Fields
+from earmark.core.templates import Template, TemplateInput
 from earmark.errors import Unavailable
 from earmark.store.cycles import Report
 from earmark.store.marks import Mark
@@ -62,6 +69,17 @@ class Budgets(Protocol):
     def now(self) -> datetime: ...
 
 
+class Templates(Protocol):
+    """Budget templates (issue 47): a Reserve naming a budget that does not exist but that a
+    template's pattern matches makes it, in the transaction deciding the admission."""
+
+    async def put_template(self, given: TemplateInput) -> Template: ...
+
+    async def list_templates(self) -> list[Template]: ...
+
+    async def delete_template(self, template_id: str) -> Template: ...
+
+
 class Cycles(Protocol):
     """Accounts' billing-cycle budgets, which the plan gate makes and reads."""
 
@@ -70,7 +88,7 @@ class Cycles(Protocol):
     async def cycles_of(self, account: str) -> list[Budget]: ...
 
 
-class Holds(Budgets, Cycles, Protocol):
+class Holds(Budgets, Templates, Cycles, Protocol):
     """Everything a hold's admission depends on: budgets, cycles, prices, the operations on
     holds (core.ops), the sweeper, and which holds are still held."""
 

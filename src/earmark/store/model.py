@@ -26,8 +26,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from earmark import limits
-from earmark.core import notices, puts, resets, specs, updates
-from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due, sample_keys
+from earmark.core import notices, puts, resets, specs, templates, updates
+from earmark.core.batch import (
+    BatchDecision,
+    BatchState,
+    decide_batch,
+    expire_due,
+    sample_keys,
+)
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
 from earmark.core.model import (
@@ -45,6 +51,7 @@ from earmark.core.notices import Event
 from earmark.core.ops import ChargeOp, Op, ReserveOp, Result
 from earmark.core.prices import Price, PriceBook
 from earmark.core.ratelimit import AdmissionWindow
+from earmark.core.templates import Template, TemplateInput
 from earmark.errors import (
     EarmarkError,
     FailedPrecondition,
@@ -76,6 +83,9 @@ class Model:
     windows: dict[str, AdmissionWindow] = field(default_factory=dict)
     # The notices the decisions caused (events), in order.
     events: list[Event] = field(default_factory=list)
+    # Budget templates (budget_templates), by id, and the version sequence's last value.
+    templates: dict[str, Template] = field(default_factory=dict)
+    template_versions: int = 0
 
     @classmethod
     def empty(cls, clock: Callable[[], datetime]) -> Model:
@@ -223,10 +233,39 @@ class Model:
 
     # Holds.
 
+    # Templates.
+
+    async def put_template(self, given: TemplateInput) -> Template:
+        """Creates or replaces a template, as store/templates.py does."""
+        existing = sorted(self.templates.values(), key=lambda t: t.template_id)
+        templates.check_put(existing, given)
+        self.template_versions += 1
+        template = templates.put(existing, given, self.template_versions, self.clock())
+        self.templates[template.template_id] = template
+        return template
+
+    async def list_templates(self) -> list[Template]:
+        return sorted(self.templates.values(), key=lambda t: t.template_id)
+
+    async def delete_template(self, template_id: str) -> Template:
+        template = self.templates.pop(template_id, None)
+        if template is None:
+            raise templates.not_found(template_id)
+        return template
+
+    def _make_missing(self, route: tuple[str, ...]) -> None:
+        """Makes the budgets of route that do not exist but a template matches, as the
+        store's batch does in its transaction before deciding."""
+        for budget_id in sorted(set(route) - self.budgets.keys()):
+            template = templates.matching(self.templates.values(), budget_id)
+            if template is not None:
+                self.budgets[budget_id] = templates.budget_from(template, budget_id, self.clock())
+
     async def submit(self, op: Op) -> Result:
         """Decides op alone against copies of what it names, then applies the writes."""
         if isinstance(op, ReserveOp):
             route: tuple[str, ...] = (op.budget_id, *op.also_budget_ids)
+            self._make_missing(route)
         else:
             hold = self.holds.get(op.reservation_id)
             if hold is None:

@@ -13,9 +13,16 @@ import asyncpg
 
 from earmark import limits
 from earmark.core import resets, specs
-from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
+from earmark.core.model import (
+    Budget,
+    EstimatePolicy,
+    OveragePolicy,
+    Policies,
+    UnitTotals,
+)
 from earmark.core.ops import Op, RepriceOp, RepriceResult, Result
 from earmark.core.prices import Price, PriceBook
+from earmark.core.templates import Template, TemplateInput
 from earmark.errors import (
     Reason,
     Unavailable,
@@ -33,6 +40,7 @@ from earmark.store import (
     repricing,
     stripes,
     sweeper,
+    templates,
 )
 from earmark.store.batches import Admission, Batches
 from earmark.store.cycles import Report
@@ -243,6 +251,29 @@ class Store:
             return await budgets.update(conn, given, named, self._clock())
 
         return resets.current(await self._transaction(work, "read_committed"), self._clock())
+
+    # Templates (issue 47).
+
+    async def put_template(self, given: TemplateInput) -> Template:
+        """Creates or replaces a template, checked against every other under the table's
+        lock (store/templates.py)."""
+
+        async def work(conn: Conn) -> Template:
+            return await templates.put(conn, given, self._clock())
+
+        return await self._transaction(work, "read_committed")
+
+    async def list_templates(self) -> list[Template]:
+        """Every template, in template id order."""
+        return await self._read(templates.list_all)
+
+    async def delete_template(self, template_id: str) -> Template:
+        """Removes a template; the budgets made from it stay. NOT_FOUND when there is none."""
+
+        async def work(conn: Conn) -> Template:
+            return await templates.delete(conn, template_id)
+
+        return await self._transaction(work, "read_committed")
 
     async def get_budget(self, budget_id: str) -> Budget:
         """The budget as of now: one whose period has ended reads as the next, at zero."""

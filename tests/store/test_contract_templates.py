@@ -1,0 +1,76 @@
+"""The store's contract for budget templates (issue 47), on the PostgreSQL Store and on the
+Model alike (the harness is tests/store/test_contract.py's): put, list, replace and delete,
+overlap and bounds, and a budget made on first sight."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from earmark import limits
+from earmark.core.model import RefusalReason
+from earmark.core.ops import ReserveResult
+from earmark.core.specs import Fields
+from earmark.core.templates import TemplateInput
+from earmark.errors import Reason
+from tests.store.test_contract import Backend, attempt, backend, counters, reserve
+
+__all__ = ["backend"]
+
+USERS = Fields(budget_id="", limit=1_000, unit="tokens", max_open_holds=2)
+
+
+def users(**changes: object) -> TemplateInput:
+    return TemplateInput("users", "end-user/*", replace(USERS, **changes))  # type: ignore[arg-type]
+
+
+async def test_templates_are_put_listed_replaced_and_deleted(backend: Backend) -> None:
+    """A put replaces a template of its id with a higher version; list is in id order; a
+    delete answers the template and a second one is NOT_FOUND."""
+    store = backend.store
+    first = await store.put_template(users())
+    second = await store.put_template(users(limit=2_000))
+    await store.put_template(TemplateInput("teams", "team/*", USERS))
+    listed = await store.list_templates()
+    assert ["teams", "users"] == [t.template_id for t in listed]
+    assert (True, 2_000) == (second.version > first.version, listed[1].fields.limit)
+    assert "users" == (await store.delete_template("users")).template_id
+    assert ("NotFound", Reason.TEMPLATE_NOT_FOUND) == await attempt(store.delete_template("users"))
+
+
+async def test_overlapping_patterns_and_one_too_many_are_refused(backend: Backend) -> None:
+    """A pattern matching what another template's matches is TEMPLATES_OVERLAP; the template
+    past limits.templates_max is TEMPLATES_FULL; a bad setting names budget.<field>."""
+    store = backend.store
+    await store.put_template(users())
+    overlap = TemplateInput("other", "*/alice", USERS)
+    assert ("FailedPrecondition", Reason.TEMPLATES_OVERLAP) == await attempt(
+        store.put_template(overlap)
+    )
+    bad = TemplateInput("bad", "bad/*", replace(USERS, escrow_bps=-1))
+    assert ("InvalidArgument", Reason.INVALID_FIELD) == await attempt(store.put_template(bad))
+    for n in range(limits.templates_max - 1):
+        await store.put_template(TemplateInput(f"t{n}", f"p{n}/*", USERS))
+    full = TemplateInput("full", "full/*", USERS)
+    assert ("FailedPrecondition", Reason.TEMPLATES_FULL) == await attempt(store.put_template(full))
+    # Replacing one that exists is no template more.
+    await store.put_template(users(limit=3))
+
+
+async def test_a_reserve_makes_the_budget_its_template_matches(backend: Backend) -> None:
+    """A Reserve on a missing budget a template matches is decided on the budget made from
+    it, with the template's limits; an id it does not match is BUDGET_NOT_FOUND."""
+    store = backend.store
+    await store.put_template(users())
+    results = [await store.submit(reserve("end-user/a", 400, f"k{n}")) for n in range(3)]
+    made = await store.get_budget("end-user/a")
+    assert [True, True, False] == [isinstance(r, ReserveResult) and r.admitted for r in results]
+    third = results[2]
+    assert isinstance(third, ReserveResult)
+    assert RefusalReason.TOO_MANY_OPEN == third.reason
+    assert ((1_000, 0, 800, 2), "users", 2) == (
+        counters(made),
+        made.template_id,
+        made.admissions,
+    )
+    missing = store.submit(reserve("end-user/a/b", 1, "k"))
+    assert ("NotFound", Reason.BUDGET_NOT_FOUND) == await attempt(missing)
