@@ -50,7 +50,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     settings = (*budgets.PUT_OPTIONS, *budgets.POLICY_OPTIONS, *budgets.RUN_OPTIONS)
     options.add_options(put, (PATTERN, *settings))
     put.set_defaults(run=put_template)
-    listing = verbs.add_parser("list", help="every template, deleted ones too")
+    listing = verbs.add_parser("list", help="every template, in id order")
     listing.set_defaults(run=list_templates)
     delete = verbs.add_parser(
         "delete", help="make no more budgets from a template; those it made stay"
