@@ -241,6 +241,8 @@ open_holds_max = 10**9
 # after it is set; its reason is at most limit_reason_chars_max characters.
 limit_raise_days_max = 366
 limit_reason_chars_max = 256
+# The sweeper ends at most this many idle budgets' temporary limits per transaction.
+limit_lapses_per_sweep_max = 200
 # Budget templates (issue 47): at most templates_max exist; an id is at most
 # template_id_chars_max characters. A Reserve's batch makes at most one budget per budget
 # it names (at most also_budget_ids_max + 1).

@@ -321,14 +321,19 @@ class AdminCalls:
         max_open_holds: int | Unset | None = UNSET,
         max_admissions: int | Unset | None = UNSET,
         closes_at: datetime | Unset | None = UNSET,
+        limit_until: datetime | None = None,
+        reason: str = "",
     ) -> BudgetState:
         """Changes only the settings given of an existing budget (UpdateBudget, AIP-134);
         every other setting stays. None clears an optional one (limit=None: unlimited).
         update_mask, when given, names the fields instead (PutBudgetRequest's names, or
         ["*"] for every field, as put_budget sets them); a field it names that is not
-        given is cleared to its default. Raises BudgetNotFoundError for a budget that does
-        not exist, InvalidArgumentError naming the field for a merge PutBudget would
-        refuse, and ValueError when nothing is named."""
+        given is cleared to its default. With limit_until (and limit), the limit is
+        temporary: in force until then, the limit before any temporary one after it;
+        reason says why the limit changes. Raises BudgetNotFoundError for a budget that
+        does not exist, InvalidArgumentError naming the field for a merge PutBudget would
+        refuse (or a limit_until not ahead, too far ahead or without limit), and
+        ValueError when nothing is named."""
         given: dict[str, object] = {
             name: value
             for name, value in (
@@ -356,8 +361,10 @@ class AdminCalls:
         paths = list(update_mask) if update_mask is not None else sorted(given)
         if not paths:
             raise ValueError("update_budget: give a setting to change, or an update_mask")
-        request = pb.UpdateBudgetRequest(budget=budget_request(budget_id, given))
+        request = pb.UpdateBudgetRequest(budget=budget_request(budget_id, given), reason=reason)
         request.update_mask.paths.extend(paths)
+        if limit_until is not None:
+            request.limit_until.CopyFrom(_stamp(limit_until))
         return budget_state_of(await self._admin_call("UpdateBudget", request))
 
     async def get_budget(self, budget_id: str) -> BudgetState:

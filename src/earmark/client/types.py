@@ -212,6 +212,11 @@ class BudgetState:
     admissions: int = 0
     template_id: str = ""
     changed_by_hand: bool = False
+    # A temporary limit (issue 47): limit is in force until limit_until, then limit_after
+    # (None: unlimited); limit_reason says why. None and "" when there is none.
+    limit_until: datetime | None = None
+    limit_after: int | None = None
+    limit_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +417,9 @@ def budget_state_of(reply: pb.BudgetState) -> BudgetState:
         admissions=reply.admissions,
         template_id=reply.template_id,
         changed_by_hand=reply.changed_by_hand,
+        limit_until=_time(reply, "limit_until"),
+        limit_after=optional("limit_after"),
+        limit_reason=reply.limit_reason,
     )
 
 

@@ -1,6 +1,7 @@
-"""What every batch does around its operations: closes the periods that ended (core.resets),
-notices what each operation's spend reached (core.notices), and checks that what moved on
-every budget's period is what its ledger rows say (TigerBeetle's pair assertions)."""
+"""What every batch does around its operations: closes the periods that ended (core.resets)
+and ends the temporary limits whose time came (core.raises), notices what each operation's
+spend reached (core.notices), and checks that what moved on every budget's period is what
+its ledger rows say (TigerBeetle's pair assertions)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from earmark.core.state import BatchDecision, BatchState
 def roll_due(state: BatchState, decision: BatchDecision, now: datetime) -> None:
     """Closes the period of every locked budget whose period has ended (core.resets): the
     closed period's counters are kept for the holds reserved in it, and the budget starts
-    again at zero. The budgets are shared by the states of a transaction: the first
-    decision closes each."""
+    again at zero; and ends every temporary limit whose time has come (core.raises), with
+    its ledger entry and notice (its limit the store writes with a statement of its own:
+    decision.lapsed). The budgets are shared by the states of a transaction: the first
+    decision closes and ends each."""
     for budget in state.budgets.values():
-        closed = resets.roll(budget, now)
+        closed, change = resets.advance(budget, now)
+        if change is not None:
+            decision.ledger.append(change.entry())
+            decision.events.append(change.event(budget))
+            decision.lapsed[budget.budget_id] = budget
+            decision.touched[budget.budget_id] = budget
         if closed is None:
             continue
         key = (closed.budget_id, closed.period_no)

@@ -128,6 +128,8 @@ class LedgerKind(enum.StrEnum):
     # An operator settled an in-doubt hold, or released a stuck one.
     RESOLVE = "resolve"
     RELEASE = "release"
+    # An operator changed the limit, or a temporary one ended (core.raises): nothing moves.
+    LIMIT = "limit"
 
 
 @dataclass(slots=True)
@@ -356,6 +358,12 @@ class LedgerEntry:
     at: datetime
     # The budget's period the change counts in.
     period_no: int = 0
+    # A limit entry's (core.raises): the limits before and after, until when the new one is
+    # in force (None: from now on), and why.
+    limit_before: int | None = None
+    limit_after: int | None = None
+    limit_until: datetime | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The notices a batch writes with its changes (issue 34): a threshold crossed, a SOFT
 budget gone past its limit, a budget's first refusal for want of room in a period (issue
-43), a hold gone into doubt. Every budget notice carries used, held, committed (used +
+43), a hold gone into doubt, a budget's limit changed or its temporary limit ended (issue
+47). Every budget notice carries used, held, committed (used +
 held) and the threshold basis, whatever the notice's kind. Each is an event of the Standard
 Webhooks shape ({"type", "timestamp", "data"}) with an id the deliverer sends on every
 attempt; the batch that caused it writes it in its own transaction, at most once per
@@ -30,6 +31,7 @@ EXCEEDED = "budget.exceeded"
 REFUSING = "budget.refusing"
 IN_DOUBT = "hold.in_doubt"
 PRICE_CHANGED = "price.changed"
+LIMIT_CHANGED = "budget.limit_changed"
 
 # Event ids are derived from what makes an event one (its dedupe key), so that a batch
 # retried after a conflict writes the same id, and the unique key drops it if it was.
@@ -180,6 +182,31 @@ def refusing_event(budget: Budget, refused: int, remaining: int | None, now: dat
     }
     key = f"{budget.budget_id}/{budget.period_no}/refusing/{budget.refusals}"
     return _event(REFUSING, budget.budget_id, key, data, now)
+
+
+def limit_changed_event(
+    budget: Budget,
+    before: int | None,
+    until: datetime | None,
+    reason: str,
+    ended: bool,
+    now: datetime,
+) -> Event:
+    """budget.limit_changed (core.raises): an operator changed the budget's limit from
+    before (until until: a temporary limit, then limit_after), or its temporary limit ended
+    (ended). Keyed by the budget, when and what: a raise ends once, at its limit_until."""
+    data = {
+        **_budget_data(budget),
+        "limit_before": before,
+        "limit_until": _iso(until),
+        "limit_after": budget.limit_after if until is not None else None,
+        "reason": reason,
+        "ended": ended,
+    }
+    key = f"{budget.budget_id}/{budget.period_no}/limit/{_iso(now)}/{before}/{budget.limit}"
+    if until is not None:
+        key += f"/until/{_iso(until)}"
+    return _event(LIMIT_CHANGED, budget.budget_id, key + ("/ended" if ended else ""), data, now)
 
 
 def in_doubt_event(hold: Hold, now: datetime) -> Event:

@@ -6,9 +6,11 @@ A new budget starts in the period containing now. An existing one keeps its coun
 cycle, its archive and rate counts, its current period (a changed calendar takes effect at
 the period's end, core.resets) and its template; its overage flag is spec's (PutBudget
 clears it, an update that names nothing about it keeps it: core.updates.kept), its notices
-what core.notices.kept_by_put keeps. A put ends a temporary limit in force (the put's limit
-is the budget's from now on; core.raises sets a new one after the put), and a put by hand
-on a budget made from a template detaches it from the template's later changes."""
+what core.notices.kept_by_put keeps. A put that changes the limit ends a temporary limit in
+force (the put's limit is the budget's from now on; core.raises sets a new one after the
+put, and ends one whose time has come before it), one that keeps it keeps the temporary
+limit, and a put by hand on a budget made from a template detaches it from the template's
+later changes."""
 
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ def put(given: PutInput) -> Budget:
         )
     window = resets.window_on_put(budget, spec.calendar(), now)
     spec = notices.kept_by_put(budget, spec)
+    kept_raise = spec.limit == budget.limit
     return replace(
         budget,
         limit=spec.limit,
@@ -102,9 +105,10 @@ def put(given: PutInput) -> Budget:
         max_open_holds=spec.max_open_holds,
         max_admissions=spec.max_admissions,
         closes_at=spec.closes_at,
-        limit_until=None,
-        limit_after=None,
-        limit_reason="",
+        # The same limit keeps a temporary one in force; another is permanent (core.raises).
+        limit_until=budget.limit_until if kept_raise else None,
+        limit_after=budget.limit_after if kept_raise else None,
+        limit_reason=budget.limit_reason if kept_raise else "",
         changed_by_hand=budget.changed_by_hand
         or (given.by_hand and budget.template_id is not None),
     )

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from earmark.core import refusals
+from earmark.core import raises, refusals
 from earmark.core.model import Budget, PeriodTotals
 from earmark.core.periods import Calendar, period_at
+from earmark.core.raises import LimitChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +89,25 @@ def window_on_put(budget: Budget | None, cal: Calendar, now: datetime) -> Window
     return Window(budget.period_start, None if period is None else period.end)
 
 
+def advance(budget: Budget, now: datetime) -> tuple[PeriodTotals | None, LimitChange | None]:
+    """roll, and the end of a temporary limit whose time has come (core.raises.lapse) in the
+    period it ended in: before the roll when it ended by the period's end."""
+    end = budget.period_end
+    first = budget.limit_until is not None and (end is None or budget.limit_until <= end)
+    change = raises.lapse(budget, now) if first else None
+    closed = roll(budget, now)
+    if not first:
+        change = raises.lapse(budget, now)
+    return closed, change
+
+
 def current(budget: Budget, now: datetime) -> Budget:
     """The budget as a read at now sees it: one whose period has ended but that no
-    transaction has closed yet reads as the next period, at zero (the row is closed by the
-    next transaction that locks it; a read changes nothing)."""
-    if not due(budget, now):
+    transaction has closed yet reads as the next period, at zero, and one whose temporary
+    limit has ended reads with the limit after it (the row is closed by the next
+    transaction that locks it; a read changes nothing)."""
+    if not due(budget, now) and not raises.due(budget, now):
         return budget
     seen = replace(budget, rate=replace(budget.rate))
-    roll(seen, now)
+    advance(seen, now)
     return seen

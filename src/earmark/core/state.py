@@ -86,6 +86,9 @@ class BatchDecision:
     closed_moved: dict[tuple[str, int], PeriodTotals] = field(default_factory=dict)
     # Notices caused by this batch, written with it.
     events: list[Event] = field(default_factory=list)
+    # Budgets whose temporary limit ended (core.raises), by id: their limit is written by a
+    # statement of its own, since the batch's budget row carries no limit.
+    lapsed: dict[str, Budget] = field(default_factory=dict)
 
     def writes_anything(self) -> bool:
         return bool(self.new_holds or self.changed_holds or self.new_charges or self.ledger)

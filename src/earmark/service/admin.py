@@ -32,12 +32,7 @@ log = structlog.get_logger("earmark.admin")
 
 class AdminService(pb_grpc.AdminServicer):
     def __init__(
-        self,
-        store: AdminStore,
-        metrics: Metrics,
-        drain: Drain,
-        *,
-        plans: PlanGate | None = None,
+        self, store: AdminStore, metrics: Metrics, drain: Drain, *, plans: PlanGate | None = None
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -67,12 +62,19 @@ class AdminService(pb_grpc.AdminServicer):
     async def UpdateBudget(
         self, request: pb.UpdateBudgetRequest, context: Context
     ) -> pb.BudgetState:
-        """Sets only the fields the mask names (AIP-134); the store merges them into the
-        budget it locked and checks the whole as PutBudget does."""
+        """Sets only the fields the mask names (AIP-134), and with limit_until a temporary
+        limit (core.raises); the store merges them into the budget it locked and checks the
+        whole as PutBudget does."""
         validate.budget_id(request.budget.budget_id)
         given, named = validate_policies.update(request)
-        budget = await self.store.update_budget(given, named)
-        log.info("update_budget", update_mask=sorted(named), **_settings(budget))
+        raised = validate_policies.raised(request)
+        budget = await self.store.update_budget(given, named, raised=raised)
+        log.info(
+            "update_budget",
+            update_mask=sorted(named),
+            limit_until=None if raised.until is None else raised.until.isoformat(),
+            **_settings(budget),
+        )
         return convert.budget_state(budget)
 
     @rpc("PutBudgetTemplate")

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from earmark.core.model import Budget, Hold
+from earmark.core.model import Budget, Hold, LedgerKind
 from earmark.core.ops import ChargeResult, RenewResult, ReserveResult, SettleResult
 from earmark.core.prices import Price
 from earmark.store.calls import CallRow
@@ -193,7 +193,7 @@ def hold_message(hold: Hold) -> pb.Hold:
 
 def ledger_message(row: LedgerRow) -> pb.LedgerEntry:
     entry = row.entry
-    return pb.LedgerEntry(
+    message = pb.LedgerEntry(
         entry_id=row.entry_id,
         budget_id=entry.budget_id,
         reservation_id=entry.reservation_id or "",
@@ -202,7 +202,17 @@ def ledger_message(row: LedgerRow) -> pb.LedgerEntry:
         used_delta=entry.used_delta,
         at=timestamp(entry.at),
         evidence=row.evidence,
+        reason=entry.reason,
     )
+    # A limit entry's limits (core.raises); absent is unlimited.
+    if entry.kind is LedgerKind.LIMIT:
+        if entry.limit_before is not None:
+            message.limit_before = entry.limit_before
+        if entry.limit_after is not None:
+            message.limit_after = entry.limit_after
+        if entry.limit_until is not None:
+            message.limit_until.CopyFrom(timestamp(entry.limit_until))
+    return message
 
 
 def call_message(call: CallRow) -> pb.Call:

@@ -25,15 +25,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from earmark.core.model import (
-    Budget,
-    EstimatePolicy,
-    OveragePolicy,
-    Policies,
-    UnitTotals,
-)
+from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
 from earmark.core.ops import Op, Result
 from earmark.core.prices import Price
+from earmark.core.raises import Raise
 from earmark.core.specs import Fields
 from earmark.core.templates import Template, TemplateInput
 from earmark.errors import Unavailable
@@ -60,7 +55,9 @@ class Budgets(Protocol):
         policies: Policies | None = None,
     ) -> Budget: ...
 
-    async def update_budget(self, given: Fields, named: frozenset[str]) -> Budget: ...
+    async def update_budget(
+        self, given: Fields, named: frozenset[str], *, raised: Raise = ...
+    ) -> Budget: ...
 
     async def get_budget(self, budget_id: str) -> Budget: ...
 

@@ -26,14 +26,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from earmark import limits
-from earmark.core import notices, puts, resets, specs, templates, updates
-from earmark.core.batch import (
-    BatchDecision,
-    BatchState,
-    decide_batch,
-    expire_due,
-    sample_keys,
-)
+from earmark.core import bookkeeping, notices, puts, raises, resets, specs, templates, updates
+from earmark.core.batch import BatchDecision, BatchState, decide_batch, expire_due, sample_keys
 from earmark.core.calls import RESERVE_CHARGE_KEY
 from earmark.core.estimates import SampleKey
 from earmark.core.model import (
@@ -124,27 +118,59 @@ class Model:
             spec = policies.applied(spec)
         now = self.clock()
         open_closed, used_closed = self._closed_use(budget_id)
-        stored = puts.put(
-            puts.PutInput(self.budgets.get(budget_id), spec, now, bool(open_closed or used_closed))
-        )
-        self.budgets[budget_id] = stored
-        return resets.current(copy.deepcopy(stored), now)
+        stored = self.budgets.get(budget_id)
+        if stored is None:
+            made = puts.put(puts.PutInput(None, spec, now))
+            self.budgets[budget_id] = made
+            return resets.current(copy.deepcopy(made), now)
+        budget = copy.deepcopy(stored)
+        ended = raises.lapse(budget, now)
+        in_use_closed = bool(open_closed or used_closed)
+        made = puts.put(puts.PutInput(budget, spec, now, in_use_closed))
+        return self._put_on(budget, made, now, ended, raises.NONE)
 
-    async def update_budget(self, given: specs.Fields, named: frozenset[str]) -> Budget:
+    async def update_budget(
+        self,
+        given: specs.Fields,
+        named: frozenset[str],
+        *,
+        raised: raises.Raise = raises.NONE,
+    ) -> Budget:
         """Sets only the fields named of an existing budget, as store/budgets.py does: the
-        named fields merged into what it holds, checked whole, put as PutBudget puts."""
-        budget = self.budgets.get(given.budget_id)
-        if budget is None:
-            raise budget_not_found(given.budget_id)
-        spec = specs.checked(updates.merged(specs.fields_of(budget), given, named)).budget
+        named fields merged into what it holds, checked whole, put as PutBudget puts, with
+        raised's temporary limit (core.raises)."""
         now = self.clock()
+        raises.check(raised, named, now)
+        stored = self.budgets.get(given.budget_id)
+        if stored is None:
+            raise budget_not_found(given.budget_id)
+        budget = copy.deepcopy(stored)
+        ended = raises.lapse(budget, now)
+        spec = specs.checked(updates.merged(specs.fields_of(budget), given, named)).budget
         open_closed, used_closed = self._closed_use(given.budget_id)
         in_use_closed = bool(open_closed or used_closed)
-        stored = puts.put(
+        made = puts.put(
             puts.PutInput(budget, updates.kept(budget, spec, named), now, in_use_closed)
         )
-        self.budgets[given.budget_id] = stored
-        return resets.current(copy.deepcopy(stored), now)
+        return self._put_on(budget, made, now, ended, raised)
+
+    def _put_on(
+        self,
+        budget: Budget,
+        made: Budget,
+        now: datetime,
+        ended: raises.LimitChange | None,
+        raised: raises.Raise,
+    ) -> Budget:
+        """Stores made, put on budget (whose ended temporary limit was ended), with raised's
+        temporary limit, and records the changes of its limit, as store/budgets.py does."""
+        made, change = raises.applied(budget, made, raised, now)
+        self.budgets[made.budget_id] = made
+        for done, after in ((ended, budget), (change, made)):
+            if done is not None:
+                self.ledger.append(done.entry())
+                self._record([done.event(after)])
+        return resets.current(copy.deepcopy(made), now)
 
     async def get_budget(self, budget_id: str) -> Budget:
         """The budget as of now: one whose period has ended reads as the next, at zero."""
@@ -285,7 +311,30 @@ class Model:
         return result
 
     async def sweep_once(self, batch_size: int = limits.sweep_batch_size_max) -> int:
-        """Closes (or puts in doubt) the live holds whose lease passed, the earliest first."""
+        """Closes (or puts in doubt) the live holds whose lease passed, the earliest first;
+        then ends idle budgets' temporary limits whose time came (lapse_raises)."""
+        changed = self._expire(batch_size)
+        await self.lapse_raises()
+        return changed
+
+    async def lapse_raises(self, batch_size: int = limits.limit_lapses_per_sweep_max) -> int:
+        """Ends at most batch_size budgets' temporary limits whose time came, the earliest
+        first, as store/sweeper.py does. How many it ended."""
+        now = self.clock()
+        due = sorted(
+            (b for b in self.budgets.values() if raises.due(b, now)),
+            key=lambda b: (b.limit_until, b.budget_id),
+        )[:batch_size]
+        ended = 0
+        for budget_id in sorted(b.budget_id for b in due):
+            state = self._state(budget_id, (budget_id,), [])
+            decision = BatchDecision()
+            bookkeeping.roll_due(state, decision, now)
+            self._apply(state, decision)
+            ended += len(decision.lapsed)
+        return ended
+
+    def _expire(self, batch_size: int) -> int:
         now = self.clock()
         due = sorted(
             (h for h in self.holds.values() if h.state is HoldState.HELD and h.expires_at <= now),
@@ -353,9 +402,12 @@ class Model:
             self.windows[account] = state.windows[account]
         self.periods.update(decision.closed_new)
         self.periods.update(decision.closed_moved)
-        # An event whose id or dedupe key is already written is not written again.
+        self._record(decision.events)
+
+    def _record(self, events: list[Event]) -> None:
+        """Appends events, but not one whose id or dedupe key is already written."""
         known = {e.event_id for e in self.events} | {e.dedupe_key for e in self.events}
-        for event in decision.events:
+        for event in events:
             if not known & {event.event_id, event.dedupe_key}:
                 self.events.append(event)
                 known |= {event.event_id, event.dedupe_key}

@@ -79,6 +79,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 LIST_LEDGER = NamedQuery("""
 SELECT l.entry_id, l.budget_id, l.reservation_id, l.kind, l.held_delta, l.used_delta, l.at,
+    l.period_no, l.limit_before, l.limit_after, l.limit_until, coalesce(l.reason, '') AS reason,
     CASE WHEN l.kind = 'resolve' THEN c.evidence ELSE '' END AS evidence
 FROM ledger l LEFT JOIN calls c ON c.reservation_id = l.reservation_id
 WHERE l.budget_id = $budget_id AND l.entry_id > $after
@@ -256,6 +257,11 @@ def ledger_row(row: asyncpg.Record) -> LedgerRow:
             held_delta=row["held_delta"],
             used_delta=row["used_delta"],
             at=row["at"],
+            period_no=row["period_no"],
+            limit_before=row["limit_before"],
+            limit_after=row["limit_after"],
+            limit_until=row["limit_until"],
+            reason=row["reason"],
         ),
         evidence=row["evidence"] or "",
     )

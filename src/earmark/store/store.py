@@ -12,14 +12,8 @@ from typing import TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.core import resets, specs
-from earmark.core.model import (
-    Budget,
-    EstimatePolicy,
-    OveragePolicy,
-    Policies,
-    UnitTotals,
-)
+from earmark.core import raises, resets, specs
+from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
 from earmark.core.ops import Op, RepriceOp, RepriceResult, Result
 from earmark.core.prices import Price, PriceBook
 from earmark.core.templates import Template, TemplateInput
@@ -240,15 +234,22 @@ class Store:
 
         return resets.current(await self._transaction(work, "read_committed"), self._clock())
 
-    async def update_budget(self, given: specs.Fields, named: frozenset[str]) -> Budget:
+    async def update_budget(
+        self,
+        given: specs.Fields,
+        named: frozenset[str],
+        *,
+        raised: raises.Raise = raises.NONE,
+    ) -> Budget:
         """Sets only the fields named (core.updates) of an existing budget, as PutBudget
-        would set them all: one READ COMMITTED transaction locks the row FOR UPDATE, merges
-        the named fields into what it holds, checks the whole with PutBudget's rules and
-        writes it, so an update of another field that runs at the same time waits and is
-        never lost. NOT_FOUND for a budget that does not exist."""
+        would set them all, with raised's temporary limit (core.raises): one READ COMMITTED
+        transaction locks the row FOR UPDATE, merges the named fields into what it holds,
+        checks the whole with PutBudget's rules and writes it, so an update of another
+        field that runs at the same time waits and is never lost. NOT_FOUND for a budget
+        that does not exist."""
 
         async def work(conn: Conn) -> Budget:
-            return await budgets.update(conn, given, named, self._clock())
+            return await budgets.update(conn, given, named, self._clock(), raised)
 
         return resets.current(await self._transaction(work, "read_committed"), self._clock())
 
@@ -461,7 +462,18 @@ class Store:
         if closed and self._observer.on_expired is not None:
             self._observer.on_expired(closed)
         await self._transaction(sweeper.forget_closed, "read_committed")
+        await self.lapse_raises()
         return closed
+
+    async def lapse_raises(self, batch_size: int = limits.limit_lapses_per_sweep_max) -> int:
+        """Ends at most batch_size idle budgets' temporary limits whose time came, in one
+        transaction (sweeper.lapse_raises), so that their notices are written on time; a
+        batch on a budget ends its own first. How many it ended."""
+
+        async def work(conn: Conn) -> int:
+            return await sweeper.lapse_raises(conn, self._clock(), batch_size)
+
+        return await self._transaction(work, "read_committed")
 
     async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:
         """A read outside any batch that a worker's call may need, on the workers' pool."""

@@ -1,10 +1,12 @@
-"""The sweeper's transaction: close the holds whose lease passed."""
+"""The sweeper's transactions: close the holds whose lease passed, and end the temporary
+limits of idle budgets whose time came (core.raises)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from earmark.core.batch import BatchState, expire_due
+from earmark.core import bookkeeping
+from earmark.core.batch import BatchDecision, BatchState, expire_due
 from earmark.store import queries, writes
 from earmark.store.tx import Conn
 
@@ -27,6 +29,33 @@ async def sweep(conn: Conn, now: datetime, batch_size: int) -> int:
         decided.append((state, expire_due(state, now)))
     await writes.write_decisions(conn, decided)
     return sum(len(d.changed_holds) for _, d in decided)
+
+
+# The budgets whose temporary limit has ended and is still on their row, the earliest first
+# (the partial index budgets_limit_until, migration 0027).
+LAPSES_DUE = """
+SELECT budget_id FROM budgets WHERE limit_until <= $1 ORDER BY limit_until LIMIT $2"""
+
+
+async def lapse_raises(conn: Conn, now: datetime, batch_size: int) -> int:
+    """Ends the temporary limits of at most batch_size budgets whose limit_until has passed,
+    as the next batch on each would (core.bookkeeping.roll_due, which closes an ended period
+    too): their rows locked in id order, the ledger entry, notice and limit of each written.
+    Run in READ COMMITTED: the rows are read again once locked, and one a batch ended
+    meanwhile is left alone. How many it ended."""
+    named = [row["budget_id"] for row in await conn.fetch(LAPSES_DUE, now, batch_size)]
+    if not named:
+        return 0
+    budgets, _ = await queries.lock_budgets(conn, sorted(named))
+    decided = []
+    for budget_id, budget in sorted(budgets.items()):
+        state = BatchState(budget_id=budget_id, budget=budget, budgets={budget_id: budget})
+        decision = BatchDecision()
+        bookkeeping.roll_due(state, decision, now)
+        if decision.touched:
+            decided.append((state, decision))
+    await writes.write_decisions(conn, decided)
+    return sum(len(d.lapsed) for _, d in decided)
 
 
 # The rows of holds that batches closed (migration 0020), skipping those another sidecar's

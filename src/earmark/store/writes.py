@@ -10,7 +10,8 @@ from typing import Any
 from earmark import limits
 from earmark.core.batch import BatchDecision, BatchState
 from earmark.core.estimates import SampleKey
-from earmark.core.model import Budget, HoldState, PeriodTotals
+from earmark.core.model import Budget, HoldState, LedgerEntry, LedgerKind, PeriodTotals
+from earmark.core.notices import Event
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.core.records import CallRecord
 from earmark.store import cycles
@@ -298,7 +299,7 @@ def _money_rows(decided: Decided) -> dict[str, list[Any]]:
         "ledger": [
             (e.budget_id, e.reservation_id, str(e.kind), e.held_delta, e.used_delta, e.at,
              e.period_no)
-            for _, d in decided for e in d.ledger
+            for _, d in decided for e in d.ledger if e.kind is not LedgerKind.LIMIT
         ],
         "meter_moves": [
             (m.account, m.feature, m.cycle_start, m.cycle_end, m.used_delta, m.at)
@@ -331,11 +332,7 @@ def _budget_rows(decided: Decided) -> dict[str, list[Any]]:
         "samples": [(*key, json.dumps(values)) for key, values in sampled.items()],
         "periods_new": [_period_row(p) for _, p in sorted(periods_new.items())],
         "periods_moved": [_period_row(p) for _, p in sorted(periods_moved.items())],
-        "events": [
-            (e.event_id, e.kind, e.budget_id, e.dedupe_key, json.dumps(e.payload), e.created_at)
-            for _, d in decided
-            for e in d.events
-        ],
+        "events": [_event_row(e) for _, d in decided for e in d.events],
         "budgets": [_budget_row(touched[b], b in rolled) for b in sorted(touched)],
     }
 
@@ -358,9 +355,69 @@ def rows_of(decided: Decided) -> dict[str, list[Any]] | None:
     return rows
 
 
+# A change of limits (core.raises): its ledger rows, with the limit columns the batches'
+# write_ledger rows do not have, and the limit each ended temporary limit went back to,
+# set by a statement that names limit_units, so that the trigger keeping ceiling_max
+# (0021) sees it.
+INSERT_LIMIT_ENTRIES = """
+INSERT INTO ledger (budget_id, kind, held_delta, used_delta, at, period_no, limit_before,
+    limit_after, limit_until, reason)
+SELECT u.budget_id, 'limit', 0, 0, u.at, u.period_no, u.limit_before, u.limit_after,
+    u.limit_until, u.reason
+FROM unnest($1::text[], $2::timestamptz[], $3::integer[], $4::bigint[], $5::bigint[],
+    $6::timestamptz[], $7::text[])
+    AS u(budget_id, at, period_no, limit_before, limit_after, limit_until, reason)"""
+SET_LAPSED_LIMITS = """
+UPDATE budgets AS b SET limit_units = u.limit_units, limit_until = NULL, limit_after = NULL,
+    limit_reason = '', updated_at = now()
+FROM unnest($1::text[], $2::bigint[]) AS u(budget_id, limit_units)
+WHERE b.budget_id = u.budget_id"""
+INSERT_EVENTS = """
+INSERT INTO events (event_id, kind, budget_id, dedupe_key, payload, created_at)
+SELECT * FROM unnest($1::write_event[])
+ON CONFLICT DO NOTHING"""
+
+
+async def write_limit_changes(
+    conn: Conn,
+    entries: Sequence[LedgerEntry],
+    lapsed: Sequence[Budget] = (),
+    events: Sequence[Event] = (),
+) -> None:
+    """Writes the ledger entries of kind limit of entries (others are the batch
+    statement's), the limits of the budgets whose temporary limit ended, and events."""
+    mine = [e for e in entries if e.kind is LedgerKind.LIMIT]
+    if lapsed:
+        ids, limits_after = [b.budget_id for b in lapsed], [b.limit for b in lapsed]
+        await conn.execute(SET_LAPSED_LIMITS, ids, limits_after)
+    if mine:
+        await conn.execute(
+            INSERT_LIMIT_ENTRIES,
+            [e.budget_id for e in mine],
+            [e.at for e in mine],
+            [e.period_no for e in mine],
+            [e.limit_before for e in mine],
+            [e.limit_after for e in mine],
+            [e.limit_until for e in mine],
+            [e.reason for e in mine],
+        )
+    if events:
+        await conn.execute(INSERT_EVENTS, [_event_row(e) for e in events])
+
+
+def _event_row(e: Event) -> tuple[object, ...]:
+    return (e.event_id, e.kind, e.budget_id, e.dedupe_key, json.dumps(e.payload), e.created_at)
+
+
 async def write_decisions(conn: Conn, decided: Decided) -> None:
     """Writes what the decisions changed in one statement, whatever the batch size; nothing
-    when they changed nothing."""
+    when they changed nothing. The temporary limits that ended go first, by a statement of
+    their own (write_limit_changes), so that a period the batch closes starts its ceiling
+    from the limit after them."""
+    lapsed = sorted({b.budget_id: b for _, d in decided for b in d.lapsed.values()}.items())
+    await write_limit_changes(
+        conn, [e for _, d in decided for e in d.ledger], [b for _, b in lapsed]
+    )
     rows = rows_of(decided)
     if rows is None:
         return

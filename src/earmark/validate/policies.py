@@ -1,12 +1,12 @@
 """A PutBudgetRequest's settings (limit, unit, estimates, escrow, overage, and issue 34's
 period, notices, mode and rate windows, issue 43's threshold_basis), and an
-UpdateBudgetRequest's mask. The rules themselves are core.specs' (PutBudget's, which the
-store also runs on an update's merge) and core.updates' (the mask); each failure names its
-field."""
+UpdateBudgetRequest's mask and temporary limit (issue 47). The rules themselves are
+core.specs' (PutBudget's, which the store also runs on an update's merge), core.updates'
+(the mask) and core.raises' (the temporary limit); each failure names its field."""
 
 from __future__ import annotations
 
-from earmark.core import specs, updates
+from earmark.core import raises, specs, updates
 from earmark.v1 import budget_pb2 as pb
 from earmark.validate import prices
 
@@ -56,3 +56,12 @@ def update(request: pb.UpdateBudgetRequest) -> tuple[specs.Fields, frozenset[str
     given = fields(request.budget)
     paths = list(request.update_mask.paths) if request.HasField("update_mask") else []
     return given, updates.mask(paths, given)
+
+
+def raised(request: pb.UpdateBudgetRequest) -> raises.Raise:
+    """An update's temporary limit: limit_until (absent: the limit is permanent) and reason,
+    parsed; the store checks them against its clock and the mask (core.raises.check)."""
+    until = None
+    if request.HasField("limit_until"):
+        until = prices.timestamp("limit_until", request.limit_until)
+    return raises.Raise(until=until, reason=request.reason)
