@@ -1,12 +1,12 @@
 """The PostgreSQL store checked against its model: a Hypothesis state machine runs the same
 random operations (Reserves plain, priced and nested; Charges by amount and by usage;
 Renews; Settles with every outcome; sweeps on an injected clock; ResolveHold; ReleaseHold;
-PutBudget changing limits, escrow and overage, and a daily budget's rate windows and mode;
-PutPrice; the clock taken to just before midnight, so that holds cross a period's
-boundary) on the store and on the model in memory, compares every answer and every budget,
-hold, ledger, closed period, notice and job samples row after each step, and ends each
-run on the audit. EARMARK_MODEL_EXAMPLES runs it longer. tests/store/test_contract.py
-states the same contract case by case."""
+PutBudget changing limits, escrow and overage, run limits (max_open_holds, max_admissions,
+closes_at), and a daily budget's rate windows and mode; PutPrice; the clock taken to just
+before midnight, so that holds cross a period's boundary) on the store and on the model in
+memory, compares every answer and every budget, hold, ledger, closed period, notice and job
+samples row after each step, and ends each run on the audit. EARMARK_MODEL_EXAMPLES runs it
+longer. tests/store/test_contract.py states the same contract case by case."""
 
 from __future__ import annotations
 
@@ -81,6 +81,13 @@ amounts = st.integers(1, 3_000)
 keys = st.sampled_from(["k1", "k2", "k3", "k4"])
 leases = st.integers(5, 60).map(lambda s: timedelta(seconds=s))
 outcomes = st.sampled_from(list(Outcome))
+# A budget's run limits (issue 47): (max_open_holds, max_admissions, seconds until
+# closes_at), each often unset; a closes_at of 0 seconds has already closed.
+run_limits = st.tuples(
+    st.sampled_from([None, None, 1, 2]),
+    st.sampled_from([None, None, 1, 3]),
+    st.sampled_from([None, None, 0, 30, 600]),
+)
 usages = st.builds(
     Usage,
     input_tokens=st.integers(0, 2_000),
@@ -103,6 +110,7 @@ def budget_row(budget: Budget) -> tuple[object, ...]:
         budget.period_no, budget.period_start, budget.period_end, budget.noticed_bps,
         budget.mode, budget.admissions_per_minute, budget.units_per_minute, budget.rate,
         budget.threshold_bps, budget.threshold_basis, budget.period, budget.unit,
+        budget.max_open_holds, budget.max_admissions, budget.closes_at, budget.admissions,
     )  # fmt: skip
 
 
@@ -174,26 +182,51 @@ class StoreAgainstModel(RuleBasedStateMachine):
         limit=st.one_of(st.none(), st.integers(0, 8_000)),
         escrow_bps=st.sampled_from([0, 1_000]),
         soft=st.booleans(),
+        runs=run_limits,
     )
-    def put_budget(self, budget: str, limit: int | None, escrow_bps: int, soft: bool) -> None:
+    def put_budget(
+        self,
+        budget: str,
+        limit: int | None,
+        escrow_bps: int,
+        soft: bool,
+        runs: tuple[int | None, int | None, int | None],
+    ) -> None:
         policy = OveragePolicy.SOFT if soft and limit is not None else OveragePolicy.HARD
         overage = 1_000 if policy is OveragePolicy.SOFT else None
         self.both(
             "put_budget", budget, limit, "tokens",
             escrow_bps=escrow_bps, overage_policy=policy, overage_limit=overage,
+            policies=self.run_limited(Policies(), runs),
         )  # fmt: skip
+
+    def run_limited(
+        self, policies: Policies, runs: tuple[int | None, int | None, int | None]
+    ) -> Policies:
+        """policies with the run limits drawn: closes_at that many seconds from now."""
+        open_holds, admissions, closes_in = runs
+        closes = None if closes_in is None else self.clock() + timedelta(seconds=closes_in)
+        return replace(
+            policies, max_open_holds=open_holds, max_admissions=admissions, closes_at=closes
+        )
 
     @rule(
         limit=st.integers(0, 8_000),
         admissions=st.sampled_from([None, 1, 3]),
         units=st.sampled_from([None, 2_000]),
         observe=st.booleans(),
+        runs=run_limits,
     )
     def put_daily(
-        self, limit: int, admissions: int | None, units: int | None, observe: bool
+        self,
+        limit: int,
+        admissions: int | None,
+        units: int | None,
+        observe: bool,
+        runs: tuple[int | None, int | None, int | None],
     ) -> None:
         policies = replace(
-            DAILY_POLICIES,
+            self.run_limited(DAILY_POLICIES, runs),
             mode=BudgetMode.OBSERVE if observe else BudgetMode.ENFORCE,
             admissions_per_minute=admissions,
             units_per_minute=units,
@@ -204,16 +237,26 @@ class StoreAgainstModel(RuleBasedStateMachine):
         budget=st.sampled_from([*TOKENS, DAILY, "none"]),
         limit=st.one_of(st.none(), st.integers(0, 8_000)),
         admissions=st.sampled_from([None, 1, 3]),
-        named=st.sets(st.sampled_from(["limit", "admissions_per_minute", "mode", "escrow_bps"])),
+        named=st.sets(
+            st.sampled_from(
+                ["limit", "admissions_per_minute", "mode", "escrow_bps", "max_open_holds"]
+            )
+        ),
+        open_holds=st.sampled_from([None, 1, 2]),
     )
     def update_budget(
-        self, budget: str, limit: int | None, admissions: int | None, named: set[str]
+        self,
+        budget: str,
+        limit: int | None,
+        admissions: int | None,
+        named: set[str],
+        open_holds: int | None,
     ) -> None:
         """An update of the fields named (some merges refused, as PutBudget's rules say),
         told alike by both, which then hold the same rows (same_rows)."""
         given = Fields(
             budget, limit=limit, admissions_per_minute=admissions, mode=BudgetMode.OBSERVE,
-            escrow_bps=1_000,
+            escrow_bps=1_000, max_open_holds=open_holds,
         )  # fmt: skip
         self.both("update_budget", given, frozenset(named))
 
