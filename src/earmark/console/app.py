@@ -92,6 +92,7 @@ def build(
             Route("/healthz", healthz),
             Route("/budgets", pages.budgets),
             Route("/budget", pages.budget),
+            Route("/templates", pages.budget_templates),
             Route("/holds", pages.holds),
             Route("/spend", pages.spend),
             Route("/actions/{verb}", pages.action, methods=["POST"]),

@@ -139,6 +139,15 @@ class Pages:
         view["used_raw"], view["held_raw"], view["limit_raw"] = state.used, state.held, state.limit
         return JSONResponse(view)
 
+    # Budget templates (issue 47): read-only here; `earmark templates` puts and deletes them.
+
+    async def budget_templates(self, request: Request) -> Response:
+        """Every budget template: one ListBudgetTemplates."""
+        found = await self.client.list_templates()
+        return self.render(
+            request, "templates.html", templates=[present.template_view(t) for t in found]
+        )
+
     # Holds across budgets.
 
     async def holds(self, request: Request) -> Response:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from earmark.client.admin import HoldRecord, LedgerEntry
-from earmark.client.types import BudgetState
+from earmark.client.types import BudgetState, BudgetTemplate
 from earmark.core import refusing
 from earmark.core.model import OPEN_STATES, BudgetMode, HoldState, OveragePolicy
 from earmark.core.periods import Period
@@ -60,11 +60,14 @@ def percent(part: int, whole: int | None) -> float:
 
 
 def states(state: BudgetState, now: datetime) -> list[str]:
-    """The words a budget's badges say at now: archived, exceeded, in overage, refusing
-    (core.refusing, the rule `earmark budgets get` says it by)."""
+    """The words a budget's badges say at now: archived, closed (its closes_at has come),
+    exceeded, in overage, refusing (core.refusing, the rule `earmark budgets get` says it
+    by)."""
     words = []
     if state.archived_at is not None:
         words.append("archived")
+    if state.closes_at is not None and state.closes_at <= now:
+        words.append("closed")
     if state.exceeded:
         words.append("exceeded")
     if state.overage_since is not None:
@@ -154,6 +157,60 @@ def policies_view(state: BudgetState) -> dict[str, Any]:
     }
 
 
+def of_most(count: int, most: int | None) -> str:
+    """A count, and of how many at most when there is a bound: "1 of 2", "3"."""
+    return f"{count:,}" if most is None else f"{count:,} of {most:,}"
+
+
+def run_limits_view(state: BudgetState, now: datetime) -> dict[str, Any]:
+    """A budget's run limits (issue 47) as a page shows them: the holds open now and the
+    Reserves admitted this period, each of its most; when it closes; its temporary raise
+    (the limit until when, what it becomes then, and why), and the template it was made
+    from."""
+    closes = state.closes_at
+    until = state.limit_until
+    raised = None
+    if until is not None:
+        raised = {
+            "until": stamp(until),
+            "after": amount(state.limit_after, state.unit),
+            "reason": state.limit_reason,
+        }
+    return {
+        "open_of": of_most(state.open_reservations, state.max_open_holds),
+        "admissions": of_most(state.admissions, state.max_admissions),
+        "run_limited": state.max_open_holds is not None or state.max_admissions is not None,
+        "closes_at": stamp(closes),
+        "closed": closes is not None and closes <= now,
+        "raise": raised,
+        "template_id": state.template_id,
+        "changed_by_hand": state.changed_by_hand,
+    }
+
+
+def template_view(template: BudgetTemplate) -> dict[str, Any]:
+    """A budget template as the templates page lists it."""
+    unit = template.unit
+    return {
+        "id": template.template_id,
+        "pattern": template.pattern,
+        "limit": amount(template.limit, unit),
+        "unit_name": unit_name(unit),
+        "period": policies.period_text(template.period, template.timezone, template.period_anchor),
+        "open_most": "no bound"
+        if template.max_open_holds is None
+        else f"{template.max_open_holds:,}",
+        "admissions_most": (
+            "no bound" if template.max_admissions is None else f"{template.max_admissions:,}"
+        ),
+        "closes_at": stamp(template.closes_at) or "never",
+        "version": template.version,
+        "updated_at": stamp(template.updated_at),
+        "deleted": template.deleted_at is not None,
+        "deleted_at": stamp(template.deleted_at),
+    }
+
+
 def budget_view(state: BudgetState, now: datetime) -> dict[str, Any]:
     """One budget as a page row and as the JSON a page polls at now: strings to show, and
     the bar's widths in percent (amounts themselves go out as strings: past 2^53 a
@@ -181,6 +238,7 @@ def budget_view(state: BudgetState, now: datetime) -> dict[str, Any]:
         "cycle_end": stamp(state.cycle_end),
         "archived": state.archived_at is not None,
         **policies_view(state),
+        **run_limits_view(state, now),
     }
 
 

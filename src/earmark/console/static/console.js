@@ -13,7 +13,7 @@ function drawBars(root) {
 }
 
 function applyBudget(root, b) {
-  const fields = ['limit', 'used', 'held', 'remaining', 'open', 'period_start', 'resets_at', 'starts_local', 'resets_local', 'refusals', 'refusals_count'];
+  const fields = ['limit', 'used', 'held', 'remaining', 'open', 'period_start', 'resets_at', 'starts_local', 'resets_local', 'refusals', 'refusals_count', 'open_of', 'admissions'];
   for (const field of fields) {
     // A period's start is unknown ('') until a budget given a period first resets.
     if (b[field] === '') continue;
