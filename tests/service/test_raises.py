@@ -16,6 +16,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
+from earmark.client import AsyncClient
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running
 from tests.helpers import FakeClock, assert_invariants, eventually
@@ -227,5 +228,21 @@ async def test_a_raise_that_cannot_be_is_refused_naming_its_field(
         (error.value.details() or "").split(":")[0],
         after,
         await limit_entries(clocked, "bad"),
+    )
+    await assert_invariants(clocked.dsn)
+
+
+async def test_the_sdk_sets_a_raise_and_reads_it_back(clocked: Running, clock: FakeClock) -> None:
+    """AsyncClient.update_budget's limit_until and reason set a raise; BudgetState carries
+    limit_until, limit_after and limit_reason, and none once it has ended."""
+    until = clock.at + DAY
+    async with AsyncClient(clocked.target, admin_target=clocked.admin_target) as client:
+        await client.put_budget("sdk", 100, "tokens")
+        raised = await client.update_budget("sdk", limit=500, limit_until=until, reason="demo")
+        clock.advance(DAY)
+        ended = await client.get_budget("sdk")
+    assert ((500, until, 100, "demo"), (100, None, None, "")) == (
+        (raised.limit, raised.limit_until, raised.limit_after, raised.limit_reason),
+        (ended.limit, ended.limit_until, ended.limit_after, ended.limit_reason),
     )
     await assert_invariants(clocked.dsn)

@@ -9,7 +9,9 @@ rate windows refuses, naming them, unless given --replace (issue 43). `update` c
 only the settings its flags name (UpdateBudget with their mask); `--unlimited`,
 `--no-thresholds` and `--clear FIELD` name a setting to clear. Both set a budget's run
 limits (issue 47: `--max-open-holds`, `--max-admissions`, `--closes-at`); get and list show
-its open holds and its admissions this period (of their most) and when it closes."""
+its open holds and its admissions this period (of their most) and when it closes. `update
+--limit N --until ISO8601 --reason TEXT` sets a temporary limit (issue 47), which LIMIT
+shows with its end, the limit after it and why."""
 
 from __future__ import annotations
 
@@ -185,6 +187,11 @@ UPDATE_OPTIONS = (
     *(Option(o.name, o.help, default=() if o.action == "append" else None, convert=o.convert,
              choices=o.choices, action=o.action, metavar=o.metavar)
       for o in (*PUT_OPTIONS, *POLICY_OPTIONS, *RUN_OPTIONS)),
+    Option("until", "with --limit: the limit is temporary, in force until this time (ISO "
+           "8601; UTC when it names no zone), then the limit before it again",
+           convert=_moment, metavar="ISO8601"),
+    Option("reason", "with --limit: why the limit changes (the ledger and notice say it)",
+           metavar="TEXT"),
     Option("unlimited", "clear the limit: the budget becomes unlimited", default=False,
            action="store_true"),
     Option("no_thresholds", "clear every threshold", default=False, action="store_true"),
@@ -367,8 +374,10 @@ def update_request(args: argparse.Namespace) -> pb.UpdateBudgetRequest:
     paths = sorted(set(named) | set(cleared))
     if not paths:
         raise OpsError("name a setting to change (a put flag, --unlimited, --clear FIELD)")
-    request = pb.UpdateBudgetRequest(budget=given)
+    request = pb.UpdateBudgetRequest(budget=given, reason=args.reason or "")
     request.update_mask.paths.extend(paths)
+    if args.until is not None:
+        request.limit_until.FromDatetime(args.until)
     return request
 
 
@@ -435,7 +444,7 @@ def row(state: pb.BudgetState, now: datetime, detail: bool = False) -> list[str]
     return [
         state.budget_id,
         unit,
-        optional("limit", "unlimited"),
+        limit(state),
         render.amount(state.used, unit),
         render.amount(state.held, unit),
         optional("remaining", render.NONE),
@@ -454,6 +463,21 @@ def row(state: pb.BudgetState, now: datetime, detail: bool = False) -> list[str]
         admissions(state),
         render.timestamp(state.closes_at),
     ]
+
+
+def limit(state: pb.BudgetState) -> str:
+    """The limit, and a temporary one's end, the limit after it and why: `500 until
+    2026-12-05T00:00:00Z, then 100: quarter end`."""
+    unit = state.unit
+
+    def amount(field: str) -> str:
+        return render.amount(getattr(state, field), unit) if state.HasField(field) else "unlimited"
+
+    text = amount("limit")
+    if not state.HasField("limit_until"):
+        return text
+    text += f" until {render.timestamp(state.limit_until)}, then {amount('limit_after')}"
+    return f"{text}: {state.limit_reason}" if state.limit_reason else text
 
 
 def refusals(state: pb.BudgetState, detail: bool) -> str:
