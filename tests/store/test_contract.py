@@ -40,7 +40,7 @@ from earmark.errors import EarmarkError, Reason
 from earmark.store import Store
 from earmark.store.interface import Holds
 from earmark.store.model import Model
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, assert_invariants
 
 R = TypeVar("R")
 # Noon on a Tuesday: a day's boundary is twelve hours away.
@@ -533,3 +533,38 @@ async def test_run_limits_answer_alike_on_the_store_and_the_model(dsn: str) -> N
                 await store.close()
     stored, modelled = seen
     assert modelled == stored
+
+
+async def test_a_call_priced_at_zero_holds_zero_on_a_zero_budget(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """On a limit of 0 a Reserve of 1 is refused with 0 remaining, and a shape whose price
+    version is $0 holds 0: a Charge by usage charges 0, a Settle of 5 is all overshoot, and
+    one left alone expires returning nothing; each move is a ledger row of 0 held."""
+    store = backend.store
+    await store.put_budget("z", 0, "usd_micros")
+    await store.put_price(Price("local", "free", 0, clock.at - HOUR, None, 0, 0))
+    shape = Shape("local", "free", input_tokens=1_000, max_output_tokens=500)
+    refused = await submit(store, reserve("z", 1, "one"), ReserveResult)
+    free = await submit(store, reserve("z", 0, "free", shape=shape), ReserveResult)
+    idle = await submit(store, reserve("z", 0, "idle", shape=shape), ReserveResult)
+    usage = Usage(input_tokens=1_000, output_tokens=200)
+    charged = await submit(store, ChargeOp(free.reservation_id, "c", 0, usage=usage), ChargeResult)
+    settled = await submit(store, SettleOp(free.reservation_id, 5, Outcome.SUCCEEDED), SettleResult)
+    clock.advance(LEASE)
+    swept = await store.sweep_once()
+    assert (False, RefusalReason.INSUFFICIENT_BUDGET, 0) == (
+        refused.admitted, refused.reason, refused.remaining
+    )  # fmt: skip
+    assert [(True, 0, 1)] * 2 == [(r.admitted, r.amount, r.price_version) for r in (free, idle)]
+    assert (0, False) == (charged.charged, charged.capped)
+    assert (5, 0, 5) == (settled.used, settled.released, settled.overshoot)
+    assert (1, (0, 5, 0, 0)) == (swept, counters(await store.get_budget("z")))
+    assert [
+        ("z", "expire", 0, 0, 0),
+        ("z", "hold", 0, 0, 0),
+        ("z", "hold", 0, 0, 0),
+        ("z", "settle", 0, 5, 0),
+    ] == sorted(await backend.ledger())
+    if backend.model is None:
+        await assert_invariants(backend.dsn)
