@@ -1,18 +1,22 @@
 """The store's contract for budget templates (issue 47), on the PostgreSQL Store and on the
 Model alike (the harness is tests/store/test_contract.py's): put, list, replace and delete,
-overlap and bounds, and a budget made on first sight."""
+overlap and bounds, a budget made on first sight, and a newer version reaching it at its
+next period unless it was changed by hand."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from earmark import limits
 from earmark.core.model import RefusalReason
 from earmark.core.ops import ReserveResult
+from earmark.core.periods import Period
 from earmark.core.specs import Fields
 from earmark.core.templates import TemplateInput
 from earmark.errors import Reason
-from tests.store.test_contract import Backend, attempt, backend, counters, reserve
+from tests.helpers import FakeClock
+from tests.store.test_contract import Backend, attempt, backend, counters, reserve, submit
 
 __all__ = ["backend"]
 
@@ -74,3 +78,23 @@ async def test_a_reserve_makes_the_budget_its_template_matches(backend: Backend)
     )
     missing = store.submit(reserve("end-user/a/b", 1, "k"))
     assert ("NotFound", Reason.BUDGET_NOT_FOUND) == await attempt(missing)
+
+
+async def test_a_newer_template_reaches_its_budgets_at_their_next_period(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """A daily template's new limit reaches a budget made from it when its next day starts,
+    not before; one an operator changed by hand keeps its own."""
+    store = backend.store
+    await store.put_template(users(period=int(Period.DAY), max_open_holds=None))
+    for budget_id in ("end-user/a", "end-user/b"):
+        await submit(store, reserve(budget_id, 10, "first"), ReserveResult)
+    await store.update_budget(Fields(budget_id="end-user/b", limit=50), frozenset({"limit"}))
+    await store.put_template(users(period=int(Period.DAY), max_open_holds=None, limit=5_000))
+    same_day = await store.get_budget("end-user/a")
+    clock.advance(timedelta(days=1))
+    await submit(store, reserve("end-user/a", 10, "next"), ReserveResult)
+    await submit(store, reserve("end-user/b", 10, "next"), ReserveResult)
+    a, b = await store.get_budget("end-user/a"), await store.get_budget("end-user/b")
+    assert (1_000, 5_000, False) == (same_day.limit, a.limit, a.changed_by_hand)
+    assert (50, True) == (b.limit, b.changed_by_hand)

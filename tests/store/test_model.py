@@ -55,7 +55,9 @@ from earmark.core.ops import (
 )
 from earmark.core.periods import Calendar, Period
 from earmark.core.prices import Price, Shape, Usage
+from earmark.core.raises import Raise
 from earmark.core.specs import Fields
+from earmark.core.templates import TemplateInput
 from earmark.errors import EarmarkError
 from earmark.store import Store
 from earmark.store.audit import audit
@@ -76,6 +78,8 @@ SHAPE = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=500)
 CEILING = 800
 OPEN_SHAPE = Shape("openai", "gpt", input_tokens=1_000, max_output_tokens=0, output_ceiling=True)
 EXAMPLES = int(os.environ.get("EARMARK_MODEL_EXAMPLES", "25"))
+# Budgets a template makes on first sight (issue 47): its pattern, and the ids Reserves name.
+PATTERN, MADE = "e/*", ("e/a", "e/b")
 
 amounts = st.integers(1, 3_000)
 keys = st.sampled_from(["k1", "k2", "k3", "k4"])
@@ -111,6 +115,8 @@ def budget_row(budget: Budget) -> tuple[object, ...]:
         budget.mode, budget.admissions_per_minute, budget.units_per_minute, budget.rate,
         budget.threshold_bps, budget.threshold_basis, budget.period, budget.unit,
         budget.max_open_holds, budget.max_admissions, budget.closes_at, budget.admissions,
+        budget.limit_until, budget.limit_after, budget.limit_reason, budget.template_id,
+        budget.template_version, budget.changed_by_hand,
     )  # fmt: skip
 
 
@@ -140,6 +146,8 @@ class StoreAgainstModel(RuleBasedStateMachine):
         # One connection for the run's reads of every row, opened once.
         self.conn: asyncpg.Connection = self.run(asyncpg.connect(dsn))
         self.run(self.conn.execute(f"TRUNCATE {TABLES}"))
+        # The model's template versions count from 1, as the sequence's do from its start.
+        self.run(self.conn.execute("ALTER SEQUENCE budget_template_versions RESTART"))
         self.store = self.run(Store.open(dsn, clock=self.clock))
 
     def run(self, work: Awaitable[T]) -> T:
@@ -260,6 +268,29 @@ class StoreAgainstModel(RuleBasedStateMachine):
         )  # fmt: skip
         self.both("update_budget", given, frozenset(named))
 
+    @rule(
+        limit=st.integers(0, 8_000),
+        daily=st.booleans(),
+        open_holds=st.sampled_from([None, 1, 2]),
+    )
+    def put_template(self, limit: int, daily: bool, open_holds: int | None) -> None:
+        """A template of the made budgets, put or replaced: it makes the next one missing,
+        and reaches those made before at their next period."""
+        period = int(Period.DAY) if daily else 0
+        fields = Fields("", limit=limit, unit="tokens", period=period, max_open_holds=open_holds)
+        self.both("put_template", TemplateInput("e", PATTERN, fields))
+
+    @rule(
+        budget=st.sampled_from([*TOKENS, *MADE]),
+        limit=st.integers(0, 8_000),
+        hours=st.sampled_from([None, 1, 30]),
+    )
+    def raise_limit(self, budget: str, limit: int, hours: int | None) -> None:
+        """A limit set by hand, for some hours (a temporary raise) or from now on."""
+        until = None if hours is None else self.clock() + timedelta(hours=hours)
+        raised = Raise(until=until, reason="drawn")
+        self.both("update_budget", Fields(budget, limit=limit), frozenset({"limit"}), raised=raised)
+
     @rule(seconds=st.integers(0, 40))
     def before_midnight(self, seconds: int) -> None:
         """The clock just before the next midnight: the next steps cross the boundary."""
@@ -278,7 +309,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
 
     @rule(
         target=holds,
-        budget=st.sampled_from([*TOKENS, MONEY, DAILY]),
+        budget=st.sampled_from([*TOKENS, MONEY, DAILY, *MADE]),
         amount=amounts,
         key=keys,
         lease=leases,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from earmark.core import notices, resets, thresholds
+from earmark.core import notices, resets, templates, thresholds
 from earmark.core.model import HoldState, OveragePolicy, ThresholdBasis
 from earmark.core.state import BatchDecision, BatchState
 
@@ -17,7 +17,9 @@ def roll_due(state: BatchState, decision: BatchDecision, now: datetime) -> None:
     closed period's counters are kept for the holds reserved in it, and the budget starts
     again at zero; and ends every temporary limit whose time has come (core.raises), with
     its ledger entry and notice (its limit the store writes with a statement of its own:
-    decision.lapsed). The budgets are shared by the states of a transaction: the first
+    decision.lapsed); and gives a budget that follows its template the template's newer
+    settings as its new period begins (core.templates.refresh: decision.refreshed). The
+    budgets are shared by the states of a transaction: the first
     decision closes and ends each."""
     for budget in state.budgets.values():
         closed, change = resets.advance(budget, now)
@@ -32,6 +34,9 @@ def roll_due(state: BatchState, decision: BatchDecision, now: datetime) -> None:
         state.closed[key] = closed
         decision.closed_new[key] = closed
         decision.touched[budget.budget_id] = budget
+        template = state.templates.get(budget.template_id or "")
+        if template is not None and templates.refresh(budget, template, now):
+            decision.refreshed[budget.budget_id] = budget
 
 
 def counters(state: BatchState) -> dict[tuple[str, int], tuple[int, int]]:

@@ -23,6 +23,7 @@ from earmark.core.ops import Result
 from earmark.core.prices import PriceBook
 from earmark.core.ratelimit import AdmissionWindow
 from earmark.core.records import CallRecord
+from earmark.core.templates import Template
 from earmark.errors import (
     EarmarkError,
     FailedPrecondition,
@@ -55,6 +56,9 @@ class BatchState:
     # The closed periods the batch's holds belong to, by (budget_id, period_no), shared
     # like budgets: a hold reserved before its budget's boundary moves these.
     closed: dict[tuple[str, int], PeriodTotals] = field(default_factory=dict)
+    # The templates of the budgets that follow one and whose period rolls in this batch,
+    # by template id (core.templates.refresh), shared like budgets.
+    templates: dict[str, Template] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.budget is not None:
@@ -89,6 +93,9 @@ class BatchDecision:
     # Budgets whose temporary limit ended (core.raises), by id: their limit is written by a
     # statement of its own, since the batch's budget row carries no limit.
     lapsed: dict[str, Budget] = field(default_factory=dict)
+    # Budgets that took their template's newer settings as their new period began (core.
+    # templates.refresh), by id: their settings are written by a statement of their own.
+    refreshed: dict[str, Budget] = field(default_factory=dict)
 
     def writes_anything(self) -> bool:
         return bool(self.new_holds or self.changed_holds or self.new_charges or self.ledger)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 
 from earmark import limits
@@ -208,3 +208,21 @@ def refreshed(budget: Budget, template: Template, now: datetime) -> Budget | Non
         spec = replace(spec, unit=budget.unit)
     made = puts.put(puts.PutInput(budget, spec, now, by_hand=False))
     return replace(made, template_version=template.version)
+
+
+def refresh(budget: Budget, template: Template, now: datetime) -> bool:
+    """Gives budget, which has just started a new period, its template's newer settings
+    (refreshed), in place: the budget object is the one the batch moves and writes. True
+    when it changed."""
+    made = refreshed(budget, template, now)
+    if made is None:
+        return False
+    for each in fields(Budget):
+        setattr(budget, each.name, getattr(made, each.name))
+    return True
+
+
+def due_for_refresh(budget: Budget) -> bool:
+    """Whether a budget follows its template's changes (made from one, not changed by hand
+    since): the store loads its template when its period is due to roll."""
+    return budget.template_id is not None and not budget.changed_by_hand

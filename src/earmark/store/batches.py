@@ -11,6 +11,8 @@ from typing import Literal, Protocol, TypeVar
 import asyncpg
 
 from earmark import limits
+from earmark.core import resets
+from earmark.core import templates as templates_rules
 from earmark.core.batch import BatchDecision, BatchState, decide_batch
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import PriceBook
@@ -121,6 +123,7 @@ class Batches:
                     conn, entries, self._prices, by_key=by_key
                 )
             now = self._clock()
+            await _load_templates(conn, states, now)
             return [
                 (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
                 for b, indices in by_budget.items()
@@ -144,6 +147,11 @@ class Batches:
             if not by_key and await queries.keys_taken(conn, _not_made(entries, decided)):
                 by_key = True
                 decided = await decide(conn)
+            refreshed = {b.budget_id: b for _, d in decided for b in d.refreshed.values()}
+            for budget_id in sorted(refreshed):
+                # Before the batch's rows, as a lapsed temporary limit: the period it closes
+                # starts its ceiling from the template's limit.
+                await queries.update_budget(conn, refreshed[budget_id])
             try:
                 await writes.write_decisions(conn, decided)
             except asyncpg.UniqueViolationError as exc:
@@ -167,6 +175,22 @@ class Batches:
             if isinstance(op, SettleOp) and isinstance(outcome, SettleResult):
                 self._routes.forget(op.reservation_id)
         return outcomes
+
+
+async def _load_templates(conn: Conn, states: dict[str, BatchState], now: datetime) -> None:
+    """The templates of the budgets that follow one and whose period rolls in this batch
+    (core.templates.refresh gives them its newer settings); read only then."""
+    budgets = next(iter(states.values())).budgets if states else {}
+    rolling = [
+        b.template_id
+        for b in budgets.values()
+        if b.template_id is not None and templates_rules.due_for_refresh(b) and resets.due(b, now)
+    ]
+    if not rolling:
+        return
+    found = await templates.of_budgets(conn, rolling)
+    for state in states.values():
+        state.templates = found
 
 
 def _missing(entries: list[tuple[Route, Op]], states: dict[str, BatchState]) -> set[str]:

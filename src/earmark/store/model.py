@@ -363,6 +363,11 @@ class Model:
         budget_id), the price book, and the closed periods the holds belong to."""
         budgets = {b: copy.deepcopy(self.budgets[b]) for b in named if b in self.budgets}
         state = BatchState(budget_id=budget_id, budget=budgets.get(budget_id), budgets=budgets)
+        state.templates = {
+            t: self.templates[t]
+            for b in budgets.values()
+            if (t := b.template_id or "") in self.templates
+        }
         state.prices = PriceBook(self.prices, seq=len(self.prices))
         for hold in holds:
             if hold.budget_id != budget_id:
