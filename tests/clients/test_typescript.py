@@ -220,17 +220,24 @@ async def test_the_docs_workers_run_from_the_packed_tarball(
 
 async def type_check(app: Path) -> None:
     """test/pack/typed.ts, checked by the package's own tsc as an ES module and as CommonJS
-    against the packages installed in app (and the package's @types/node)."""
+    against the packages installed in app (and the package's @types/node): one tsc over
+    typed.mts and typed.cts, each of which node16 reads in its own module format (its
+    imports resolved as `import` and as `require`), so that TypeScript's own libraries and
+    @types/node are read once for both."""
     assert NODE is not None
     tsc = str(PACKAGE / "node_modules" / "typescript" / "bin" / "tsc")
     types = str(PACKAGE / "node_modules" / "@types")
-    for name in ("typed.mts", "typed.cts"):
+    names = ("typed.mts", "typed.cts")
+    for name in names:
         shutil.copy(PACK_CHECKS / "typed.ts", app / name)
-        await run(
-            NODE, tsc, "--noEmit", "--strict", "--skipLibCheck", "--target", "ES2022",
-            "--module", "node16", "--moduleResolution", "node16", "--typeRoots", types,
-            "--types", "node", name, cwd=app,
-        )  # fmt: skip
+    listed = await run(
+        NODE, tsc, "--noEmit", "--strict", "--skipLibCheck", "--target", "ES2022",
+        "--module", "node16", "--moduleResolution", "node16", "--typeRoots", types,
+        "--types", "node", "--listFiles", *names, cwd=app,
+    )  # fmt: skip
+    # The package's types of both forms were read, one for each file.
+    read = {line.rsplit("/@earmark/client/", 1)[-1] for line in listed.splitlines()}
+    assert {"dist/esm/index.d.ts", "dist/cjs/index.d.ts"} <= read, listed
 
 
 async def test_node_workers_on_one_task_never_spend_past_five_dollars(
