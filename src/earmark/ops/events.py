@@ -31,6 +31,7 @@ KINDS = (
     "budget.refusing",
     "hold.in_doubt",
     "price.changed",
+    "budget.limit_changed",
 )
 # The notices about no one budget (budget_id ''): a price concerns every budget pricing it.
 UNBUDGETED_KINDS = ("price.changed",)

@@ -66,7 +66,7 @@ ALTER TABLE ledger ADD CONSTRAINT ledger_kind_check
 ALTER TABLE events DROP CONSTRAINT events_kind_check;
 ALTER TABLE events ADD CONSTRAINT events_kind_check CHECK (kind IN (
     'budget.threshold_crossed', 'budget.exceeded', 'budget.refusing', 'hold.in_doubt',
-    'price.changed', 'budget.limit_changed', 'budget.created'))
+    'price.changed', 'budget.limit_changed'))
     NOT VALID;
 
 -- Budget templates: a Reserve naming a budget that does not exist but matches pattern makes
