@@ -65,7 +65,10 @@ async def put(conn: Conn, given: TemplateInput, now: datetime) -> Template:
     """Creates or replaces the template, checked against every other (core.templates)."""
     await conn.execute("LOCK TABLE budget_templates IN SHARE ROW EXCLUSIVE MODE")
     existing = await list_all(conn)
-    templates.check_put(existing, given)
+    spec = templates.check_put(existing, given)
+    # Its unit is admitted now (limits.units_max), so that making a budget from it inside a
+    # batch never fails on the unit, which would fail the batch's other operations.
+    await queries.admit_unit(conn, spec.budget.unit)
     version = await conn.fetchval("SELECT nextval('budget_template_versions')")
     template = templates.put(existing, given, version, now)
     await conn.execute(
