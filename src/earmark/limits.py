@@ -59,6 +59,10 @@ litellm_flight_key_bytes = 16
 # litellm_pass_through_outcome_seconds of its hold (LiteLLM's pass-through timeout is 600 s)
 # is left in doubt; an outcome that comes later still settles it.
 litellm_pass_through_outcome_seconds = 660.0
+# An end user's id (LiteLLM's end_user_id: the request's `user` field or customer header,
+# which the caller chooses) that names an end-user budget (earmark_end_user_budget) is at
+# most litellm_end_user_chars_max characters, one budget id segment; longer is a 400.
+litellm_end_user_chars_max = 64
 
 # The SDK (earmark.client): a call's deadline is at most client_timeout_seconds_max, and
 # it is made at most client_attempts_max times, with backoff between attempts of at most
@@ -730,6 +734,7 @@ assert 1 <= litellm_doubted_max <= 1_000_000
 assert 0 < litellm_retry_after_seconds_max <= 86_400
 assert litellm_flight_key_bytes >= 16
 assert litellm_outcome_grace_seconds < litellm_pass_through_outcome_seconds
+assert 0 < litellm_end_user_chars_max < budget_id_length_max
 assert 1 <= llm_tool_calls_default <= tool_calls_per_request_max
 assert 1 << 16 <= sse_event_bytes_max <= 64 << 20
 assert 1 <= llm_background_holds_max <= 100_000

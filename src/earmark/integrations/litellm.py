@@ -11,9 +11,11 @@ token in the file EARMARK_TOKEN_FILE when the sidecar asks for one.
 How each request goes (docs/litellm.md says it for operators):
 - async_pre_call_hook: the budgets come from the key's, team's or organization's metadata
   (earmark_budget_id, earmark_also_budget_ids; the x-earmark-budget header chooses only
-  among earmark_allowed_budget_ids, or for the master key); the request is read as the
-  metered clients read it (earmark.client.wire_openai, or a pass-through's route) and held
-  in one Reserve with its prompt charged; a refusal is LiteLLM's own budget error, or a 429
+  among earmark_allowed_budget_ids, or for the master key; a team's or organization's
+  earmark_end_user_budget holds a request with an end user on that end user's budget,
+  nested by the others); the request is read as the metered clients read it
+  (earmark.client.wire_openai, or a pass-through's route) and held in one Reserve with its
+  prompt charged; a refusal is LiteLLM's own budget error, or a 429
   with Retry-After where waiting mends it. The request goes on with its output cap set to
   what the hold covers (no cap asked: the model's ceiling), with the stream's usage asked
   for, and with LiteLLM's own retries off, since a retry is a second bill on one hold. The
@@ -227,6 +229,7 @@ class EarmarkGate(CustomLogger):
             {} if pass_through else _headers(data),
             master=is_master(key),
             trust_keys=self.trust_keys,
+            end_user=end_user_of(key),
         )
         meter = Meter(
             budgets.budget_id,
@@ -510,6 +513,13 @@ def pass_through_failed(request_data: Mapping[str, Any], error: BaseException) -
     if answered and isinstance(status, int) and 400 <= status < 500 and status != 408:
         return Ending(Outcome.FAILED, 0)
     return IN_DOUBT
+
+
+def end_user_of(key: Any) -> str:
+    """The request's end user as LiteLLM's auth resolved it (the body's `user`, or a
+    customer header): "" with none."""
+    end_user = getattr(key, "end_user_id", None)
+    return end_user if isinstance(end_user, str) else ""
 
 
 def is_master(key: Any) -> bool:

@@ -37,6 +37,13 @@ ALSO_FIELD = "earmark_also_budget_ids"
 ALLOWED_FIELD = "earmark_allowed_budget_ids"
 # The request header that chooses the budget, among those the metadata allows.
 BUDGET_HEADER = "x-earmark-budget"
+# The team's or organization's metadata field that gives each end user a budget of its own:
+# a budget id whose one whole '/'-separated segment is END_USER ("acme/end-user/{end_user}").
+# A request with an end user (LiteLLM's end_user_id: the body's `user`, or a customer
+# header) holds on that id with END_USER replaced by the end user's id; a budget template
+# matching it (earmark templates put) makes the budget on the end user's first request.
+END_USER_FIELD = "earmark_end_user_budget"
+END_USER = "{end_user}"
 
 # How long a sent request's outcome is waited for after its handler ends, and the holds'
 # lease (unset: the sidecar's default; each hold renews while its call runs).
@@ -202,6 +209,84 @@ def _key_within(
         )
 
 
+# One segment of an end-user budget id, the end user's and the field's others: printable
+# ASCII without spaces and none of '/' (a segment of its own), '{' and '}' (no placeholder),
+# '*' (a template's wildcard).
+_SEGMENT = re.compile(r"[\x21-\x29\x2b-\x2e\x30-\x7a\x7c\x7e]+")
+
+
+def _end_user_pattern(
+    key: Mapping[str, Any] | None,
+    team: Mapping[str, Any] | None,
+    organization: Mapping[str, Any] | None,
+    trust_keys: bool,
+    end_user: str,
+) -> str:
+    """The earmark_end_user_budget that applies: the team's, else the organization's ("":
+    neither sets it), checked when the request has an end user. A key's own metadata may
+    not set it, since an internal user may write it and would then choose which budgets the
+    end users' ids name: GateError (403), unless trust_keys (only admins make keys), when
+    the key's comes first."""
+    mine = (key or {}).get(END_USER_FIELD)
+    if mine and not trust_keys:
+        raise GateError(
+            403,
+            f"this key's own metadata sets {END_USER_FIELD}, which only its team's or "
+            f"organization's metadata may set (or set {TRUST_KEYS_ENV}=1 where only admins "
+            "make keys); not sent",
+        )
+    levels = [("key", key), ("team", team), ("organization", organization)]
+    for where, metadata in levels if trust_keys else levels[1:]:
+        value = (metadata or {}).get(END_USER_FIELD)
+        if not value:
+            continue
+        if not end_user:
+            return str(value)
+        segments = value.split("/") if isinstance(value, str) else []
+        others = [segment for segment in segments if segment != END_USER]
+        if (
+            len(segments) - len(others) != 1
+            or not others
+            or not all(_SEGMENT.fullmatch(segment) for segment in others)
+        ):
+            raise GateError(
+                403,
+                f"the {where}'s {END_USER_FIELD} must be a budget id with {END_USER} as one "
+                f"whole '/'-separated segment, once, beside at least one other (like "
+                f"acme/end-user/{END_USER}); not sent",
+            )
+        return str(value)
+    return ""
+
+
+def end_user_budget(pattern: str, end_user: str) -> str:
+    """The end user's budget: pattern with END_USER replaced by the end user's id, which the
+    caller chooses and so must be one segment (_SEGMENT) of at most
+    limits.litellm_end_user_chars_max characters, else GateError (400). The error shows at
+    most that many characters of the id."""
+    most = limits.litellm_end_user_chars_max
+    if len(end_user) > most:
+        raise GateError(
+            400,
+            f"the request's end user id (its `user`) is {len(end_user)} characters; at most "
+            f"{most} for a budget per end user; not sent",
+        )
+    if not _SEGMENT.fullmatch(end_user):
+        raise GateError(
+            400,
+            f"the request's end user id (its `user`) {end_user[:most]!r} is not one budget id "
+            "segment: printable ASCII without spaces, '/', '*', '{' or '}'; not sent",
+        )
+    budget_id = pattern.replace(END_USER, end_user)
+    if len(budget_id) > limits.label_value_length_max:
+        raise GateError(
+            400,
+            f"the end user's budget id is {len(budget_id)} characters; at most "
+            f"{limits.label_value_length_max}; not sent",
+        )
+    return budget_id
+
+
 def budgets_of(
     key: Mapping[str, Any] | None,
     team: Mapping[str, Any] | None,
@@ -209,6 +294,7 @@ def budgets_of(
     headers: Mapping[str, str],
     master: bool = False,
     trust_keys: bool = False,
+    end_user: str | None = None,
 ) -> Budgets:
     """The budgets a request holds on: the most specific budget that metadata names (the
     key's, else the team's, else the organization's) and, nesting it, the others they name
@@ -220,8 +306,16 @@ def budgets_of(
     proxy's master key (master); the budgets the metadata names still nest the choice. A
     header naming any other budget is refused (403), so that a key never spends a budget it
     was not given. Raises GateError (403) when nothing names a budget, so that no call goes
-    out unheld."""
+    out unheld.
+
+    A request with an end user (end_user, LiteLLM's end_user_id) whose team or organization
+    sets earmark_end_user_budget holds on the end user's budget (end_user_budget), nested by
+    the header's choice, if any, then the budgets the metadata names, as a named budget is
+    nested; it must be nested by one at least (403), since the caller chooses its end user.
+    Without an end user the rules above apply."""
     _key_within(key, team, organization, trust_keys)
+    end_user = end_user or ""
+    pattern = _end_user_pattern(key, team, organization, trust_keys, end_user)
     levels = [key, team, organization]
     named = [budget for budget in (_named(level, BUDGET_FIELD) for level in levels) if budget]
     listed = [b for level in levels for b in _listed(level, ALSO_FIELD)]
@@ -234,20 +328,39 @@ def budgets_of(
                 f"the {BUDGET_HEADER} header names a budget this key may not use: list it in "
                 f"the key's, team's or organization's {ALLOWED_FIELD}; not sent",
             )
-        budget_id, rest = chosen, named
-    elif named:
-        budget_id, rest = named[0], named[1:]
-    else:
+    # The budgets in order, the one held on first and those nesting it after.
+    order = [chosen, *named] if chosen else named
+    if pattern and end_user:
+        order = [end_user_budget(pattern, end_user), *order]
+    if not order and pattern:
+        raise GateError(
+            403,
+            f"no Earmark budget for this request: its team's or organization's "
+            f"{END_USER_FIELD} holds each end user's calls on their own budget, and the "
+            "request names no end user (the `user` field); not sent",
+        )
+    if not order:
         raise GateError(
             403,
             f"no Earmark budget for this request: set {BUDGET_FIELD} in the key's or team's "
             f"metadata (a key may choose among its {ALLOWED_FIELD} with the {BUDGET_HEADER} "
             "header)",
         )
+    budget_id, rest = order[0], order[1:]
     also: list[str] = []
     for candidate in [*rest, *listed]:
         if candidate != budget_id and candidate not in also:
             also.append(candidate)
+    if pattern and end_user and not also:
+        # The caller chooses its end user's id, and a template makes a fresh budget for
+        # each new one: unnested, a key could spend without bound by naming new end users.
+        raise GateError(
+            403,
+            f"{END_USER_FIELD} needs a budget beside it that holds every end user's calls "
+            f"too ({BUDGET_FIELD} or {ALSO_FIELD} in the team's or organization's metadata): "
+            "the caller names its end user, and each new one gets a budget of its own; "
+            "not sent",
+        )
     if len(also) > limits.also_budget_ids_max:
         raise GateError(
             400,
