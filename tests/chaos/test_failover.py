@@ -9,7 +9,7 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -32,6 +32,21 @@ FORMATION_SECONDS_MAX = 120.0
 FAILOVER_SECONDS_MAX = 90.0
 # The load runs this many acknowledged Reserves before the kill, and again after it.
 LOAD_RESERVES = 200
+# How often the formation's state is looked at while it forms: each look is a pg_autoctl
+# process and a TLS connection to the monitor, which a look every POLL_SECONDS (0.05 s)
+# would make hundreds of while PostgreSQL initializes and copies itself.
+FORMATION_POLL_SECONDS = 0.5
+
+
+async def formed(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Looks at the formation with check until it holds, every FORMATION_POLL_SECONDS, or
+    fails naming what after FORMATION_SECONDS_MAX."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while not await check():
+        if loop.time() - started > FORMATION_SECONDS_MAX:
+            raise AssertionError(f"{what}: not within {FORMATION_SECONDS_MAX}s")
+        await asyncio.sleep(FORMATION_POLL_SECONDS)
 
 
 @pytest.fixture
@@ -75,7 +90,7 @@ async def start_formation(made: formation.Formation) -> str:
                 return False  # the node is not registered yet
 
         try:
-            await eventually(reached, within_seconds=FORMATION_SECONDS_MAX, what=str(expected))
+            await formed(reached, str(expected))
         except AssertionError as error:
             # The formation's logs go with its folder: the message keeps why it stalled.
             raise AssertionError(f"{error}\n{made.log_tails()}") from None
@@ -86,7 +101,7 @@ async def start_formation(made: formation.Formation) -> str:
             ) -> bool:
                 return formation.config_set(made, node, setting, text)
 
-            await eventually(kept, within_seconds=FORMATION_SECONDS_MAX, what=setting)
+            await formed(kept, setting)
     return made.uri()
 
 
