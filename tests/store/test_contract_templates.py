@@ -98,3 +98,9 @@ async def test_a_newer_template_reaches_its_budgets_at_their_next_period(
     a, b = await store.get_budget("end-user/a"), await store.get_budget("end-user/b")
     assert (1_000, 5_000, False) == (same_day.limit, a.limit, a.changed_by_hand)
     assert (50, True) == (b.limit, b.changed_by_hand)
+    # Each change of a limit is a limit entry and a notice: b's by hand, a's by its template.
+    limits_changed = [(b, k) for b, k, *_ in await backend.ledger() if k == "limit"]
+    assert [("end-user/b", "limit"), ("end-user/a", "limit")] == limits_changed
+    assert [("budget.limit_changed", "end-user/b"), ("budget.limit_changed", "end-user/a")] == [
+        e for e in await backend.events() if e[0] == "budget.limit_changed"
+    ]

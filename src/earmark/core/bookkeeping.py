@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from earmark.core import notices, resets, templates, thresholds
+from earmark.core import notices, raises, resets, templates, thresholds
 from earmark.core.model import HoldState, OveragePolicy, ThresholdBasis
 from earmark.core.state import BatchDecision, BatchState
 
@@ -35,8 +35,17 @@ def roll_due(state: BatchState, decision: BatchDecision, now: datetime) -> None:
         decision.closed_new[key] = closed
         decision.touched[budget.budget_id] = budget
         template = state.templates.get(budget.template_id or "")
+        before = budget.limit
         if template is not None and templates.refresh(budget, template, now):
             decision.refreshed[budget.budget_id] = budget
+            if budget.limit != before:
+                # A change of limit is a ledger entry and a notice, whoever makes it.
+                change = raises.LimitChange(
+                    budget.budget_id, budget.period_no, before, budget.limit, None,
+                    f"template {template.template_id!r} version {template.version}", now,
+                )  # fmt: skip
+                decision.ledger.append(change.entry())
+                decision.events.append(change.event(budget))
 
 
 def counters(state: BatchState) -> dict[tuple[str, int], tuple[int, int]]:
