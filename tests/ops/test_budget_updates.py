@@ -109,3 +109,26 @@ async def test_a_refusing_budget_shows_its_refusals(sidecar: Running) -> None:
         (listed["roomy"][header.index("STATUS")], listed["roomy"][header.index("REFUSALS")]),
     )
     await assert_invariants(sidecar.dsn)
+
+
+async def test_put_refuses_to_drop_run_limits_or_end_a_raise_without_replace(
+    clocked: Running,
+) -> None:
+    """put on a budget with run limits and a temporary limit, naming neither, refuses in one
+    line naming them, and changes nothing."""
+    await run(
+        clocked, "budgets", "put", "run", "--unit", "tokens", "--limit", "100",
+        "--max-open-holds", "3", "--max-admissions", "5", "--closes-at", "2027-01-01T00:00:00Z",
+    )  # fmt: skip
+    await run(
+        clocked, "budgets", "update", "run", "--limit", "500", "--until", "2026-12-31T00:00:00Z",
+        "--reason", "quarter end",
+    )  # fmt: skip
+    before = await run_json(clocked, "budgets", "get", "run")
+    refused = await failure(clocked, "budgets", "put", "run", "--unit", "tokens", "--limit", "9")
+    assert (
+        "budget 'run': this put would drop run limits max_open_holds 3, max_admissions 5, "
+        "closes_at 2027-01-01T00:00:00+00:00, the temporary limit until "
+        "2026-12-31T00:00:00+00:00; name them, use `budgets update`, or give --replace"
+    ) == refused
+    assert before == await run_json(clocked, "budgets", "get", "run")

@@ -290,9 +290,9 @@ def put_request(args: argparse.Namespace) -> pb.PutBudgetRequest:
 
 
 def dropped(current: pb.BudgetState, put: pb.PutBudgetRequest) -> list[str]:
-    """What of current's period, thresholds (and their basis), mode and rate windows put
-    would reset to its default, each as the operator reads it; none when put names them
-    all (or names others in their place)."""
+    """What of current's period, thresholds (and their basis), mode, rate windows, run limits
+    and temporary limit put would reset to its default or end, each as the operator reads
+    it; none when put names them all (or names others in their place)."""
     found = []
     calendar = (current.period, current.timezone, current.period_anchor)
     if any(now and not then for now, then in zip(
@@ -312,6 +312,20 @@ def dropped(current: pb.BudgetState, put: pb.PutBudgetRequest) -> list[str]:
     ]
     if windows:
         found.append("windows " + ", ".join(windows))
+    runs = [
+        f"{name} {getattr(current, name):,}"
+        for name in ("max_open_holds", "max_admissions")
+        if current.HasField(name) and not put.HasField(name)
+    ]
+    if current.HasField("closes_at") and not put.HasField("closes_at"):
+        runs.append(f"closes_at {current.closes_at.ToDatetime(tzinfo=UTC).isoformat()}")
+    if runs:
+        found.append("run limits " + ", ".join(runs))
+    if current.HasField("limit_until"):
+        # A put of another limit ends a temporary one (core.puts): say so before it does.
+        until = current.limit_until.ToDatetime(tzinfo=UTC).isoformat()
+        if not put.HasField("limit") or put.limit != current.limit:
+            found.append(f"the temporary limit until {until}")
     return found
 
 
