@@ -252,6 +252,10 @@ limit_lapses_per_sweep_max = 200
 # it names (at most also_budget_ids_max + 1).
 templates_max = 100
 template_id_chars_max = 64
+# A template makes at most template_budgets_max budgets: whoever may Reserve on ids its
+# pattern matches chooses them, and each is a row; past it a Reserve on a new id is
+# BUDGET_NOT_FOUND, as without the template, and the sidecar logs template_full.
+template_budgets_max = 1_000_000
 
 # Leases.
 lease_seconds_default = 120.0

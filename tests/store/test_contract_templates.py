@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from earmark import limits
 from earmark.core.model import RefusalReason
 from earmark.core.ops import ReserveResult
@@ -104,3 +106,18 @@ async def test_a_newer_template_reaches_its_budgets_at_their_next_period(
     assert [("budget.limit_changed", "end-user/b"), ("budget.limit_changed", "end-user/a")] == [
         e for e in await backend.events() if e[0] == "budget.limit_changed"
     ]
+
+
+async def test_a_template_makes_at_most_its_bound_of_budgets(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past limits.template_budgets_max budgets made, a Reserve on a new id a template
+    matches is BUDGET_NOT_FOUND, as without it; the budgets made still admit."""
+    monkeypatch.setattr(limits, "template_budgets_max", 2)
+    store = backend.store
+    await store.put_template(users())
+    for budget_id in ("end-user/a", "end-user/b"):
+        await submit(store, reserve(budget_id, 1, "k"), ReserveResult)
+    third = store.submit(reserve("end-user/c", 1, "k"))
+    assert ("NotFound", Reason.BUDGET_NOT_FOUND) == await attempt(third)
+    await submit(store, reserve("end-user/a", 1, "again"), ReserveResult)

@@ -182,6 +182,11 @@ def matching(templates: Iterable[Template], budget_id: str) -> Template | None:
     return found[0] if found else None
 
 
+def may_make(made: int) -> bool:
+    """Whether a template that made made budgets may make one more."""
+    return made < limits.template_budgets_max
+
+
 def budget_from(template: Template, budget_id: str, now: datetime) -> Budget:
     """The budget the template makes under budget_id, as PutBudget would make it (core.puts),
     marked with the template and its version."""

@@ -80,6 +80,8 @@ class Model:
     # Budget templates (budget_templates), by id, and the version sequence's last value.
     templates: dict[str, Template] = field(default_factory=dict)
     template_versions: int = 0
+    # How many budgets each template made (budget_templates.made).
+    templates_made: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, clock: Callable[[], datetime]) -> Model:
@@ -275,6 +277,7 @@ class Model:
 
     async def delete_template(self, template_id: str) -> Template:
         template = self.templates.pop(template_id, None)
+        self.templates_made.pop(template_id, None)
         if template is None:
             raise templates.not_found(template_id)
         return template
@@ -284,7 +287,11 @@ class Model:
         store's batch does in its transaction before deciding."""
         for budget_id in sorted(set(route) - self.budgets.keys()):
             template = templates.matching(self.templates.values(), budget_id)
-            if template is not None:
+            if template is None:
+                continue
+            made = self.templates_made.get(template.template_id, 0)
+            if templates.may_make(made):
+                self.templates_made[template.template_id] = made + 1
                 self.budgets[budget_id] = templates.budget_from(template, budget_id, self.clock())
 
     async def submit(self, op: Op) -> Result:

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import structlog
 
 from earmark.core import specs, templates
 from earmark.core.model import Budget
@@ -25,6 +26,12 @@ from earmark.store import queries
 from earmark.store.tx import Conn
 
 _COLUMNS = "template_id, pattern, spec, version, updated_at"
+# The template's count of budgets made, one more (the first statement of a make, so that
+# two batches making budgets of one template wait for each other on its row).
+_COUNT_MADE = "UPDATE budget_templates SET made = made + 1 WHERE template_id = $1 RETURNING made"
+_UNCOUNT_MADE = "UPDATE budget_templates SET made = made - 1 WHERE template_id = $1"
+
+log = structlog.get_logger("earmark.templates")
 
 
 def _spec_json(fields: specs.Fields) -> str:
@@ -126,12 +133,19 @@ async def make_missing(conn: Conn, budget_ids: Iterable[str], now: datetime) -> 
         template = templates.matching(found, budget_id)
         if template is None:
             continue
+        counted = await conn.fetchval(_COUNT_MADE, template.template_id)
+        if counted is None or not templates.may_make(counted - 1):
+            # Full: the Reserve is BUDGET_NOT_FOUND, as without the template.
+            await conn.execute(_UNCOUNT_MADE, template.template_id)
+            log.warning("template_full", template_id=template.template_id, made=counted)
+            continue
         budget = templates.budget_from(template, budget_id, now)
         await queries.admit_unit(conn, budget.unit)
         created = await queries.insert_budget(conn, budget)
         # Under the stripe lock nobody else inserts it; a budget made by PutBudget since
-        # the batch's lock is read instead (ON CONFLICT answered nothing).
+        # the batch's lock is read instead (ON CONFLICT answered nothing) and not counted.
         if created is None:
+            await conn.execute(_UNCOUNT_MADE, template.template_id)
             created = await queries.lock_budget_for_update(conn, budget_id)
             assert created is not None
         made[budget_id] = created

@@ -78,7 +78,9 @@ CREATE TABLE budget_templates (
     pattern      text NOT NULL UNIQUE,
     spec         jsonb NOT NULL,
     version      bigint NOT NULL CHECK (version >= 1),
-    updated_at   timestamptz NOT NULL
+    updated_at   timestamptz NOT NULL,
+    -- How many budgets it made (at most limits.template_budgets_max).
+    made         bigint NOT NULL DEFAULT 0 CHECK (made >= 0)
 );
 
 -- Versions from one sequence: a template removed and put again under its id never repeats
