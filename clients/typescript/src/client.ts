@@ -1,5 +1,6 @@
 // EarmarkClient: Budget's calls (reserve, charge, renew, settle) on the workers' port and a
-// few of Admin's (putBudget, updateBudget, getBudget, putPrice) on the admin listener, over @grpc/grpc-js
+// few of Admin's (putBudget, updateBudget, getBudget, putPrice, putTemplate, listTemplates,
+// deleteTemplate) on the admin listener, over @grpc/grpc-js
 // with the messages ts-proto generated from protos/ (src/gen/).
 //
 // Every call has a deadline (timeoutMs, 5 s by default) and waits within it for the
@@ -31,9 +32,11 @@ import {
   reservationOf,
   settledOf,
   shapeToWire,
+  templateOf,
   usageToWire,
   type BudgetMode,
   type BudgetState,
+  type BudgetTemplate,
   type Charged,
   type Outcome,
   type Period,
@@ -176,9 +179,20 @@ export interface PutBudgetOptions {
   closesAt?: Date;
 }
 
+/** A budget's whole settings, as putBudget takes them (its limit, null: unlimited; its
+ * unit; its options): what putTemplate makes each matching budget with, and what a
+ * BudgetTemplate answers. */
+export interface BudgetSettings extends PutBudgetOptions {
+  limit: number | null;
+  unit: string;
+}
+
 /** What updateBudget changes: each setting given (not undefined) is named in the update's
  * mask and set; every other stays as the budget has it. null clears an optional one (limit
- * null: unlimited). */
+ * null: unlimited). limitUntil and reason are not settings: with limitUntil (and limit) the
+ * limit is temporary, in force until then, the limit before any temporary one after it (at
+ * most a year ahead); reason (at most 256 characters) says why the limit changes, kept with
+ * its ledger entry and event. */
 export interface BudgetChanges {
   limit?: number | null;
   unit?: string;
@@ -194,10 +208,12 @@ export interface BudgetChanges {
   maxOpenHolds?: number | null;
   maxAdmissions?: number | null;
   closesAt?: Date | null;
+  limitUntil?: Date;
+  reason?: string;
 }
 
-/** Each BudgetChanges key, as the mask's path (PutBudgetRequest's field name). */
-const CHANGE_PATHS: Record<keyof BudgetChanges, string> = {
+/** Each BudgetChanges setting, as the mask's path (PutBudgetRequest's field name). */
+const CHANGE_PATHS: Record<Exclude<keyof BudgetChanges, 'limitUntil' | 'reason'>, string> = {
   limit: 'limit',
   unit: 'unit',
   defaultEstimate: 'default_estimate',
@@ -532,43 +548,48 @@ export class EarmarkClient {
     unit: string,
     options: PutBudgetOptions = {},
   ): Promise<BudgetState> {
-    const request: pb.PutBudgetRequest = {
-      budgetId,
-      limit: limit === null ? undefined : int64(limit, 'limit'),
-      unit,
-      defaultEstimate:
-        options.defaultEstimate === undefined ? undefined : int64(options.defaultEstimate, 'defaultEstimate'),
-      estimatePolicy: pb.EstimatePolicy.ESTIMATE_POLICY_UNSPECIFIED,
-      escrowBps: 0,
-      overagePolicy: pb.OveragePolicy.OVERAGE_POLICY_UNSPECIFIED,
-      overageLimit: undefined,
-      period: PERIOD[options.period ?? 'NEVER'],
-      timezone: options.timezone ?? '',
-      periodAnchor: options.periodAnchor ?? 0,
-      thresholdBps: [...(options.thresholdBps ?? [])],
-      thresholdBasis: THRESHOLD_BASIS[options.thresholdBasis ?? 'COMMITTED'],
-      mode: BUDGET_MODE[options.mode ?? 'ENFORCE'],
-      admissionsPerMinute:
-        options.admissionsPerMinute === undefined
-          ? undefined
-          : int64(options.admissionsPerMinute, 'admissionsPerMinute'),
-      unitsPerMinute:
-        options.unitsPerMinute === undefined ? undefined : int64(options.unitsPerMinute, 'unitsPerMinute'),
-      maxOpenHolds: options.maxOpenHolds === undefined ? undefined : int64(options.maxOpenHolds, 'maxOpenHolds'),
-      maxAdmissions: options.maxAdmissions === undefined ? undefined : int64(options.maxAdmissions, 'maxAdmissions'),
-      closesAt: options.closesAt,
-    };
+    const request = putBudgetRequest(budgetId, limit, unit, options);
     return budgetStateOf(await this.adminCall((s) => s.putBudget, request));
+  }
+
+  /** Admin: creates or replaces a budget template (PutBudgetTemplate, issue 47): a budget
+   * whose id matches pattern (a budget id with one '/'-separated segment that is '*' alone,
+   * as 'end-user/*') and does not exist is made with settings (putBudget's) on its first
+   * Reserve. Throws FailedPreconditionError for a pattern that overlaps another template's,
+   * or past the most templates there may be; InvalidArgumentError naming the field for an
+   * id, pattern or setting refused. */
+  async putTemplate(templateId: string, pattern: string, settings: BudgetSettings): Promise<BudgetTemplate> {
+    const { limit, unit, ...options } = settings;
+    const request: pb.PutBudgetTemplateRequest = {
+      templateId,
+      pattern,
+      budget: putBudgetRequest('', limit, unit, options),
+    };
+    return templateOf(await this.adminCall((s) => s.putBudgetTemplate, request));
+  }
+
+  /** Admin: every budget template (ListBudgetTemplates). */
+  async listTemplates(): Promise<BudgetTemplate[]> {
+    const reply = await this.adminCall((s) => s.listBudgetTemplates, {});
+    return reply.templates.map(templateOf);
+  }
+
+  /** Admin: deletes a budget template (DeleteBudgetTemplate): no budget is made from it from
+   * now on; those made from it stay as they are. Answers it, with deletedAt. */
+  async deleteTemplate(templateId: string): Promise<BudgetTemplate> {
+    return templateOf(await this.adminCall((s) => s.deleteBudgetTemplate, { templateId }));
   }
 
   /** Admin: changes only the settings given of an existing budget (UpdateBudget,
    * AIP-134); every other stays. updateMask, when given, names the fields instead
    * (PutBudgetRequest's names, or ['*'] for every field, as putBudget); a field it names
-   * that is not given is cleared. Throws BudgetNotFoundError for a budget that does not
-   * exist, InvalidArgumentError naming the field for a merge PutBudget would refuse, and
-   * RangeError when nothing is named. */
+   * that is not given is cleared. changes.limitUntil makes the limit given temporary, and
+   * changes.reason says why (see BudgetChanges). Throws BudgetNotFoundError for a budget
+   * that does not exist, InvalidArgumentError naming the field for a merge PutBudget would
+   * refuse (or a limitUntil not ahead, too far ahead or without limit, or a reason too
+   * long), and RangeError when nothing is named. */
   async updateBudget(budgetId: string, changes: BudgetChanges, updateMask?: string[]): Promise<BudgetState> {
-    const given = (Object.keys(CHANGE_PATHS) as (keyof BudgetChanges)[]).filter((k) => changes[k] !== undefined);
+    const given = (Object.keys(CHANGE_PATHS) as (keyof typeof CHANGE_PATHS)[]).filter((k) => changes[k] !== undefined);
     const paths = updateMask ?? given.map((k) => CHANGE_PATHS[k]).sort();
     if (paths.length === 0) throw new RangeError('updateBudget: give a setting to change, or an updateMask');
     const optional = (v: number | null | undefined, what: string) =>
@@ -594,8 +615,12 @@ export class EarmarkClient {
       maxAdmissions: optional(changes.maxAdmissions, 'maxAdmissions'),
       closesAt: changes.closesAt ?? undefined,
     };
-    // limitUntil and reason (a temporary raise) are not sent: this SDK does not set one.
-    const request: pb.UpdateBudgetRequest = { budget, updateMask: paths, limitUntil: undefined, reason: '' };
+    const request: pb.UpdateBudgetRequest = {
+      budget,
+      updateMask: paths,
+      limitUntil: changes.limitUntil,
+      reason: changes.reason ?? '',
+    };
     return budgetStateOf(await this.adminCall((s) => s.updateBudget, request));
   }
 
@@ -657,6 +682,42 @@ export class EarmarkClient {
   [Symbol.dispose](): void {
     void this.close();
   }
+}
+
+/** PutBudget's request: budgetId (ignored in a template's) with limit (null: unlimited),
+ * unit and options; each option not given takes its default. */
+function putBudgetRequest(
+  budgetId: string,
+  limit: number | null,
+  unit: string,
+  options: PutBudgetOptions,
+): pb.PutBudgetRequest {
+  return {
+    budgetId,
+    limit: limit === null ? undefined : int64(limit, 'limit'),
+    unit,
+    defaultEstimate:
+      options.defaultEstimate === undefined ? undefined : int64(options.defaultEstimate, 'defaultEstimate'),
+    estimatePolicy: pb.EstimatePolicy.ESTIMATE_POLICY_UNSPECIFIED,
+    escrowBps: 0,
+    overagePolicy: pb.OveragePolicy.OVERAGE_POLICY_UNSPECIFIED,
+    overageLimit: undefined,
+    period: PERIOD[options.period ?? 'NEVER'],
+    timezone: options.timezone ?? '',
+    periodAnchor: options.periodAnchor ?? 0,
+    thresholdBps: [...(options.thresholdBps ?? [])],
+    thresholdBasis: THRESHOLD_BASIS[options.thresholdBasis ?? 'COMMITTED'],
+    mode: BUDGET_MODE[options.mode ?? 'ENFORCE'],
+    admissionsPerMinute:
+      options.admissionsPerMinute === undefined
+        ? undefined
+        : int64(options.admissionsPerMinute, 'admissionsPerMinute'),
+    unitsPerMinute:
+      options.unitsPerMinute === undefined ? undefined : int64(options.unitsPerMinute, 'unitsPerMinute'),
+    maxOpenHolds: options.maxOpenHolds === undefined ? undefined : int64(options.maxOpenHolds, 'maxOpenHolds'),
+    maxAdmissions: options.maxAdmissions === undefined ? undefined : int64(options.maxAdmissions, 'maxAdmissions'),
+    closesAt: options.closesAt,
+  };
 }
 
 function metadataOf(token: string | undefined, extra: Record<string, string> | undefined): Metadata {

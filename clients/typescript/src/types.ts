@@ -3,6 +3,7 @@
 // amounts at 10^15). A value past that (only a budget's limit may be) throws RangeError.
 import * as pb from './gen/earmark/v1/budget.js';
 import { EarmarkClientError } from './errors.js';
+import type { BudgetSettings } from './client.js';
 
 /** How a job ended, for Settle. UNKNOWN keeps the hold IN_DOUBT at once (the work may
  * have run: a timeout, a lost connection or a 5xx after the request was sent). */
@@ -200,6 +201,21 @@ export interface BudgetState {
   changedByHand: boolean;
 }
 
+/** A budget template as Admin answers it (issue 47): the settings (putBudget's) a budget
+ * whose id matches pattern (one '/'-separated segment that is '*' alone, as 'end-user/*')
+ * is made with on its first Reserve; its version, greater with each put (a budget made from
+ * an older one takes the newer at its next period unless changed by hand), and when it was
+ * last put; deletedAt once deleted (the budgets made from it stay). */
+export interface BudgetTemplate {
+  templateId: string;
+  pattern: string;
+  /** limit, unit and every option with a value; an optional one not set is absent. */
+  settings: BudgetSettings;
+  version: number;
+  updatedAt: Date;
+  deletedAt?: Date;
+}
+
 /** hold() (and metered calls) throw a refusal as this, unless asked for it back. reason is
  * the refusal's (INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE, TOO_MANY_OPEN,
  * ADMISSIONS_SPENT, CLOSED). */
@@ -376,4 +392,36 @@ export function usageToWire(usage: Usage): pb.TokenUsage {
 export function durationOf(seconds: number): { seconds: bigint; nanos: number } {
   const whole = Math.floor(seconds);
   return { seconds: BigInt(whole), nanos: Math.round((seconds - whole) * 1e9) };
+}
+
+export function templateOf(reply: pb.BudgetTemplate): BudgetTemplate {
+  const budget = reply.budget ?? pb.PutBudgetRequest.fromPartial({});
+  const settings: BudgetSettings = {
+    limit: budget.limit === undefined ? null : num(budget.limit, 'limit'),
+    unit: budget.unit,
+    period:
+      budget.period === pb.Period.PERIOD_UNSPECIFIED ? 'NEVER' : suffix<Period>(pb.periodToJSON(budget.period), 'PERIOD_'),
+    timezone: budget.timezone,
+    periodAnchor: budget.periodAnchor,
+    thresholdBps: [...budget.thresholdBps],
+    thresholdBasis: budget.thresholdBasis === pb.ThresholdBasis.THRESHOLD_BASIS_USED ? 'USED' : 'COMMITTED',
+    mode: budget.mode === pb.BudgetMode.BUDGET_MODE_OBSERVE ? 'OBSERVE' : 'ENFORCE',
+  };
+  if (budget.defaultEstimate !== undefined) settings.defaultEstimate = num(budget.defaultEstimate, 'default_estimate');
+  if (budget.admissionsPerMinute !== undefined) {
+    settings.admissionsPerMinute = num(budget.admissionsPerMinute, 'admissions_per_minute');
+  }
+  if (budget.unitsPerMinute !== undefined) settings.unitsPerMinute = num(budget.unitsPerMinute, 'units_per_minute');
+  if (budget.maxOpenHolds !== undefined) settings.maxOpenHolds = num(budget.maxOpenHolds, 'max_open_holds');
+  if (budget.maxAdmissions !== undefined) settings.maxAdmissions = num(budget.maxAdmissions, 'max_admissions');
+  if (budget.closesAt !== undefined) settings.closesAt = budget.closesAt;
+  const template: BudgetTemplate = {
+    templateId: reply.templateId,
+    pattern: reply.pattern,
+    settings,
+    version: num(reply.version, 'version'),
+    updatedAt: reply.updatedAt ?? new Date(0),
+  };
+  if (reply.deletedAt !== undefined) template.deletedAt = reply.deletedAt;
+  return template;
 }
