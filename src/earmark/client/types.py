@@ -223,8 +223,9 @@ class BudgetState:
 class BudgetTemplate:
     """A budget template as Admin answers it (issue 47): the settings a budget whose id
     matches pattern (one '/'-separated segment '*' alone, as end-user/*) is made with on
-    its first Reserve, as put_budget names them; its version, counted from 1 by each put,
-    and when it was last put; deleted_at once deleted (the budgets made from it stay)."""
+    its first Reserve, as put_budget names them; its version, which grows with each put
+    (one sequence for every template, so it is not counted from 1), and when it was last
+    put; deleted_at once deleted (the budgets made from it stay)."""
 
     template_id: str
     pattern: str
