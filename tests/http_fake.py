@@ -18,6 +18,9 @@ State = TypeVar("State")
 
 class StateServer(ThreadingHTTPServer, Generic[State]):
     daemon_threads = True
+    # The listen backlog: socketserver's 5 would leave a burst of connections (220 at once
+    # through a LiteLLM proxy) waiting out SYN retransmits, past a client's timeout.
+    request_queue_size = 256
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], state: State) -> None:
         super().__init__(("127.0.0.1", 0), handler)

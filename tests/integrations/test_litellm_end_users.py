@@ -1,38 +1,33 @@
 """A budget per end user through the LiteLLM gate (issue 47): a team's
 earmark_end_user_budget ("acme/end-user/{end_user}") holds each request with an end user
 (the OpenAI `user` field, as LiteLLM resolves it) on that end user's budget, which a budget
-template makes on the end user's first request. The real `litellm[proxy]`, started once for
-this module with a custom auth that resolves the end user as LiteLLM's own auth does
-(tests/integrations/litellm_end_user_auth.py: the shared proxy's auth has fixed keys and no
-end users), in front of the fake OpenAI and each test's sidecar."""
+template makes on the end user's first request. The real `litellm[proxy]` the package's
+gate tests share (tests/integrations/conftest.py, `proxy`), whose custom auth resolves the
+end user as LiteLLM's own auth does (tests/integrations/litellm_auth.py), in front of the
+fake OpenAI and each test's sidecar: each test has its own sidecar over its own emptied
+database (its template, prices and budgets its own) and its own fake's state."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import openai
 import pytest
-import pytest_asyncio
 
 from earmark.v1 import budget_pb2 as pb
 from tests.client.llm_helpers import CEILING, budget, holds, put_price
 from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
-from tests.fake_openai_state import OpenAIState
 from tests.helpers import assert_invariants, eventually
-from tests.http_fake import StateServer
-from tests.integrations.conftest import Address, provider_url
-from tests.integrations.litellm_proxy import MODEL, config, litellm_proxy
+from tests.integrations.conftest import SHARED_PROXY
+from tests.integrations.litellm_proxy import MODEL
 
-# One worker runs this module's tests, and starts its proxy once for them.
-END_USERS_PROXY = "litellm_end_users_proxy"
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(END_USERS_PROXY)]
+# Every test here takes the proxy started once (tests/integrations/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SHARED_PROXY)]
 
-AUTH = "tests.integrations.litellm_end_user_auth.user_api_key_auth"
 DOLLAR = 1_000_000
 DIME = DOLLAR // 10
 # Every call asks ASKED output tokens and the fake answers that many (it answers 300 unless
@@ -47,26 +42,6 @@ USERS = 20
 # all at once, so that the last of each races the others for the last dime. 220 calls take
 # about 4 s through the proxy on 2 cores.
 PER_USER = FIT + 1
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def end_user_proxy(
-    sidecar_address: Address,
-    openai_server: StateServer[OpenAIState],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[str]:
-    """The real LiteLLM proxy as `proxy` has it, with this module's custom auth (keys
-    whose team sets earmark_end_user_budget, and the end user resolved); yields its URL."""
-    # The fake's listen backlog is socketserver's 5: 220 connections at once would wait out
-    # SYN retransmits past the upstream timeout. Raised for the package's fake (no harm to
-    # the other tests).
-    openai_server.socket.listen(256)
-    settings = config(provider_url(openai_server))
-    settings["general_settings"]["custom_auth"] = AUTH
-    async with litellm_proxy(
-        settings, tmp_path_factory.mktemp("litellm"), sidecar_address.env
-    ) as url:
-        yield url
 
 
 @pytest.fixture
@@ -110,7 +85,7 @@ async def closed(s: Running, budget_ids: list[str]) -> None:
 
 
 async def test_concurrent_first_calls_of_20_end_users_make_each_budget_once(
-    dimes: Running, provider: FakeOpenAI, end_user_proxy: str
+    dimes: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """220 concurrent chat completions, 11 for each of 20 end users that have no budget yet,
     each holding and billed a dime, with a $1.00 template on acme/end-user/*: each end
@@ -121,7 +96,7 @@ async def test_concurrent_first_calls_of_20_end_users_make_each_budget_once(
     await users_template(dimes)
     await budget(dimes, "org-acme", 100 * DOLLAR)
     users = [f"u{n}" for n in range(USERS)]
-    async with llm(end_user_proxy, "sk-end-users") as client:
+    async with llm(proxy, "sk-end-users") as client:
         answers = await asyncio.gather(
             *(call(client, users[n % USERS]) for n in range(USERS * PER_USER)),
             return_exceptions=True,
@@ -164,14 +139,14 @@ async def test_concurrent_first_calls_of_20_end_users_make_each_budget_once(
 
 
 async def test_end_users_the_gate_does_not_hold(
-    dimes: Running, provider: FakeOpenAI, end_user_proxy: str
+    dimes: Running, provider: FakeOpenAI, proxy: str
 ) -> None:
     """Without a template, an end user's first call finds no budget: 404, not sent. An end
     user id that is not one budget id segment is 400 and a key whose own metadata sets the
     field 403, neither held nor sent; a call without an end user holds as the team's and
     organization's other fields say (here: the organization's budget alone)."""
     await budget(dimes, "org-acme", 100 * DOLLAR)
-    async with llm(end_user_proxy, "sk-end-users") as client:
+    async with llm(proxy, "sk-end-users") as client:
         with pytest.raises(openai.NotFoundError) as missing:
             await call(client, "u1")
         for bad in ("a/b", "{end_user}", "x" * 65):
@@ -181,7 +156,7 @@ async def test_end_users_the_gate_does_not_hold(
         answer = await client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "go"}], max_tokens=ASKED
         )
-    async with llm(end_user_proxy, "sk-self-set") as self_set:
+    async with llm(proxy, "sk-self-set") as self_set:
         with pytest.raises(openai.PermissionDeniedError) as denied:
             await call(self_set, "u1")
     assert "acme/end-user/u1" in str(missing.value)
