@@ -839,3 +839,49 @@ assert 0 < llm_reported_cost_usd_micros_max <= amount_units_max
 # Bedrock call's 0.52 there). flush() and close() wait for it as for any settle.
 client_sync_settle_start_seconds = 0.003
 assert 0 < client_sync_settle_start_seconds < client_flush_seconds_max
+
+# Regions (issue 48). A budget's home leases shares of it to other regions (core/regions.py).
+# Every node's clock is within region_clock_skew_seconds_max of the true time. A share's
+# lease lasts region_share_lease_seconds on the home's clock from when it received the ask;
+# the region counts it from when it sent the ask, less region_lease_margin_seconds (its own
+# clock may wander by twice the skew over the lease), and the home takes an expired share
+# back only region_settle_grace_seconds plus the same margin after its lease ended (its own
+# clock's wander), so that every hold admitted from the share ended at least the grace
+# before. A region admits a hold only if it ends the grace before its view of the lease, and
+# asks for a renewal once less than region_share_renew_seconds of it is left.
+region_clock_skew_seconds_max = 1.0
+region_lease_margin_seconds = 2 * region_clock_skew_seconds_max
+region_share_lease_seconds = 600.0
+region_share_renew_seconds = 300.0
+region_settle_grace_seconds = 10.0
+# A grant is at most region_grant_fraction_bps of what is free at the home (the demarcation
+# rule: shares shrink near the limit), and leaves the region's outstanding share at most
+# region_share_bps_max of the limit; one smaller than region_share_bps_min of the limit (and
+# than 1 unit) is not made, and the budget's last units are admitted at the home.
+region_grant_fraction_bps = 5_000
+region_share_bps_min = 10
+region_share_bps_max = 2_500
+# A region asks for what it admitted in the last region_share_rate_seconds (its rate times
+# that), tops up once its room is below half of that, and returns free room beyond what it
+# admits in region_share_keep_seconds.
+region_share_rate_seconds = 60.0
+region_share_keep_seconds = 180.0
+# A Reserve a region's share cannot admit is forwarded to the home if the region heard from
+# the home within region_home_silence_seconds; else it is refused with the region's reason.
+region_home_silence_seconds = 5.0
+# A region's outbox sends the cumulative reports of at most region_outbox_batch_max budgets
+# a message.
+region_outbox_batch_max = 100
+assert 0 < region_clock_skew_seconds_max <= 60
+assert region_lease_margin_seconds == 2 * region_clock_skew_seconds_max
+assert 0 < region_settle_grace_seconds < region_share_renew_seconds < region_share_lease_seconds
+# A hold of the shortest lease fits in a share just renewed.
+assert (
+    lease_seconds_min + region_settle_grace_seconds + region_lease_margin_seconds
+    < region_share_renew_seconds
+)
+assert 0 < region_grant_fraction_bps <= bps_per_unit
+assert 0 < region_share_bps_min <= region_share_bps_max <= bps_per_unit
+assert 0 < region_share_rate_seconds < region_share_keep_seconds
+assert 0 < region_home_silence_seconds < region_share_renew_seconds
+assert 1 <= region_outbox_batch_max <= 10_000

@@ -1,0 +1,453 @@
+"""Budgets across regions (issue 48): a budget's home leases shares of it to other regions,
+each an escrow the region admits from alone (O'Neil's escrow transactions; Barbará and
+Garcia-Molina's demarcation protocol; Doorman's leases). Pure rules: plain data and `now`
+in, the new state and the message to send out; the store and the service do the rest.
+
+Every counter is cumulative and only grows, and every message carries counters, never
+deltas, applied by max: a message lost, repeated or reordered is harmless (the next one
+carries as much), and a report is applied exactly once by construction.
+
+The home counts a region's share by its footprint, max(granted - released, used): what it
+granted and was not given back, or what the region reported using if that is more (a late
+settle, or usage reported after a reclaim, adds to the budget's use as any late settle
+does). released is the most of what the region reported returning and of the level a
+reclaim set. A region merges the home's released into its own returned, so that a reclaim
+reaches it before it admits from the share again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from earmark import limits
+
+SHARE_LEASE = timedelta(seconds=limits.region_share_lease_seconds)
+RENEW_BEFORE = timedelta(seconds=limits.region_share_renew_seconds)
+SETTLE_GRACE = timedelta(seconds=limits.region_settle_grace_seconds)
+LEASE_MARGIN = timedelta(seconds=limits.region_lease_margin_seconds)
+HOME_SILENCE = timedelta(seconds=limits.region_home_silence_seconds)
+# The home takes back an expired share this long after its lease ended on the home's clock.
+RECLAIM_AFTER = SETTLE_GRACE + LEASE_MARGIN
+
+
+# The home's side.
+
+
+@dataclass(frozen=True, slots=True)
+class HomeShare:
+    """What the home knows of one region's share, every counter cumulative."""
+
+    granted: int = 0
+    # The most the region reported returning, and using.
+    returned: int = 0
+    used: int = 0
+    # The returned level the last reclaim set (granted - used then), and all reclaims took.
+    reclaimed_to: int = 0
+    reclaimed: int = 0
+    # On the home's clock; None before the first ask.
+    lease_until: datetime | None = None
+
+    @property
+    def released(self) -> int:
+        return max(self.returned, self.reclaimed_to)
+
+    @property
+    def footprint(self) -> int:
+        """What the share takes of the limit: granted and not given back, or more if the
+        region reported using more."""
+        return max(self.granted - self.released, self.used)
+
+    @property
+    def outstanding(self) -> int:
+        """Of the share, what the region has not reported using: the escrow a reclaim
+        takes back."""
+        return max(0, self.granted - self.released - self.used)
+
+    @property
+    def late(self) -> int:
+        """Usage the region reported beyond its share (after a reclaim, or settles past
+        their holds that its room could not absorb)."""
+        return max(0, self.used - (self.granted - self.released))
+
+
+@dataclass(frozen=True, slots=True)
+class Home:
+    """The home's ledger of one budget: its own holds and use, and each region's share."""
+
+    limit: int
+    used_local: int = 0
+    held_local: int = 0
+    # Of used_local, what settles past their holds added.
+    late_local: int = 0
+    shares: Mapping[str, HomeShare] = field(default_factory=dict)
+
+    @property
+    def committed(self) -> int:
+        """Used, held and leased out: what a new hold or grant at the home must fit beside."""
+        return self.used_local + self.held_local + sum(s.footprint for s in self.shares.values())
+
+    @property
+    def free(self) -> int:
+        return self.limit - self.committed
+
+    @property
+    def granted_out(self) -> int:
+        """The home's own invariant's left side: its holds and use within them, and every
+        share granted and not given back; at most the limit at every moment."""
+        shares = sum(s.granted - s.released for s in self.shares.values())
+        return self.used_local - self.late_local + self.held_local + shares
+
+    def share(self, region: str) -> HomeShare:
+        return self.shares.get(region, HomeShare())
+
+    def with_share(self, region: str, share: HomeShare) -> Home:
+        return replace(self, shares={**self.shares, region: share})
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A region's outbox: its cumulative returned and used, sent again until acknowledged
+    by a later one (resending is harmless)."""
+
+    region: str
+    returned: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A region's ask for a renewal and want more units, sent at sent_at on its clock, with
+    its report."""
+
+    region: str
+    sent_at: datetime
+    want: int
+    returned: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The home's answer to an ask: its cumulative grant and released level for the region,
+    the ask's sent_at echoed (the region's lease counts from it), and whether the home is
+    short (the region then returns all its free room)."""
+
+    region: str
+    asked_at: datetime
+    granted: int
+    released: int
+    short: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    home: Home
+    answer: Answer
+    granted: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    home: Home
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class HomeAdmission:
+    admitted: bool
+    home: Home
+
+
+def share_floor(limit: int) -> int:
+    """The smallest grant the home makes: smaller ones are admitted at the home instead."""
+    return max(1, limit * limits.region_share_bps_min // limits.bps_per_unit)
+
+
+def want_for(units_per_minute: int) -> int:
+    """What a region asks for at its recent admission rate."""
+    return int(units_per_minute * limits.region_share_rate_seconds) // 60
+
+
+def keep_for(units_per_minute: int) -> int:
+    """The free room a region keeps at its recent admission rate; it returns the rest."""
+    return int(units_per_minute * limits.region_share_keep_seconds) // 60
+
+
+def grant_size(home: Home, region: str, want: int) -> int:
+    """What the home grants a region asking for want: at most a fraction of what is free at
+    the home, at most what keeps the region's outstanding share within its cap, and nothing
+    below the floor (the demarcation rule: shares shrink near the limit, and its last units
+    are admitted at the home)."""
+    assert want >= 0
+    share = home.share(region)
+    capped = home.limit * limits.region_share_bps_max // limits.bps_per_unit - share.outstanding
+    fraction = max(0, home.free) * limits.region_grant_fraction_bps // limits.bps_per_unit
+    size = min(want, capped, fraction)
+    return size if size >= share_floor(home.limit) else 0
+
+
+def apply_report(home: Home, report: Report) -> Home:
+    """Applies a region's cumulative report by max: repeated, reordered or stale reports
+    change nothing, and usage after a reclaim counts as a late settle does."""
+    share = home.share(report.region)
+    merged = replace(
+        share, returned=max(share.returned, report.returned), used=max(share.used, report.used)
+    )
+    return home if merged == share else home.with_share(report.region, merged)
+
+
+def answer_ask(home: Home, ask: Ask, now: datetime) -> Asked:
+    """Applies the ask's report, renews the region's lease (from now, on the home's clock)
+    and grants what grant_size allows; a grant is asserted to keep the home within its
+    limit."""
+    home = apply_report(home, Report(ask.region, ask.returned, ask.used))
+    size = grant_size(home, ask.region, ask.want)
+    share = home.share(ask.region)
+    until = now + SHARE_LEASE
+    lease_until = until if share.lease_until is None else max(share.lease_until, until)
+    before = home.committed
+    home = home.with_share(
+        ask.region, replace(share, granted=share.granted + size, lease_until=lease_until)
+    )
+    if size:
+        assert home.committed <= home.limit, (before, size, home)
+        assert home.granted_out <= home.limit, home
+    after = home.share(ask.region)
+    answer = Answer(
+        region=ask.region,
+        asked_at=ask.sent_at,
+        granted=after.granted,
+        released=after.released,
+        short=home.free < share_floor(home.limit),
+    )
+    return Asked(home=home, answer=answer, granted=size)
+
+
+def reclaim_due(home: Home, region: str, now: datetime) -> bool:
+    """A share is taken back once its lease ended, on the home's clock, the settle grace and
+    the clocks' margin ago: every hold the region admitted from it ended the grace before."""
+    share = home.share(region)
+    if share.lease_until is None or share.outstanding == 0:
+        return False
+    return now >= share.lease_until + RECLAIM_AFTER
+
+
+def reclaim(home: Home, region: str, now: datetime) -> Reclaim:
+    """Takes back a dead or cut-off region's outstanding escrow when due (nothing before)."""
+    if not reclaim_due(home, region, now):
+        return Reclaim(home=home, amount=0)
+    share = home.share(region)
+    amount = share.outstanding
+    level = share.granted - share.used
+    taken = replace(share, reclaimed_to=level, reclaimed=share.reclaimed + amount)
+    assert taken.outstanding == 0
+    return Reclaim(home=home.with_share(region, taken), amount=amount)
+
+
+def home_admit(home: Home, amount: int) -> HomeAdmission:
+    """A hold at the home (its own workers', or a Reserve a region forwarded) fits beside
+    everything used, held and leased out."""
+    assert amount >= 0
+    if home.committed + amount > home.limit:
+        return HomeAdmission(admitted=False, home=home)
+    return HomeAdmission(admitted=True, home=replace(home, held_local=home.held_local + amount))
+
+
+def home_settle(home: Home, held: int, used: int) -> Home:
+    """Settles a home hold that still held `held` (0 once it expired) at used: the use past
+    the hold is late."""
+    assert 0 <= held <= home.held_local
+    assert used >= 0
+    return replace(
+        home,
+        held_local=home.held_local - held,
+        used_local=home.used_local + used,
+        late_local=home.late_local + max(0, used - held),
+    )
+
+
+def home_expire(home: Home, held: int) -> Home:
+    """A home hold's lease passed: what it held returns."""
+    assert 0 <= held <= home.held_local
+    return replace(home, held_local=home.held_local - held)
+
+
+# A region's side.
+
+
+@dataclass(frozen=True, slots=True)
+class RegionHold:
+    amount: int
+    # On the region's clock.
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A region's share of one budget, durable in its own database except heard_at and
+    short (what it last heard, kept in memory)."""
+
+    name: str
+    granted: int = 0
+    returned: int = 0
+    used: int = 0
+    # Of used, what settles past their holds added.
+    late: int = 0
+    holds: Mapping[str, RegionHold] = field(default_factory=dict)
+    # Its view of the share's lease, on its clock: never outlives the home's.
+    lease_until: datetime | None = None
+    heard_at: datetime | None = None
+    short: bool = False
+
+    @property
+    def held(self) -> int:
+        return sum(h.amount for h in self.holds.values())
+
+    @property
+    def room(self) -> int:
+        """What the region may still admit alone (negative after a reclaim it had not
+        reported all its use before, or settles past their holds)."""
+        return self.granted - self.used - self.returned - self.held
+
+    @property
+    def report(self) -> Report:
+        return Report(self.name, self.returned, self.used)
+
+    def restarted(self) -> Region:
+        """After a crash: the database's counters, holds and lease; nothing it heard."""
+        return replace(self, heard_at=None, short=False)
+
+
+class Verdict(StrEnum):
+    ADMIT = "admit"
+    FORWARD = "forward"
+    REFUSE = "refuse"
+
+
+class RegionRefusal(StrEnum):
+    """Why a region's share cannot admit a hold."""
+
+    SHARE_SPENT = "share_spent"
+    SHARE_LEASE_ENDED = "share_lease_ended"
+    # The share's lease ends before the hold's would (and the grace after it).
+    HOLD_OUTLIVES_SHARE = "hold_outlives_share"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitInput:
+    region: Region
+    hold_id: str
+    amount: int
+    lease: timedelta
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RegionAdmission:
+    """ADMIT: region holds the hold. Else reason says why the share could not; FORWARD if
+    the home answered recently (the Reserve goes there), REFUSE if not."""
+
+    verdict: Verdict
+    region: Region
+    reason: RegionRefusal | None = None
+
+
+def region_admit(op: AdmitInput) -> RegionAdmission:
+    """Admits a hold alone iff it fits in the share's room and ends the settle grace before
+    the region's view of the share's lease."""
+    region, now = op.region, op.now
+    assert op.amount >= 0
+    assert op.hold_id not in region.holds
+    until = now + op.lease
+    reason: RegionRefusal | None = None
+    if region.lease_until is None or now + SETTLE_GRACE >= region.lease_until:
+        reason = RegionRefusal.SHARE_LEASE_ENDED
+    elif until + SETTLE_GRACE > region.lease_until:
+        reason = RegionRefusal.HOLD_OUTLIVES_SHARE
+    elif region.used + region.returned + region.held + op.amount > region.granted:
+        reason = RegionRefusal.SHARE_SPENT
+    if reason is None:
+        holds = {**region.holds, op.hold_id: RegionHold(op.amount, until)}
+        return RegionAdmission(verdict=Verdict.ADMIT, region=replace(region, holds=holds))
+    heard = region.heard_at is not None and now - region.heard_at <= HOME_SILENCE
+    verdict = Verdict.FORWARD if heard else Verdict.REFUSE
+    return RegionAdmission(verdict=verdict, region=region, reason=reason)
+
+
+def region_settle(region: Region, hold_id: str, used: int, now: datetime) -> Region:
+    """Settles a hold at used: in full, whatever it held. Past its hold, or after its lease
+    passed (whether or not it was swept), the use is late."""
+    assert used >= 0
+    hold = region.holds.get(hold_id)
+    held = 0 if hold is None or now >= hold.until else hold.amount
+    holds = {k: v for k, v in region.holds.items() if k != hold_id}
+    return replace(
+        region, used=region.used + used, late=region.late + max(0, used - held), holds=holds
+    )
+
+
+def region_expire(region: Region, now: datetime) -> Region:
+    """Closes the holds whose lease passed: what they held is room again."""
+    holds = {k: v for k, v in region.holds.items() if now < v.until}
+    return region if len(holds) == len(region.holds) else replace(region, holds=holds)
+
+
+def region_renew_hold(region: Region, hold_id: str, lease: timedelta, now: datetime) -> Region:
+    """Extends a live hold's lease to now + lease if that still ends the grace before the
+    share's lease; else the hold keeps its lease."""
+    hold = region.holds.get(hold_id)
+    until = now + lease
+    if hold is None or now >= hold.until or until <= hold.until or region.lease_until is None:
+        return region
+    if until + SETTLE_GRACE > region.lease_until:
+        return region
+    return replace(region, holds={**region.holds, hold_id: RegionHold(hold.amount, until)})
+
+
+def region_return(region: Region, keep: int) -> Region:
+    """Gives back the free room beyond keep (all of it if the home is short); reported by
+    the outbox."""
+    assert keep >= 0
+    kept = 0 if region.short else keep
+    give = max(0, region.room - kept)
+    return region if give == 0 else replace(region, returned=region.returned + give)
+
+
+@dataclass(frozen=True, slots=True)
+class NeedInput:
+    region: Region
+    units_per_minute: int
+    now: datetime
+
+
+def region_ask(op: NeedInput) -> Ask | None:
+    """An ask when the region's lease needs renewing or its room is below half of what it
+    admits in the rate window (a top up), else None."""
+    region, now = op.region, op.now
+    want = want_for(op.units_per_minute)
+    renew = region.lease_until is None or region.lease_until - now < RENEW_BEFORE
+    low = region.room < want // 2
+    if not (renew or low):
+        return None
+    more = max(0, want - max(0, region.room))
+    return Ask(region.name, now, more, region.returned, region.used)
+
+
+def region_answer(region: Region, answer: Answer, now: datetime) -> Region:
+    """Applies the home's answer by max: its grant, its released level (a reclaim the region
+    had not seen), and a lease counted from when the region sent the ask, less the margin
+    for the clocks."""
+    assert answer.region == region.name
+    until = answer.asked_at + SHARE_LEASE - LEASE_MARGIN
+    lease_until = until if region.lease_until is None else max(region.lease_until, until)
+    return replace(
+        region,
+        granted=max(region.granted, answer.granted),
+        returned=max(region.returned, answer.released),
+        lease_until=lease_until,
+        heard_at=now if region.heard_at is None else max(region.heard_at, now),
+        short=answer.short,
+    )
