@@ -116,7 +116,7 @@ def budget_row(budget: Budget) -> tuple[object, ...]:
         budget.threshold_bps, budget.threshold_basis, budget.period, budget.unit,
         budget.max_open_holds, budget.max_admissions, budget.closes_at, budget.admissions,
         budget.limit_until, budget.limit_after, budget.limit_reason, budget.template_id,
-        budget.template_version, budget.changed_by_hand,
+        budget.template_version, budget.changed_by_hand, budget.open_earlier,
     )  # fmt: skip
 
 

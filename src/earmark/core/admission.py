@@ -113,11 +113,12 @@ def run_limit(budget: Budget, now: datetime) -> tuple[RefusalReason, str] | None
             f"it has admitted {budget.admissions} Reserves{within}; "
             f"max_admissions is {budget.max_admissions}",
         )
-    if budget.max_open_holds is not None and budget.open_reservations >= budget.max_open_holds:
+    # Holds reserved before the period began count until they close, as any other.
+    open_holds = budget.open_reservations + budget.open_earlier
+    if budget.max_open_holds is not None and open_holds >= budget.max_open_holds:
         return (
             RefusalReason.TOO_MANY_OPEN,
-            f"it has {budget.open_reservations} holds open; "
-            f"max_open_holds is {budget.max_open_holds}",
+            f"it has {open_holds} holds open; max_open_holds is {budget.max_open_holds}",
         )
     return None
 

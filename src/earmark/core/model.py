@@ -220,6 +220,9 @@ class Budget:
     max_admissions: int | None = None
     closes_at: datetime | None = None
     admissions: int = 0
+    # Holds still open that were reserved in its closed periods (each period's own count is
+    # its open_reservations): max_open_holds counts them with the current period's.
+    open_earlier: int = 0
     # A temporary limit (issue 47): limit is in force until limit_until, then limit_after
     # (None: unlimited); limit_reason says why it was set.
     limit_until: datetime | None = None

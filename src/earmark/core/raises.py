@@ -35,7 +35,7 @@ from earmark import limits
 from earmark.core import notices
 from earmark.core.model import Budget, LedgerEntry, LedgerKind
 from earmark.core.notices import Event
-from earmark.errors import InvalidArgument
+from earmark.errors import FailedPrecondition, InvalidArgument, Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +158,16 @@ def applied(
     """made, the budget a put or an update left from before (whose ended raise has been
     ended: lapse), with given's temporary limit; and the change of limit to record, None when
     the limit stays and no raise is set."""
+    if given.until is not None and before.account is not None:
+        # The plan's next read sets a cycle's limit and would leave the raise's end to put
+        # back a limit the provider no longer has: a cycle is raised in its plan.
+        raise FailedPrecondition(
+            f"limit_until: budget {before.budget_id!r} is account {before.account!r}'s "
+            "billing cycle, whose limit its plan sets; raise the plan instead",
+            Reason.CYCLE_BUDGET_NEEDS_ACCOUNT,
+            field="limit_until",
+            budget_id=before.budget_id,
+        )
     if given.until is not None:
         back = before.limit_after if in_force(before, now) else before.limit
         made = replace(made, limit_until=given.until, limit_after=back, limit_reason=given.reason)

@@ -63,6 +63,7 @@ def roll(budget: Budget, now: datetime) -> PeriodTotals | None:
     window = next_window(budget.calendar(), budget.period_end, now)
     budget.period_no += 1
     budget.period_start, budget.period_end = window.start, window.end
+    budget.open_earlier += budget.open_reservations
     budget.used = budget.held = budget.open_reservations = 0
     budget.noticed_bps = ()
     budget.exceeded_noticed = False

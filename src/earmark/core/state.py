@@ -199,6 +199,10 @@ def move(
             decision.touched[budget_id] = budget
         else:
             assert isinstance(target, PeriodTotals)
+            if opened:
+                # A hold of a closed period opened or closed: the budget's count of them.
+                budget.open_earlier += opened
+                decision.touched[budget_id] = budget
             key = (budget_id, period_no)
             if key not in decision.closed_new:
                 decision.closed_moved[key] = target

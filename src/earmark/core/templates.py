@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 
 from earmark import limits
-from earmark.core import puts, specs
+from earmark.core import puts, resets, specs
 from earmark.core.model import Budget
 from earmark.errors import FailedPrecondition, InvalidArgument, NotFound, Reason
 
@@ -201,6 +201,9 @@ def refreshed(budget: Budget, template: Template, now: datetime) -> Budget | Non
     another template, changed by hand, already of this version, or archived."""
     if (
         budget.template_id != template.template_id
+        # A template put again under its id with another pattern (or removed and put
+        # again) is another template for the budgets its pattern no longer matches.
+        or not matches(template.pattern, budget.budget_id)
         or budget.changed_by_hand
         or budget.template_version >= template.version
         or budget.archived_at is not None
@@ -212,6 +215,12 @@ def refreshed(budget: Budget, template: Template, now: datetime) -> Budget | Non
         # the budgets it makes from now on.
         spec = replace(spec, unit=budget.unit)
     made = puts.put(puts.PutInput(budget, spec, now, by_hand=False))
+    if made.calendar() != budget.calendar() and budget.period_start is not None:
+        # The period the roll just began follows the old calendar: it starts where the old
+        # one ended, and ends at the new calendar's boundary, so the new limit is a limit of
+        # the new period's length.
+        window = resets.next_window(made.calendar(), budget.period_start, now)
+        made = replace(made, period_start=window.start, period_end=window.end)
     return replace(made, template_version=template.version)
 
 

@@ -278,11 +278,13 @@ def end_user_budget(pattern: str, end_user: str) -> str:
             "segment: printable ASCII without spaces, '/', '*', '{' or '}'; not sent",
         )
     budget_id = pattern.replace(END_USER, end_user)
-    if len(budget_id) > limits.label_value_length_max:
+    # The sidecar's bound on a budget id (shorter than a label's): past it, the gate answers
+    # rather than sending a Reserve the sidecar refuses.
+    if len(budget_id) > limits.budget_id_length_max:
         raise GateError(
             400,
             f"the end user's budget id is {len(budget_id)} characters; at most "
-            f"{limits.label_value_length_max}; not sent",
+            f"{limits.budget_id_length_max}; not sent",
         )
     return budget_id
 

@@ -101,14 +101,24 @@ WHERE a.reservation_id IS NULL OR s.reservation_id IS NULL
 """
 
 
+# Budgets whose count of holds open from closed periods (open_earlier, max_open_holds'
+# count) is not the sum of their closed periods' open_reservations.
+OPEN_EARLIER_DRIFT = """
+SELECT count(*) FROM budgets b
+LEFT JOIN (SELECT budget_id, sum(open_reservations) AS open FROM budget_periods
+           GROUP BY budget_id) p USING (budget_id)
+WHERE b.open_earlier <> coalesce(p.open, 0)
+"""
+
+
 async def audit(conn: Conn) -> list[str]:
     """Every broken invariant, one sentence each; an empty list means all hold, for each
     budget over its own holds and those nested under it: held = sum of open holds = sum of
     ledger held deltas, used = sum of ledger charges, open_reservations = count of open
-    holds, and nothing beyond the ceiling (the limit, and a SOFT budget's overage limit)
-    but what settles reported past their holds, and no limit past limits.limit_units_max;
-    and the side tables (open_holds, in_doubt_holds, hold_scopes) agree with the
-    reservations."""
+    holds (and open_earlier the sum of its closed periods'), and nothing beyond the ceiling
+    (the limit, and a SOFT budget's overage limit) but what settles reported past their
+    holds, and no limit past limits.limit_units_max; and the side tables (open_holds,
+    in_doubt_holds, hold_scopes) agree with the reservations."""
     problems = []
     for row in await conn.fetch(AUDIT):
         name = row["budget_id"]
@@ -132,6 +142,9 @@ async def audit(conn: Conn) -> list[str]:
         spent = row["used"] + row["held"] - row["overshoot"] - row["late"]
         if ceiling is not None and spent > ceiling:
             problems.append(f"{name}: {spent} admitted on a ceiling of {ceiling}")
+    earlier = await conn.fetchval(OPEN_EARLIER_DRIFT)
+    if earlier:
+        problems.append(f"{earlier} budgets count holds open from closed periods otherwise")
     orphans = await conn.fetchval(ORPHAN_PERIODS)
     if orphans:
         problems.append(f"{orphans} periods have ledger rows or holds but no counters")

@@ -11,9 +11,8 @@ from typing import Literal, Protocol, TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.core import resets
-from earmark.core import templates as templates_rules
 from earmark.core.batch import BatchDecision, BatchState, decide_batch
+from earmark.core.model import Budget
 from earmark.core.ops import Op, ReserveOp, Result, SettleOp, SettleResult
 from earmark.core.prices import PriceBook
 from earmark.errors import EarmarkError
@@ -123,7 +122,9 @@ class Batches:
                     conn, entries, self._prices, by_key=by_key
                 )
             now = self._clock()
-            await _load_templates(conn, states, now)
+            found = await templates.for_rolls(conn, _budgets(states).values(), now)
+            for state in states.values():
+                state.templates = found
             return [
                 (states[b], decide_batch(states[b], [entries[i][1] for i in indices], now))
                 for b, indices in by_budget.items()
@@ -147,17 +148,13 @@ class Batches:
             if not by_key and await queries.keys_taken(conn, _not_made(entries, decided)):
                 by_key = True
                 decided = await decide(conn)
-            refreshed = {b.budget_id: b for _, d in decided for b in d.refreshed.values()}
-            for budget_id in sorted(refreshed):
-                # Before the batch's rows, as a lapsed temporary limit: the period it closes
-                # starts its ceiling from the template's limit.
-                await queries.update_budget(conn, refreshed[budget_id])
             try:
                 await writes.write_decisions(conn, decided)
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name == IDEMPOTENCY_KEY:
                     by_key = True
                 raise
+            await templates.write_refreshed(conn, _refreshed(decided))
             return decided
 
         decided = await self._serializable(work, first=stripes.first_statement(named))
@@ -177,20 +174,14 @@ class Batches:
         return outcomes
 
 
-async def _load_templates(conn: Conn, states: dict[str, BatchState], now: datetime) -> None:
-    """The templates of the budgets that follow one and whose period rolls in this batch
-    (core.templates.refresh gives them its newer settings); read only then."""
-    budgets = next(iter(states.values())).budgets if states else {}
-    rolling = [
-        b.template_id
-        for b in budgets.values()
-        if b.template_id is not None and templates_rules.due_for_refresh(b) and resets.due(b, now)
-    ]
-    if not rolling:
-        return
-    found = await templates.of_budgets(conn, rolling)
-    for state in states.values():
-        state.templates = found
+def _budgets(states: dict[str, BatchState]) -> dict[str, Budget]:
+    """The budgets a transaction locked (shared by its states)."""
+    return next(iter(states.values())).budgets if states else {}
+
+
+def _refreshed(decided: list[tuple[BatchState, BatchDecision]]) -> list[Budget]:
+    """The budgets the decisions gave their template's newer settings, each once."""
+    return list({b.budget_id: b for _, d in decided for b in d.refreshed.values()}.values())
 
 
 def _missing(entries: list[tuple[Route, Op]], states: dict[str, BatchState]) -> set[str]:
@@ -198,8 +189,7 @@ def _missing(entries: list[tuple[Route, Op]], states: dict[str, BatchState]) -> 
     named = {budget_id for route, op in entries if isinstance(op, ReserveOp) for budget_id in route}
     if not named:
         return set()
-    found = next(iter(states.values())).budgets.keys() if states else set()
-    return named - set(found)
+    return named - set(_budgets(states))
 
 
 # The unique index of reservations' idempotency keys (migration 0003).

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from earmark.core import bookkeeping
 from earmark.core.batch import BatchDecision, BatchState, expire_due
-from earmark.store import queries, writes
+from earmark.store import queries, templates, writes
 from earmark.store.tx import Conn
 
 
@@ -21,13 +21,18 @@ async def sweep(conn: Conn, now: datetime, batch_size: int) -> int:
     named = sorted({b for h in due for b in h.budget_ids()})
     budgets, _ = await queries.lock_budgets(conn, named)
     closed = await queries.load_periods(conn, budgets, due)
+    # A period the sweep closes takes its template's newer settings, as a batch's would.
+    found = await templates.for_rolls(conn, budgets.values(), now)
     decided = []
     for budget_id in sorted({h.budget_id for h in due}):
         state = BatchState(budget_id=budget_id, budget=budgets.get(budget_id), budgets=budgets)
         state.closed = closed
+        state.templates = found
         state.holds_by_id = {h.reservation_id: h for h in due if h.budget_id == budget_id}
         decided.append((state, expire_due(state, now)))
     await writes.write_decisions(conn, decided)
+    refreshed = {b.budget_id: b for _, d in decided for b in d.refreshed.values()}
+    await templates.write_refreshed(conn, refreshed.values())
     return sum(len(d.changed_holds) for _, d in decided)
 
 
@@ -47,14 +52,17 @@ async def lapse_raises(conn: Conn, now: datetime, batch_size: int) -> int:
     if not named:
         return 0
     budgets, _ = await queries.lock_budgets(conn, sorted(named))
+    found = await templates.for_rolls(conn, budgets.values(), now)
     decided = []
     for budget_id, budget in sorted(budgets.items()):
         state = BatchState(budget_id=budget_id, budget=budget, budgets={budget_id: budget})
+        state.templates = found
         decision = BatchDecision()
         bookkeeping.roll_due(state, decision, now)
         if decision.touched:
             decided.append((state, decision))
     await writes.write_decisions(conn, decided)
+    await templates.write_refreshed(conn, [b for _, d in decided for b in d.refreshed.values()])
     return sum(len(d.lapsed) for _, d in decided)
 
 

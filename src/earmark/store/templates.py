@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from earmark.core import specs, templates
+from earmark.core import resets, specs, templates
 from earmark.core.model import Budget
 from earmark.core.templates import Template, TemplateInput
 from earmark.store import queries
@@ -114,6 +114,26 @@ async def of_budgets(conn: Conn, template_ids: Iterable[str]) -> dict[str, Templ
         f"SELECT {_COLUMNS} FROM budget_templates WHERE template_id = ANY($1::text[])", ids
     )
     return {row["template_id"]: _template_of(row) for row in rows}
+
+
+async def for_rolls(conn: Conn, budgets: Iterable[Budget], now: datetime) -> dict[str, Template]:
+    """The templates of the budgets that follow one and whose period rolls at now (core.
+    templates.refresh gives them its newer settings as the new period begins); read only
+    then, by the batches and the sweeper alike."""
+    rolling = [
+        b.template_id
+        for b in budgets
+        if b.template_id is not None and templates.due_for_refresh(b) and resets.due(b, now)
+    ]
+    return await of_budgets(conn, rolling) if rolling else {}
+
+
+async def write_refreshed(conn: Conn, refreshed: Iterable[Budget]) -> None:
+    """Writes the settings of the budgets a roll gave their template's newer ones, after the
+    decisions' rows: the period the roll closed has taken its ceiling (the audit's) from the
+    limit it had, and the new limit raises the budget's from then on."""
+    for budget in sorted(refreshed, key=lambda b: b.budget_id):
+        await queries.update_budget(conn, budget)
 
 
 async def make_missing(conn: Conn, budget_ids: Iterable[str], now: datetime) -> dict[str, Budget]:

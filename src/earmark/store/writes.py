@@ -48,6 +48,7 @@ ROW_TYPES: dict[str, tuple[str, ...]] = {
         "period_start", "period_end", "noticed_bps", "exceeded_noticed", "rate_window_start",
         "rate_admissions", "rate_units", "rate_prev_admissions", "rate_prev_units", "rolled",
         "refusals", "first_refused_at", "last_refused_at", "refusing_noticed", "admissions",
+        "open_earlier",
     ),
     "write_budget_period": (
         "budget_id", "period_no", "period_start", "period_end", "limit_units", "used", "held",
@@ -202,6 +203,7 @@ WRITES: dict[str, str] = {
         first_refused_at = u.first_refused_at, last_refused_at = u.last_refused_at,
         refusing_noticed = u.refusing_noticed, refusals_period_no = u.period_no,
         admissions = u.admissions, admissions_period_no = u.period_no,
+        open_earlier = u.open_earlier,
         ceiling_max = CASE WHEN NOT u.rolled THEN b.ceiling_max
             ELSE budget_ceiling(b.limit_units, b.overage_policy, b.overage_limit, b.mode) END,
         updated_at = now()
@@ -226,6 +228,7 @@ def _budget_row(b: Budget, rolled: bool) -> tuple[object, ...]:
         b.period_start, b.period_end, list(b.noticed_bps), b.exceeded_noticed, rate.start,
         rate.admissions, rate.units, rate.prev_admissions, rate.prev_units, rolled,
         b.refusals, b.first_refused_at, b.last_refused_at, b.refusing_noticed, b.admissions,
+        b.open_earlier,
     )  # fmt: skip
 
 

@@ -18,7 +18,13 @@ ALTER TABLE budgets
     ADD COLUMN limit_reason text NOT NULL DEFAULT '',
     ADD COLUMN template_id text,
     ADD COLUMN template_version bigint NOT NULL DEFAULT 0,
-    ADD COLUMN changed_by_hand boolean NOT NULL DEFAULT false;
+    ADD COLUMN changed_by_hand boolean NOT NULL DEFAULT false,
+    -- Holds still open from its closed periods (max_open_holds counts them).
+    ADD COLUMN open_earlier bigint NOT NULL DEFAULT 0 CHECK (open_earlier >= 0);
+
+UPDATE budgets b SET open_earlier = p.open
+FROM (SELECT budget_id, sum(open_reservations) AS open FROM budget_periods GROUP BY budget_id) p
+WHERE b.budget_id = p.budget_id AND p.open > 0;
 
 -- The batches' budget row with the admissions counter, a type of a new name beside
 -- write_budget_totals_2 (0023), which the previous release keeps sending while both run.
@@ -43,7 +49,8 @@ CREATE TYPE write_budget_totals_3 AS (
     first_refused_at      timestamptz,
     last_refused_at       timestamptz,
     refusing_noticed      boolean,
-    admissions            bigint
+    admissions            bigint,
+    open_earlier          bigint
 );
 
 -- A change of a budget's limit by an operator's temporary raise, or its end: a ledger
