@@ -28,7 +28,7 @@ from earmark.core.regions_model import HOME, World
 
 EXAMPLES = int(os.environ.get("EARMARK_REGIONS_EXAMPLES", "25"))
 NAMES = ("r1", "r2", "r3")
-LIMIT = 10_000
+LIMIT = 3_000
 
 nodes = st.sampled_from((HOME, *NAMES))
 regions = st.sampled_from(NAMES)
@@ -95,6 +95,15 @@ class Regions(RuleBasedStateMachine):
     )
     def reserve(self, node: str, amount: int, lease: timedelta) -> None:
         self.verdicts.append(self.world.reserve(node, amount, lease))
+
+    @rule(node=nodes, amounts=st.lists(st.integers(1, 800), min_size=1, max_size=6))
+    def calls(self, node: str, amounts: list[int]) -> None:
+        """Whole calls at one node: each admitted one settled at once, at its hold."""
+        for amount in amounts:
+            hold_id = f"h{self.world.seq + 1}"
+            self.verdicts.append(self.world.reserve(node, amount, timedelta(seconds=60)))
+            if hold_id in self.world.works:
+                self.world.settle(hold_id, amount)
 
     @precondition(lambda self: self.world.works)
     @rule(pick=picks, share=st.sampled_from([0, 50, 100, 130]))
