@@ -30,6 +30,11 @@ from tests.client.llm_helpers import budget
 from tests.conftest import Running
 from tests.helpers import assert_invariants, eventually
 
+# The other user is made by the first test of this module on a worker and removed after its
+# last: the module's tests run on one worker, so that no worker removes the user while
+# another's test runs as it (seen once: runuser failed mid-test under five workers).
+pytestmark = pytest.mark.xdist_group("journal_owner")
+
 OTHER_USER = "earmark-journal-test"
 # A record's name on a sparse file of 1.5 GB: read whole, it would hold the client's start.
 HUGE_BYTES = 1536 << 20
