@@ -110,8 +110,6 @@ def candidates(budget_id: str) -> list[str]:
     """Every pattern that could match the id (each segment in turn made '*'): a store looks
     these up by equality, and at most one exists since patterns never overlap."""
     segments = budget_id.split(SEPARATOR)
-    if len(segments) > limits.budget_id_length_max:
-        return []
     found = []
     for index, segment in enumerate(segments):
         if segment:
@@ -152,11 +150,9 @@ def check_put(existing: Sequence[Template], given: TemplateInput) -> specs.Spec:
     return spec
 
 
-def put(
-    existing: Sequence[Template], given: TemplateInput, version: int, now: datetime
-) -> Template:
-    """The template a put leaves (version: the store's next; it only grows)."""
-    check_put(existing, given)
+def put(given: TemplateInput, version: int, now: datetime) -> Template:
+    """The template a put of given leaves, once check_put admitted it (version: the store's
+    next; it only grows)."""
     return Template(
         template_id=given.template_id,
         pattern=given.pattern,

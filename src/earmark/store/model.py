@@ -268,7 +268,7 @@ class Model:
         existing = sorted(self.templates.values(), key=lambda t: t.template_id)
         templates.check_put(existing, given)
         self.template_versions += 1
-        template = templates.put(existing, given, self.template_versions, self.clock())
+        template = templates.put(given, self.template_versions, self.clock())
         self.templates[template.template_id] = template
         return template
 

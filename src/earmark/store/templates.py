@@ -77,7 +77,7 @@ async def put(conn: Conn, given: TemplateInput, now: datetime) -> Template:
     # batch never fails on the unit, which would fail the batch's other operations.
     await queries.admit_unit(conn, spec.budget.unit)
     version = await conn.fetchval("SELECT nextval('budget_template_versions')")
-    template = templates.put(existing, given, version, now)
+    template = templates.put(given, version, now)
     await conn.execute(
         """
         INSERT INTO budget_templates (template_id, pattern, spec, version, updated_at)
