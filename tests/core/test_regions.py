@@ -100,13 +100,13 @@ def test_a_hold_that_would_outlive_the_share_is_not_admitted() -> None:
     """A hold must end the settle grace before the region's view of the share's lease."""
     _, region = leased(Home(limit=100_000))
     long = region_admit(AdmitInput(region, "a", 1, SHARE_LEASE, T0))
-    assert (Verdict.FORWARD, RegionRefusal.HOLD_OUTLIVES_SHARE) == (long.verdict, long.reason)
+    assert (Verdict.ASK, RegionRefusal.HOLD_OUTLIVES_SHARE) == (long.verdict, long.reason)
 
 
 def test_a_region_that_heard_from_the_home_forwards() -> None:
     """A Reserve the share cannot admit goes to the home while the home answers."""
     _, region = leased(Home(limit=100_000), want=1_000)
-    assert Verdict.FORWARD == admit(region, 5_000)
+    assert Verdict.ASK == admit(region, 5_000)
 
 
 def test_the_regions_lease_never_outlives_the_homes() -> None:
@@ -165,7 +165,7 @@ def test_the_last_unit_of_a_budget_can_still_be_spent() -> None:
     region = region_answer(Region("eu"), asked.answer, T0)
     forwarded = admit(region, 1)
     at_home = home_admit(asked.home, 1)
-    assert (0, Verdict.FORWARD, True, 0) == (
+    assert (0, Verdict.ASK, True, 0) == (
         asked.granted,
         forwarded,
         at_home.admitted,
@@ -209,7 +209,7 @@ def test_a_region_learns_of_a_reclaim_before_it_admits_again() -> None:
     home = reclaim(home, "eu", later).home
     asked = answer_ask(home, Ask("eu", later, 0, 0, 0), later)
     region = region_answer(region, asked.answer, later)
-    assert (-300, Verdict.FORWARD) == (region.room, admit(region, 1, later, "b"))
+    assert (-300, Verdict.ASK) == (region.room, admit(region, 1, later, "b"))
 
 
 def test_a_region_asks_to_renew_and_to_top_up() -> None:
@@ -245,3 +245,12 @@ def test_the_limits_leave_room_for_a_hold_in_a_renewed_share() -> None:
     assert limits.lease_seconds_min + limits.region_settle_grace_seconds < (
         limits.region_share_renew_seconds - limits.region_lease_margin_seconds
     )
+
+
+def test_a_waiting_reserve_gets_the_last_units_wherever_it_asks() -> None:
+    """A Reserve's need is granted whole when the home has it free, past the fraction and
+    the floor; the next region to need them is granted nothing."""
+    home = Home(limit=4)
+    first = answer_ask(home, Ask("eu", T0, want=0, returned=0, used=0, need=4), T0)
+    second = answer_ask(first.home, Ask("us", T0, want=0, returned=0, used=0, need=4), T0)
+    assert (4, 0, 0) == (first.granted, second.granted, second.home.free)

@@ -161,6 +161,11 @@ class Regions(RuleBasedStateMachine):
         self.world.cut.discard(name)
 
     @rule(name=regions)
+    def give_up(self, name: str) -> None:
+        """The Reserves waiting on the region's ask stop waiting."""
+        self.world.give_up(name)
+
+    @rule(name=regions)
     def crash(self, name: str) -> None:
         self.world.crash(name)
 

@@ -120,13 +120,16 @@ class Report:
 @dataclass(frozen=True, slots=True)
 class Ask:
     """A region's ask for a renewal and want more units, sent at sent_at on its clock, with
-    its report."""
+    its report; need > 0: a Reserve its room could not admit waits on the answer, and the
+    home grants at least need if it has that much free (the demarcation rule's "whichever
+    region asks": the budget's last units go to the Reserve that asks for them)."""
 
     region: str
     sent_at: datetime
     want: int
     returned: int
     used: int
+    need: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,17 +179,22 @@ def keep_for(units_per_minute: int) -> int:
     return int(units_per_minute * limits.region_share_keep_seconds) // 60
 
 
-def grant_size(home: Home, region: str, want: int) -> int:
+def grant_size(home: Home, region: str, want: int, need: int = 0) -> int:
     """What the home grants a region asking for want: at most a fraction of what is free at
     the home, at most what keeps the region's outstanding share within its cap, and nothing
-    below the floor (the demarcation rule: shares shrink near the limit, and its last units
-    are admitted at the home)."""
+    below the floor (the demarcation rule: shares shrink near the limit); but a waiting
+    Reserve's need whenever the home has that much free, so that the budget's last units are
+    admitted wherever they are asked for."""
     assert want >= 0
+    assert need >= 0
     share = home.share(region)
     capped = home.limit * limits.region_share_bps_max // limits.bps_per_unit - share.outstanding
     fraction = max(0, home.free) * limits.region_grant_fraction_bps // limits.bps_per_unit
     size = min(want, capped, fraction)
-    return size if size >= share_floor(home.limit) else 0
+    size = size if size >= share_floor(home.limit) else 0
+    if size < need <= home.free:
+        return need
+    return size
 
 
 def apply_report(home: Home, report: Report) -> Home:
@@ -204,7 +212,7 @@ def answer_ask(home: Home, ask: Ask, now: datetime) -> Asked:
     and grants what grant_size allows; a grant is asserted to keep the home within its
     limit."""
     home = apply_report(home, Report(ask.region, ask.returned, ask.used))
-    size = grant_size(home, ask.region, ask.want)
+    size = grant_size(home, ask.region, ask.want, ask.need)
     share = home.share(ask.region)
     until = now + SHARE_LEASE
     lease_until = until if share.lease_until is None else max(share.lease_until, until)
@@ -323,7 +331,8 @@ class Region:
 
 class Verdict(StrEnum):
     ADMIT = "admit"
-    FORWARD = "forward"
+    # Ask the home for the shortfall (Ask.need), then admit or refuse on its answer.
+    ASK = "ask"
     REFUSE = "refuse"
 
 
@@ -347,12 +356,14 @@ class AdmitInput:
 
 @dataclass(frozen=True, slots=True)
 class RegionAdmission:
-    """ADMIT: region holds the hold. Else reason says why the share could not; FORWARD if
-    the home answered recently (the Reserve goes there), REFUSE if not."""
+    """ADMIT: region holds the hold. Else reason says why the share could not; ASK if the
+    home answered recently (the Reserve waits on an ask for what it needs), REFUSE if not.
+    need: what the room lacks for the hold."""
 
     verdict: Verdict
     region: Region
     reason: RegionRefusal | None = None
+    need: int = 0
 
 
 def region_admit(op: AdmitInput) -> RegionAdmission:
@@ -373,8 +384,9 @@ def region_admit(op: AdmitInput) -> RegionAdmission:
         holds = {**region.holds, op.hold_id: RegionHold(op.amount, until)}
         return RegionAdmission(verdict=Verdict.ADMIT, region=replace(region, holds=holds))
     heard = region.heard_at is not None and now - region.heard_at <= HOME_SILENCE
-    verdict = Verdict.FORWARD if heard else Verdict.REFUSE
-    return RegionAdmission(verdict=verdict, region=region, reason=reason)
+    verdict = Verdict.ASK if heard else Verdict.REFUSE
+    need = max(1, op.amount - max(0, region.room))
+    return RegionAdmission(verdict=verdict, region=region, reason=reason, need=need)
 
 
 def region_settle(region: Region, hold_id: str, used: int, now: datetime) -> Region:
@@ -421,19 +433,21 @@ class NeedInput:
     region: Region
     units_per_minute: int
     now: datetime
+    # What a waiting Reserve lacks (RegionAdmission.need), 0 for the background's asks.
+    need: int = 0
 
 
 def region_ask(op: NeedInput) -> Ask | None:
     """An ask when the region's lease needs renewing or its room is below half of what it
-    admits in the rate window (a top up), else None."""
+    admits in the rate window (a top up), else None; with need, always one."""
     region, now = op.region, op.now
     want = want_for(op.units_per_minute)
     renew = region.lease_until is None or region.lease_until - now < RENEW_BEFORE
     low = region.room < want // 2
-    if not (renew or low):
+    if not (renew or low or op.need):
         return None
     more = max(0, want - max(0, region.room))
-    return Ask(region.name, now, more, region.returned, region.used)
+    return Ask(region.name, now, more, region.returned, region.used, op.need)
 
 
 def region_answer(region: Region, answer: Answer, now: datetime) -> Region:

@@ -22,16 +22,15 @@ SKEW = limits.region_clock_skew_seconds_max
 
 
 @dataclass(frozen=True, slots=True)
-class Forward:
-    """A Reserve a region's share could not admit, sent to the home."""
+class Waiting:
+    """A Reserve a region's share could not admit, waiting on the region's ask for what it
+    needs (its worker gives up at any time)."""
 
-    region: str
-    hold_id: str
     amount: int
     lease: timedelta
 
 
-Payload = Ask | Answer | Report | Forward
+Payload = Ask | Answer | Report
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +57,14 @@ class World:
     now: datetime = START
     home: Home = field(init=False)
     regions: dict[str, Region] = field(init=False)
-    # The home's own holds (its workers' and forwarded ones): amount and lease end, on its
-    # clock.
+    # The home's own holds: amount and lease end, on its clock.
     home_holds: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    # Reserves waiting on a region's ask, by region and hold id.
+    waiting: dict[str, dict[str, Waiting]] = field(default_factory=dict)
     network: list[Message] = field(default_factory=list)
     cut: set[str] = field(default_factory=set)
     offsets: dict[str, float] = field(default_factory=dict)
     readings: dict[str, datetime] = field(default_factory=dict)
-    # The Reserves the home decided, by hold id.
-    decided: set[str] = field(default_factory=set)
     works: dict[str, Work] = field(default_factory=dict)
     # What the workers were told was charged, in all.
     charged: int = 0
@@ -78,6 +76,7 @@ class World:
     def __post_init__(self) -> None:
         self.home = Home(limit=self.limit)
         self.regions = {name: Region(name) for name in self.names}
+        self.waiting = {name: {} for name in self.names}
 
     # Clocks.
 
@@ -99,33 +98,40 @@ class World:
     # Workers.
 
     def reserve(self, node: str, amount: int, lease: timedelta) -> Verdict:
-        """A worker's Reserve at node; ADMIT, FORWARD (sent to the home) or REFUSE."""
+        """A worker's Reserve at node; ADMIT, ASK (it waits on the region's ask for what it
+        needs) or REFUSE."""
         self.seq += 1
         hold_id = f"h{self.seq}"
         if node == HOME:
             return self._admit_at_home(hold_id, amount, lease)
+        return self._admit_in_region(node, hold_id, Waiting(amount, lease), ask=True)
+
+    def _admit_in_region(self, node: str, hold_id: str, wait: Waiting, *, ask: bool) -> Verdict:
+        now = self.clock(node)
         decided = rules.region_admit(
-            rules.AdmitInput(self.regions[node], hold_id, amount, lease, self.clock(node))
+            rules.AdmitInput(self.regions[node], hold_id, wait.amount, wait.lease, now)
         )
         self.regions[node] = decided.region
         if decided.verdict is Verdict.ADMIT:
-            self.works[hold_id] = Work(node, amount)
-        elif decided.verdict is Verdict.FORWARD:
-            self.send(Message(node, True, Forward(node, hold_id, amount, lease)))
+            self.works[hold_id] = Work(node, wait.amount)
+        elif decided.verdict is Verdict.ASK and ask:
+            self.waiting[node][hold_id] = wait
+            need = rules.NeedInput(self.regions[node], 0, now, decided.need)
+            asked = rules.region_ask(need)
+            assert asked is not None
+            self.send(Message(node, True, asked))
         return decided.verdict
 
+    def give_up(self, node: str) -> None:
+        """The region's waiting Reserves' workers stop waiting: they are refused."""
+        self.waiting[node].clear()
+
     def _admit_at_home(self, hold_id: str, amount: int, lease: timedelta) -> Verdict:
-        # A forwarded Reserve repeated by the network is one Reserve: it carries its hold id
-        # as its idempotency key, as any Reserve may.
-        if hold_id in self.decided:
-            return Verdict.ADMIT if hold_id in self.home_holds else Verdict.REFUSE
-        self.decided.add(hold_id)
         admitted = rules.home_admit(self.home, amount)
         if not admitted.admitted:
             return Verdict.REFUSE
         self.home = admitted.home
         self.home_holds[hold_id] = (amount, self.clock(HOME) + lease)
-        # A forwarded hold's worker settles at the home, where it was admitted.
         self.works[hold_id] = Work(HOME, amount)
         return Verdict.ADMIT
 
@@ -218,13 +224,13 @@ class World:
                 self.send(Message(message.region, False, asked.answer))
         elif isinstance(payload, Report):
             self.home = rules.apply_report(self.home, payload)
-        elif isinstance(payload, Forward):
-            self._admit_at_home(payload.hold_id, payload.amount, payload.lease)
         else:
-            region = self.regions[message.region]
-            self.regions[message.region] = rules.region_answer(
-                region, payload, self.clock(message.region)
-            )
+            name = message.region
+            self.regions[name] = rules.region_answer(self.regions[name], payload, self.clock(name))
+            # The waiting Reserves try again on the answer, once: admitted or refused.
+            waiting, self.waiting[name] = self.waiting[name], {}
+            for hold_id, wait in waiting.items():
+                self._admit_in_region(name, hold_id, wait, ask=False)
 
     def drop(self, index: int) -> None:
         self.network.pop(index)
@@ -236,6 +242,7 @@ class World:
         """A region's process dies and restarts: its database survives; what it heard and
         the messages on their way to it do not."""
         self.regions[name] = self.regions[name].restarted()
+        self.waiting[name] = {}
         self.network = [m for m in self.network if m.region != name or m.to_home]
 
     # What must hold.
