@@ -27,11 +27,12 @@ from tests.helpers import FakeClock, HeldListings
 from tests.typescript_dist import dist_ready
 
 TEST_DATABASE = "earmark_test"
+REGION_DATABASE = "earmark_test_region"
 TABLES = (
     "calls, ledger, charges, open_holds, in_doubt_holds, hold_scopes, reservations, budgets, "
     "units, prices, job_samples, tenant_samples, "
     "accounts, meter_outbox, meter_sent, budget_periods, event_deliveries, events, notify_lease, "
-    "budget_templates"
+    "budget_templates, region_shares, region_share_state"
 )
 
 
@@ -60,6 +61,34 @@ def database_url(embedded_pg: EmbeddedPostgres) -> str:
 
     asyncio.run(prepare())
     return embedded_pg.uri(TEST_DATABASE)
+
+
+@pytest.fixture(scope="session")
+def region_database_url(embedded_pg: EmbeddedPostgres) -> str:
+    """A second migrated database on the session's server: a region's, beside the home's
+    (issue 48), for the store's tests; the relay tests start a server per region."""
+
+    async def prepare() -> None:
+        await ensure_database(embedded_pg.uri(), REGION_DATABASE)
+        conn = await asyncpg.connect(embedded_pg.uri(REGION_DATABASE))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(prepare())
+    return embedded_pg.uri(REGION_DATABASE)
+
+
+@pytest.fixture
+async def region_dsn(region_database_url: str) -> str:
+    """The region's database, emptied before the test."""
+    conn = await asyncpg.connect(region_database_url)
+    try:
+        await conn.execute(f"TRUNCATE {TABLES}")
+    finally:
+        await conn.close()
+    return region_database_url
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from earmark.notices.deliver import Deliverer
 from earmark.plans.file import FileProvider
 from earmark.plans.marks import MarkWatcher
 from earmark.plans.reporter import Reporter
+from earmark.regions.agent import RegionAgent
 from earmark.settings import Settings
 from earmark.store.interface import Upkeep
 from earmark.store.probe import DatabaseProbe
@@ -245,7 +246,12 @@ class Background:
             if closed:
                 log.info("sweeper_expired", holds=closed)
             if closed < limits.sweep_batch_size_max:
-                return
+                break
+        # At a budget's home (issue 48): shares whose lease ended come back with the holds.
+        taken = await self._store.reclaim_shares()
+        if taken:
+            self._metrics.region_reclaimed_units.inc(taken)
+            log.info("shares_reclaimed", units=taken)
 
     async def _reprice(self) -> None:
         """Holds priced by shape and not yet charged move to the price in effect soon after
@@ -326,6 +332,7 @@ class Background:
         self._metrics.set_budgets(
             await self._store.most_used_budgets(self._settings.metrics_budgets_max)
         )
+        self._metrics.set_regions(await self._store.regions_seen())
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +345,8 @@ class Duties:
     notices: Deliverer | None = None
     marks: MarkWatcher | None = None
     plans_file: FileProvider | None = None
+    # In a region (--home): the agent that keeps its shares.
+    regions: RegionAgent | None = None
 
 
 def _duty_loops(background: Background, settings: Settings, duties: Duties) -> dict[str, Loop]:
@@ -371,6 +380,16 @@ def _duty_loops(background: Background, settings: Settings, duties: Duties) -> d
             ),
         )
 
+    if duties.regions is not None:
+        # A pass makes a call per limits.region_outbox_batch_max shares, each within
+        # limits.region_call_seconds.
+        calls = limits.region_shares_per_tick_max // limits.region_outbox_batch_max
+        loops["regions"] = Loop(
+            "regions",
+            duties.regions.tick,
+            limits.region_tick_seconds,
+            stall_seconds(limits.region_tick_seconds, calls * limits.region_call_seconds),
+        )
     if duties.plans_file is not None:
         loops["plans-file"] = Loop(
             "plans-file",

@@ -53,6 +53,11 @@ class Reason(StrEnum):
     TEMPLATES_FULL = "TEMPLATES_FULL"
     # The change would carry a counter past 2^63-1.
     COUNTER_OVERFLOW = "COUNTER_OVERFLOW"
+    # In a region (issue 48): an operator's change to the region's share of a budget homed
+    # elsewhere (change it at its home); or a share of a budget of an id the region has as
+    # its own.
+    BUDGET_IS_SHARE = "BUDGET_IS_SHARE"
+    BUDGET_NOT_SHARED = "BUDGET_NOT_SHARED"
     # FAILED_PRECONDITION: the database refused a value or a constraint of this request
     # alone (metadata `sqlstate`); retrying it unchanged cannot help.
     DATABASE_REFUSED = "DATABASE_REFUSED"
@@ -66,6 +71,8 @@ class Reason(StrEnum):
     TOKEN_UNKNOWN = "TOKEN_UNKNOWN"
     BUDGET_NOT_PERMITTED = "BUDGET_NOT_PERMITTED"
     HOLD_OF_ANOTHER_CALLER = "HOLD_OF_ANOTHER_CALLER"
+    # A region's Share named a region other than its token's.
+    REGION_NOT_PERMITTED = "REGION_NOT_PERMITTED"
     # UNIMPLEMENTED: an Admin method called on the workers' listener (Admin has its own).
     ADMIN_ON_ITS_OWN_LISTENER = "ADMIN_ON_ITS_OWN_LISTENER"
     # RESOURCE_EXHAUSTED: too many long-lived streams.

@@ -872,6 +872,19 @@ region_home_silence_seconds = 5.0
 # A region's outbox sends the cumulative reports of at most region_outbox_batch_max budgets
 # a message.
 region_outbox_batch_max = 100
+# A budget is shared with at most regions_per_budget_max regions, and a home tells its
+# metrics of at most regions_max; a region's name is at most region_name_chars_max long.
+regions_per_budget_max = 16
+regions_max = 64
+region_name_chars_max = 64
+# A region's sidecar looks at its shares every region_tick_seconds (asks, returns, reports),
+# at most region_shares_per_tick_max of them; a call to the home waits region_call_seconds
+# at most, and a Reserve waiting on an ask as long.
+region_tick_seconds = 1.0
+region_shares_per_tick_max = 1_000
+region_call_seconds = 2.0
+# A region's admission rate (what it asks for) is measured over this many ticks.
+region_rate_samples_max = 60
 assert 0 < region_clock_skew_seconds_max <= 60
 assert region_lease_margin_seconds == 2 * region_clock_skew_seconds_max
 assert 0 < region_settle_grace_seconds < region_share_renew_seconds < region_share_lease_seconds
@@ -881,6 +894,11 @@ assert (
     < region_share_renew_seconds
 )
 assert 0 < region_grant_fraction_bps <= bps_per_unit
+assert regions_per_budget_max <= regions_max
+assert region_outbox_batch_max <= region_shares_per_tick_max
+# A Reserve waits on an ask no longer than the region waits to call the home silent.
+assert region_call_seconds < region_home_silence_seconds
+assert region_tick_seconds * region_rate_samples_max >= region_share_rate_seconds
 assert 0 < region_share_bps_min <= region_share_bps_max <= bps_per_unit
 assert 0 < region_share_rate_seconds < region_share_keep_seconds
 assert 0 < region_home_silence_seconds < region_share_renew_seconds

@@ -73,6 +73,7 @@ class Metrics:
         self._internals(self.registry)
         self._outside(self.registry)
         self._gauges(self.registry)
+        self._regions(self.registry)
         self.registry.register(LogDrops())
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
@@ -318,6 +319,44 @@ class Metrics:
         dollars = next((t for t in by_unit if t.unit == USD_MICROS), None)
         self.held_dollars.set(dollars.held / MICROS_PER_DOLLAR if dollars else 0)
         self.spent_dollars.set(dollars.used / MICROS_PER_DOLLAR if dollars else 0)
+
+    def _regions(self, r: CollectorRegistry) -> None:
+        """Budgets across regions (issue 48, docs/regions.md), at a budget's home and in a
+        region."""
+        self.region_share_units = Gauge(
+            "earmark_region_share_units",
+            "At a budget's home: the escrow leased to each region and not yet used or given "
+            "back, over all budgets.", ["region"], registry=r,
+        )  # fmt: skip
+        self.region_heard_seconds = Gauge(
+            "earmark_region_heard_seconds",
+            "At a budget's home: seconds since each region last reached it.", ["region"],
+            registry=r,
+        )  # fmt: skip
+        self.region_reclaimed_units = Counter(
+            "earmark_region_reclaimed_units",
+            "At a budget's home: escrow taken back from shares whose lease ended.", registry=r,
+        )  # fmt: skip
+        self.region_home_silence_seconds = Gauge(
+            "earmark_region_home_silence_seconds",
+            "In a region: seconds since the home last answered it (since the start, before "
+            "the first answer).", registry=r,
+        )  # fmt: skip
+        self.region_room_units = Gauge(
+            "earmark_region_room_units",
+            "In a region: what its shares may still admit alone, over all budgets.", registry=r,
+        )  # fmt: skip
+        self.region_asks = Counter(
+            "earmark_region_asks",
+            "In a region: calls to the home, by kind (background: renewals, top ups and "
+            "reports; reserve: a Reserve waiting on what it needs) and outcome (answered, "
+            "failed).", ["kind", "outcome"], registry=r,
+        )  # fmt: skip
+
+    def set_regions(self, seen: Sequence[tuple[str, int, float]]) -> None:
+        """At a budget's home: each region's escrow and seconds since it was heard."""
+        self._replace(self.region_share_units, {(name,): out for name, out, _ in seen})
+        self._replace(self.region_heard_seconds, {(name,): ago for name, _, ago in seen})
 
     def set_budgets(self, budgets: Sequence[Budget]) -> None:
         """Replaces the per-budget gauges, so a budget that left the top drops out."""

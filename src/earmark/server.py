@@ -9,7 +9,7 @@ import os
 import random
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import structlog
@@ -30,12 +30,15 @@ from earmark.plans.kinde import KindeProvider
 from earmark.plans.marks import MarkWatcher
 from earmark.plans.provider import LimitsProvider
 from earmark.plans.reporter import Reporter
+from earmark.regions.agent import HomeLink, RegionAgent
+from earmark.regions.holds import RegionHolds
 from earmark.service import auth
 from earmark.service.admin import AdminService
 from earmark.service.budget import BudgetService
 from earmark.service.drain import Drain
 from earmark.service.edge import StreamSlots
 from earmark.service.elsewhere import AdminElsewhere
+from earmark.service.regions import RegionsService
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, Settings, split_host_port
 from earmark.signals import stop_signals
 from earmark.store import Store, StoreObserver
@@ -54,6 +57,7 @@ STOP_OVERRAN_EXIT_CODE = 70
 
 BUDGET_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Budget"].full_name
 ADMIN_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
+REGIONS_SERVICE = budget_pb2.DESCRIPTOR.services_by_name["Regions"].full_name
 SERVICE_NAMES = (BUDGET_SERVICE, ADMIN_SERVICE)
 
 
@@ -80,6 +84,11 @@ class Sidecar:
         self.admin_server: grpc.aio.Server | None = None
         # The probes' own listener (--health-listen), if any.
         self.health_server: grpc.aio.Server | None = None
+        # A home's listener for its regions (--region-listen), and the port it got; a
+        # region's agent (--home).
+        self.region_server: grpc.aio.Server | None = None
+        self.region_port = 0
+        self.region_agent: RegionAgent | None = None
         self.health_port = 0
         # Where Admin listens: unix:PATH, or HOST:PORT with the port it got.
         self.admin_address = ""
@@ -142,10 +151,14 @@ class Sidecar:
             prepared_statements=self.settings.database_pooler != "pgbouncer",
         )
         self._start_plans(self.store)
+        if self.settings.home:
+            self.region_agent = self._region_agent(self.store)
         # Listeners first, so that health answers (NOT_SERVING) while the database is
         # waited for; until then every call is told UNAVAILABLE (Drain.starting).
         self.server, self.port = await self._serve_workers(self.store)
         self.admin_server, self.admin_address = await self._serve_admin(self.store)
+        if self.settings.region_listen:
+            self.region_server, self.region_port = await self._serve_regions(self.store)
         self._serve_metrics()
         if self.settings.health_listen:
             self.health_server, self.health_port = listeners.health_server(
@@ -209,6 +222,7 @@ class Sidecar:
                 # Plan changes pushed by `earmark kinde-webhooks` reach the gate through marks.
                 marks=None if self.plans is None else MarkWatcher(store, self.plans.forget),
                 plans_file=self.provider if isinstance(self.provider, FileProvider) else None,
+                regions=self.region_agent,
             ),
         )
         self.background.start()
@@ -366,8 +380,12 @@ class Sidecar:
             f"/{ADMIN_SERVICE}/",
         )
         server = self._grpc_server(BUDGET_SERVICE, tokens, protected)
+        holds: Holds = store
+        if self.region_agent is not None:
+            # A Reserve its share cannot admit asks the home for what it needs.
+            holds = cast(Holds, RegionHolds(store, self.region_agent))
         service = BudgetService(
-            store,
+            holds,
             self.metrics,
             self.drain,
             lease_seconds_max=settings.lease_seconds_max,
@@ -377,6 +395,45 @@ class Sidecar:
         server.add_generic_rpc_handlers((AdminElsewhere(settings.admin_address),))
         port = listeners.add_tcp_port(server, settings, settings.listen, "listen")
         await server.start()
+        return server, port
+
+    def _region_agent(self, store: Store) -> RegionAgent:
+        """A region's agent, its channel to the home open (it connects on first use)."""
+        settings = self.settings
+        token = None
+        if settings.home_token_file is not None:
+            token = auth.read_token(settings.home_token_file, "home_token_file")
+        ca = None
+        if settings.home_ca_file is not None:
+            ca, _ = files.read_regular(
+                settings.home_ca_file, "home_ca_file", limits.pem_file_bytes_max
+            )
+        agent = RegionAgent(
+            store,
+            self.metrics,
+            name=settings.region,
+            home=HomeLink(settings.home, token, ca),
+            clock=self.clock,
+        )
+        agent.open()
+        log.info("region", region=settings.region, home=settings.home)
+        return agent
+
+    async def _serve_regions(self, store: Store) -> tuple[grpc.aio.Server, int]:
+        """A home's listener for its regions' asks: Regions, health and reflection; with
+        --region-token-file every call but health carries a region's token."""
+        settings = self.settings
+        tokens = None
+        if settings.region_token_file is not None:
+            tokens = auth.load_worker_tokens(settings.region_token_file, "region_token_file")
+        protected = (f"/{REGIONS_SERVICE}/", f"/{reflection.SERVICE_NAME}/")
+        server = self._grpc_server(REGIONS_SERVICE, tokens, protected)
+        budget_pb2_grpc.add_RegionsServicer_to_server(
+            RegionsService(store, self.metrics, self.drain), server
+        )
+        port = listeners.add_tcp_port(server, settings, settings.region_listen, "region_listen")
+        await server.start()
+        log.info("home", region=settings.region, region_port=port)
         return server, port
 
     async def _serve_admin(self, store: AdminStore) -> tuple[grpc.aio.Server, str]:
@@ -396,7 +453,11 @@ class Sidecar:
         return server, address
 
     async def _stop_servers(self) -> None:
-        servers = [s for s in (self.server, self.admin_server, self.health_server) if s is not None]
+        servers = [
+            s
+            for s in (self.server, self.admin_server, self.health_server, self.region_server)
+            if s is not None
+        ]
         if not servers:
             return
         grace = self.settings.shutdown_grace_seconds
@@ -417,7 +478,7 @@ class Sidecar:
             open_holds_left=len(self.drain.holds),
             within_grace=drained,
         )
-        self.server = self.admin_server = self.health_server = None
+        self.server = self.admin_server = self.health_server = self.region_server = None
 
     async def _say_what_stopping_waits_for(self, grace: float) -> None:
         """One line on SIGTERM: the holds admitted here that the drain waits for (those
@@ -455,6 +516,9 @@ class Sidecar:
         if self.background is not None:
             await self.background.stop()
             self.background = None
+        if self.region_agent is not None:
+            await self.region_agent.close()
+            self.region_agent = None
         if self.store is not None:
             await self.store.close()
             self.store = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -17,6 +18,8 @@ UNIX_PREFIX = "unix:"
 # Where the embedded PostgreSQL and the admin socket live when --data-dir is not given.
 DATA_DIR_DEFAULT = Path(".earmark")
 ADMIN_SOCKET_NAME = "admin.sock"
+# A region's name: as a token's name (service/auth.py), as long as limits allow.
+_REGION = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{limits.region_name_chars_max - 1}}}")
 
 
 def split_host_port(value: str, name: str) -> tuple[str, int]:
@@ -198,6 +201,29 @@ class Settings:
     worker_token_file: Path | None = setting(
         None, "lines of NAME TOKEN PREFIX...; workers then need a token", convert=Path
     )
+    # Budgets across regions (issue 48, docs/regions.md). A sidecar with --home admits from
+    # shares of the budgets homed there; one with --region-listen is a home.
+    region: str = setting("", "this sidecar's region: needed with --home or --region-listen")
+    home: str = setting(
+        "",
+        "HOST:PORT of the region listener of the budgets' home: this sidecar's region admits "
+        "from shares of them",
+    )
+    home_token_file: Path | None = setting(
+        None, "the bearer token this region presents to --home", convert=Path
+    )
+    home_ca_file: Path | None = setting(
+        None, "PEM: the CA of --home's certificate (unset: plaintext)", convert=Path
+    )
+    region_listen: str = setting(
+        "", "HOST:PORT where this home answers regions' asks for shares; empty for none"
+    )
+    region_token_file: Path | None = setting(
+        None,
+        "lines of REGION TOKEN PREFIX...: each region's token and the budget id prefixes it "
+        "may hold shares of; required off loopback",
+        convert=Path,
+    )
     # OpenTelemetry spans for every call, and trace ids in the log (the `otel` extra).
     tracing: bool = setting(
         False,
@@ -288,6 +314,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         self._check_listeners()
+        self._check_regions()
         self._check_ranges()
         self._check_choices()
         self._check_plans()
@@ -317,6 +344,32 @@ class Settings:
             metrics_host, _ = split_host_port(self.metrics_listen, "metrics_listen")
             # The gauges name budgets, their limits and their use: the same rule as --listen.
             self._check_exposure("metrics_listen", metrics_host)
+
+    def _check_regions(self) -> None:
+        """A sidecar is a region's (--home) or a home (--region-listen), and names its
+        region either way; a home's region listener off loopback takes region tokens."""
+        if self.home and self.region_listen:
+            raise ValueError(
+                "home and region_listen: a sidecar admits from a home's shares or is a home, "
+                "not both"
+            )
+        if (self.home or self.region_listen) and not self.region:
+            raise ValueError("region: name this sidecar's region (needed with --home or "
+                             "--region-listen)")  # fmt: skip
+        if self.region and not _REGION.fullmatch(self.region):
+            raise ValueError(
+                f"region: {self.region!r} must be 1 to {limits.region_name_chars_max} letters, "
+                "digits, _ . -"
+            )
+        if self.home:
+            split_host_port(self.home, "home")
+        if self.region_listen:
+            host, _ = split_host_port(self.region_listen, "region_listen")
+            self._check_exposure("region_listen", host)
+            if not is_loopback(host) and self.region_token_file is None:
+                raise ValueError(
+                    f"region_listen: {host} is not a loopback address; it needs --region-token-file"
+                )
 
     def _check_ranges(self) -> None:
         """Each bounded number within its bounds; the message names the setting and the

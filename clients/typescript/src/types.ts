@@ -56,7 +56,9 @@ export interface Usage {
 export type EstimateSource = 'CALLER' | 'SHAPE' | 'DEFAULT' | 'JOB_MEDIAN' | 'JOB_P75' | 'JOB_MAX' | 'UNSPECIFIED';
 /** Why a Reserve was refused. TOO_MANY_OPEN, ADMISSIONS_SPENT and CLOSED are a budget's run
  * limits (issue 47): as many holds open at once as it allows (again once one closes), as
- * many Reserves admitted this period as it allows, past its closesAt. */
+ * many Reserves admitted this period as it allows, past its closesAt. SHARE_LEASE_ENDED and
+ * HOLD_OUTLIVES_SHARE come from a region's sidecar (issue 48, docs/regions.md): its share of
+ * the budget has no lease left, or less than the hold's lease and the settle grace. */
 export type RefusalReason =
   | 'INSUFFICIENT_BUDGET'
   | 'LIMIT_UNAVAILABLE'
@@ -64,6 +66,8 @@ export type RefusalReason =
   | 'TOO_MANY_OPEN'
   | 'ADMISSIONS_SPENT'
   | 'CLOSED'
+  | 'SHARE_LEASE_ENDED'
+  | 'HOLD_OUTLIVES_SHARE'
   | 'UNSPECIFIED';
 export type ReservationState = 'HELD' | 'SETTLED' | 'EXPIRED' | 'IN_DOUBT' | 'UNSPECIFIED';
 /** How often a budget starts again at zero used and held (NEVER: it does not). */

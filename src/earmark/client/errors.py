@@ -225,7 +225,9 @@ class RefusedError(EarmarkClientError):
     reason is the refusal's: INSUFFICIENT_BUDGET, RATE_LIMITED, LIMIT_UNAVAILABLE, or one
     of a budget's run limits (issue 47): TOO_MANY_OPEN (as many holds open as it allows at
     once: again once one closes), ADMISSIONS_SPENT (as many Reserves admitted this period as
-    it allows) or CLOSED (past its closes_at)."""
+    it allows) or CLOSED (past its closes_at); from a region's sidecar (issue 48),
+    SHARE_LEASE_ENDED or HOLD_OUTLIVES_SHARE (its share of the budget has no lease left, or
+    too little for the hold's lease)."""
 
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(f"{refusal.budget_id}: {refusal.message}")

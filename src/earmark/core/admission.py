@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from earmark.core import rules, windows
+from earmark.core import regions, rules, windows
 from earmark.core.model import Budget, BudgetMode, Phase, RefusalReason
 from earmark.core.ops import ReserveResult
 from earmark.errors import FailedPrecondition, Reason
@@ -119,6 +119,47 @@ def run_limit(budget: Budget, now: datetime) -> tuple[RefusalReason, str] | None
         return (
             RefusalReason.TOO_MANY_OPEN,
             f"it has {open_holds} holds open; max_open_holds is {budget.max_open_holds}",
+        )
+    return None
+
+
+_SHARE_REASONS = {
+    regions.RegionRefusal.SHARE_LEASE_ENDED: (
+        RefusalReason.SHARE_LEASE_ENDED,
+        "this region's share of it has no lease left: the region has not reached the "
+        "budget's home for longer than the lease",
+    ),
+    regions.RegionRefusal.HOLD_OUTLIVES_SHARE: (
+        RefusalReason.HOLD_OUTLIVES_SHARE,
+        "this region's share of it is leased for less than the hold's lease and the settle "
+        "grace; ask for a shorter lease, or again once the share is renewed",
+    ),
+}
+
+
+def share_leases(
+    scope: list[Budget], amount: int, until: datetime, now: datetime
+) -> ReserveResult | None:
+    """In a region (issue 48): a refusal naming the first budget that is a share whose
+    lease the hold (ending at until) would outlive, whatever its mode: past its lease a
+    share is no longer the region's to admit from."""
+    for each in scope:
+        if each.share_until is None:
+            continue
+        refusal = regions.lease_refusal(each.share_until, until, now)
+        if refusal is None or refusal is regions.RegionRefusal.SHARE_SPENT:
+            continue
+        reason, message = _SHARE_REASONS[refusal]
+        return ReserveResult(
+            admitted=False,
+            reservation_id="",
+            amount=amount,
+            remaining=each.remaining(),
+            reason=reason,
+            message=f"budget {each.budget_id!r}: {message}",
+            expires_at=None,
+            refused_budget_id=each.budget_id,
+            policy=each.overage_policy,
         )
     return None
 

@@ -21,6 +21,7 @@ from earmark.core import (
     ratelimit,
     records,
     refusals,
+    regions,
     rules,
     windows,
 )
@@ -168,6 +169,9 @@ def _reserve(state: BatchState, decision: BatchDecision, op: ReserveOp, now: dat
         amounts.usage_amount_of(budget, op.charge, op.shape, "", state.prices, now)
     amount = amounts.held(priced)
     admit.require_counters_fit(scope, amount)
+    leased = admit.share_leases(scope, amount, now + op.lease, now)
+    if leased is not None:
+        return replace(leased, source=priced.source, price_version=priced.price_version)
     ran = admit.run_limits(scope, amount, now)
     if isinstance(ran, ReserveResult):
         return replace(ran, source=priced.source, price_version=priced.price_version)
@@ -456,7 +460,11 @@ def _renew(state: BatchState, decision: BatchDecision, op: RenewOp, now: datetim
                 f"the hold would have {len(labels)} labels; at most {limits.label_count_max}",
             )
         hold.labels = labels
-    hold.expires_at = rules.renewed_deadline(hold, now, op.lease)
+    renewed = rules.renewed_deadline(hold, now, op.lease)
+    # In a region (issue 48): no further than its shares' leases allow, never shorter.
+    shares = [state.budgets[b].share_until for b in hold.budget_ids() if b in state.budgets]
+    caps = [regions.renew_cap(until) for until in shares if until is not None]
+    hold.expires_at = max(hold.expires_at, min([renewed, *caps]))
     hold.lease = op.lease
     decision.changed_holds[hold.reservation_id] = hold
     return RenewResult(expires_at=hold.expires_at)

@@ -64,6 +64,9 @@ class RefusalReason(enum.IntEnum):
     TOO_MANY_OPEN = 4
     ADMISSIONS_SPENT = 5
     CLOSED = 6
+    # In a region (issue 48): its share's lease ended, or ends too soon for the hold.
+    SHARE_LEASE_ENDED = 7
+    HOLD_OUTLIVES_SHARE = 8
 
 
 class BudgetMode(enum.IntEnum):
@@ -130,6 +133,10 @@ class LedgerKind(enum.StrEnum):
     RELEASE = "release"
     # An operator changed the limit, or a temporary one ended (core.raises): nothing moves.
     LIMIT = "limit"
+    # At a budget's home (issue 48): a region's share granted, returned or reported on, and
+    # an expired share taken back.
+    SHARE = "share"
+    RECLAIM = "reclaim"
 
 
 @dataclass(slots=True)
@@ -228,6 +235,9 @@ class Budget:
     limit_until: datetime | None = None
     limit_after: int | None = None
     limit_reason: str = ""
+    # In a region (issue 48): the budget is a share of one homed elsewhere, its limit the
+    # share's level, and this the share's lease (the region's view); None: not a share.
+    share_until: datetime | None = None
     # The template it was made from and the template's version it has; changed_by_hand: an
     # operator put or updated it since, so the template's changes no longer reach it.
     template_id: str | None = None

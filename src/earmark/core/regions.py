@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from earmark import limits
+from earmark.core.model import Budget
+from earmark.errors import FailedPrecondition, Reason
 
 SHARE_LEASE = timedelta(seconds=limits.region_share_lease_seconds)
 RENEW_BEFORE = timedelta(seconds=limits.region_share_renew_seconds)
@@ -366,6 +368,31 @@ class RegionAdmission:
     need: int = 0
 
 
+def lease_refusal(
+    lease_until: datetime | None, until: datetime, now: datetime
+) -> RegionRefusal | None:
+    """Whether a share whose lease ends at lease_until (the region's view) cannot admit a
+    hold ending at until: every hold ends the settle grace before the share's lease, so
+    that the home's reclaim never finds one open."""
+    if lease_until is None or now + SETTLE_GRACE >= lease_until:
+        return RegionRefusal.SHARE_LEASE_ENDED
+    if until + SETTLE_GRACE > lease_until:
+        return RegionRefusal.HOLD_OUTLIVES_SHARE
+    return None
+
+
+def renew_cap(lease_until: datetime) -> datetime:
+    """The furthest a hold admitted from a share whose lease ends at lease_until may be
+    renewed to."""
+    return lease_until - SETTLE_GRACE
+
+
+def may_ask(heard_at: datetime | None, now: datetime) -> bool:
+    """A Reserve the share cannot admit waits on an ask only while the home answers: one
+    heard from within HOME_SILENCE; a region cut off refuses at once."""
+    return heard_at is not None and now - heard_at <= HOME_SILENCE
+
+
 def region_admit(op: AdmitInput) -> RegionAdmission:
     """Admits a hold alone iff it fits in the share's room and ends the settle grace before
     the region's view of the share's lease."""
@@ -373,18 +400,13 @@ def region_admit(op: AdmitInput) -> RegionAdmission:
     assert op.amount >= 0
     assert op.hold_id not in region.holds
     until = now + op.lease
-    reason: RegionRefusal | None = None
-    if region.lease_until is None or now + SETTLE_GRACE >= region.lease_until:
-        reason = RegionRefusal.SHARE_LEASE_ENDED
-    elif until + SETTLE_GRACE > region.lease_until:
-        reason = RegionRefusal.HOLD_OUTLIVES_SHARE
-    elif region.used + region.returned + region.held + op.amount > region.granted:
+    reason = lease_refusal(region.lease_until, until, now)
+    if reason is None and region.used + region.returned + region.held + op.amount > region.granted:
         reason = RegionRefusal.SHARE_SPENT
     if reason is None:
         holds = {**region.holds, op.hold_id: RegionHold(op.amount, until)}
         return RegionAdmission(verdict=Verdict.ADMIT, region=replace(region, holds=holds))
-    heard = region.heard_at is not None and now - region.heard_at <= HOME_SILENCE
-    verdict = Verdict.ASK if heard else Verdict.REFUSE
+    verdict = Verdict.ASK if may_ask(region.heard_at, now) else Verdict.REFUSE
     need = max(1, op.amount - max(0, region.room))
     return RegionAdmission(verdict=verdict, region=region, reason=reason, need=need)
 
@@ -405,18 +427,6 @@ def region_expire(region: Region, now: datetime) -> Region:
     """Closes the holds whose lease passed: what they held is room again."""
     holds = {k: v for k, v in region.holds.items() if now < v.until}
     return region if len(holds) == len(region.holds) else replace(region, holds=holds)
-
-
-def region_renew_hold(region: Region, hold_id: str, lease: timedelta, now: datetime) -> Region:
-    """Extends a live hold's lease to now + lease if that still ends the grace before the
-    share's lease; else the hold keeps its lease."""
-    hold = region.holds.get(hold_id)
-    until = now + lease
-    if hold is None or now >= hold.until or until <= hold.until or region.lease_until is None:
-        return region
-    if until + SETTLE_GRACE > region.lease_until:
-        return region
-    return replace(region, holds={**region.holds, hold_id: RegionHold(hold.amount, until)})
 
 
 def region_return(region: Region, keep: int) -> Region:
@@ -465,3 +475,15 @@ def region_answer(region: Region, answer: Answer, now: datetime) -> Region:
         heard_at=now if region.heard_at is None else max(region.heard_at, now),
         short=answer.short,
     )
+
+
+def require_not_share(budget: Budget) -> None:
+    """An operator changes a budget at its home: in a region, a share's row follows the
+    home's answers alone."""
+    if budget.share_until is not None:
+        raise FailedPrecondition(
+            f"budget {budget.budget_id!r} is this region's share of a budget homed "
+            "elsewhere: change it at its home",
+            Reason.BUDGET_IS_SHARE,
+            budget_id=budget.budget_id,
+        )

@@ -104,15 +104,24 @@ def load_admin_token(path: Path) -> Tokens:
     return Tokens([(token, Caller(ADMIN_NAME, ("",)))])
 
 
-def load_worker_tokens(path: Path) -> Tokens:
-    """The worker token file; raises ValueError naming the line, never the token."""
+def read_token(path: Path, setting: str) -> str:
+    """A file of one token (as the admin token file), surrounding white space ignored."""
+    token = _read(path, setting).strip()
+    _check_token(token, f"{setting}: {path}")
+    return token
+
+
+def load_worker_tokens(path: Path, setting: str = "worker_token_file") -> Tokens:
+    """The worker token file (or the region token file, in its format: a region's name,
+    token and the budget id prefixes it may hold shares of); raises ValueError naming the
+    line, never the token."""
     entries: list[tuple[str, Caller]] = []
     names: set[str] = set()
-    for number, line in enumerate(_read(path, "worker_token_file").splitlines(), 1):
+    for number, line in enumerate(_read(path, setting).splitlines(), 1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
             continue
-        where = f"worker_token_file: {path}, line {number}"
+        where = f"{setting}: {path}, line {number}"
         if len(fields) < 3:
             raise ValueError(f"{where}: expected NAME TOKEN PREFIX [PREFIX ...]")
         name, token, prefixes = fields[0], fields[1], fields[2:]
@@ -130,7 +139,7 @@ def load_worker_tokens(path: Path) -> Tokens:
         if len(entries) > limits.worker_tokens_max:
             raise ValueError(f"{where}: at most {limits.worker_tokens_max} tokens")
     if not entries:
-        raise ValueError(f"worker_token_file: {path} holds no token")
+        raise ValueError(f"{setting}: {path} holds no token")
     if len({_digest(t) for t, _ in entries}) != len(entries):
-        raise ValueError(f"worker_token_file: {path} gives one token to two names")
+        raise ValueError(f"{setting}: {path} gives one token to two names")
     return Tokens(entries)

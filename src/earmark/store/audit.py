@@ -31,6 +31,12 @@ WITH members AS (
            sum(greatest(0, settled_used - amount)) FILTER (WHERE state = {_SETTLED}) AS overshoot
     FROM members
     GROUP BY budget_id, period_no
+), shares AS (
+    -- At a budget's home (migration 0029): each region's outstanding escrow is held.
+    SELECT budget_id, 0 AS period_no,
+           sum(greatest(0, granted - greatest(returned, reclaimed_to) - used)) AS outstanding
+    FROM region_shares
+    GROUP BY budget_id
 ), counters AS (
     SELECT budget_id, period_no, limit_units, used, held, open_reservations, ceiling_max
     FROM budgets
@@ -40,7 +46,7 @@ WITH members AS (
 )
 SELECT b.budget_id, b.period_no, b.limit_units, b.used, b.held, b.open_reservations,
        b.ceiling_max AS ceiling,
-       coalesce(h.open_held, 0) AS open_held,
+       coalesce(h.open_held, 0) + coalesce(s.outstanding, 0) AS open_held,
        coalesce(h.open_count, 0) AS open_count,
        coalesce(h.overshoot, 0) AS overshoot,
        coalesce(l.used, 0) AS ledger_used,
@@ -48,6 +54,7 @@ SELECT b.budget_id, b.period_no, b.limit_units, b.used, b.held, b.open_reservati
        coalesce(l.late, 0) AS late
 FROM counters b
 LEFT JOIN holds h USING (budget_id, period_no)
+LEFT JOIN shares s USING (budget_id, period_no)
 LEFT JOIN (
     SELECT budget_id, period_no, sum(used_delta) AS used, sum(held_delta) AS held,
            sum(used_delta) FILTER (WHERE kind = 'late_settle') AS late
@@ -111,9 +118,19 @@ WHERE b.open_earlier <> coalesce(p.open, 0)
 """
 
 
+# In a region (migration 0029): a share's budget row is the share (limit granted - returned,
+# share_until its lease).
+SHARES_DRIFT = """
+SELECT count(*) FROM region_share_state s JOIN budgets b USING (budget_id)
+WHERE b.limit_units IS DISTINCT FROM s.granted - s.returned
+   OR b.share_until IS DISTINCT FROM s.lease_until
+"""
+
+
 async def audit(conn: Conn) -> list[str]:
     """Every broken invariant, one sentence each; an empty list means all hold, for each
-    budget over its own holds and those nested under it: held = sum of open holds = sum of
+    budget over its own holds and those nested under it: held = sum of open holds (and of
+    the regions' outstanding shares, at a budget's home) = sum of
     ledger held deltas, used = sum of ledger charges, open_reservations = count of open
     holds (and open_earlier the sum of its closed periods'), and nothing beyond the ceiling
     (the limit, and a SOFT budget's overage limit) but what settles reported past their
@@ -152,6 +169,7 @@ async def audit(conn: Conn) -> list[str]:
         (OPEN_HOLDS_DRIFT, "open_holds", "held reservations"),
         (IN_DOUBT_DRIFT, "in_doubt_holds", "reservations in doubt"),
         (SCOPES_DRIFT, "hold_scopes", "reservations' also_budget_ids"),
+        (SHARES_DRIFT, "region_share_state", "budget rows of the region's shares"),
     ):
         drift = await conn.fetchval(query)
         if drift:

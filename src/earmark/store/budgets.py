@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from earmark.core import puts, raises, specs, updates
+from earmark.core import puts, raises, regions, specs, updates
 from earmark.core.model import Budget
-from earmark.errors import budget_not_found
+from earmark.core.periods import Period
+from earmark.errors import InvalidArgument, budget_not_found
 from earmark.store import queries, writes
 from earmark.store.tx import Conn
 
@@ -66,11 +67,20 @@ async def _put_on(
     """Puts spec on budget, whose row this transaction has locked FOR UPDATE (and whose
     temporary limit ended was ended), with raised's temporary limit; writes the changes of
     its limit (core.raises) with it."""
+    regions.require_not_share(budget)
     in_use_closed = False
     if puts.unit_changes(budget, spec):
         open_closed, used_closed = await queries.closed_use(conn, budget.budget_id)
         in_use_closed = bool(open_closed or used_closed)
     made = puts.put(puts.PutInput(budget, spec, now, in_use_closed))
+    if made.period is not Period.NEVER and await conn.fetchval(
+        "SELECT 1 FROM region_shares WHERE budget_id = $1 LIMIT 1", budget.budget_id
+    ):
+        raise InvalidArgument(
+            "period",
+            "the budget has shares in other regions, and regions share budgets without a "
+            "period (docs/regions.md)",
+        )
     made, change = raises.applied(budget, made, raised, now)
     if made.unit != budget.unit:
         await queries.admit_unit(conn, made.unit)

@@ -155,6 +155,10 @@ class Upkeep(Protocol):
 
     async def most_used_budgets(self, count: int) -> list[Budget]: ...
 
+    async def reclaim_shares(self, count: int = ...) -> int: ...
+
+    async def regions_seen(self) -> list[tuple[str, int, float]]: ...
+
 
 class Everything(AdminStore, Meter, PlanMarks, Upkeep, Protocol):
     """The whole interface: what the PostgreSQL store answers."""

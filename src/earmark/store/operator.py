@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 import asyncpg
 
 from earmark import limits
-from earmark.core import resets
+from earmark.core import regions, resets
 from earmark.core.model import Budget, Hold, HoldState, LedgerEntry, LedgerKind, UnitTotals
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
 from earmark.store import queries
@@ -318,12 +318,26 @@ async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:
         raise budget_not_found(budget_id)
     if budget.archived_at is not None:
         return budget
+    regions.require_not_share(budget)
     # Holds reserved in a closed period are open holds of the budget too.
     open_holds = budget.open_reservations + (await queries.closed_use(conn, budget_id))[0]
     if open_holds:
         raise FailedPrecondition(
             f"budget {budget_id!r} has {open_holds} open holds; settle, "
             "resolve or release them first",
+            Reason.BUDGET_HAS_OPEN_HOLDS,
+            budget_id=budget_id,
+        )
+    # At its home (issue 48): shares leased to regions are open holds too.
+    leased = await conn.fetchval(
+        "SELECT count(*) FROM region_shares WHERE budget_id = $1 "
+        "AND granted - greatest(returned, reclaimed_to) - used > 0",
+        budget_id,
+    )
+    if leased:
+        raise FailedPrecondition(
+            f"budget {budget_id!r} has shares leased to {leased} regions; they come back "
+            "when the regions return them or their leases end",
             Reason.BUDGET_HAS_OPEN_HOLDS,
             budget_id=budget_id,
         )

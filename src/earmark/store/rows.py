@@ -36,7 +36,8 @@ BUDGET_COLUMNS = (
     "rate_admissions, rate_units, rate_prev_admissions, rate_prev_units, threshold_basis, "
     "refusals, first_refused_at, last_refused_at, refusing_noticed, refusals_period_no, "
     "max_open_holds, max_admissions, closes_at, admissions, admissions_period_no, limit_until, "
-    "limit_after, limit_reason, template_id, template_version, changed_by_hand, open_earlier"
+    "limit_after, limit_reason, template_id, template_version, changed_by_hand, open_earlier, "
+    "share_until"
 )
 BUDGET_COLUMN_TYPES = {
     "budget_id": "text", "limit_units": "bigint", "unit": "text", "used": "bigint",
@@ -57,7 +58,7 @@ BUDGET_COLUMN_TYPES = {
     "closes_at": "timestamptz", "admissions": "bigint", "admissions_period_no": "integer",
     "limit_until": "timestamptz", "limit_after": "bigint", "limit_reason": "text",
     "template_id": "text", "template_version": "bigint", "changed_by_hand": "boolean",
-    "open_earlier": "bigint",
+    "open_earlier": "bigint", "share_until": "timestamptz",
 }  # fmt: skip
 assert list(BUDGET_COLUMN_TYPES) == BUDGET_COLUMNS.split(", ")
 PRICE_COLUMNS = (
@@ -159,6 +160,7 @@ def budget_from_row(row: asyncpg.Record) -> Budget:
         template_version=row["template_version"],
         changed_by_hand=row["changed_by_hand"],
         open_earlier=row["open_earlier"],
+        share_until=row["share_until"],
         rate=RateCounts(
             start=row["rate_window_start"],
             admissions=row["rate_admissions"],

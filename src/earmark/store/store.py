@@ -16,6 +16,7 @@ from earmark.core import raises, resets, specs
 from earmark.core.model import Budget, EstimatePolicy, OveragePolicy, Policies, UnitTotals
 from earmark.core.ops import Op, RepriceOp, RepriceResult, Result
 from earmark.core.prices import Price, PriceBook
+from earmark.core.regions import Region
 from earmark.core.templates import Template, TemplateInput
 from earmark.errors import (
     Reason,
@@ -31,6 +32,7 @@ from earmark.store import (
     pricebook,
     probe,
     queries,
+    regions,
     repricing,
     stripes,
     sweeper,
@@ -39,6 +41,7 @@ from earmark.store import (
 from earmark.store.batches import Admission, Batches
 from earmark.store.cycles import Report
 from earmark.store.pools import open_pools
+from earmark.store.regions import ShareOutcome
 from earmark.store.scans import Scans
 from earmark.store.tx import (
     WRITE_FAULTS,
@@ -54,6 +57,10 @@ T = TypeVar("T")
 
 def _starting() -> Unavailable:
     return Unavailable("the sidecar is still waiting for its database", Reason.DATABASE_STARTING)
+
+
+def _seconds_since(at: datetime | None, now: datetime) -> float:
+    return 0.0 if at is None else max(0.0, (now - at).total_seconds())
 
 
 def utc_now() -> datetime:
@@ -440,6 +447,77 @@ class Store:
             result = await self.submit(RepriceOp(reservation_id))
             moved += isinstance(result, RepriceResult) and result.repriced
         return moved
+
+    # Regions (issue 48, store/regions.py): each transaction takes its budget's stripe lock.
+
+    async def answer_shares(self, asks: list[regions.ShareAskInput]) -> list[ShareOutcome]:
+        """At a budget's home: answers a region's asks, each in a transaction of its own."""
+        outcomes = []
+        for given in asks:
+
+            async def work(conn: Conn, given: regions.ShareAskInput = given) -> ShareOutcome:
+                return await regions.answer_share(conn, given, self._clock())
+
+            first = stripes.first_statement([given.budget_id])
+            outcomes.append(await self._serializable(work, first=first))
+        return outcomes
+
+    async def reclaim_shares(self, count: int = limits.sweep_batch_size_max) -> int:
+        """At a budget's home: takes back at most count expired shares; what they held."""
+
+        async def read(conn: Conn) -> list[tuple[str, str]]:
+            return await regions.reclaim_candidates(conn, self._clock(), count)
+
+        taken = 0
+        for budget_id, region in await self._read(read):
+
+            async def work(conn: Conn, budget_id: str = budget_id, region: str = region) -> int:
+                return await regions.reclaim_share(conn, budget_id, region, self._clock())
+
+            taken += await self._serializable(work, first=stripes.first_statement([budget_id]))
+        return taken
+
+    async def regions_seen(self) -> list[tuple[str, int, float]]:
+        """At a budget's home: each region's outstanding escrow and the seconds since it
+        last reached the home (limits.regions_max regions at most)."""
+        now = self._clock()
+        seen = await self._read(regions.regions_seen)
+        return [
+            (
+                r.region,
+                r.outstanding,
+                0.0 if r.heard_at is None else (now - r.heard_at).total_seconds(),
+            )
+            for r in seen
+        ]
+
+    async def region_shares(
+        self, after: str = "", count: int = limits.region_shares_per_tick_max
+    ) -> list[regions.RegionShare]:
+        """In a region: its shares, by budget id after `after`."""
+        return await self._read(lambda conn: regions.region_shares(conn, after, count))
+
+    async def region_share(self, budget_id: str) -> regions.RegionShare | None:
+        """In a region: its share of the budget, if it has one."""
+        return await self._read(lambda conn: regions.region_share(conn, budget_id, lock=False))
+
+    async def apply_share_answer(self, name: str, outcome: ShareOutcome) -> Region | None:
+        """In a region: applies the home's answer to its share of the budget (made on the
+        first), under the budget's stripe lock."""
+
+        async def work(conn: Conn) -> Region | None:
+            return await regions.apply_answer(conn, name, outcome, self._clock())
+
+        first = stripes.first_statement([outcome.budget_id])
+        return await self._serializable(work, first=first)
+
+    async def give_back_share(self, name: str, budget_id: str, keep: int, short: bool) -> int:
+        """In a region: gives back the share's idle room beyond keep (all if short)."""
+
+        async def work(conn: Conn) -> int:
+            return await regions.give_back(conn, name, budget_id, keep, short)
+
+        return await self._serializable(work, first=stripes.first_statement([budget_id]))
 
     # Holds: every operation goes through its budget's lane (store/batches.py).
 

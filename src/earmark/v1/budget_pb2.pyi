@@ -48,6 +48,8 @@ class RefusalReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REFUSAL_REASON_TOO_MANY_OPEN: _ClassVar[RefusalReason]
     REFUSAL_REASON_ADMISSIONS_SPENT: _ClassVar[RefusalReason]
     REFUSAL_REASON_CLOSED: _ClassVar[RefusalReason]
+    REFUSAL_REASON_SHARE_LEASE_ENDED: _ClassVar[RefusalReason]
+    REFUSAL_REASON_HOLD_OUTLIVES_SHARE: _ClassVar[RefusalReason]
 
 class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -115,6 +117,8 @@ REFUSAL_REASON_RATE_LIMITED: RefusalReason
 REFUSAL_REASON_TOO_MANY_OPEN: RefusalReason
 REFUSAL_REASON_ADMISSIONS_SPENT: RefusalReason
 REFUSAL_REASON_CLOSED: RefusalReason
+REFUSAL_REASON_SHARE_LEASE_ENDED: RefusalReason
+REFUSAL_REASON_HOLD_OUTLIVES_SHARE: RefusalReason
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_SUCCEEDED: Outcome
 OUTCOME_FAILED: Outcome
@@ -894,3 +898,55 @@ class DeleteBudgetTemplateRequest(_message.Message):
     TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
     template_id: str
     def __init__(self, template_id: _Optional[str] = ...) -> None: ...
+
+class ShareRequest(_message.Message):
+    __slots__ = ("region", "asks")
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    ASKS_FIELD_NUMBER: _ClassVar[int]
+    region: str
+    asks: _containers.RepeatedCompositeFieldContainer[ShareAsk]
+    def __init__(self, region: _Optional[str] = ..., asks: _Optional[_Iterable[_Union[ShareAsk, _Mapping]]] = ...) -> None: ...
+
+class ShareAsk(_message.Message):
+    __slots__ = ("budget_id", "sent_at", "want", "need", "returned", "used")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
+    WANT_FIELD_NUMBER: _ClassVar[int]
+    NEED_FIELD_NUMBER: _ClassVar[int]
+    RETURNED_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    sent_at: _timestamp_pb2.Timestamp
+    want: int
+    need: int
+    returned: int
+    used: int
+    def __init__(self, budget_id: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., want: _Optional[int] = ..., need: _Optional[int] = ..., returned: _Optional[int] = ..., used: _Optional[int] = ...) -> None: ...
+
+class ShareResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[ShareAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[ShareAnswer, _Mapping]]] = ...) -> None: ...
+
+class ShareAnswer(_message.Message):
+    __slots__ = ("budget_id", "found", "message", "asked_at", "granted", "released", "short", "granted_now", "unit")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ASKED_AT_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    SHORT_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_NOW_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    found: bool
+    message: str
+    asked_at: _timestamp_pb2.Timestamp
+    granted: int
+    released: int
+    short: bool
+    granted_now: int
+    unit: str
+    def __init__(self, budget_id: _Optional[str] = ..., found: _Optional[bool] = ..., message: _Optional[str] = ..., asked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., granted: _Optional[int] = ..., released: _Optional[int] = ..., short: _Optional[bool] = ..., granted_now: _Optional[int] = ..., unit: _Optional[str] = ...) -> None: ...

@@ -1068,3 +1068,86 @@ class Admin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class RegionsStub:
+    """What a region's sidecars call on the home of the budgets they admit from (issue 48,
+    docs/regions.md), on the home's region listener. A region holds a share of each budget:
+    an escrow with a lease that it admits from alone.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Share = channel.unary_unary(
+                '/earmark.v1.Regions/Share',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ShareRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ShareResponse.FromString,
+                _registered_method=True)
+
+
+class RegionsServicer:
+    """What a region's sidecars call on the home of the budgets they admit from (issue 48,
+    docs/regions.md), on the home's region listener. A region holds a share of each budget:
+    an escrow with a lease that it admits from alone.
+    """
+
+    def Share(self, request, context):
+        """Reports a region's use and returns of its shares, renews their leases and asks for
+        more; every count is cumulative, so a lost or repeated call is harmless.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_RegionsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Share': grpc.unary_unary_rpc_method_handler(
+                    servicer.Share,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ShareRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ShareResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'earmark.v1.Regions', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('earmark.v1.Regions', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Regions:
+    """What a region's sidecars call on the home of the budgets they admit from (issue 48,
+    docs/regions.md), on the home's region listener. A region holds a share of each budget:
+    an escrow with a lease that it admits from alone.
+    """
+
+    @staticmethod
+    def Share(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Regions/Share',
+            earmark_dot_v1_dot_budget__pb2.ShareRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ShareResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -968,3 +968,90 @@ var _Admin_serviceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "earmark/v1/budget.proto",
 }
+
+// RegionsClient is the client API for Regions service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type RegionsClient interface {
+	// Reports a region's use and returns of its shares, renews their leases and asks for
+	// more; every count is cumulative, so a lost or repeated call is harmless.
+	Share(ctx context.Context, in *ShareRequest, opts ...grpc.CallOption) (*ShareResponse, error)
+}
+
+type regionsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewRegionsClient(cc grpc.ClientConnInterface) RegionsClient {
+	return &regionsClient{cc}
+}
+
+func (c *regionsClient) Share(ctx context.Context, in *ShareRequest, opts ...grpc.CallOption) (*ShareResponse, error) {
+	out := new(ShareResponse)
+	err := c.cc.Invoke(ctx, "/earmark.v1.Regions/Share", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RegionsServer is the server API for Regions service.
+// All implementations must embed UnimplementedRegionsServer
+// for forward compatibility
+type RegionsServer interface {
+	// Reports a region's use and returns of its shares, renews their leases and asks for
+	// more; every count is cumulative, so a lost or repeated call is harmless.
+	Share(context.Context, *ShareRequest) (*ShareResponse, error)
+	mustEmbedUnimplementedRegionsServer()
+}
+
+// UnimplementedRegionsServer must be embedded to have forward compatible implementations.
+type UnimplementedRegionsServer struct {
+}
+
+func (UnimplementedRegionsServer) Share(context.Context, *ShareRequest) (*ShareResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Share not implemented")
+}
+func (UnimplementedRegionsServer) mustEmbedUnimplementedRegionsServer() {}
+
+// UnsafeRegionsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to RegionsServer will
+// result in compilation errors.
+type UnsafeRegionsServer interface {
+	mustEmbedUnimplementedRegionsServer()
+}
+
+func RegisterRegionsServer(s *grpc.Server, srv RegionsServer) {
+	s.RegisterService(&_Regions_serviceDesc, srv)
+}
+
+func _Regions_Share_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShareRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegionsServer).Share(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/earmark.v1.Regions/Share",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegionsServer).Share(ctx, req.(*ShareRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+var _Regions_serviceDesc = grpc.ServiceDesc{
+	ServiceName: "earmark.v1.Regions",
+	HandlerType: (*RegionsServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Share",
+			Handler:    _Regions_Share_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "earmark/v1/budget.proto",
+}

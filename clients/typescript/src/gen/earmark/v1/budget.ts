@@ -225,6 +225,13 @@ export enum RefusalReason {
   REFUSAL_REASON_ADMISSIONS_SPENT = 5,
   /** REFUSAL_REASON_CLOSED - A budget's closes_at has passed: it admits nothing more. */
   REFUSAL_REASON_CLOSED = 6,
+  /**
+   * REFUSAL_REASON_SHARE_LEASE_ENDED - In a region (issue 48): the region's share of the budget has no lease left (it has not
+   * reached the budget's home for longer than the lease), or not enough for the hold's
+   * lease and the settle grace after it.
+   */
+  REFUSAL_REASON_SHARE_LEASE_ENDED = 7,
+  REFUSAL_REASON_HOLD_OUTLIVES_SHARE = 8,
   UNRECOGNIZED = -1,
 }
 
@@ -251,6 +258,12 @@ export function refusalReasonFromJSON(object: any): RefusalReason {
     case 6:
     case "REFUSAL_REASON_CLOSED":
       return RefusalReason.REFUSAL_REASON_CLOSED;
+    case 7:
+    case "REFUSAL_REASON_SHARE_LEASE_ENDED":
+      return RefusalReason.REFUSAL_REASON_SHARE_LEASE_ENDED;
+    case 8:
+    case "REFUSAL_REASON_HOLD_OUTLIVES_SHARE":
+      return RefusalReason.REFUSAL_REASON_HOLD_OUTLIVES_SHARE;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -274,6 +287,10 @@ export function refusalReasonToJSON(object: RefusalReason): string {
       return "REFUSAL_REASON_ADMISSIONS_SPENT";
     case RefusalReason.REFUSAL_REASON_CLOSED:
       return "REFUSAL_REASON_CLOSED";
+    case RefusalReason.REFUSAL_REASON_SHARE_LEASE_ENDED:
+      return "REFUSAL_REASON_SHARE_LEASE_ENDED";
+    case RefusalReason.REFUSAL_REASON_HOLD_OUTLIVES_SHARE:
+      return "REFUSAL_REASON_HOLD_OUTLIVES_SHARE";
     case RefusalReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -1360,6 +1377,59 @@ export interface ListBudgetTemplatesResponse {
 
 export interface DeleteBudgetTemplateRequest {
   templateId: string;
+}
+
+export interface ShareRequest {
+  /** The asking region; with region tokens at the home, the token's name. */
+  region: string;
+  /** One ask a budget, at most 100. */
+  asks: ShareAsk[];
+}
+
+export interface ShareAsk {
+  budgetId: string;
+  /** On the region's clock; the share's lease counts from it. */
+  sentAt:
+    | Date
+    | undefined;
+  /** More units the region would like (from its recent admission rate). */
+  want: bigint;
+  /**
+   * > 0: a Reserve waits on this ask for so many units; granted whole if the home has
+   * them free.
+   */
+  need: bigint;
+  /** Cumulative: what the region has given back of its share, and used of it. */
+  returned: bigint;
+  used: bigint;
+}
+
+export interface ShareResponse {
+  /** One answer an ask, in order. */
+  answers: ShareAnswer[];
+}
+
+export interface ShareAnswer {
+  budgetId: string;
+  /** false: the home has no such budget (or it cannot be shared); nothing else is set. */
+  found: boolean;
+  /** Why not, when found is false. */
+  message: string;
+  /** The ask's sent_at, echoed. */
+  askedAt:
+    | Date
+    | undefined;
+  /**
+   * Cumulative: all the home has granted the region of the budget, and the level of its
+   * returns (a share taken back after its lease ended raises it).
+   */
+  granted: bigint;
+  released: bigint;
+  /** The home has little free: the region gives back all its idle room. */
+  short: boolean;
+  /** What this ask was granted. */
+  grantedNow: bigint;
+  unit: string;
 }
 
 function createBaseReserveRequest(): ReserveRequest {
@@ -9865,6 +9935,559 @@ export const DeleteBudgetTemplateRequest: MessageFns<DeleteBudgetTemplateRequest
   },
 };
 
+function createBaseShareRequest(): ShareRequest {
+  return { region: "", asks: [] };
+}
+
+export const ShareRequest: MessageFns<ShareRequest> = {
+  encode(message: ShareRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.region !== "") {
+      writer.uint32(10).string(message.region);
+    }
+    for (const v of message.asks) {
+      ShareAsk.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShareRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShareRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.region = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.asks.push(ShareAsk.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShareRequest {
+    return {
+      region: isSet(object.region) ? globalThis.String(object.region) : "",
+      asks: globalThis.Array.isArray(object?.asks) ? object.asks.map((e: any) => ShareAsk.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ShareRequest): unknown {
+    const obj: any = {};
+    if (message.region !== "") {
+      obj.region = message.region;
+    }
+    if (message.asks?.length) {
+      obj.asks = message.asks.map((e) => ShareAsk.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ShareRequest>, I>>(base?: I): ShareRequest {
+    return ShareRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ShareRequest>, I>>(object: I): ShareRequest {
+    const message = createBaseShareRequest();
+    message.region = object.region ?? "";
+    message.asks = object.asks?.map((e) => ShareAsk.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseShareAsk(): ShareAsk {
+  return { budgetId: "", sentAt: undefined, want: 0n, need: 0n, returned: 0n, used: 0n };
+}
+
+export const ShareAsk: MessageFns<ShareAsk> = {
+  encode(message: ShareAsk, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budgetId !== "") {
+      writer.uint32(10).string(message.budgetId);
+    }
+    if (message.sentAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.sentAt), writer.uint32(18).fork()).join();
+    }
+    if (message.want !== 0n) {
+      if (BigInt.asIntN(64, message.want) !== message.want) {
+        throw new globalThis.Error("value provided for field message.want of type int64 too large");
+      }
+      writer.uint32(24).int64(message.want);
+    }
+    if (message.need !== 0n) {
+      if (BigInt.asIntN(64, message.need) !== message.need) {
+        throw new globalThis.Error("value provided for field message.need of type int64 too large");
+      }
+      writer.uint32(32).int64(message.need);
+    }
+    if (message.returned !== 0n) {
+      if (BigInt.asIntN(64, message.returned) !== message.returned) {
+        throw new globalThis.Error("value provided for field message.returned of type int64 too large");
+      }
+      writer.uint32(40).int64(message.returned);
+    }
+    if (message.used !== 0n) {
+      if (BigInt.asIntN(64, message.used) !== message.used) {
+        throw new globalThis.Error("value provided for field message.used of type int64 too large");
+      }
+      writer.uint32(48).int64(message.used);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShareAsk {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShareAsk();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.budgetId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sentAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.want = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.need = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.returned = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.used = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShareAsk {
+    return {
+      budgetId: isSet(object.budgetId)
+        ? globalThis.String(object.budgetId)
+        : isSet(object.budget_id)
+        ? globalThis.String(object.budget_id)
+        : "",
+      sentAt: isSet(object.sentAt)
+        ? fromJsonTimestamp(object.sentAt)
+        : isSet(object.sent_at)
+        ? fromJsonTimestamp(object.sent_at)
+        : undefined,
+      want: isSet(object.want) ? BigInt(object.want) : 0n,
+      need: isSet(object.need) ? BigInt(object.need) : 0n,
+      returned: isSet(object.returned) ? BigInt(object.returned) : 0n,
+      used: isSet(object.used) ? BigInt(object.used) : 0n,
+    };
+  },
+
+  toJSON(message: ShareAsk): unknown {
+    const obj: any = {};
+    if (message.budgetId !== "") {
+      obj.budgetId = message.budgetId;
+    }
+    if (message.sentAt !== undefined) {
+      obj.sentAt = message.sentAt.toISOString();
+    }
+    if (message.want !== 0n) {
+      obj.want = message.want.toString();
+    }
+    if (message.need !== 0n) {
+      obj.need = message.need.toString();
+    }
+    if (message.returned !== 0n) {
+      obj.returned = message.returned.toString();
+    }
+    if (message.used !== 0n) {
+      obj.used = message.used.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ShareAsk>, I>>(base?: I): ShareAsk {
+    return ShareAsk.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ShareAsk>, I>>(object: I): ShareAsk {
+    const message = createBaseShareAsk();
+    message.budgetId = object.budgetId ?? "";
+    message.sentAt = object.sentAt ?? undefined;
+    message.want = (object.want !== undefined && object.want !== null) ? BigInt(object.want) : 0n;
+    message.need = (object.need !== undefined && object.need !== null) ? BigInt(object.need) : 0n;
+    message.returned = (object.returned !== undefined && object.returned !== null) ? BigInt(object.returned) : 0n;
+    message.used = (object.used !== undefined && object.used !== null) ? BigInt(object.used) : 0n;
+    return message;
+  },
+};
+
+function createBaseShareResponse(): ShareResponse {
+  return { answers: [] };
+}
+
+export const ShareResponse: MessageFns<ShareResponse> = {
+  encode(message: ShareResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.answers) {
+      ShareAnswer.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShareResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShareResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.answers.push(ShareAnswer.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShareResponse {
+    return {
+      answers: globalThis.Array.isArray(object?.answers) ? object.answers.map((e: any) => ShareAnswer.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ShareResponse): unknown {
+    const obj: any = {};
+    if (message.answers?.length) {
+      obj.answers = message.answers.map((e) => ShareAnswer.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ShareResponse>, I>>(base?: I): ShareResponse {
+    return ShareResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ShareResponse>, I>>(object: I): ShareResponse {
+    const message = createBaseShareResponse();
+    message.answers = object.answers?.map((e) => ShareAnswer.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseShareAnswer(): ShareAnswer {
+  return {
+    budgetId: "",
+    found: false,
+    message: "",
+    askedAt: undefined,
+    granted: 0n,
+    released: 0n,
+    short: false,
+    grantedNow: 0n,
+    unit: "",
+  };
+}
+
+export const ShareAnswer: MessageFns<ShareAnswer> = {
+  encode(message: ShareAnswer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budgetId !== "") {
+      writer.uint32(10).string(message.budgetId);
+    }
+    if (message.found !== false) {
+      writer.uint32(16).bool(message.found);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    if (message.askedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.askedAt), writer.uint32(34).fork()).join();
+    }
+    if (message.granted !== 0n) {
+      if (BigInt.asIntN(64, message.granted) !== message.granted) {
+        throw new globalThis.Error("value provided for field message.granted of type int64 too large");
+      }
+      writer.uint32(40).int64(message.granted);
+    }
+    if (message.released !== 0n) {
+      if (BigInt.asIntN(64, message.released) !== message.released) {
+        throw new globalThis.Error("value provided for field message.released of type int64 too large");
+      }
+      writer.uint32(48).int64(message.released);
+    }
+    if (message.short !== false) {
+      writer.uint32(56).bool(message.short);
+    }
+    if (message.grantedNow !== 0n) {
+      if (BigInt.asIntN(64, message.grantedNow) !== message.grantedNow) {
+        throw new globalThis.Error("value provided for field message.grantedNow of type int64 too large");
+      }
+      writer.uint32(64).int64(message.grantedNow);
+    }
+    if (message.unit !== "") {
+      writer.uint32(74).string(message.unit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShareAnswer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShareAnswer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.budgetId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.found = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.askedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.granted = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.released = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.short = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.grantedNow = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.unit = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShareAnswer {
+    return {
+      budgetId: isSet(object.budgetId)
+        ? globalThis.String(object.budgetId)
+        : isSet(object.budget_id)
+        ? globalThis.String(object.budget_id)
+        : "",
+      found: isSet(object.found) ? globalThis.Boolean(object.found) : false,
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      askedAt: isSet(object.askedAt)
+        ? fromJsonTimestamp(object.askedAt)
+        : isSet(object.asked_at)
+        ? fromJsonTimestamp(object.asked_at)
+        : undefined,
+      granted: isSet(object.granted) ? BigInt(object.granted) : 0n,
+      released: isSet(object.released) ? BigInt(object.released) : 0n,
+      short: isSet(object.short) ? globalThis.Boolean(object.short) : false,
+      grantedNow: isSet(object.grantedNow)
+        ? BigInt(object.grantedNow)
+        : isSet(object.granted_now)
+        ? BigInt(object.granted_now)
+        : 0n,
+      unit: isSet(object.unit) ? globalThis.String(object.unit) : "",
+    };
+  },
+
+  toJSON(message: ShareAnswer): unknown {
+    const obj: any = {};
+    if (message.budgetId !== "") {
+      obj.budgetId = message.budgetId;
+    }
+    if (message.found !== false) {
+      obj.found = message.found;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.askedAt !== undefined) {
+      obj.askedAt = message.askedAt.toISOString();
+    }
+    if (message.granted !== 0n) {
+      obj.granted = message.granted.toString();
+    }
+    if (message.released !== 0n) {
+      obj.released = message.released.toString();
+    }
+    if (message.short !== false) {
+      obj.short = message.short;
+    }
+    if (message.grantedNow !== 0n) {
+      obj.grantedNow = message.grantedNow.toString();
+    }
+    if (message.unit !== "") {
+      obj.unit = message.unit;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ShareAnswer>, I>>(base?: I): ShareAnswer {
+    return ShareAnswer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ShareAnswer>, I>>(object: I): ShareAnswer {
+    const message = createBaseShareAnswer();
+    message.budgetId = object.budgetId ?? "";
+    message.found = object.found ?? false;
+    message.message = object.message ?? "";
+    message.askedAt = object.askedAt ?? undefined;
+    message.granted = (object.granted !== undefined && object.granted !== null) ? BigInt(object.granted) : 0n;
+    message.released = (object.released !== undefined && object.released !== null) ? BigInt(object.released) : 0n;
+    message.short = object.short ?? false;
+    message.grantedNow = (object.grantedNow !== undefined && object.grantedNow !== null)
+      ? BigInt(object.grantedNow)
+      : 0n;
+    message.unit = object.unit ?? "";
+    return message;
+  },
+};
+
 /** What workers call, on localhost, before they spend. */
 export type BudgetService = typeof BudgetService;
 export const BudgetService = {
@@ -10618,6 +11241,64 @@ export interface AdminClient extends Client {
 export const AdminClient = makeGenericClientConstructor(AdminService, "earmark.v1.Admin") as unknown as {
   new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): AdminClient;
   service: typeof AdminService;
+  serviceName: string;
+};
+
+/**
+ * What a region's sidecars call on the home of the budgets they admit from (issue 48,
+ * docs/regions.md), on the home's region listener. A region holds a share of each budget:
+ * an escrow with a lease that it admits from alone.
+ */
+export type RegionsService = typeof RegionsService;
+export const RegionsService = {
+  /**
+   * Reports a region's use and returns of its shares, renews their leases and asks for
+   * more; every count is cumulative, so a lost or repeated call is harmless.
+   */
+  share: {
+    path: "/earmark.v1.Regions/Share" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ShareRequest): Buffer => Buffer.from(ShareRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ShareRequest => ShareRequest.decode(value),
+    responseSerialize: (value: ShareResponse): Buffer => Buffer.from(ShareResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ShareResponse => ShareResponse.decode(value),
+  },
+} as const;
+
+export interface RegionsServer extends UntypedServiceImplementation {
+  /**
+   * Reports a region's use and returns of its shares, renews their leases and asks for
+   * more; every count is cumulative, so a lost or repeated call is harmless.
+   */
+  share: handleUnaryCall<ShareRequest, ShareResponse>;
+}
+
+export interface RegionsClient extends Client {
+  /**
+   * Reports a region's use and returns of its shares, renews their leases and asks for
+   * more; every count is cumulative, so a lost or repeated call is harmless.
+   */
+  share(
+    request: ShareRequest,
+    callback: (error: ServiceError | null, response: ShareResponse) => void,
+  ): ClientUnaryCall;
+  share(
+    request: ShareRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ShareResponse) => void,
+  ): ClientUnaryCall;
+  share(
+    request: ShareRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ShareResponse) => void,
+  ): ClientUnaryCall;
+}
+
+export const RegionsClient = makeGenericClientConstructor(RegionsService, "earmark.v1.Regions") as unknown as {
+  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): RegionsClient;
+  service: typeof RegionsService;
   serviceName: string;
 };
 

@@ -48,6 +48,20 @@ public enum RefusalReason
    * <code>REFUSAL_REASON_CLOSED = 6;</code>
    */
   REFUSAL_REASON_CLOSED(6),
+  /**
+   * <pre>
+   * In a region (issue 48): the region's share of the budget has no lease left (it has not
+   * reached the budget's home for longer than the lease), or not enough for the hold's
+   * lease and the settle grace after it.
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_SHARE_LEASE_ENDED = 7;</code>
+   */
+  REFUSAL_REASON_SHARE_LEASE_ENDED(7),
+  /**
+   * <code>REFUSAL_REASON_HOLD_OUTLIVES_SHARE = 8;</code>
+   */
+  REFUSAL_REASON_HOLD_OUTLIVES_SHARE(8),
   UNRECOGNIZED(-1),
   ;
 
@@ -91,6 +105,20 @@ public enum RefusalReason
    * <code>REFUSAL_REASON_CLOSED = 6;</code>
    */
   public static final int REFUSAL_REASON_CLOSED_VALUE = 6;
+  /**
+   * <pre>
+   * In a region (issue 48): the region's share of the budget has no lease left (it has not
+   * reached the budget's home for longer than the lease), or not enough for the hold's
+   * lease and the settle grace after it.
+   * </pre>
+   *
+   * <code>REFUSAL_REASON_SHARE_LEASE_ENDED = 7;</code>
+   */
+  public static final int REFUSAL_REASON_SHARE_LEASE_ENDED_VALUE = 7;
+  /**
+   * <code>REFUSAL_REASON_HOLD_OUTLIVES_SHARE = 8;</code>
+   */
+  public static final int REFUSAL_REASON_HOLD_OUTLIVES_SHARE_VALUE = 8;
 
 
   public final int getNumber() {
@@ -124,6 +152,8 @@ public enum RefusalReason
       case 4: return REFUSAL_REASON_TOO_MANY_OPEN;
       case 5: return REFUSAL_REASON_ADMISSIONS_SPENT;
       case 6: return REFUSAL_REASON_CLOSED;
+      case 7: return REFUSAL_REASON_SHARE_LEASE_ENDED;
+      case 8: return REFUSAL_REASON_HOLD_OUTLIVES_SHARE;
       default: return null;
     }
   }

@@ -1,0 +1,262 @@
+"""A region's sidecar's agent: every tick it gives back its shares' idle room, renews their
+leases, tops up those running low and reports their use, in batched calls to the home; a
+Reserve its share cannot admit asks through it for what it needs (demand). Every count it
+sends is cumulative (core.regions), so a call lost, repeated or cut off halfway is
+harmless: the next carries as much.
+
+Several sidecars of one region share its database; each runs an agent. Their asks carry
+the same cumulative counts and the home applies them by max, so they need no leader.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+import grpc
+import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from earmark import limits
+from earmark.core import regions
+from earmark.metrics import Metrics
+from earmark.store.regions import RegionShare, ShareOutcome
+from earmark.v1 import budget_pb2 as pb
+from earmark.v1 import budget_pb2_grpc as pb_grpc
+
+log = structlog.get_logger("earmark.regions")
+
+
+class RegionStore(Protocol):
+    """What the agent needs of the region's store (store/regions.py)."""
+
+    async def region_shares(self, after: str = ..., count: int = ...) -> list[RegionShare]: ...
+
+    async def region_share(self, budget_id: str) -> RegionShare | None: ...
+
+    async def apply_share_answer(
+        self, name: str, outcome: ShareOutcome
+    ) -> regions.Region | None: ...
+
+    async def give_back_share(self, name: str, budget_id: str, keep: int, short: bool) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HomeLink:
+    """Where the home's region listener is and how to reach it: its HOST:PORT, the bearer
+    token the region presents (None: the home takes no region tokens), and the CA that
+    signs its certificate (None: plaintext)."""
+
+    target: str
+    token: str | None = None
+    root_certificates: bytes | None = None
+
+    def channel(self) -> grpc.aio.Channel:
+        options = [("grpc.max_receive_message_length", limits.rpc_message_bytes_max)]
+        if self.root_certificates is None:
+            return grpc.aio.insecure_channel(self.target, options=options)
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+        return grpc.aio.secure_channel(self.target, credentials, options=options)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return () if self.token is None else (("authorization", f"Bearer {self.token}"),)
+
+
+@dataclass
+class _Seen:
+    """What the agent remembers of one share between ticks: its consumption (used +
+    held) at recent ticks, whether the home last said it is short, and the counts the home
+    last acknowledged."""
+
+    samples: deque[tuple[datetime, int]] = field(
+        default_factory=lambda: deque(maxlen=limits.region_rate_samples_max)
+    )
+    short: bool = False
+    acked: tuple[int, int] | None = None
+
+
+class RegionAgent:
+    def __init__(
+        self,
+        store: RegionStore,
+        metrics: Metrics,
+        *,
+        name: str,
+        home: HomeLink,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self.name = name
+        self._home = home
+        self._clock = clock
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+        self._started_at = clock()
+        # When the home last answered (any call); what every share's verdict reads.
+        self.heard_at: datetime | None = None
+        self._seen: dict[str, _Seen] = {}
+        self._failing = False
+
+    def open(self) -> None:
+        self._channel = self._home.channel()
+        self._stub = pb_grpc.RegionsStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(None)
+            self._channel = None
+
+    def knows(self, budget_id: str) -> bool:
+        """The budget is one of the region's shares (as of the last tick or answer)."""
+        return budget_id in self._seen
+
+    # The tick: off the request path.
+
+    async def tick(self) -> None:
+        """Gives back idle room, then asks for what the shares need (renewals, top ups) and
+        reports what changed, at most limits.region_outbox_batch_max budgets a call."""
+        now = self._clock()
+        shares = await self._store.region_shares()
+        asks: list[tuple[str, regions.Ask]] = []
+        for share in shares:
+            seen = self._seen.setdefault(share.budget_id, _Seen())
+            seen.samples.append((now, share.used + share.held))
+            rate = _units_per_minute(seen.samples)
+            region = share.region(self.name, (self.heard_at, seen.short))
+            if share.granted:
+                given = await self._store.give_back_share(
+                    self.name, share.budget_id, regions.keep_for(rate), seen.short
+                )
+                region = replace(region, returned=region.returned + given)
+            ask = regions.region_ask(regions.NeedInput(region, rate, now))
+            if ask is None and seen.acked != (region.used, region.returned):
+                # Nothing to ask for, but a report to send (and a renewal with it).
+                ask = regions.Ask(self.name, now, 0, region.returned, region.used)
+            if ask is not None:
+                asks.append((share.budget_id, ask))
+        room = sum(max(0, s.granted - s.returned - s.used - s.held) for s in shares)
+        self._metrics.region_room_units.set(room)
+        for start in range(0, len(asks), limits.region_outbox_batch_max):
+            await self._send(asks[start : start + limits.region_outbox_batch_max], "background")
+        silent_since = self.heard_at or self._started_at
+        self._metrics.region_home_silence_seconds.set(
+            max(0.0, (self._clock() - silent_since).total_seconds())
+        )
+
+    # A Reserve's ask: on the request path, bounded by limits.region_call_seconds.
+
+    async def demand(self, budget_id: str, need: int) -> bool:
+        """Asks the home for need more of the budget for a waiting Reserve; whether the
+        home answered with the budget. A share already held asks only while the home
+        answers (core.regions.may_ask); a budget the region has no share of yet always
+        asks (its first)."""
+        now = self._clock()
+        if self.knows(budget_id) and not regions.may_ask(self.heard_at, now):
+            return False
+        share = await self._store.region_share(budget_id)
+        seen = self._seen.get(budget_id) or _Seen()
+        region = (
+            regions.Region(self.name)
+            if share is None
+            else share.region(self.name, (self.heard_at, seen.short))
+        )
+        rate = _units_per_minute(seen.samples)
+        ask = regions.region_ask(regions.NeedInput(region, rate, now, max(1, need)))
+        assert ask is not None
+        outcomes = await self._send([(budget_id, ask)], "reserve")
+        return bool(outcomes) and outcomes[0].found
+
+    async def _send(self, asks: Sequence[tuple[str, regions.Ask]], kind: str) -> list[ShareOutcome]:
+        """One Share call with asks; the answers applied to the shares. [] when the call
+        failed (logged once a run of failures)."""
+        assert self._stub is not None, "open() first"
+        request = pb.ShareRequest(region=self.name, asks=[_ask_pb(b, a) for b, a in asks])
+        try:
+            reply = await self._stub.Share(
+                request,
+                timeout=limits.region_call_seconds,
+                metadata=self._home.metadata(),
+            )
+        except grpc.aio.AioRpcError as error:
+            self._metrics.region_asks.labels(kind, "failed").inc()
+            if not self._failing:
+                log.warning(
+                    "region_home_unreachable",
+                    region=self.name,
+                    code=error.code().name,
+                    error=error.details(),
+                )
+            self._failing = True
+            return []
+        self._metrics.region_asks.labels(kind, "answered").inc()
+        if self._failing:
+            log.info("region_home_reachable", region=self.name)
+        self._failing = False
+        self.heard_at = self._clock()
+        outcomes = []
+        for (budget_id, ask), answer in zip(asks, reply.answers, strict=False):
+            outcome = _outcome(budget_id, answer, ask)
+            outcomes.append(outcome)
+            if not outcome.found or outcome.answer is None:
+                continue
+            await self._store.apply_share_answer(self.name, outcome)
+            seen = self._seen.setdefault(budget_id, _Seen())
+            seen.short = outcome.answer.short
+            seen.acked = (ask.used, ask.returned)
+        return outcomes
+
+
+def _units_per_minute(samples: deque[tuple[datetime, int]]) -> int:
+    """The share's consumption (used + held) over its samples, a minute's worth; 0 with
+    fewer than two samples or none of it."""
+    if len(samples) < 2:
+        return 0
+    (first, early), (last, late) = samples[0], samples[-1]
+    seconds = (last - first).total_seconds()
+    if seconds <= 0 or late <= early:
+        return 0
+    return int((late - early) * 60 / seconds)
+
+
+def _timestamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def _ask_pb(budget_id: str, ask: regions.Ask) -> pb.ShareAsk:
+    return pb.ShareAsk(
+        budget_id=budget_id,
+        sent_at=_timestamp(ask.sent_at),
+        want=ask.want,
+        need=ask.need,
+        returned=ask.returned,
+        used=ask.used,
+    )
+
+
+def _outcome(budget_id: str, answer: pb.ShareAnswer, ask: regions.Ask) -> ShareOutcome:
+    """The home's answer as the store applies it; one for another budget, or with an
+    asked_at other than the ask's, is not believed (found False)."""
+    if answer.budget_id != budget_id or not answer.found:
+        return ShareOutcome(budget_id, found=False, message=answer.message)
+    asked_at = answer.asked_at.ToDatetime(tzinfo=ask.sent_at.tzinfo)
+    if asked_at != ask.sent_at or min(answer.granted, answer.released, answer.granted_now) < 0:
+        return ShareOutcome(budget_id, found=False, message="an answer to another ask")
+    return ShareOutcome(
+        budget_id,
+        found=True,
+        answer=regions.Answer(
+            region=ask.region,
+            asked_at=ask.sent_at,
+            granted=answer.granted,
+            released=answer.released,
+            short=answer.short,
+        ),
+        granted_now=answer.granted_now,
+        unit=answer.unit,
+    )
