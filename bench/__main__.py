@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import console, growth, metered, scans, scenarios
+from bench import console, growth, metered, regions, scans, scenarios
 from bench.harness import Figure
 from bench.sidecars import k_sidecars
 from earmark.settings import KINDE_CLIENT_ID, KINDE_CLIENT_SECRET
@@ -135,6 +135,7 @@ def targets(by_name: dict[str, Figure]) -> list[tuple[str, bool]]:
             worst(": retries per admission") < 0.05,
         ),
         *metered.wrapper_targets(m),
+        *regions.targets(m),
     ]
     measured = []
     for check in checks:
@@ -160,6 +161,7 @@ SCENARIOS = (
     "scans",
     "console",
     "metered",
+    "regions",
 )
 
 
@@ -225,6 +227,8 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, object]:
             ("scans", "12. Reserves while operators scan", lambda: scans.scans(env)),
             ("console", "13. the console's pages", lambda: console.console(env)),
             ("metered", "14. metered call overhead", lambda: metered.metered_overhead(env)),
+            ("regions", "15. budgets across regions", lambda: regions.regions(
+                env, folder / "regions")),
         ]  # fmt: skip
         for key, label, start in steps:
             if key in only:
