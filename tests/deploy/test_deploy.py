@@ -17,6 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from earmark import cli, limits
+from earmark import settings as earmark_settings
 from earmark.core.reconcile import Reconciliation
 from earmark.metrics import Metrics
 from earmark.ops.reconcile_metrics import registry_of
@@ -462,3 +463,94 @@ def test_every_grpc_probe_reaches_a_listener_off_loopback(directory: Path) -> No
             )
     assert [(name, "0.0.0.0", True) for name, _, _ in probed] == probed
     assert len(probed) >= 2
+
+
+# The regions' overlays (docs/regions.md): a budgets' home and a region admitting from
+# shares of them, each on the base.
+REGIONS = DEPLOY / "kubernetes-overlays" / "regions"
+regions = pytest.mark.parametrize(
+    "directory", [REGIONS / "home", REGIONS / "region"], ids=["home", "region"]
+)
+
+
+def region_sidecar(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+    """The worker pod's Earmark container, and the settings `earmark serve` loads from its
+    args (the flags the command line takes) and its env."""
+    spec = resource(docs, "Deployment", "ai-worker")["spec"]["template"]["spec"]
+    (earmark,) = [c for c in spec["initContainers"] if c["name"] == "earmark"]
+    args = cli.parser().parse_args(earmark["args"])
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    env = {e["name"]: str(e["value"]) for e in earmark["env"] if "value" in e}
+    assert "serve" == args.command
+    return earmark, earmark_settings.load(flags, env)
+
+
+@needs_kubectl
+@regions
+def test_the_region_overlays_render_a_home_and_a_region(directory: Path) -> None:
+    """`kubectl kustomize` renders each regions overlay without a warning into the base's
+    resources (the home adds the Service and NetworkPolicy of its region listener), every
+    one in the namespace; the sidecar's args are flags `earmark serve` takes, and its settings
+    load from them and its env as the sidecar would load them (a listener off loopback
+    plaintext only with the base's EARMARK_INSECURE_LISTEN, a home's with region tokens)."""
+    docs = rendered(directory)
+    base = {(d["kind"], d["metadata"]["name"]) for d in rendered(BASE)}
+    listener = {("Service", "earmark-regions"), ("NetworkPolicy", "ai-worker-earmark-regions")}
+    home = directory.name == "home"
+    assert (base | listener if home else base) == {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert {"earmark"} == {d["metadata"].get("namespace") for d in docs}
+    _, settings = region_sidecar(docs)
+    if home:
+        assert ("us", "", "0.0.0.0:50061", True) == (
+            settings.region,
+            settings.home,
+            settings.region_listen,
+            settings.region_token_file is not None,
+        )
+    else:
+        assert ("eu", "earmark-regions.us.example.internal:50061", "", True) == (
+            settings.region,
+            settings.home,
+            settings.region_listen,
+            settings.home_token_file is not None,
+        )
+
+
+@needs_kubectl
+@regions
+def test_the_region_overlays_read_tokens_their_readme_creates(directory: Path) -> None:
+    """The token file a regions overlay's sidecar reads is in a Secret mounted read-only,
+    under the key that regions/README.md's `kubectl create secret` gives it; no Secret is
+    applied."""
+    docs = rendered(directory)
+    earmark, settings = region_sidecar(docs)
+    spec = resource(docs, "Deployment", "ai-worker")["spec"]["template"]["spec"]
+    path = settings.region_token_file or settings.home_token_file
+    assert path is not None
+    (mount,) = [m for m in earmark["volumeMounts"] if str(path.parent) == m["mountPath"]]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    created = dict(CREATE_SECRET.findall((REGIONS / "README.md").read_text()))
+    assert (True, path.name) == (mount["readOnly"], created[volume["secret"]["secretName"]])
+    assert [] == [d for d in docs if d["kind"] == "Secret"]
+
+
+@needs_kubectl
+def test_the_region_reaches_the_homes_region_listener() -> None:
+    """The home's Service sends its port to the sidecars' region listener, admitted by the
+    NetworkPolicy from the addresses the load balancer admits; the region's --home names
+    that port."""
+    docs = rendered(REGIONS / "home")
+    earmark, settings = region_sidecar(docs)
+    listen_port = int(settings.region_listen.rpartition(":")[2])
+    ports = {p["name"]: p["containerPort"] for p in earmark["ports"]}
+    service = resource(docs, "Service", "earmark-regions")["spec"]
+    (port,) = service["ports"]
+    assert (listen_port, 50061) == (ports[port["targetPort"]], port["port"])
+    worker = resource(docs, "Deployment", "ai-worker")["spec"]["template"]["metadata"]
+    assert worker["labels"] == service["selector"]
+    policy = resource(docs, "NetworkPolicy", "ai-worker-earmark-regions")["spec"]
+    (rule,) = policy["ingress"]
+    assert [{"ipBlock": {"cidr": c}} for c in service["loadBalancerSourceRanges"]] == rule["from"]
+    assert [{"port": listen_port, "protocol": "TCP"}] == rule["ports"]
+    _, region = region_sidecar(rendered(REGIONS / "region"))
+    assert port["port"] == int(region.home.rpartition(":")[2])
