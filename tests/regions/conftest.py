@@ -300,3 +300,9 @@ async def converged(world: World, *names: str, within_seconds: float = 5.0) -> N
         return True
 
     await eventually(same, within_seconds=within_seconds, what=f"{names} converged at home")
+
+
+def metric(node: Node, name: str, **labels: str) -> float:
+    """A sample of the node's metrics (0 when it has none yet)."""
+    value = node.side.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
