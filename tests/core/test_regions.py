@@ -150,8 +150,8 @@ def test_a_region_restart_loses_nothing() -> None:
     region = region_admit(AdmitInput(region, "a", 100, MINUTE, T0)).region
     region = region_settle(region, "a", 70, T0 + MINUTE / 2)
     restarted = region.restarted()
-    assert (region.report, region.holds, region.lease_until, None) == (
-        restarted.report,
+    assert (region.report(T0), region.holds, region.lease_until, None) == (
+        restarted.report(T0),
         restarted.holds,
         restarted.lease_until,
         restarted.heard_at,
@@ -234,7 +234,8 @@ def test_an_answer_repeated_or_reordered_changes_nothing_more() -> None:
     for a in [*reversed(answers), *answers]:
         backward = region_answer(backward, a, T0 + MINUTE)
     assert forward == backward
-    assert (2_000, HomeShare(granted=2_000, lease_until=T0 + MINUTE + SHARE_LEASE)) == (
+    share = HomeShare(granted=2_000, lease_until=T0 + MINUTE + SHARE_LEASE, doubt_at=T0 + MINUTE)
+    assert (2_000, share) == (
         forward.granted,
         two.home.share("eu"),
     )
@@ -254,3 +255,22 @@ def test_a_waiting_reserve_gets_the_last_units_wherever_it_asks() -> None:
     first = answer_ask(home, Ask("eu", T0, want=0, returned=0, used=0, need=4), T0)
     second = answer_ask(first.home, Ask("us", T0, want=0, returned=0, used=0, need=4), T0)
     assert (4, 0, 0) == (first.granted, second.granted, second.home.free)
+
+
+def test_a_reclaim_keeps_what_holds_in_doubt_hold() -> None:
+    """A hold whose call was sent stays held past its lease (in doubt); the home, told of
+    it, keeps it held when it takes the rest of the share back, and its settle is then
+    within the share, not late."""
+    home, region = leased(Home(limit=100_000))
+    region = region_admit(AdmitInput(region, "a", 300, MINUTE, T0, dispatched=True)).region
+    later = T0 + 2 * MINUTE
+    region = region_expire(region, later)
+    home = apply_report(home, region.report(later))
+    due = home.share("eu").lease_until
+    assert due is not None
+    taken = reclaim(home, "eu", due + RECLAIM_AFTER)
+    settled = region_settle(region, "a", 300, due)
+    after = apply_report(taken.home, settled.report(due + RECLAIM_AFTER))
+    share = after.share("eu")
+    assert (300, 0, 0) == (region.doubt(later), settled.late, share.late)
+    assert (share.granted - 300, 0) == (taken.amount, share.outstanding)

@@ -92,9 +92,12 @@ class Regions(RuleBasedStateMachine):
         node=nodes,
         amount=st.integers(1, 1_500),
         lease=leases,
+        dispatched=st.booleans(),
     )
-    def reserve(self, node: str, amount: int, lease: timedelta) -> None:
-        self.verdicts.append(self.world.reserve(node, amount, lease))
+    def reserve(self, node: str, amount: int, lease: timedelta, dispatched: bool) -> None:
+        """A Reserve, its call sent at once or not (a sent one whose lease passes in a
+        region is in doubt, still held)."""
+        self.verdicts.append(self.world.reserve(node, amount, lease, dispatched=dispatched))
 
     @rule(node=nodes, amounts=st.lists(st.integers(1, 800), min_size=1, max_size=6))
     def calls(self, node: str, amounts: list[int]) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from earmark.core import regions
 from earmark.core.model import Outcome, Policies, RefusalReason
-from earmark.core.ops import RenewOp, RenewResult, ReserveOp, ReserveResult, SettleOp
+from earmark.core.ops import ChargeOp, RenewOp, RenewResult, ReserveOp, ReserveResult, SettleOp
 from earmark.core.periods import Calendar, Period
 from earmark.errors import FailedPrecondition, InvalidArgument, Reason
 from earmark.store.regions import ShareAskInput, ShareOutcome
@@ -35,8 +35,10 @@ class Pair:
         """The region asks the home and applies its answer, as its sidecar does."""
         shares = await self.region.region_shares()
         share = next((s for s in shares if s.budget_id == budget_id), None)
-        returned, used = (0, 0) if share is None else (share.returned, share.used)
-        ask = regions.Ask(EU, self.clock(), want, returned, used, need)
+        returned, used, doubt = (
+            (0, 0, 0) if share is None else (share.returned, share.used, share.doubt)
+        )
+        ask = regions.Ask(EU, self.clock(), want, returned, used, need, doubt)
         (outcome,) = await self.home.answer_shares([ShareAskInput(EU, budget_id, ask)])
         await self.region.apply_share_answer(EU, outcome)
         return outcome
@@ -211,4 +213,29 @@ async def test_an_operator_changes_a_shared_budget_at_its_home_only(pair: Pair) 
         refusals
     )
     assert "period" == period.value.field
+    await pair.audit()
+
+
+async def test_a_reclaim_keeps_what_holds_in_doubt_hold(pair: Pair) -> None:
+    """A region's hold whose call was sent (charged) goes into doubt past its lease; the
+    region reports it, and the home's reclaim leaves it held (2,000 granted, 100 charged,
+    400 in doubt: 1,500 taken back): its settle is then within the share, not late."""
+    await pair.ask(want=2_000)
+    held = await admit(pair.region, 500, "r-1")
+    await pair.region.submit(ChargeOp(held.reservation_id, "c-1", 100))
+    pair.clock.advance(2 * MINUTE)
+    await pair.region.sweep_once()
+    await pair.ask(want=0)
+    pair.clock.advance(regions.SHARE_LEASE + regions.RECLAIM_AFTER)
+    taken = await pair.home.reclaim_shares()
+    await pair.region.submit(SettleOp(held.reservation_id, 450, Outcome.SUCCEEDED))
+    await pair.ask(want=0)
+    # The ask renewed the share; once it lapses again, what the hold in doubt held and its
+    # settle did not use comes back too.
+    pair.clock.advance(regions.SHARE_LEASE + regions.RECLAIM_AFTER)
+    rest = await pair.home.reclaim_shares()
+    home = await fetch_budget_row(pair.home_dsn, "b")
+    region = await fetch_budget_row(pair.region_dsn, "b")
+    assert (1_500, 50) == (taken, rest)
+    assert (450, 0, 0) == (home["used"], home["held"], region["held"])
     await pair.audit()

@@ -46,11 +46,18 @@ class HomeShare:
     # The most the region reported returning, and using.
     returned: int = 0
     used: int = 0
-    # The returned level the last reclaim set (granted - used then), and all reclaims took.
+    # The returned level the last reclaim set (granted - used - doubt then), and all
+    # reclaims took.
     reclaimed_to: int = 0
     reclaimed: int = 0
     # On the home's clock; None before the first ask.
     lease_until: datetime | None = None
+    # What the region's holds in doubt held when it last reported (a dispatched hold whose
+    # lease passed stays held until settled or resolved, as at the home), and when it sent
+    # that report on its clock: a reclaim leaves it held. Not cumulative: the newest report
+    # wins.
+    doubt: int = 0
+    doubt_at: datetime | None = None
 
     @property
     def released(self) -> int:
@@ -112,11 +119,13 @@ class Home:
 @dataclass(frozen=True, slots=True)
 class Report:
     """A region's outbox: its cumulative returned and used, sent again until acknowledged
-    by a later one (resending is harmless)."""
+    by a later one (resending is harmless), and what its holds in doubt hold at sent_at."""
 
     region: str
     returned: int
     used: int
+    doubt: int = 0
+    sent_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,7 @@ class Ask:
     returned: int
     used: int
     need: int = 0
+    doubt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +211,17 @@ def grant_size(home: Home, region: str, want: int, need: int = 0) -> int:
 
 def apply_report(home: Home, report: Report) -> Home:
     """Applies a region's cumulative report by max: repeated, reordered or stale reports
-    change nothing, and usage after a reclaim counts as a late settle does."""
+    change nothing, and usage after a reclaim counts as a late settle does. Its doubt is
+    taken if it was sent after the doubt the home has."""
     share = home.share(report.region)
     merged = replace(
         share, returned=max(share.returned, report.returned), used=max(share.used, report.used)
     )
+    newer = report.sent_at is not None and (
+        share.doubt_at is None or report.sent_at >= share.doubt_at
+    )
+    if newer:
+        merged = replace(merged, doubt=report.doubt, doubt_at=report.sent_at)
     return home if merged == share else home.with_share(report.region, merged)
 
 
@@ -213,7 +229,7 @@ def answer_ask(home: Home, ask: Ask, now: datetime) -> Asked:
     """Applies the ask's report, renews the region's lease (from now, on the home's clock)
     and grants what grant_size allows; a grant is asserted to keep the home within its
     limit."""
-    home = apply_report(home, Report(ask.region, ask.returned, ask.used))
+    home = apply_report(home, Report(ask.region, ask.returned, ask.used, ask.doubt, ask.sent_at))
     size = grant_size(home, ask.region, ask.want, ask.need)
     share = home.share(ask.region)
     until = now + SHARE_LEASE
@@ -238,22 +254,25 @@ def answer_ask(home: Home, ask: Ask, now: datetime) -> Asked:
 
 def reclaim_due(home: Home, region: str, now: datetime) -> bool:
     """A share is taken back once its lease ended, on the home's clock, the settle grace and
-    the clocks' margin ago: every hold the region admitted from it ended the grace before."""
+    the clocks' margin ago: every hold the region admitted from it ended the grace before,
+    but those in doubt, which the home keeps held."""
     share = home.share(region)
-    if share.lease_until is None or share.outstanding == 0:
+    if share.lease_until is None or share.outstanding <= share.doubt:
         return False
     return now >= share.lease_until + RECLAIM_AFTER
 
 
 def reclaim(home: Home, region: str, now: datetime) -> Reclaim:
-    """Takes back a dead or cut-off region's outstanding escrow when due (nothing before)."""
+    """Takes back a dead or cut-off region's outstanding escrow when due (nothing before),
+    but what its holds in doubt hold: they may yet be settled or resolved at all of it."""
     if not reclaim_due(home, region, now):
         return Reclaim(home=home, amount=0)
     share = home.share(region)
-    amount = share.outstanding
-    level = share.granted - share.used
+    kept = min(share.doubt, share.outstanding)
+    amount = share.outstanding - kept
+    level = share.granted - share.used - kept
     taken = replace(share, reclaimed_to=level, reclaimed=share.reclaimed + amount)
-    assert taken.outstanding == 0
+    assert taken.outstanding == kept
     return Reclaim(home=home.with_share(region, taken), amount=amount)
 
 
@@ -293,6 +312,12 @@ class RegionHold:
     amount: int
     # On the region's clock.
     until: datetime
+    # Its call was sent: past its lease it is in doubt, still held, until settled (as at
+    # the home; an undispatched one closes).
+    dispatched: bool = False
+
+    def in_doubt(self, now: datetime) -> bool:
+        return self.dispatched and now >= self.until
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,9 +347,12 @@ class Region:
         reported all its use before, or settles past their holds)."""
         return self.granted - self.used - self.returned - self.held
 
-    @property
-    def report(self) -> Report:
-        return Report(self.name, self.returned, self.used)
+    def doubt(self, now: datetime) -> int:
+        """What its holds in doubt hold."""
+        return sum(h.amount for h in self.holds.values() if h.in_doubt(now))
+
+    def report(self, now: datetime) -> Report:
+        return Report(self.name, self.returned, self.used, self.doubt(now), now)
 
     def restarted(self) -> Region:
         """After a crash: the database's counters, holds and lease; nothing it heard."""
@@ -354,6 +382,7 @@ class AdmitInput:
     amount: int
     lease: timedelta
     now: datetime
+    dispatched: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,7 +433,7 @@ def region_admit(op: AdmitInput) -> RegionAdmission:
     if reason is None and region.used + region.returned + region.held + op.amount > region.granted:
         reason = RegionRefusal.SHARE_SPENT
     if reason is None:
-        holds = {**region.holds, op.hold_id: RegionHold(op.amount, until)}
+        holds = {**region.holds, op.hold_id: RegionHold(op.amount, until, op.dispatched)}
         return RegionAdmission(verdict=Verdict.ADMIT, region=replace(region, holds=holds))
     verdict = Verdict.ASK if may_ask(region.heard_at, now) else Verdict.REFUSE
     need = max(1, op.amount - max(0, region.room))
@@ -413,10 +442,11 @@ def region_admit(op: AdmitInput) -> RegionAdmission:
 
 def region_settle(region: Region, hold_id: str, used: int, now: datetime) -> Region:
     """Settles a hold at used: in full, whatever it held. Past its hold, or after its lease
-    passed (whether or not it was swept), the use is late."""
+    passed (whether or not it was swept) unless it is in doubt, the use is late."""
     assert used >= 0
     hold = region.holds.get(hold_id)
-    held = 0 if hold is None or now >= hold.until else hold.amount
+    live = hold is not None and (now < hold.until or hold.in_doubt(now))
+    held = hold.amount if hold is not None and live else 0
     holds = {k: v for k, v in region.holds.items() if k != hold_id}
     return replace(
         region, used=region.used + used, late=region.late + max(0, used - held), holds=holds
@@ -424,8 +454,9 @@ def region_settle(region: Region, hold_id: str, used: int, now: datetime) -> Reg
 
 
 def region_expire(region: Region, now: datetime) -> Region:
-    """Closes the holds whose lease passed: what they held is room again."""
-    holds = {k: v for k, v in region.holds.items() if now < v.until}
+    """Closes the holds whose lease passed, but those in doubt: what they held is room
+    again."""
+    holds = {k: v for k, v in region.holds.items() if now < v.until or v.in_doubt(now)}
     return region if len(holds) == len(region.holds) else replace(region, holds=holds)
 
 
@@ -457,7 +488,8 @@ def region_ask(op: NeedInput) -> Ask | None:
     if not (renew or low or op.need):
         return None
     more = max(0, want - max(0, region.room))
-    return Ask(region.name, now, more, region.returned, region.used, op.need)
+    doubt = region.doubt(now)
+    return Ask(region.name, now, more, region.returned, region.used, op.need, doubt)
 
 
 def region_answer(region: Region, answer: Answer, now: datetime) -> Region:

@@ -28,6 +28,7 @@ class Waiting:
 
     amount: int
     lease: timedelta
+    dispatched: bool = False
 
 
 Payload = Ask | Answer | Report
@@ -97,19 +98,25 @@ class World:
 
     # Workers.
 
-    def reserve(self, node: str, amount: int, lease: timedelta) -> Verdict:
+    def reserve(
+        self, node: str, amount: int, lease: timedelta, *, dispatched: bool = False
+    ) -> Verdict:
         """A worker's Reserve at node; ADMIT, ASK (it waits on the region's ask for what it
-        needs) or REFUSE."""
+        needs) or REFUSE. dispatched: its call is sent at once (past its lease in a region,
+        it is in doubt)."""
         self.seq += 1
         hold_id = f"h{self.seq}"
         if node == HOME:
             return self._admit_at_home(hold_id, amount, lease)
-        return self._admit_in_region(node, hold_id, Waiting(amount, lease), ask=True)
+        wait = Waiting(amount, lease, dispatched)
+        return self._admit_in_region(node, hold_id, wait, ask=True)
 
     def _admit_in_region(self, node: str, hold_id: str, wait: Waiting, *, ask: bool) -> Verdict:
         now = self.clock(node)
         decided = rules.region_admit(
-            rules.AdmitInput(self.regions[node], hold_id, wait.amount, wait.lease, now)
+            rules.AdmitInput(
+                self.regions[node], hold_id, wait.amount, wait.lease, now, wait.dispatched
+            )
         )
         self.regions[node] = decided.region
         if decided.verdict is Verdict.ADMIT:
@@ -178,10 +185,10 @@ class World:
         """The region returns its idle room and reports."""
         region = rules.region_return(self.regions[name], rules.keep_for(units_per_minute))
         self.regions[name] = region
-        self.send(Message(name, True, region.report))
+        self.send(Message(name, True, region.report(self.clock(name))))
 
     def report(self, name: str) -> None:
-        self.send(Message(name, True, self.regions[name].report))
+        self.send(Message(name, True, self.regions[name].report(self.clock(name))))
 
     def reclaim(self) -> None:
         """The home takes back every share whose lease, grace and margin passed."""
@@ -199,7 +206,9 @@ class World:
                 region.lease_until,
                 now,
             )
+            # Use, and holds in doubt, the home had not heard of: settled, each is late there.
             self.unreported_at_reclaim += max(0, region.used - share.used)
+            self.unreported_at_reclaim += max(0, region.doubt(now) - share.doubt)
             self.reclaims += 1
             self.home = taken.home
 
@@ -259,7 +268,8 @@ class World:
         total = self.home.used_local + self.home.held_local
         for name, region in self.regions.items():
             now = self.clock(name)
-            total += region.used + sum(h.amount for h in region.holds.values() if h.until > now)
+            live = (h for h in region.holds.values() if h.until > now or h.in_doubt(now))
+            total += region.used + sum(h.amount for h in live)
         return total
 
     def check(self) -> None:

@@ -75,7 +75,7 @@ class _Seen:
         default_factory=lambda: deque(maxlen=limits.region_rate_samples_max)
     )
     short: bool = False
-    acked: tuple[int, int] | None = None
+    acked: tuple[int, int, int] | None = None
 
 
 class RegionAgent:
@@ -110,9 +110,12 @@ class RegionAgent:
             await self._channel.close(None)
             self._channel = None
 
-    def knows(self, budget_id: str) -> bool:
-        """The budget is one of the region's shares (as of the last tick or answer)."""
-        return budget_id in self._seen
+    async def knows(self, budget_id: str) -> bool:
+        """The budget is one of the region's shares (its database says so, before the
+        first tick after a start)."""
+        if budget_id in self._seen:
+            return True
+        return await self._store.region_share(budget_id) is not None
 
     # The tick: off the request path.
 
@@ -133,9 +136,12 @@ class RegionAgent:
                 )
                 region = replace(region, returned=region.returned + given)
             ask = regions.region_ask(regions.NeedInput(region, rate, now))
-            if ask is None and seen.acked != (region.used, region.returned):
+            report = region.report(now)
+            if ask is None and seen.acked != (report.used, report.returned, report.doubt):
                 # Nothing to ask for, but a report to send (and a renewal with it).
-                ask = regions.Ask(self.name, now, 0, region.returned, region.used)
+                ask = regions.Ask(
+                    self.name, now, 0, report.returned, report.used, doubt=report.doubt
+                )
             if ask is not None:
                 asks.append((share.budget_id, ask))
         room = sum(max(0, s.granted - s.returned - s.used - s.held) for s in shares)
@@ -155,9 +161,9 @@ class RegionAgent:
         answers (core.regions.may_ask); a budget the region has no share of yet always
         asks (its first)."""
         now = self._clock()
-        if self.knows(budget_id) and not regions.may_ask(self.heard_at, now):
-            return False
         share = await self._store.region_share(budget_id)
+        if share is not None and not regions.may_ask(self.heard_at, now):
+            return False
         seen = self._seen.get(budget_id) or _Seen()
         region = (
             regions.Region(self.name)
@@ -206,7 +212,7 @@ class RegionAgent:
             await self._store.apply_share_answer(self.name, outcome)
             seen = self._seen.setdefault(budget_id, _Seen())
             seen.short = outcome.answer.short
-            seen.acked = (ask.used, ask.returned)
+            seen.acked = (ask.used, ask.returned, ask.doubt)
         return outcomes
 
 
@@ -236,6 +242,7 @@ def _ask_pb(budget_id: str, ask: regions.Ask) -> pb.ShareAsk:
         need=ask.need,
         returned=ask.returned,
         used=ask.used,
+        doubt=ask.doubt,
     )
 
 

@@ -53,7 +53,7 @@ class RegionHolds:
             if result.admitted or result.reason not in SHARE_REFUSALS:
                 return result
             budget_id = result.refused_budget_id or op.budget_id
-            if not self._agent.knows(budget_id):
+            if not await self._agent.knows(budget_id):
                 return result
             need = result.amount - max(0, result.remaining or 0)
             if not await self._agent.demand(budget_id, max(1, need)):

@@ -85,6 +85,7 @@ def share_asks(request: pb.ShareRequest) -> list[ShareAskInput]:
             returned=_count(f"asks[{i}].returned", ask.returned),
             used=_count(f"asks[{i}].used", ask.used),
             need=_count(f"asks[{i}].need", ask.need),
+            doubt=_count(f"asks[{i}].doubt", ask.doubt),
         )
         asks.append(ShareAskInput(region, budget_id, asked))
     return asks

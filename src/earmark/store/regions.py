@@ -29,8 +29,10 @@ from earmark.store.tx import Conn
 # An unlimited budget's shares are sized as if its limit were this (never reached: a
 # budget's counters stop at 2^63-1, and limits.limit_units_max is far below it).
 UNLIMITED_UNITS = limits.limit_units_max
-# The end of a lease that never ends (the open holds of a share without one).
+# The end of a lease that never ends (the open holds of a share without one), and of one
+# that ended (the holds in doubt).
 FAR = datetime.max.replace(tzinfo=UTC)
+DOUBTED = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ def _share_of(row: asyncpg.Record) -> regions.HomeShare:
         reclaimed_to=row["reclaimed_to"],
         reclaimed=row["reclaimed"],
         lease_until=row["lease_until"],
+        doubt=row["doubt"],
+        doubt_at=row["doubt_at"],
     )
 
 
@@ -111,11 +115,12 @@ async def _write_share(
     await conn.execute(
         """
         INSERT INTO region_shares (budget_id, region, granted, returned, used, reclaimed_to,
-                                   reclaimed, lease_until, heard_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                   reclaimed, lease_until, heard_at, doubt, doubt_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
         ON CONFLICT (budget_id, region) DO UPDATE SET
             granted = $3, returned = $4, used = $5, reclaimed_to = $6, reclaimed = $7,
-            lease_until = $8, heard_at = coalesce($9, region_shares.heard_at)
+            lease_until = $8, heard_at = coalesce($9, region_shares.heard_at), doubt = $10,
+            doubt_at = $11
         """,
         budget.budget_id,
         region,
@@ -126,6 +131,8 @@ async def _write_share(
         after.reclaimed,
         after.lease_until,
         now if kind is LedgerKind.SHARE else None,
+        after.doubt,
+        after.doubt_at,
     )
     if not (held_delta or used_delta):
         return
@@ -189,12 +196,12 @@ async def answer_share(conn: Conn, given: ShareAskInput, now: datetime) -> Share
 
 async def reclaim_candidates(conn: Conn, now: datetime, count: int) -> list[tuple[str, str]]:
     """At most count (budget, region) shares whose lease ended the reclaim delay ago and
-    that still hold escrow."""
+    that still hold escrow beyond what the region's holds in doubt hold."""
     rows = await conn.fetch(
         """
         SELECT budget_id, region FROM region_shares
         WHERE lease_until <= $1
-          AND granted - greatest(returned, reclaimed_to) - used > 0
+          AND granted - greatest(returned, reclaimed_to) - used > doubt
         ORDER BY lease_until
         LIMIT $2
         """,
@@ -255,15 +262,19 @@ class RegionShare:
     used: int
     held: int
     lease_until: datetime | None
+    # Of held, what its holds in doubt hold.
+    doubt: int = 0
 
     def region(self, name: str, heard: tuple[datetime | None, bool]) -> regions.Region:
         """As core.regions.Region, heard_at and short what the region last heard (kept in
-        memory). The open holds are one, ending with the share's lease: the rules read
-        only their total here."""
+        memory). The open holds are two: those in doubt, and the rest, ending with the
+        share's lease: the rules read only their totals here."""
         holds = {}
-        if self.held:
+        if self.held > self.doubt:
             until = self.lease_until or FAR
-            holds = {"open": regions.RegionHold(self.held, until)}
+            holds["open"] = regions.RegionHold(self.held - self.doubt, until)
+        if self.doubt:
+            holds["doubt"] = regions.RegionHold(self.doubt, DOUBTED, dispatched=True)
         heard_at, short = heard
         return regions.Region(
             name=name,
@@ -277,8 +288,12 @@ class RegionShare:
         )
 
 
+# A share's holds in doubt: on its budget, or nested on it (also_budget_ids).
 _SHARE_ROWS = """
-SELECT s.budget_id, s.granted, s.returned, s.lease_until, b.used, b.held
+SELECT s.budget_id, s.granted, s.returned, s.lease_until, b.used, b.held,
+       (SELECT coalesce(sum(r.amount - r.charged), 0)
+        FROM in_doubt_holds d JOIN reservations r USING (reservation_id)
+        WHERE r.budget_id = s.budget_id OR s.budget_id = ANY (r.also_budget_ids)) AS doubt
 FROM region_share_state s JOIN budgets b USING (budget_id)
 """
 
@@ -291,6 +306,7 @@ def _region_share(row: asyncpg.Record) -> RegionShare:
         used=row["used"],
         held=row["held"],
         lease_until=row["lease_until"],
+        doubt=int(row["doubt"]),
     )
 
 

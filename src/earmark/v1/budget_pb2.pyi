@@ -908,20 +908,22 @@ class ShareRequest(_message.Message):
     def __init__(self, region: _Optional[str] = ..., asks: _Optional[_Iterable[_Union[ShareAsk, _Mapping]]] = ...) -> None: ...
 
 class ShareAsk(_message.Message):
-    __slots__ = ("budget_id", "sent_at", "want", "need", "returned", "used")
+    __slots__ = ("budget_id", "sent_at", "want", "need", "returned", "used", "doubt")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_FIELD_NUMBER: _ClassVar[int]
     WANT_FIELD_NUMBER: _ClassVar[int]
     NEED_FIELD_NUMBER: _ClassVar[int]
     RETURNED_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
+    DOUBT_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     sent_at: _timestamp_pb2.Timestamp
     want: int
     need: int
     returned: int
     used: int
-    def __init__(self, budget_id: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., want: _Optional[int] = ..., need: _Optional[int] = ..., returned: _Optional[int] = ..., used: _Optional[int] = ...) -> None: ...
+    doubt: int
+    def __init__(self, budget_id: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., want: _Optional[int] = ..., need: _Optional[int] = ..., returned: _Optional[int] = ..., used: _Optional[int] = ..., doubt: _Optional[int] = ...) -> None: ...
 
 class ShareResponse(_message.Message):
     __slots__ = ("answers",)

@@ -18,6 +18,10 @@ CREATE TABLE region_shares (
     -- On the home's clock.
     lease_until  timestamptz,
     heard_at     timestamptz,
+    -- What the region's holds in doubt held at its newest report (sent at doubt_at on its
+    -- clock): a reclaim leaves it held.
+    doubt        bigint NOT NULL DEFAULT 0 CHECK (doubt >= 0),
+    doubt_at     timestamptz,
     PRIMARY KEY (budget_id, region)
 );
 

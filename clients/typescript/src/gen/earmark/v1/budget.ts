@@ -1402,6 +1402,11 @@ export interface ShareAsk {
   /** Cumulative: what the region has given back of its share, and used of it. */
   returned: bigint;
   used: bigint;
+  /**
+   * Now, not cumulative: what the region's holds in doubt hold (dispatched, their lease
+   * passed, not yet settled); the home keeps it held when it takes back an expired share.
+   */
+  doubt: bigint;
 }
 
 export interface ShareResponse {
@@ -10021,7 +10026,7 @@ export const ShareRequest: MessageFns<ShareRequest> = {
 };
 
 function createBaseShareAsk(): ShareAsk {
-  return { budgetId: "", sentAt: undefined, want: 0n, need: 0n, returned: 0n, used: 0n };
+  return { budgetId: "", sentAt: undefined, want: 0n, need: 0n, returned: 0n, used: 0n, doubt: 0n };
 }
 
 export const ShareAsk: MessageFns<ShareAsk> = {
@@ -10055,6 +10060,12 @@ export const ShareAsk: MessageFns<ShareAsk> = {
         throw new globalThis.Error("value provided for field message.used of type int64 too large");
       }
       writer.uint32(48).int64(message.used);
+    }
+    if (message.doubt !== 0n) {
+      if (BigInt.asIntN(64, message.doubt) !== message.doubt) {
+        throw new globalThis.Error("value provided for field message.doubt of type int64 too large");
+      }
+      writer.uint32(56).int64(message.doubt);
     }
     return writer;
   },
@@ -10120,6 +10131,14 @@ export const ShareAsk: MessageFns<ShareAsk> = {
             message.used = reader.int64() as bigint;
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.doubt = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -10148,6 +10167,7 @@ export const ShareAsk: MessageFns<ShareAsk> = {
       need: isSet(object.need) ? BigInt(object.need) : 0n,
       returned: isSet(object.returned) ? BigInt(object.returned) : 0n,
       used: isSet(object.used) ? BigInt(object.used) : 0n,
+      doubt: isSet(object.doubt) ? BigInt(object.doubt) : 0n,
     };
   },
 
@@ -10171,6 +10191,9 @@ export const ShareAsk: MessageFns<ShareAsk> = {
     if (message.used !== 0n) {
       obj.used = message.used.toString();
     }
+    if (message.doubt !== 0n) {
+      obj.doubt = message.doubt.toString();
+    }
     return obj;
   },
 
@@ -10185,6 +10208,7 @@ export const ShareAsk: MessageFns<ShareAsk> = {
     message.need = (object.need !== undefined && object.need !== null) ? BigInt(object.need) : 0n;
     message.returned = (object.returned !== undefined && object.returned !== null) ? BigInt(object.returned) : 0n;
     message.used = (object.used !== undefined && object.used !== null) ? BigInt(object.used) : 0n;
+    message.doubt = (object.doubt !== undefined && object.doubt !== null) ? BigInt(object.doubt) : 0n;
     return message;
   },
 };

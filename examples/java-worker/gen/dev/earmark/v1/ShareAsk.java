@@ -178,6 +178,22 @@ private static final long serialVersionUID = 0L;
     return used_;
   }
 
+  public static final int DOUBT_FIELD_NUMBER = 7;
+  private long doubt_ = 0L;
+  /**
+   * <pre>
+   * Now, not cumulative: what the region's holds in doubt hold (dispatched, their lease
+   * passed, not yet settled); the home keeps it held when it takes back an expired share.
+   * </pre>
+   *
+   * <code>int64 doubt = 7;</code>
+   * @return The doubt.
+   */
+  @java.lang.Override
+  public long getDoubt() {
+    return doubt_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -209,6 +225,9 @@ private static final long serialVersionUID = 0L;
     }
     if (used_ != 0L) {
       output.writeInt64(6, used_);
+    }
+    if (doubt_ != 0L) {
+      output.writeInt64(7, doubt_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -242,6 +261,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeInt64Size(6, used_);
     }
+    if (doubt_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(7, doubt_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -272,6 +295,8 @@ private static final long serialVersionUID = 0L;
         != other.getReturned()) return false;
     if (getUsed()
         != other.getUsed()) return false;
+    if (getDoubt()
+        != other.getDoubt()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -301,6 +326,9 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + USED_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getUsed());
+    hash = (37 * hash) + DOUBT_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getDoubt());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -440,6 +468,7 @@ private static final long serialVersionUID = 0L;
       need_ = 0L;
       returned_ = 0L;
       used_ = 0L;
+      doubt_ = 0L;
       return this;
     }
 
@@ -492,6 +521,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.used_ = used_;
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.doubt_ = doubt_;
       }
     }
 
@@ -559,6 +591,9 @@ private static final long serialVersionUID = 0L;
       if (other.getUsed() != 0L) {
         setUsed(other.getUsed());
       }
+      if (other.getDoubt() != 0L) {
+        setDoubt(other.getDoubt());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -617,6 +652,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 48
+            case 56: {
+              doubt_ = input.readInt64();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 56
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1024,6 +1064,53 @@ private static final long serialVersionUID = 0L;
     public Builder clearUsed() {
       bitField0_ = (bitField0_ & ~0x00000020);
       used_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long doubt_ ;
+    /**
+     * <pre>
+     * Now, not cumulative: what the region's holds in doubt hold (dispatched, their lease
+     * passed, not yet settled); the home keeps it held when it takes back an expired share.
+     * </pre>
+     *
+     * <code>int64 doubt = 7;</code>
+     * @return The doubt.
+     */
+    @java.lang.Override
+    public long getDoubt() {
+      return doubt_;
+    }
+    /**
+     * <pre>
+     * Now, not cumulative: what the region's holds in doubt hold (dispatched, their lease
+     * passed, not yet settled); the home keeps it held when it takes back an expired share.
+     * </pre>
+     *
+     * <code>int64 doubt = 7;</code>
+     * @param value The doubt to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDoubt(long value) {
+      
+      doubt_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Now, not cumulative: what the region's holds in doubt hold (dispatched, their lease
+     * passed, not yet settled); the home keeps it held when it takes back an expired share.
+     * </pre>
+     *
+     * <code>int64 doubt = 7;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearDoubt() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      doubt_ = 0L;
       onChanged();
       return this;
     }

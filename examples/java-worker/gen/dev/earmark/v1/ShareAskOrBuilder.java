@@ -82,4 +82,15 @@ public interface ShareAskOrBuilder extends
    * @return The used.
    */
   long getUsed();
+
+  /**
+   * <pre>
+   * Now, not cumulative: what the region's holds in doubt hold (dispatched, their lease
+   * passed, not yet settled); the home keeps it held when it takes back an expired share.
+   * </pre>
+   *
+   * <code>int64 doubt = 7;</code>
+   * @return The doubt.
+   */
+  long getDoubt();
 }
