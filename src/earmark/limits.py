@@ -877,6 +877,8 @@ region_outbox_batch_max = 100
 regions_per_budget_max = 16
 regions_max = 64
 region_name_chars_max = 64
+# ListShares answers the shares of at most shares_page_budgets_max budgets a call.
+shares_page_budgets_max = 100
 # A region's sidecar looks at its shares every region_tick_seconds (asks, returns, reports),
 # at most region_shares_per_tick_max of them; a call to the home waits region_call_seconds
 # at most, and a Reserve waiting on an ask as long.

@@ -53,7 +53,9 @@ async def assert_invariants(database_url: str) -> None:
 
 
 # Admin's methods that read pages of SQL (store/scans.py): the model has no such listings.
-LISTINGS = ("ListPrices", "ListHolds", "ListLedger", "ListBudgets", "ListCalls", "GetSpend")
+LISTINGS = (
+    "ListPrices", "ListHolds", "ListLedger", "ListBudgets", "ListCalls", "GetSpend", "ListShares",
+)  # fmt: skip
 
 
 class ModelSidecar:

@@ -13,6 +13,7 @@ from earmark.server import Sidecar
 from earmark.v1 import budget_pb2 as pb
 from tests.conftest import Running, running_all, sidecar_settings
 from tests.helpers import assert_invariants, eventually, fetch_budget_row
+from tests.ops.test_commands import rows, run
 from tests.relay import Relay
 
 
@@ -86,4 +87,32 @@ async def test_a_region_cut_off_refuses_once_its_share_is_spent(regions: Regions
     assert first.admitted
     assert within is None or within.admitted
     assert (False, pb.REFUSAL_REASON_INSUFFICIENT_BUDGET) == (beyond.admitted, beyond.reason)
+    await regions.audit()
+
+
+async def test_operators_list_shares_at_the_home_and_in_the_region(regions: Regions) -> None:
+    """Admin.ListShares (and `earmark regions list`) shows the region's share at the home,
+    with the escrow held for it, and the region's own view, with its room."""
+    await regions.home.admin.PutBudget(
+        pb.PutBudgetRequest(budget_id="b", limit=1_000, unit="tokens")
+    )
+    admitted = await regions.region.budget.Reserve(reserve("k1", 300))
+    home = await regions.home.admin.ListShares(pb.ListSharesRequest())
+    region = await regions.region.admin.ListShares(pb.ListSharesRequest(budget_id="b"))
+    (at_home,) = home.shares
+    (in_region,) = region.shares
+    assert admitted.admitted
+    assert ("b", "eu", True, "") == (
+        at_home.budget_id,
+        at_home.region,
+        at_home.home,
+        home.next_budget_id,
+    )
+    assert (at_home.granted, False, at_home.granted - 300) == (
+        in_region.granted,
+        in_region.home,
+        in_region.outstanding,
+    )
+    listed = rows(await run(regions.home, "regions", "list"))
+    assert ["b", "eu", "home"] == listed[1][:3]
     await regions.audit()

@@ -14,6 +14,7 @@ from earmark.metrics import Metrics
 from earmark.plans.cache import LimitUnavailable
 from earmark.plans.gate import PlanGate
 from earmark.service import convert
+from earmark.service import regions as service_regions
 from earmark.service import templates as service_templates
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
@@ -98,6 +99,21 @@ class AdminService(pb_grpc.AdminServicer):
         found = await self.store.list_templates()
         return pb.ListBudgetTemplatesResponse(
             templates=[service_templates.template_message(t) for t in found]
+        )
+
+    @rpc("ListShares")
+    async def ListShares(
+        self, request: pb.ListSharesRequest, context: Context
+    ) -> pb.ListSharesResponse:
+        budget_id = validate.budget_id(request.budget_id) if request.budget_id else ""
+        after = ""
+        if request.after_budget_id:
+            after = validate.identifier(
+                "after_budget_id", request.after_budget_id, limits.budget_id_length_max
+            )
+        views, following = await self.store.list_shares(budget_id, after)
+        return pb.ListSharesResponse(
+            shares=[service_regions.share_message(v) for v in views], next_budget_id=following
         )
 
     @rpc("DeleteBudgetTemplate")

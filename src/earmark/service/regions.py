@@ -18,7 +18,7 @@ from earmark.service.convert import timestamp
 from earmark.service.drain import Drain
 from earmark.service.errors import Context
 from earmark.service.middleware import rpc
-from earmark.store.regions import ShareAskInput, ShareOutcome
+from earmark.store.regions import ShareAskInput, ShareOutcome, ShareView
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 from earmark.validate import prices as validate_prices
@@ -120,3 +120,23 @@ class RegionsService(pb_grpc.RegionsServicer):
         granted = sum(o.granted_now for o in outcomes)
         log.info("share", region=asks[0].region, asks=len(asks), granted=granted)
         return pb.ShareResponse(answers=[share_answer(o) for o in outcomes])
+
+
+def share_message(view: ShareView) -> pb.Share:
+    """A share as Admin.ListShares answers it."""
+    message = pb.Share(
+        budget_id=view.budget_id,
+        region=view.region,
+        home=view.home,
+        granted=view.granted,
+        released=view.released,
+        used=view.used,
+        outstanding=view.outstanding,
+        doubt=view.doubt,
+        reclaimed=view.reclaimed,
+    )
+    if view.lease_until is not None:
+        message.lease_until.CopyFrom(timestamp(view.lease_until))
+    if view.heard_at is not None:
+        message.heard_at.CopyFrom(timestamp(view.heard_at))
+    return message

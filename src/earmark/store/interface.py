@@ -35,6 +35,7 @@ from earmark.errors import Unavailable
 from earmark.store.cycles import Report
 from earmark.store.marks import Mark
 from earmark.store.operator import WatchTotals
+from earmark.store.regions import ShareView
 from earmark.store.scans import Scans
 
 
@@ -105,7 +106,15 @@ class Listings(Protocol):
     def scans(self) -> Scans: ...
 
 
-class AdminStore(Holds, Listings, Protocol):
+class Shares(Protocol):
+    """Budgets across regions as operators see them (issue 48)."""
+
+    async def list_shares(
+        self, budget_id: str = ..., after: str = ...
+    ) -> tuple[list[ShareView], str]: ...
+
+
+class AdminStore(Holds, Listings, Shares, Protocol):
     """What the Admin service calls."""
 
 

@@ -402,3 +402,85 @@ async def is_share(conn: Conn, budget_id: str) -> bool:
     return bool(
         await conn.fetchval("SELECT 1 FROM region_share_state WHERE budget_id = $1", budget_id)
     )
+
+
+# What operators see (Admin.ListShares).
+
+
+@dataclass(frozen=True, slots=True)
+class ShareView:
+    """A share as an operator sees it: at a budget's home (home True), a region's share of
+    it; in a region, its share of a budget homed elsewhere (region "")."""
+
+    budget_id: str
+    region: str
+    home: bool
+    granted: int
+    released: int
+    used: int
+    # At the home: escrow held for the region. In a region: its room.
+    outstanding: int
+    doubt: int
+    lease_until: datetime | None
+    heard_at: datetime | None = None
+    reclaimed: int = 0
+
+
+async def list_shares(conn: Conn, budget_id: str, after: str) -> tuple[list[ShareView], str]:
+    """The shares of at most limits.shares_page_budgets_max budgets (only budget_id's, if
+    given) with ids after `after`, home and region alike, by budget then region; and the
+    last budget id when more may follow ("" when not)."""
+    count = limits.shares_page_budgets_max
+    ids = await conn.fetch(
+        """
+        SELECT budget_id FROM (
+            SELECT budget_id FROM region_shares UNION SELECT budget_id FROM region_share_state
+        ) k
+        WHERE ($1 = '' OR budget_id = $1) AND budget_id > $2
+        ORDER BY budget_id LIMIT $3
+        """,
+        budget_id,
+        after,
+        count,
+    )
+    named = [row["budget_id"] for row in ids]
+    views: list[ShareView] = []
+    for row in await conn.fetch(
+        "SELECT * FROM region_shares WHERE budget_id = ANY ($1) ORDER BY budget_id, region",
+        named,
+    ):
+        share = _share_of(row)
+        views.append(
+            ShareView(
+                budget_id=row["budget_id"],
+                region=row["region"],
+                home=True,
+                granted=share.granted,
+                released=share.released,
+                used=share.used,
+                outstanding=share.outstanding,
+                doubt=share.doubt,
+                lease_until=share.lease_until,
+                heard_at=row["heard_at"],
+                reclaimed=share.reclaimed,
+            )
+        )
+    for row in await conn.fetch(
+        f"{_SHARE_ROWS} WHERE s.budget_id = ANY ($1) ORDER BY s.budget_id", named
+    ):
+        mine = _region_share(row)
+        views.append(
+            ShareView(
+                budget_id=mine.budget_id,
+                region="",
+                home=False,
+                granted=mine.granted,
+                released=mine.returned,
+                used=mine.used,
+                outstanding=mine.granted - mine.returned - mine.used - mine.held,
+                doubt=mine.doubt,
+                lease_until=mine.lease_until,
+            )
+        )
+    views.sort(key=lambda v: (v.budget_id, not v.home, v.region))
+    return views, (named[-1] if len(named) == count else "")

@@ -491,6 +491,12 @@ class Store:
             for r in seen
         ]
 
+    async def list_shares(
+        self, budget_id: str = "", after: str = ""
+    ) -> tuple[list[regions.ShareView], str]:
+        """Admin.ListShares: shares by budget then region, a page at a time."""
+        return await self._read(lambda conn: regions.list_shares(conn, budget_id, after))
+
     async def region_shares(
         self, after: str = "", count: int = limits.region_shares_per_tick_max
     ) -> list[regions.RegionShare]:

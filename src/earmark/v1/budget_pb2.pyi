@@ -952,3 +952,45 @@ class ShareAnswer(_message.Message):
     granted_now: int
     unit: str
     def __init__(self, budget_id: _Optional[str] = ..., found: _Optional[bool] = ..., message: _Optional[str] = ..., asked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., granted: _Optional[int] = ..., released: _Optional[int] = ..., short: _Optional[bool] = ..., granted_now: _Optional[int] = ..., unit: _Optional[str] = ...) -> None: ...
+
+class ListSharesRequest(_message.Message):
+    __slots__ = ("budget_id", "after_budget_id")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    after_budget_id: str
+    def __init__(self, budget_id: _Optional[str] = ..., after_budget_id: _Optional[str] = ...) -> None: ...
+
+class ListSharesResponse(_message.Message):
+    __slots__ = ("shares", "next_budget_id")
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    shares: _containers.RepeatedCompositeFieldContainer[Share]
+    next_budget_id: str
+    def __init__(self, shares: _Optional[_Iterable[_Union[Share, _Mapping]]] = ..., next_budget_id: _Optional[str] = ...) -> None: ...
+
+class Share(_message.Message):
+    __slots__ = ("budget_id", "region", "home", "granted", "released", "used", "outstanding", "doubt", "lease_until", "heard_at", "reclaimed")
+    BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    OUTSTANDING_FIELD_NUMBER: _ClassVar[int]
+    DOUBT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    HEARD_AT_FIELD_NUMBER: _ClassVar[int]
+    RECLAIMED_FIELD_NUMBER: _ClassVar[int]
+    budget_id: str
+    region: str
+    home: bool
+    granted: int
+    released: int
+    used: int
+    outstanding: int
+    doubt: int
+    lease_until: _timestamp_pb2.Timestamp
+    heard_at: _timestamp_pb2.Timestamp
+    reclaimed: int
+    def __init__(self, budget_id: _Optional[str] = ..., region: _Optional[str] = ..., home: _Optional[bool] = ..., granted: _Optional[int] = ..., released: _Optional[int] = ..., used: _Optional[int] = ..., outstanding: _Optional[int] = ..., doubt: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heard_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reclaimed: _Optional[int] = ...) -> None: ...

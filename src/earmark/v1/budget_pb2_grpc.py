@@ -334,6 +334,11 @@ class AdminStub:
                 request_serializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetTemplateRequest.SerializeToString,
                 response_deserializer=earmark_dot_v1_dot_budget__pb2.BudgetTemplate.FromString,
                 _registered_method=True)
+        self.ListShares = channel.unary_unary(
+                '/earmark.v1.Admin/ListShares',
+                request_serializer=earmark_dot_v1_dot_budget__pb2.ListSharesRequest.SerializeToString,
+                response_deserializer=earmark_dot_v1_dot_budget__pb2.ListSharesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -478,6 +483,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListShares(self, request, context):
+        """Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+        share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+        region; at most 1,000 a call (next_budget_id pages on).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -570,6 +584,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DeleteBudgetTemplate,
                     request_deserializer=earmark_dot_v1_dot_budget__pb2.DeleteBudgetTemplateRequest.FromString,
                     response_serializer=earmark_dot_v1_dot_budget__pb2.BudgetTemplate.SerializeToString,
+            ),
+            'ListShares': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShares,
+                    request_deserializer=earmark_dot_v1_dot_budget__pb2.ListSharesRequest.FromString,
+                    response_serializer=earmark_dot_v1_dot_budget__pb2.ListSharesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1059,6 +1078,33 @@ class Admin:
             '/earmark.v1.Admin/DeleteBudgetTemplate',
             earmark_dot_v1_dot_budget__pb2.DeleteBudgetTemplateRequest.SerializeToString,
             earmark_dot_v1_dot_budget__pb2.BudgetTemplate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/earmark.v1.Admin/ListShares',
+            earmark_dot_v1_dot_budget__pb2.ListSharesRequest.SerializeToString,
+            earmark_dot_v1_dot_budget__pb2.ListSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -266,6 +266,10 @@ type AdminClient interface {
 	ListBudgetTemplates(ctx context.Context, in *ListBudgetTemplatesRequest, opts ...grpc.CallOption) (*ListBudgetTemplatesResponse, error)
 	// Removes a template: no budget is made from it any more; those made stay as they are.
 	DeleteBudgetTemplate(ctx context.Context, in *DeleteBudgetTemplateRequest, opts ...grpc.CallOption) (*BudgetTemplate, error)
+	// Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+	// share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+	// region; at most 1,000 a call (next_budget_id pages on).
+	ListShares(ctx context.Context, in *ListSharesRequest, opts ...grpc.CallOption) (*ListSharesResponse, error)
 }
 
 type adminClient struct {
@@ -438,6 +442,15 @@ func (c *adminClient) DeleteBudgetTemplate(ctx context.Context, in *DeleteBudget
 	return out, nil
 }
 
+func (c *adminClient) ListShares(ctx context.Context, in *ListSharesRequest, opts ...grpc.CallOption) (*ListSharesResponse, error) {
+	out := new(ListSharesResponse)
+	err := c.cc.Invoke(ctx, "/earmark.v1.Admin/ListShares", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility
@@ -490,6 +503,10 @@ type AdminServer interface {
 	ListBudgetTemplates(context.Context, *ListBudgetTemplatesRequest) (*ListBudgetTemplatesResponse, error)
 	// Removes a template: no budget is made from it any more; those made stay as they are.
 	DeleteBudgetTemplate(context.Context, *DeleteBudgetTemplateRequest) (*BudgetTemplate, error)
+	// Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+	// share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+	// region; at most 1,000 a call (next_budget_id pages on).
+	ListShares(context.Context, *ListSharesRequest) (*ListSharesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -550,6 +567,9 @@ func (UnimplementedAdminServer) ListBudgetTemplates(context.Context, *ListBudget
 }
 func (UnimplementedAdminServer) DeleteBudgetTemplate(context.Context, *DeleteBudgetTemplateRequest) (*BudgetTemplate, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteBudgetTemplate not implemented")
+}
+func (UnimplementedAdminServer) ListShares(context.Context, *ListSharesRequest) (*ListSharesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListShares not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 
@@ -888,6 +908,24 @@ func _Admin_DeleteBudgetTemplate_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListShares_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSharesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListShares(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/earmark.v1.Admin/ListShares",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListShares(ctx, req.(*ListSharesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _Admin_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "earmark.v1.Admin",
 	HandlerType: (*AdminServer)(nil),
@@ -963,6 +1001,10 @@ var _Admin_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteBudgetTemplate",
 			Handler:    _Admin_DeleteBudgetTemplate_Handler,
+		},
+		{
+			MethodName: "ListShares",
+			Handler:    _Admin_ListShares_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

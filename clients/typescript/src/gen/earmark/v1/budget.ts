@@ -1437,6 +1437,51 @@ export interface ShareAnswer {
   unit: string;
 }
 
+export interface ListSharesRequest {
+  /** Only this budget's shares; empty: every budget's. */
+  budgetId: string;
+  /**
+   * The next page: the shares of budgets with ids after this one (a response's
+   * next_budget_id).
+   */
+  afterBudgetId: string;
+}
+
+export interface ListSharesResponse {
+  shares: Share[];
+  /** Set when more shares follow: pass it as after_budget_id. */
+  nextBudgetId: string;
+}
+
+export interface Share {
+  budgetId: string;
+  /** At a budget's home: the region the share is leased to. In a region: empty. */
+  region: string;
+  /** True at the budget's home, false in a region. */
+  home: boolean;
+  /** Cumulative: granted; given back or taken back (released); used. */
+  granted: bigint;
+  released: bigint;
+  used: bigint;
+  /**
+   * At the home: the escrow still held for the region (granted and not used or given
+   * back). In a region: what the share may still admit (its room).
+   */
+  outstanding: bigint;
+  /** What the region's holds in doubt hold (as the region last reported, at the home). */
+  doubt: bigint;
+  /** The share's lease: on the home's clock at the home, the region's view in a region. */
+  leaseUntil:
+    | Date
+    | undefined;
+  /** At the home: when the region last reached it. */
+  heardAt:
+    | Date
+    | undefined;
+  /** At the home: all that reclaims of the share took back. */
+  reclaimed: bigint;
+}
+
 function createBaseReserveRequest(): ReserveRequest {
   return {
     budgetId: "",
@@ -10512,6 +10557,461 @@ export const ShareAnswer: MessageFns<ShareAnswer> = {
   },
 };
 
+function createBaseListSharesRequest(): ListSharesRequest {
+  return { budgetId: "", afterBudgetId: "" };
+}
+
+export const ListSharesRequest: MessageFns<ListSharesRequest> = {
+  encode(message: ListSharesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budgetId !== "") {
+      writer.uint32(10).string(message.budgetId);
+    }
+    if (message.afterBudgetId !== "") {
+      writer.uint32(18).string(message.afterBudgetId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSharesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSharesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.budgetId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.afterBudgetId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSharesRequest {
+    return {
+      budgetId: isSet(object.budgetId)
+        ? globalThis.String(object.budgetId)
+        : isSet(object.budget_id)
+        ? globalThis.String(object.budget_id)
+        : "",
+      afterBudgetId: isSet(object.afterBudgetId)
+        ? globalThis.String(object.afterBudgetId)
+        : isSet(object.after_budget_id)
+        ? globalThis.String(object.after_budget_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListSharesRequest): unknown {
+    const obj: any = {};
+    if (message.budgetId !== "") {
+      obj.budgetId = message.budgetId;
+    }
+    if (message.afterBudgetId !== "") {
+      obj.afterBudgetId = message.afterBudgetId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListSharesRequest>, I>>(base?: I): ListSharesRequest {
+    return ListSharesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListSharesRequest>, I>>(object: I): ListSharesRequest {
+    const message = createBaseListSharesRequest();
+    message.budgetId = object.budgetId ?? "";
+    message.afterBudgetId = object.afterBudgetId ?? "";
+    return message;
+  },
+};
+
+function createBaseListSharesResponse(): ListSharesResponse {
+  return { shares: [], nextBudgetId: "" };
+}
+
+export const ListSharesResponse: MessageFns<ListSharesResponse> = {
+  encode(message: ListSharesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.shares) {
+      Share.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextBudgetId !== "") {
+      writer.uint32(18).string(message.nextBudgetId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSharesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSharesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.shares.push(Share.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextBudgetId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSharesResponse {
+    return {
+      shares: globalThis.Array.isArray(object?.shares) ? object.shares.map((e: any) => Share.fromJSON(e)) : [],
+      nextBudgetId: isSet(object.nextBudgetId)
+        ? globalThis.String(object.nextBudgetId)
+        : isSet(object.next_budget_id)
+        ? globalThis.String(object.next_budget_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListSharesResponse): unknown {
+    const obj: any = {};
+    if (message.shares?.length) {
+      obj.shares = message.shares.map((e) => Share.toJSON(e));
+    }
+    if (message.nextBudgetId !== "") {
+      obj.nextBudgetId = message.nextBudgetId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListSharesResponse>, I>>(base?: I): ListSharesResponse {
+    return ListSharesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListSharesResponse>, I>>(object: I): ListSharesResponse {
+    const message = createBaseListSharesResponse();
+    message.shares = object.shares?.map((e) => Share.fromPartial(e)) || [];
+    message.nextBudgetId = object.nextBudgetId ?? "";
+    return message;
+  },
+};
+
+function createBaseShare(): Share {
+  return {
+    budgetId: "",
+    region: "",
+    home: false,
+    granted: 0n,
+    released: 0n,
+    used: 0n,
+    outstanding: 0n,
+    doubt: 0n,
+    leaseUntil: undefined,
+    heardAt: undefined,
+    reclaimed: 0n,
+  };
+}
+
+export const Share: MessageFns<Share> = {
+  encode(message: Share, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budgetId !== "") {
+      writer.uint32(10).string(message.budgetId);
+    }
+    if (message.region !== "") {
+      writer.uint32(18).string(message.region);
+    }
+    if (message.home !== false) {
+      writer.uint32(24).bool(message.home);
+    }
+    if (message.granted !== 0n) {
+      if (BigInt.asIntN(64, message.granted) !== message.granted) {
+        throw new globalThis.Error("value provided for field message.granted of type int64 too large");
+      }
+      writer.uint32(32).int64(message.granted);
+    }
+    if (message.released !== 0n) {
+      if (BigInt.asIntN(64, message.released) !== message.released) {
+        throw new globalThis.Error("value provided for field message.released of type int64 too large");
+      }
+      writer.uint32(40).int64(message.released);
+    }
+    if (message.used !== 0n) {
+      if (BigInt.asIntN(64, message.used) !== message.used) {
+        throw new globalThis.Error("value provided for field message.used of type int64 too large");
+      }
+      writer.uint32(48).int64(message.used);
+    }
+    if (message.outstanding !== 0n) {
+      if (BigInt.asIntN(64, message.outstanding) !== message.outstanding) {
+        throw new globalThis.Error("value provided for field message.outstanding of type int64 too large");
+      }
+      writer.uint32(56).int64(message.outstanding);
+    }
+    if (message.doubt !== 0n) {
+      if (BigInt.asIntN(64, message.doubt) !== message.doubt) {
+        throw new globalThis.Error("value provided for field message.doubt of type int64 too large");
+      }
+      writer.uint32(64).int64(message.doubt);
+    }
+    if (message.leaseUntil !== undefined) {
+      Timestamp.encode(toTimestamp(message.leaseUntil), writer.uint32(74).fork()).join();
+    }
+    if (message.heardAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.heardAt), writer.uint32(82).fork()).join();
+    }
+    if (message.reclaimed !== 0n) {
+      if (BigInt.asIntN(64, message.reclaimed) !== message.reclaimed) {
+        throw new globalThis.Error("value provided for field message.reclaimed of type int64 too large");
+      }
+      writer.uint32(88).int64(message.reclaimed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Share {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShare();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.budgetId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.region = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.home = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.granted = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.released = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.used = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.outstanding = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.doubt = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.leaseUntil = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.heardAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.reclaimed = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Share {
+    return {
+      budgetId: isSet(object.budgetId)
+        ? globalThis.String(object.budgetId)
+        : isSet(object.budget_id)
+        ? globalThis.String(object.budget_id)
+        : "",
+      region: isSet(object.region) ? globalThis.String(object.region) : "",
+      home: isSet(object.home) ? globalThis.Boolean(object.home) : false,
+      granted: isSet(object.granted) ? BigInt(object.granted) : 0n,
+      released: isSet(object.released) ? BigInt(object.released) : 0n,
+      used: isSet(object.used) ? BigInt(object.used) : 0n,
+      outstanding: isSet(object.outstanding) ? BigInt(object.outstanding) : 0n,
+      doubt: isSet(object.doubt) ? BigInt(object.doubt) : 0n,
+      leaseUntil: isSet(object.leaseUntil)
+        ? fromJsonTimestamp(object.leaseUntil)
+        : isSet(object.lease_until)
+        ? fromJsonTimestamp(object.lease_until)
+        : undefined,
+      heardAt: isSet(object.heardAt)
+        ? fromJsonTimestamp(object.heardAt)
+        : isSet(object.heard_at)
+        ? fromJsonTimestamp(object.heard_at)
+        : undefined,
+      reclaimed: isSet(object.reclaimed) ? BigInt(object.reclaimed) : 0n,
+    };
+  },
+
+  toJSON(message: Share): unknown {
+    const obj: any = {};
+    if (message.budgetId !== "") {
+      obj.budgetId = message.budgetId;
+    }
+    if (message.region !== "") {
+      obj.region = message.region;
+    }
+    if (message.home !== false) {
+      obj.home = message.home;
+    }
+    if (message.granted !== 0n) {
+      obj.granted = message.granted.toString();
+    }
+    if (message.released !== 0n) {
+      obj.released = message.released.toString();
+    }
+    if (message.used !== 0n) {
+      obj.used = message.used.toString();
+    }
+    if (message.outstanding !== 0n) {
+      obj.outstanding = message.outstanding.toString();
+    }
+    if (message.doubt !== 0n) {
+      obj.doubt = message.doubt.toString();
+    }
+    if (message.leaseUntil !== undefined) {
+      obj.leaseUntil = message.leaseUntil.toISOString();
+    }
+    if (message.heardAt !== undefined) {
+      obj.heardAt = message.heardAt.toISOString();
+    }
+    if (message.reclaimed !== 0n) {
+      obj.reclaimed = message.reclaimed.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Share>, I>>(base?: I): Share {
+    return Share.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Share>, I>>(object: I): Share {
+    const message = createBaseShare();
+    message.budgetId = object.budgetId ?? "";
+    message.region = object.region ?? "";
+    message.home = object.home ?? false;
+    message.granted = (object.granted !== undefined && object.granted !== null) ? BigInt(object.granted) : 0n;
+    message.released = (object.released !== undefined && object.released !== null) ? BigInt(object.released) : 0n;
+    message.used = (object.used !== undefined && object.used !== null) ? BigInt(object.used) : 0n;
+    message.outstanding = (object.outstanding !== undefined && object.outstanding !== null)
+      ? BigInt(object.outstanding)
+      : 0n;
+    message.doubt = (object.doubt !== undefined && object.doubt !== null) ? BigInt(object.doubt) : 0n;
+    message.leaseUntil = object.leaseUntil ?? undefined;
+    message.heardAt = object.heardAt ?? undefined;
+    message.reclaimed = (object.reclaimed !== undefined && object.reclaimed !== null) ? BigInt(object.reclaimed) : 0n;
+    return message;
+  },
+};
+
 /** What workers call, on localhost, before they spend. */
 export type BudgetService = typeof BudgetService;
 export const BudgetService = {
@@ -10869,6 +11369,20 @@ export const AdminService = {
     responseSerialize: (value: BudgetTemplate): Buffer => Buffer.from(BudgetTemplate.encode(value).finish()),
     responseDeserialize: (value: Buffer): BudgetTemplate => BudgetTemplate.decode(value),
   },
+  /**
+   * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+   * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+   * region; at most 1,000 a call (next_budget_id pages on).
+   */
+  listShares: {
+    path: "/earmark.v1.Admin/ListShares" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListSharesRequest): Buffer => Buffer.from(ListSharesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListSharesRequest => ListSharesRequest.decode(value),
+    responseSerialize: (value: ListSharesResponse): Buffer => Buffer.from(ListSharesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListSharesResponse => ListSharesResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServer extends UntypedServiceImplementation {
@@ -10940,6 +11454,12 @@ export interface AdminServer extends UntypedServiceImplementation {
   listBudgetTemplates: handleUnaryCall<ListBudgetTemplatesRequest, ListBudgetTemplatesResponse>;
   /** Removes a template: no budget is made from it any more; those made stay as they are. */
   deleteBudgetTemplate: handleUnaryCall<DeleteBudgetTemplateRequest, BudgetTemplate>;
+  /**
+   * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+   * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+   * region; at most 1,000 a call (next_budget_id pages on).
+   */
+  listShares: handleUnaryCall<ListSharesRequest, ListSharesResponse>;
 }
 
 export interface AdminClient extends Client {
@@ -11259,6 +11779,26 @@ export interface AdminClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: BudgetTemplate) => void,
+  ): ClientUnaryCall;
+  /**
+   * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+   * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+   * region; at most 1,000 a call (next_budget_id pages on).
+   */
+  listShares(
+    request: ListSharesRequest,
+    callback: (error: ServiceError | null, response: ListSharesResponse) => void,
+  ): ClientUnaryCall;
+  listShares(
+    request: ListSharesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListSharesResponse) => void,
+  ): ClientUnaryCall;
+  listShares(
+    request: ListSharesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListSharesResponse) => void,
   ): ClientUnaryCall;
 }
 

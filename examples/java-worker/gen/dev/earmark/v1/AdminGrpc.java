@@ -576,6 +576,37 @@ public final class AdminGrpc {
     return getDeleteBudgetTemplateMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.earmark.v1.ListSharesRequest,
+      dev.earmark.v1.ListSharesResponse> getListSharesMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListShares",
+      requestType = dev.earmark.v1.ListSharesRequest.class,
+      responseType = dev.earmark.v1.ListSharesResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.earmark.v1.ListSharesRequest,
+      dev.earmark.v1.ListSharesResponse> getListSharesMethod() {
+    io.grpc.MethodDescriptor<dev.earmark.v1.ListSharesRequest, dev.earmark.v1.ListSharesResponse> getListSharesMethod;
+    if ((getListSharesMethod = AdminGrpc.getListSharesMethod) == null) {
+      synchronized (AdminGrpc.class) {
+        if ((getListSharesMethod = AdminGrpc.getListSharesMethod) == null) {
+          AdminGrpc.getListSharesMethod = getListSharesMethod =
+              io.grpc.MethodDescriptor.<dev.earmark.v1.ListSharesRequest, dev.earmark.v1.ListSharesResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListShares"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.ListSharesRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.earmark.v1.ListSharesResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminMethodDescriptorSupplier("ListShares"))
+              .build();
+        }
+      }
+    }
+    return getListSharesMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -817,6 +848,18 @@ public final class AdminGrpc {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getDeleteBudgetTemplateMethod(), responseObserver);
     }
 
+    /**
+     * <pre>
+     * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+     * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+     * region; at most 1,000 a call (next_budget_id pages on).
+     * </pre>
+     */
+    public void listShares(dev.earmark.v1.ListSharesRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.ListSharesResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListSharesMethod(), responseObserver);
+    }
+
     @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
       return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
           .addMethod(
@@ -945,6 +988,13 @@ public final class AdminGrpc {
                 dev.earmark.v1.DeleteBudgetTemplateRequest,
                 dev.earmark.v1.BudgetTemplate>(
                   this, METHODID_DELETE_BUDGET_TEMPLATE)))
+          .addMethod(
+            getListSharesMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                dev.earmark.v1.ListSharesRequest,
+                dev.earmark.v1.ListSharesResponse>(
+                  this, METHODID_LIST_SHARES)))
           .build();
     }
   }
@@ -1173,6 +1223,19 @@ public final class AdminGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getDeleteBudgetTemplateMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+     * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+     * region; at most 1,000 a call (next_budget_id pages on).
+     * </pre>
+     */
+    public void listShares(dev.earmark.v1.ListSharesRequest request,
+        io.grpc.stub.StreamObserver<dev.earmark.v1.ListSharesResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListSharesMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -1380,6 +1443,18 @@ public final class AdminGrpc {
     public dev.earmark.v1.BudgetTemplate deleteBudgetTemplate(dev.earmark.v1.DeleteBudgetTemplateRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getDeleteBudgetTemplateMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+     * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+     * region; at most 1,000 a call (next_budget_id pages on).
+     * </pre>
+     */
+    public dev.earmark.v1.ListSharesResponse listShares(dev.earmark.v1.ListSharesRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListSharesMethod(), getCallOptions(), request);
     }
   }
 
@@ -1607,6 +1682,19 @@ public final class AdminGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getDeleteBudgetTemplateMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * Budgets across regions (issue 48, docs/regions.md): at a budget's home, each region's
+     * share of it; in a region, its shares of budgets homed elsewhere. By budget id, then
+     * region; at most 1,000 a call (next_budget_id pages on).
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.earmark.v1.ListSharesResponse> listShares(
+        dev.earmark.v1.ListSharesRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListSharesMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_PUT_BUDGET = 0;
@@ -1627,6 +1715,7 @@ public final class AdminGrpc {
   private static final int METHODID_PUT_BUDGET_TEMPLATE = 15;
   private static final int METHODID_LIST_BUDGET_TEMPLATES = 16;
   private static final int METHODID_DELETE_BUDGET_TEMPLATE = 17;
+  private static final int METHODID_LIST_SHARES = 18;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1717,6 +1806,10 @@ public final class AdminGrpc {
           serviceImpl.deleteBudgetTemplate((dev.earmark.v1.DeleteBudgetTemplateRequest) request,
               (io.grpc.stub.StreamObserver<dev.earmark.v1.BudgetTemplate>) responseObserver);
           break;
+        case METHODID_LIST_SHARES:
+          serviceImpl.listShares((dev.earmark.v1.ListSharesRequest) request,
+              (io.grpc.stub.StreamObserver<dev.earmark.v1.ListSharesResponse>) responseObserver);
+          break;
         default:
           throw new AssertionError();
       }
@@ -1796,6 +1889,7 @@ public final class AdminGrpc {
               .addMethod(getPutBudgetTemplateMethod())
               .addMethod(getListBudgetTemplatesMethod())
               .addMethod(getDeleteBudgetTemplateMethod())
+              .addMethod(getListSharesMethod())
               .build();
         }
       }

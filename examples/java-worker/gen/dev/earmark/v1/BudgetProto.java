@@ -279,6 +279,21 @@ public final class BudgetProto {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_earmark_v1_ShareAnswer_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_ListSharesRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_ListSharesRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_ListSharesResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_ListSharesResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_earmark_v1_Share_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_earmark_v1_Share_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -536,93 +551,105 @@ public final class BudgetProto {
       "und\030\002 \001(\010\022\017\n\007message\030\003 \001(\t\022,\n\010asked_at\030\004" +
       " \001(\0132\032.google.protobuf.Timestamp\022\017\n\007gran" +
       "ted\030\005 \001(\003\022\020\n\010released\030\006 \001(\003\022\r\n\005short\030\007 \001" +
-      "(\010\022\023\n\013granted_now\030\010 \001(\003\022\014\n\004unit\030\t \001(\t*?\n" +
-      "\005Phase\022\025\n\021PHASE_UNSPECIFIED\020\000\022\016\n\nPHASE_W" +
-      "ORK\020\001\022\017\n\013PHASE_FINAL\020\002*a\n\rOveragePolicy\022" +
-      "\036\n\032OVERAGE_POLICY_UNSPECIFIED\020\000\022\027\n\023OVERA" +
-      "GE_POLICY_HARD\020\001\022\027\n\023OVERAGE_POLICY_SOFT\020" +
-      "\002*x\n\006Period\022\026\n\022PERIOD_UNSPECIFIED\020\000\022\016\n\nP" +
-      "ERIOD_DAY\020\001\022\017\n\013PERIOD_WEEK\020\002\022\020\n\014PERIOD_M" +
-      "ONTH\020\003\022\022\n\016PERIOD_QUARTER\020\004\022\017\n\013PERIOD_YEA" +
-      "R\020\005*[\n\nBudgetMode\022\033\n\027BUDGET_MODE_UNSPECI" +
-      "FIED\020\000\022\027\n\023BUDGET_MODE_ENFORCE\020\001\022\027\n\023BUDGE" +
-      "T_MODE_OBSERVE\020\002*\316\002\n\rRefusalReason\022\036\n\032RE" +
-      "FUSAL_REASON_UNSPECIFIED\020\000\022&\n\"REFUSAL_RE" +
-      "ASON_INSUFFICIENT_BUDGET\020\001\022$\n REFUSAL_RE" +
-      "ASON_LIMIT_UNAVAILABLE\020\002\022\037\n\033REFUSAL_REAS" +
-      "ON_RATE_LIMITED\020\003\022 \n\034REFUSAL_REASON_TOO_" +
-      "MANY_OPEN\020\004\022#\n\037REFUSAL_REASON_ADMISSIONS" +
-      "_SPENT\020\005\022\031\n\025REFUSAL_REASON_CLOSED\020\006\022$\n R" +
-      "EFUSAL_REASON_SHARE_LEASE_ENDED\020\007\022&\n\"REF" +
-      "USAL_REASON_HOLD_OUTLIVES_SHARE\020\010*y\n\007Out" +
-      "come\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\025\n\021OUTCOME" +
-      "_SUCCEEDED\020\001\022\022\n\016OUTCOME_FAILED\020\002\022\025\n\021OUTC" +
-      "OME_CANCELLED\020\003\022\023\n\017OUTCOME_UNKNOWN\020\004*\257\001\n" +
-      "\020ReservationState\022!\n\035RESERVATION_STATE_U" +
-      "NSPECIFIED\020\000\022\032\n\026RESERVATION_STATE_HELD\020\001" +
-      "\022\035\n\031RESERVATION_STATE_SETTLED\020\002\022\035\n\031RESER" +
-      "VATION_STATE_EXPIRED\020\003\022\036\n\032RESERVATION_ST" +
-      "ATE_IN_DOUBT\020\004*j\n\016ThresholdBasis\022\037\n\033THRE" +
-      "SHOLD_BASIS_UNSPECIFIED\020\000\022\035\n\031THRESHOLD_B" +
-      "ASIS_COMMITTED\020\001\022\030\n\024THRESHOLD_BASIS_USED" +
-      "\020\002*\337\001\n\016EstimateSource\022\037\n\033ESTIMATE_SOURCE" +
-      "_UNSPECIFIED\020\000\022\032\n\026ESTIMATE_SOURCE_CALLER" +
-      "\020\001\022\031\n\025ESTIMATE_SOURCE_SHAPE\020\002\022\033\n\027ESTIMAT" +
-      "E_SOURCE_DEFAULT\020\003\022\036\n\032ESTIMATE_SOURCE_JO" +
-      "B_MEDIAN\020\004\022\033\n\027ESTIMATE_SOURCE_JOB_P75\020\005\022" +
-      "\033\n\027ESTIMATE_SOURCE_JOB_MAX\020\006*f\n\016Estimate" +
-      "Policy\022\037\n\033ESTIMATE_POLICY_UNSPECIFIED\020\000\022" +
-      "\032\n\026ESTIMATE_POLICY_MEDIAN\020\001\022\027\n\023ESTIMATE_" +
-      "POLICY_P75\020\002*j\n\nSpendGroup\022\033\n\027SPEND_GROU" +
-      "P_UNSPECIFIED\020\000\022\025\n\021SPEND_GROUP_MODEL\020\001\022\023" +
-      "\n\017SPEND_GROUP_JOB\020\002\022\023\n\017SPEND_GROUP_DAY\020\003" +
-      "2\214\002\n\006Budget\022B\n\007Reserve\022\032.earmark.v1.Rese" +
-      "rveRequest\032\033.earmark.v1.ReserveResponse\022" +
-      "?\n\006Charge\022\031.earmark.v1.ChargeRequest\032\032.e" +
-      "armark.v1.ChargeResponse\022<\n\005Renew\022\030.earm" +
-      "ark.v1.RenewRequest\032\031.earmark.v1.RenewRe" +
-      "sponse\022?\n\006Settle\022\031.earmark.v1.SettleRequ" +
-      "est\032\032.earmark.v1.SettleResponse2\366\n\n\005Admi" +
-      "n\022B\n\tPutBudget\022\034.earmark.v1.PutBudgetReq" +
-      "uest\032\027.earmark.v1.BudgetState\022B\n\tGetBudg" +
-      "et\022\034.earmark.v1.GetBudgetRequest\032\027.earma" +
-      "rk.v1.BudgetState\022:\n\010PutPrice\022\033.earmark." +
-      "v1.PutPriceRequest\032\021.earmark.v1.Price\022K\n" +
-      "\nListPrices\022\035.earmark.v1.ListPricesReque" +
-      "st\032\036.earmark.v1.ListPricesResponse\022K\n\nLi" +
-      "stCycles\022\035.earmark.v1.ListCyclesRequest\032" +
-      "\036.earmark.v1.ListCyclesResponse\022Q\n\rRefre" +
-      "shLimits\022 .earmark.v1.RefreshLimitsReque" +
-      "st\032\036.earmark.v1.ListCyclesResponse\022H\n\tLi" +
-      "stHolds\022\034.earmark.v1.ListHoldsRequest\032\035." +
-      "earmark.v1.ListHoldsResponse\022K\n\nListLedg" +
-      "er\022\035.earmark.v1.ListLedgerRequest\032\036.earm" +
-      "ark.v1.ListLedgerResponse\022I\n\013ResolveHold" +
-      "\022\036.earmark.v1.ResolveHoldRequest\032\032.earma" +
-      "rk.v1.SettleResponse\022I\n\013ReleaseHold\022\036.ea" +
-      "rmark.v1.ReleaseHoldRequest\032\032.earmark.v1" +
-      ".SettleResponse\022H\n\014DeleteBudget\022\037.earmar" +
-      "k.v1.DeleteBudgetRequest\032\027.earmark.v1.Bu" +
-      "dgetState\022N\n\013ListBudgets\022\036.earmark.v1.Li" +
-      "stBudgetsRequest\032\037.earmark.v1.ListBudget" +
-      "sResponse\022H\n\tListCalls\022\034.earmark.v1.List" +
-      "CallsRequest\032\035.earmark.v1.ListCallsRespo" +
-      "nse\022E\n\010GetSpend\022\033.earmark.v1.GetSpendReq" +
-      "uest\032\034.earmark.v1.GetSpendResponse\022H\n\014Up" +
-      "dateBudget\022\037.earmark.v1.UpdateBudgetRequ" +
-      "est\032\027.earmark.v1.BudgetState\022U\n\021PutBudge" +
-      "tTemplate\022$.earmark.v1.PutBudgetTemplate" +
-      "Request\032\032.earmark.v1.BudgetTemplate\022f\n\023L" +
-      "istBudgetTemplates\022&.earmark.v1.ListBudg" +
-      "etTemplatesRequest\032\'.earmark.v1.ListBudg" +
-      "etTemplatesResponse\022[\n\024DeleteBudgetTempl" +
-      "ate\022\'.earmark.v1.DeleteBudgetTemplateReq" +
-      "uest\032\032.earmark.v1.BudgetTemplate2G\n\007Regi" +
-      "ons\022<\n\005Share\022\030.earmark.v1.ShareRequest\032\031" +
-      ".earmark.v1.ShareResponseB[\n\016dev.earmark" +
-      ".v1B\013BudgetProtoP\001Z:github.com/earmark-d" +
-      "ev/earmark/gen/go/earmark/v1;earmarkv1b\006" +
-      "proto3"
+      "(\010\022\023\n\013granted_now\030\010 \001(\003\022\014\n\004unit\030\t \001(\t\"?\n" +
+      "\021ListSharesRequest\022\021\n\tbudget_id\030\001 \001(\t\022\027\n" +
+      "\017after_budget_id\030\002 \001(\t\"O\n\022ListSharesResp" +
+      "onse\022!\n\006shares\030\001 \003(\0132\021.earmark.v1.Share\022" +
+      "\026\n\016next_budget_id\030\002 \001(\t\"\377\001\n\005Share\022\021\n\tbud" +
+      "get_id\030\001 \001(\t\022\016\n\006region\030\002 \001(\t\022\014\n\004home\030\003 \001" +
+      "(\010\022\017\n\007granted\030\004 \001(\003\022\020\n\010released\030\005 \001(\003\022\014\n" +
+      "\004used\030\006 \001(\003\022\023\n\013outstanding\030\007 \001(\003\022\r\n\005doub" +
+      "t\030\010 \001(\003\022/\n\013lease_until\030\t \001(\0132\032.google.pr" +
+      "otobuf.Timestamp\022,\n\010heard_at\030\n \001(\0132\032.goo" +
+      "gle.protobuf.Timestamp\022\021\n\treclaimed\030\013 \001(" +
+      "\003*?\n\005Phase\022\025\n\021PHASE_UNSPECIFIED\020\000\022\016\n\nPHA" +
+      "SE_WORK\020\001\022\017\n\013PHASE_FINAL\020\002*a\n\rOveragePol" +
+      "icy\022\036\n\032OVERAGE_POLICY_UNSPECIFIED\020\000\022\027\n\023O" +
+      "VERAGE_POLICY_HARD\020\001\022\027\n\023OVERAGE_POLICY_S" +
+      "OFT\020\002*x\n\006Period\022\026\n\022PERIOD_UNSPECIFIED\020\000\022" +
+      "\016\n\nPERIOD_DAY\020\001\022\017\n\013PERIOD_WEEK\020\002\022\020\n\014PERI" +
+      "OD_MONTH\020\003\022\022\n\016PERIOD_QUARTER\020\004\022\017\n\013PERIOD" +
+      "_YEAR\020\005*[\n\nBudgetMode\022\033\n\027BUDGET_MODE_UNS" +
+      "PECIFIED\020\000\022\027\n\023BUDGET_MODE_ENFORCE\020\001\022\027\n\023B" +
+      "UDGET_MODE_OBSERVE\020\002*\316\002\n\rRefusalReason\022\036" +
+      "\n\032REFUSAL_REASON_UNSPECIFIED\020\000\022&\n\"REFUSA" +
+      "L_REASON_INSUFFICIENT_BUDGET\020\001\022$\n REFUSA" +
+      "L_REASON_LIMIT_UNAVAILABLE\020\002\022\037\n\033REFUSAL_" +
+      "REASON_RATE_LIMITED\020\003\022 \n\034REFUSAL_REASON_" +
+      "TOO_MANY_OPEN\020\004\022#\n\037REFUSAL_REASON_ADMISS" +
+      "IONS_SPENT\020\005\022\031\n\025REFUSAL_REASON_CLOSED\020\006\022" +
+      "$\n REFUSAL_REASON_SHARE_LEASE_ENDED\020\007\022&\n" +
+      "\"REFUSAL_REASON_HOLD_OUTLIVES_SHARE\020\010*y\n" +
+      "\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\025\n\021OUT" +
+      "COME_SUCCEEDED\020\001\022\022\n\016OUTCOME_FAILED\020\002\022\025\n\021" +
+      "OUTCOME_CANCELLED\020\003\022\023\n\017OUTCOME_UNKNOWN\020\004" +
+      "*\257\001\n\020ReservationState\022!\n\035RESERVATION_STA" +
+      "TE_UNSPECIFIED\020\000\022\032\n\026RESERVATION_STATE_HE" +
+      "LD\020\001\022\035\n\031RESERVATION_STATE_SETTLED\020\002\022\035\n\031R" +
+      "ESERVATION_STATE_EXPIRED\020\003\022\036\n\032RESERVATIO" +
+      "N_STATE_IN_DOUBT\020\004*j\n\016ThresholdBasis\022\037\n\033" +
+      "THRESHOLD_BASIS_UNSPECIFIED\020\000\022\035\n\031THRESHO" +
+      "LD_BASIS_COMMITTED\020\001\022\030\n\024THRESHOLD_BASIS_" +
+      "USED\020\002*\337\001\n\016EstimateSource\022\037\n\033ESTIMATE_SO" +
+      "URCE_UNSPECIFIED\020\000\022\032\n\026ESTIMATE_SOURCE_CA" +
+      "LLER\020\001\022\031\n\025ESTIMATE_SOURCE_SHAPE\020\002\022\033\n\027EST" +
+      "IMATE_SOURCE_DEFAULT\020\003\022\036\n\032ESTIMATE_SOURC" +
+      "E_JOB_MEDIAN\020\004\022\033\n\027ESTIMATE_SOURCE_JOB_P7" +
+      "5\020\005\022\033\n\027ESTIMATE_SOURCE_JOB_MAX\020\006*f\n\016Esti" +
+      "matePolicy\022\037\n\033ESTIMATE_POLICY_UNSPECIFIE" +
+      "D\020\000\022\032\n\026ESTIMATE_POLICY_MEDIAN\020\001\022\027\n\023ESTIM" +
+      "ATE_POLICY_P75\020\002*j\n\nSpendGroup\022\033\n\027SPEND_" +
+      "GROUP_UNSPECIFIED\020\000\022\025\n\021SPEND_GROUP_MODEL" +
+      "\020\001\022\023\n\017SPEND_GROUP_JOB\020\002\022\023\n\017SPEND_GROUP_D" +
+      "AY\020\0032\214\002\n\006Budget\022B\n\007Reserve\022\032.earmark.v1." +
+      "ReserveRequest\032\033.earmark.v1.ReserveRespo" +
+      "nse\022?\n\006Charge\022\031.earmark.v1.ChargeRequest" +
+      "\032\032.earmark.v1.ChargeResponse\022<\n\005Renew\022\030." +
+      "earmark.v1.RenewRequest\032\031.earmark.v1.Ren" +
+      "ewResponse\022?\n\006Settle\022\031.earmark.v1.Settle" +
+      "Request\032\032.earmark.v1.SettleResponse2\303\013\n\005" +
+      "Admin\022B\n\tPutBudget\022\034.earmark.v1.PutBudge" +
+      "tRequest\032\027.earmark.v1.BudgetState\022B\n\tGet" +
+      "Budget\022\034.earmark.v1.GetBudgetRequest\032\027.e" +
+      "armark.v1.BudgetState\022:\n\010PutPrice\022\033.earm" +
+      "ark.v1.PutPriceRequest\032\021.earmark.v1.Pric" +
+      "e\022K\n\nListPrices\022\035.earmark.v1.ListPricesR" +
+      "equest\032\036.earmark.v1.ListPricesResponse\022K" +
+      "\n\nListCycles\022\035.earmark.v1.ListCyclesRequ" +
+      "est\032\036.earmark.v1.ListCyclesResponse\022Q\n\rR" +
+      "efreshLimits\022 .earmark.v1.RefreshLimitsR" +
+      "equest\032\036.earmark.v1.ListCyclesResponse\022H" +
+      "\n\tListHolds\022\034.earmark.v1.ListHoldsReques" +
+      "t\032\035.earmark.v1.ListHoldsResponse\022K\n\nList" +
+      "Ledger\022\035.earmark.v1.ListLedgerRequest\032\036." +
+      "earmark.v1.ListLedgerResponse\022I\n\013Resolve" +
+      "Hold\022\036.earmark.v1.ResolveHoldRequest\032\032.e" +
+      "armark.v1.SettleResponse\022I\n\013ReleaseHold\022" +
+      "\036.earmark.v1.ReleaseHoldRequest\032\032.earmar" +
+      "k.v1.SettleResponse\022H\n\014DeleteBudget\022\037.ea" +
+      "rmark.v1.DeleteBudgetRequest\032\027.earmark.v" +
+      "1.BudgetState\022N\n\013ListBudgets\022\036.earmark.v" +
+      "1.ListBudgetsRequest\032\037.earmark.v1.ListBu" +
+      "dgetsResponse\022H\n\tListCalls\022\034.earmark.v1." +
+      "ListCallsRequest\032\035.earmark.v1.ListCallsR" +
+      "esponse\022E\n\010GetSpend\022\033.earmark.v1.GetSpen" +
+      "dRequest\032\034.earmark.v1.GetSpendResponse\022H" +
+      "\n\014UpdateBudget\022\037.earmark.v1.UpdateBudget" +
+      "Request\032\027.earmark.v1.BudgetState\022U\n\021PutB" +
+      "udgetTemplate\022$.earmark.v1.PutBudgetTemp" +
+      "lateRequest\032\032.earmark.v1.BudgetTemplate\022" +
+      "f\n\023ListBudgetTemplates\022&.earmark.v1.List" +
+      "BudgetTemplatesRequest\032\'.earmark.v1.List" +
+      "BudgetTemplatesResponse\022[\n\024DeleteBudgetT" +
+      "emplate\022\'.earmark.v1.DeleteBudgetTemplat" +
+      "eRequest\032\032.earmark.v1.BudgetTemplate\022K\n\n" +
+      "ListShares\022\035.earmark.v1.ListSharesReques" +
+      "t\032\036.earmark.v1.ListSharesResponse2G\n\007Reg" +
+      "ions\022<\n\005Share\022\030.earmark.v1.ShareRequest\032" +
+      "\031.earmark.v1.ShareResponseB[\n\016dev.earmar" +
+      "k.v1B\013BudgetProtoP\001Z:github.com/earmark-" +
+      "dev/earmark/gen/go/earmark/v1;earmarkv1b" +
+      "\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -949,6 +976,24 @@ public final class BudgetProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_ShareAnswer_descriptor,
         new java.lang.String[] { "BudgetId", "Found", "Message", "AskedAt", "Granted", "Released", "Short", "GrantedNow", "Unit", });
+    internal_static_earmark_v1_ListSharesRequest_descriptor =
+      getDescriptor().getMessageTypes().get(47);
+    internal_static_earmark_v1_ListSharesRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_ListSharesRequest_descriptor,
+        new java.lang.String[] { "BudgetId", "AfterBudgetId", });
+    internal_static_earmark_v1_ListSharesResponse_descriptor =
+      getDescriptor().getMessageTypes().get(48);
+    internal_static_earmark_v1_ListSharesResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_ListSharesResponse_descriptor,
+        new java.lang.String[] { "Shares", "NextBudgetId", });
+    internal_static_earmark_v1_Share_descriptor =
+      getDescriptor().getMessageTypes().get(49);
+    internal_static_earmark_v1_Share_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_earmark_v1_Share_descriptor,
+        new java.lang.String[] { "BudgetId", "Region", "Home", "Granted", "Released", "Used", "Outstanding", "Doubt", "LeaseUntil", "HeardAt", "Reclaimed", });
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.FieldMaskProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();
