@@ -81,6 +81,9 @@ class Reason(StrEnum):
     SHUTTING_DOWN = "SHUTTING_DOWN"
     OVERLOADED = "OVERLOADED"
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    # In a region (issue 48): a Reserve on a budget the region has no share of yet, while
+    # the budget's home does not answer.
+    HOME_UNREACHABLE = "HOME_UNREACHABLE"
     # The database cannot write: its disk is full, it is out of memory, it is read-only (a
     # standby, a demoted primary), or its files failed to read or write. Health turns
     # NOT_SERVING until a write goes through again.

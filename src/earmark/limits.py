@@ -844,11 +844,11 @@ assert 0 < client_sync_settle_start_seconds < client_flush_seconds_max
 # Every node's clock is within region_clock_skew_seconds_max of the true time. A share's
 # lease lasts region_share_lease_seconds on the home's clock from when it received the ask;
 # the region counts it from when it sent the ask, less region_lease_margin_seconds (its own
-# clock may wander by twice the skew over the lease), and the home takes an expired share
-# back only region_settle_grace_seconds plus the same margin after its lease ended (its own
-# clock's wander), so that every hold admitted from the share ended at least the grace
-# before. A region admits a hold only if it ends the grace before its view of the lease, and
-# asks for a renewal once less than region_share_renew_seconds of it is left.
+# clock may wander by twice the skew over the lease). A region admits a hold only if it ends
+# region_settle_grace_seconds before its view of the lease, and the home takes an expired
+# share back the same margin after its lease ended (its own clock's wander), so that every
+# hold admitted from the share ended at least the grace before; the region asks for a
+# renewal once less than region_share_renew_seconds of it is left.
 region_clock_skew_seconds_max = 1.0
 region_lease_margin_seconds = 2 * region_clock_skew_seconds_max
 region_share_lease_seconds = 600.0
@@ -884,6 +884,10 @@ shares_page_budgets_max = 100
 # at most, and a Reserve waiting on an ask as long.
 region_tick_seconds = 1.0
 region_shares_per_tick_max = 1_000
+# A tick reads at most region_share_pages_per_tick_max pages of region_shares_per_tick_max
+# shares (the next tick goes on from there); a region holds at most region_shares_max.
+region_share_pages_per_tick_max = 10
+region_shares_max = 100_000
 region_call_seconds = 2.0
 # A region's admission rate (what it asks for) is measured over this many ticks.
 region_rate_samples_max = 60
@@ -898,6 +902,13 @@ assert (
 assert 0 < region_grant_fraction_bps <= bps_per_unit
 assert regions_per_budget_max <= regions_max
 assert region_outbox_batch_max <= region_shares_per_tick_max
+# Every share is visited, and renewed if it needs it, well within the renewal window.
+assert (
+    region_shares_max
+    / (region_shares_per_tick_max * region_share_pages_per_tick_max)
+    * region_tick_seconds
+    < region_share_renew_seconds / 10
+)
 # A Reserve waits on an ask no longer than the region waits to call the home silent.
 assert region_call_seconds < region_home_silence_seconds
 assert region_tick_seconds * region_rate_samples_max >= region_share_rate_seconds

@@ -429,7 +429,7 @@ class Sidecar:
         protected = (f"/{REGIONS_SERVICE}/", f"/{reflection.SERVICE_NAME}/")
         server = self._grpc_server(REGIONS_SERVICE, tokens, protected)
         budget_pb2_grpc.add_RegionsServicer_to_server(
-            RegionsService(store, self.metrics, self.drain), server
+            RegionsService(store, self.metrics, self.drain, self.clock), server
         )
         port = listeners.add_tcp_port(server, settings, settings.region_listen, "region_listen")
         await server.start()

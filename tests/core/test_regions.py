@@ -274,3 +274,21 @@ def test_a_reclaim_keeps_what_holds_in_doubt_hold() -> None:
     share = after.share("eu")
     assert (300, 0, 0) == (region.doubt(later), settled.late, share.late)
     assert (share.granted - 300, 0) == (taken.amount, share.outstanding)
+
+
+def test_the_reclaim_waits_out_every_holds_grace_at_the_worst_clocks() -> None:
+    """The region's clock a second ahead when it asks and a second behind when its last
+    hold ends, the home's a second behind when it answers and a second ahead when it
+    reclaims: the reclaim still comes the settle grace after that hold ended (true time)."""
+    skew = timedelta(seconds=limits.region_clock_skew_seconds_max)
+    asked = answer_ask(Home(limit=100_000), ask(at=T0 + skew), T0 - skew)
+    region = region_answer(Region("eu"), asked.answer, T0 + skew)
+    assert region.lease_until is not None
+    # The last hold the region admits ends the grace before its view of the lease, which
+    # its clock (a second behind) reads at true time + skew.
+    hold_ends = region.lease_until - SETTLE_GRACE + skew
+    share = asked.home.share("eu")
+    assert share.lease_until is not None
+    # The home's clock (a second ahead) reaches lease + RECLAIM_AFTER at true time - skew.
+    reclaimed = share.lease_until + RECLAIM_AFTER - skew
+    assert SETTLE_GRACE == reclaimed - hold_ends

@@ -239,3 +239,63 @@ async def test_a_reclaim_keeps_what_holds_in_doubt_hold(pair: Pair) -> None:
     assert (1_500, 50) == (taken, rest)
     assert (450, 0, 0) == (home["used"], home["held"], region["held"])
     await pair.audit()
+
+
+async def test_use_past_the_share_is_late_once_and_the_next_grant_goes_through(
+    pair: Pair,
+) -> None:
+    """A region's settle past its share counts late at the home once, and the share is
+    granted again afterwards: the grant absorbs the excess, and nothing is counted twice."""
+    await pair.ask(want=1_000)
+    held = await admit(pair.region, 1_000, "r-1")
+    await pair.region.submit(SettleOp(held.reservation_id, 1_500, Outcome.SUCCEEDED))
+    await pair.ask(want=0)
+    again = await pair.ask(want=0, need=800)
+    home = await fetch_budget_row(pair.home_dsn, "b")
+    region = await fetch_budget_row(pair.region_dsn, "b")
+    assert (True, 800) == (again.found, again.granted_now)
+    # 1,800 granted, 1,500 used: 300 of room in the region, held for it at the home.
+    assert (1_500, 300, 300) == (home["used"], home["held"], region["limit_units"] - 1_500)
+    await pair.audit()
+
+
+async def test_a_region_back_after_a_reclaim_reports_late_use_and_asks_again(pair: Pair) -> None:
+    """Cut off past its lease, a region's share is taken back; its late settle is counted
+    once when it comes back, and its next grant goes first to that late use (which the
+    home counts already): it holds nothing more at the home."""
+    await pair.ask(want=2_000)
+    held = await admit(pair.region, 500, "r-1")
+    pair.clock.advance(regions.SHARE_LEASE + regions.RECLAIM_AFTER)
+    await pair.home.reclaim_shares()
+    await pair.region.submit(SettleOp(held.reservation_id, 400, Outcome.SUCCEEDED))
+    back = await pair.ask(want=0, need=100)
+    home = await fetch_budget_row(pair.home_dsn, "b")
+    assert (True, 100, 400, 0) == (back.found, back.granted_now, home["used"], home["held"])
+    await pair.audit()
+
+
+async def test_a_report_the_home_cannot_believe_changes_nothing(pair: Pair) -> None:
+    """A region reporting more given back, or more in doubt, than it was ever granted is
+    answered not found, with the field, and nothing at the home moves."""
+    await pair.ask(want=1_000)
+    before = await fetch_budget_row(pair.home_dsn, "b")
+    outcomes = []
+    for returned, doubt in ((5_000, 0), (0, 5_000)):
+        ask = regions.Ask(EU, pair.clock(), 0, returned, 0, 0, doubt)
+        (outcome,) = await pair.home.answer_shares([ShareAskInput(EU, "b", ask)])
+        outcomes.append((outcome.found, outcome.message.split(":")[0]))
+    after = await fetch_budget_row(pair.home_dsn, "b")
+    assert [(False, "returned"), (False, "doubt")] == outcomes
+    assert (before["held"], before["used"]) == (after["held"], after["used"])
+    await pair.audit()
+
+
+async def test_a_shared_budget_keeps_its_unit_at_its_home(pair: Pair) -> None:
+    """With shares out, the home's budget cannot change its unit (a grant in tokens would
+    become a region's limit in dollars)."""
+    await pair.ask(want=1_000)
+    await pair.region.give_back_share(EU, "b", 0, short=False)
+    await pair.ask(want=0)
+    with pytest.raises(FailedPrecondition) as raised:
+        await pair.home.put_budget("b", 10_000, "tokens")
+    assert Reason.UNIT_LOCKED == raised.value.reason

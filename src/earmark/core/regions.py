@@ -31,8 +31,16 @@ RENEW_BEFORE = timedelta(seconds=limits.region_share_renew_seconds)
 SETTLE_GRACE = timedelta(seconds=limits.region_settle_grace_seconds)
 LEASE_MARGIN = timedelta(seconds=limits.region_lease_margin_seconds)
 HOME_SILENCE = timedelta(seconds=limits.region_home_silence_seconds)
-# The home takes back an expired share this long after its lease ended on the home's clock.
-RECLAIM_AFTER = SETTLE_GRACE + LEASE_MARGIN
+# The home takes back an expired share this long after its lease ended on the home's clock:
+# the region's view of the lease ended LEASE_MARGIN before on the true time's worst reading
+# of the two clocks, and every hold of it ended SETTLE_GRACE before that view, so by then
+# every hold ended at least the grace before.
+RECLAIM_AFTER = LEASE_MARGIN
+# How far a region's ask's sent_at may be from the home's clock when the home reads it: the
+# two clocks' skews, and behind by a call's longest wait too. Further, the region's clock
+# is wrong (its lease would outlive the home's) and its ask is refused.
+SENT_AHEAD_MAX = LEASE_MARGIN
+SENT_BEHIND_MAX = LEASE_MARGIN + timedelta(seconds=limits.region_call_seconds)
 
 
 # The home's side.
@@ -252,10 +260,37 @@ def answer_ask(home: Home, ask: Ask, now: datetime) -> Asked:
     return Asked(home=home, answer=answer, granted=size)
 
 
+def sent_at_problem(sent_at: datetime, now: datetime) -> str | None:
+    """Why the home does not believe an ask sent at sent_at (the region's clock) read at now
+    (the home's): None when the clocks agree within the skew the design assumes."""
+    if sent_at > now + SENT_AHEAD_MAX:
+        return (
+            f"is {(sent_at - now).total_seconds():.3f} s ahead of the home's clock; at most "
+            f"{SENT_AHEAD_MAX.total_seconds():g} s (the region's clock is wrong)"
+        )
+    if sent_at < now - SENT_BEHIND_MAX:
+        return (
+            f"is {(now - sent_at).total_seconds():.3f} s behind the home's clock; at most "
+            f"{SENT_BEHIND_MAX.total_seconds():g} s (the region's clock is wrong, or the ask "
+            "waited too long)"
+        )
+    return None
+
+
+def report_problem(share: HomeShare, report: Report) -> tuple[str, str] | None:
+    """Why the home does not believe a region's report on its share, as (field, why): it
+    cannot have given back, or hold in doubt, more than it was ever granted."""
+    if report.returned > share.granted:
+        return "returned", f"is {report.returned}; the region was granted {share.granted}"
+    if report.doubt > share.granted:
+        return "doubt", f"is {report.doubt}; the region was granted {share.granted}"
+    return None
+
+
 def reclaim_due(home: Home, region: str, now: datetime) -> bool:
-    """A share is taken back once its lease ended, on the home's clock, the settle grace and
-    the clocks' margin ago: every hold the region admitted from it ended the grace before,
-    but those in doubt, which the home keeps held."""
+    """A share is taken back once its lease ended, on the home's clock, the clocks' margin
+    ago: every hold the region admitted from it ended the settle grace before, but those in
+    doubt, which the home keeps held."""
     share = home.share(region)
     if share.lease_until is None or share.outstanding <= share.doubt:
         return False
@@ -479,11 +514,15 @@ class NeedInput:
 
 
 def region_ask(op: NeedInput) -> Ask | None:
-    """An ask when the region's lease needs renewing or its room is below half of what it
-    admits in the rate window (a top up), else None; with need, always one."""
+    """An ask when the region's lease needs renewing (unless the share is idle: no room, no
+    holds, no rate) or its room is below half of what it admits in the rate window (a top
+    up), else None; with need, always one."""
     region, now = op.region, op.now
     want = want_for(op.units_per_minute)
-    renew = region.lease_until is None or region.lease_until - now < RENEW_BEFORE
+    # A share with neither room nor holds, that wants nothing, lets its lease end: the
+    # home may then archive the budget, and a Reserve asks again when it needs it.
+    idle = region.room <= 0 and not region.holds and want == 0
+    renew = not idle and (region.lease_until is None or region.lease_until - now < RENEW_BEFORE)
     low = region.room < want // 2
     if not (renew or low or op.need):
         return None

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 import grpc
@@ -22,12 +23,23 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from earmark import limits
 from earmark.core import regions
+from earmark.errors import FailedPrecondition
 from earmark.metrics import Metrics
 from earmark.store.regions import RegionShare, ShareOutcome
 from earmark.v1 import budget_pb2 as pb
 from earmark.v1 import budget_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("earmark.regions")
+
+
+class Asked(StrEnum):
+    """How a Reserve's ask went: the home answered with the budget, answered that it has no
+    such budget, did not answer, or was not asked (it has been silent)."""
+
+    ANSWERED = "answered"
+    NOT_FOUND = "not_found"
+    UNREACHABLE = "unreachable"
+    SILENT = "silent"
 
 
 class RegionStore(Protocol):
@@ -98,7 +110,12 @@ class RegionAgent:
         self._started_at = clock()
         # When the home last answered (any call); what every share's verdict reads.
         self.heard_at: datetime | None = None
+        # When a call to the home last failed (None: not since it last answered).
+        self._failed_at: datetime | None = None
         self._seen: dict[str, _Seen] = {}
+        # The shares looked at in the pass under way, and where the next page starts.
+        self._visited: set[str] = set()
+        self._cursor = ""
         self._failing = False
 
     def open(self) -> None:
@@ -121,30 +138,23 @@ class RegionAgent:
 
     async def tick(self) -> None:
         """Gives back idle room, then asks for what the shares need (renewals, top ups) and
-        reports what changed, at most limits.region_outbox_batch_max budgets a call."""
+        reports what changed, at most limits.region_outbox_batch_max budgets a call; at
+        most limits.region_share_pages_per_tick_max pages of shares a tick, the next tick
+        going on from where this one stopped."""
         now = self._clock()
-        shares = await self._store.region_shares()
         asks: list[tuple[str, regions.Ask]] = []
-        for share in shares:
-            seen = self._seen.setdefault(share.budget_id, _Seen())
-            seen.samples.append((now, share.used + share.held))
-            rate = _units_per_minute(seen.samples)
-            region = share.region(self.name, (self.heard_at, seen.short))
-            if share.granted:
-                given = await self._store.give_back_share(
-                    self.name, share.budget_id, regions.keep_for(rate), seen.short
-                )
-                region = replace(region, returned=region.returned + given)
-            ask = regions.region_ask(regions.NeedInput(region, rate, now))
-            report = region.report(now)
-            if ask is None and seen.acked != (report.used, report.returned, report.doubt):
-                # Nothing to ask for, but a report to send (and a renewal with it).
-                ask = regions.Ask(
-                    self.name, now, 0, report.returned, report.used, doubt=report.doubt
-                )
-            if ask is not None:
-                asks.append((share.budget_id, ask))
-        room = sum(max(0, s.granted - s.returned - s.used - s.held) for s in shares)
+        room = 0
+        for _ in range(limits.region_share_pages_per_tick_max):
+            page = await self._store.region_shares(self._cursor, limits.region_shares_per_tick_max)
+            for share in page:
+                asked = await self._look_at(share, now)
+                if asked is not None:
+                    asks.append((share.budget_id, asked))
+                room += max(0, share.granted - share.returned - share.used - share.held)
+            if len(page) < limits.region_shares_per_tick_max:
+                self._end_pass()
+                break
+            self._cursor = page[-1].budget_id
         self._metrics.region_room_units.set(room)
         for start in range(0, len(asks), limits.region_outbox_batch_max):
             await self._send(asks[start : start + limits.region_outbox_batch_max], "background")
@@ -153,17 +163,46 @@ class RegionAgent:
             max(0.0, (self._clock() - silent_since).total_seconds())
         )
 
+    async def _look_at(self, share: RegionShare, now: datetime) -> regions.Ask | None:
+        """One share's turn in a tick: its rate sampled, its idle room given back, and the
+        ask it needs (a renewal, a top up, or a report of what changed), if any."""
+        self._visited.add(share.budget_id)
+        seen = self._seen.setdefault(share.budget_id, _Seen())
+        seen.samples.append((now, share.used + share.held))
+        rate = _units_per_minute(seen.samples)
+        region = share.region(self.name, (self.heard_at, seen.short))
+        if share.granted:
+            given = await self._store.give_back_share(
+                self.name, share.budget_id, regions.keep_for(rate), seen.short
+            )
+            region = replace(region, returned=region.returned + given)
+        ask = regions.region_ask(regions.NeedInput(region, rate, now))
+        report = region.report(now)
+        if ask is None and seen.acked != (report.used, report.returned, report.doubt):
+            # Nothing to ask for, but a report to send (and a renewal with it).
+            ask = regions.Ask(self.name, now, 0, report.returned, report.used, doubt=report.doubt)
+        return ask
+
+    def _end_pass(self) -> None:
+        """Every share was looked at: what is remembered of shares gone is forgotten."""
+        self._seen = {k: v for k, v in self._seen.items() if k in self._visited}
+        self._visited = set()
+        self._cursor = ""
+
     # A Reserve's ask: on the request path, bounded by limits.region_call_seconds.
 
-    async def demand(self, budget_id: str, need: int) -> bool:
-        """Asks the home for need more of the budget for a waiting Reserve; whether the
-        home answered with the budget. A share already held asks only while the home
-        answers (core.regions.may_ask); a budget the region has no share of yet always
-        asks (its first)."""
+    async def demand(self, budget_id: str, need: int) -> Asked:
+        """Asks the home for need more of the budget for a waiting Reserve. A share already
+        held asks only while the home answers (core.regions.may_ask: else SILENT, the
+        share's refusal stands); one the region has none of yet asks unless the home failed
+        to answer within HOME_SILENCE, so that a cut-off region does not make every such
+        Reserve wait out a call."""
         now = self._clock()
         share = await self._store.region_share(budget_id)
         if share is not None and not regions.may_ask(self.heard_at, now):
-            return False
+            return Asked.SILENT
+        if share is None and self._failed_recently(now):
+            return Asked.SILENT
         seen = self._seen.get(budget_id) or _Seen()
         region = (
             regions.Region(self.name)
@@ -174,7 +213,15 @@ class RegionAgent:
         ask = regions.region_ask(regions.NeedInput(region, rate, now, max(1, need)))
         assert ask is not None
         outcomes = await self._send([(budget_id, ask)], "reserve")
-        return bool(outcomes) and outcomes[0].found
+        if not outcomes:
+            return Asked.UNREACHABLE
+        return Asked.ANSWERED if outcomes[0].found else Asked.NOT_FOUND
+
+    def _failed_recently(self, now: datetime) -> bool:
+        failed = self._failed_at
+        if failed is None or (self.heard_at is not None and self.heard_at >= failed):
+            return False
+        return now - failed <= regions.HOME_SILENCE
 
     async def _send(self, asks: Sequence[tuple[str, regions.Ask]], kind: str) -> list[ShareOutcome]:
         """One Share call with asks; the answers applied to the shares. [] when the call
@@ -189,6 +236,7 @@ class RegionAgent:
             )
         except grpc.aio.AioRpcError as error:
             self._metrics.region_asks.labels(kind, "failed").inc()
+            self._failed_at = self._clock()
             if not self._failing:
                 log.warning(
                     "region_home_unreachable",
@@ -208,8 +256,16 @@ class RegionAgent:
             outcome = _outcome(budget_id, answer, ask)
             outcomes.append(outcome)
             if not outcome.found or outcome.answer is None:
+                if outcome.message:
+                    log.warning("share_refused", budget_id=budget_id, reason=outcome.message)
                 continue
-            await self._store.apply_share_answer(self.name, outcome)
+            try:
+                await self._store.apply_share_answer(self.name, outcome)
+            except FailedPrecondition as error:
+                # One share's answer fails itself alone (a unit the home changed).
+                log.error("share_not_applied", budget_id=budget_id, error=error.message)
+                outcomes[-1] = replace(outcome, found=False, message=error.message)
+                continue
             seen = self._seen.setdefault(budget_id, _Seen())
             seen.short = outcome.answer.short
             seen.acked = (ask.used, ask.returned, ask.doubt)

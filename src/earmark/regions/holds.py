@@ -9,8 +9,8 @@ from typing import Any
 
 from earmark.core.model import RefusalReason
 from earmark.core.ops import Op, ReserveOp, ReserveResult, Result
-from earmark.errors import NotFound, Reason
-from earmark.regions.agent import RegionAgent
+from earmark.errors import NotFound, Reason, Unavailable
+from earmark.regions.agent import Asked, RegionAgent
 from earmark.store.interface import Holds
 
 # The refusals an answer from the home may lift.
@@ -46,8 +46,16 @@ class RegionHolds:
                 budget_id = missing.about.get("budget_id", "")
                 if missing.reason is not Reason.BUDGET_NOT_FOUND or not budget_id:
                     raise
-                if not await self._agent.demand(budget_id, max(1, op.amount)):
+                asked = await self._agent.demand(budget_id, max(1, op.amount))
+                if asked is Asked.NOT_FOUND:
                     raise
+                if asked is not Asked.ANSWERED:
+                    raise Unavailable(
+                        f"budget {budget_id!r}: this region has no share of it yet, and its "
+                        "home does not answer; try again",
+                        Reason.HOME_UNREACHABLE,
+                        budget_id=budget_id,
+                    ) from None
                 continue
             assert isinstance(result, ReserveResult)
             if result.admitted or result.reason not in SHARE_REFUSALS:
@@ -55,7 +63,8 @@ class RegionHolds:
             budget_id = result.refused_budget_id or op.budget_id
             if not await self._agent.knows(budget_id):
                 return result
-            need = result.amount - max(0, result.remaining or 0)
-            if not await self._agent.demand(budget_id, max(1, need)):
+            # A share its late use took past its level (remaining below 0) needs that too.
+            need = result.amount - (result.remaining or 0)
+            if await self._agent.demand(budget_id, max(1, need)) is not Asked.ANSWERED:
                 return result
         return await self._store.submit(op)

@@ -5,6 +5,8 @@ own shares alone."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Protocol
 
 import structlog
@@ -49,8 +51,9 @@ def _count(field: str, value: int) -> int:
     return value
 
 
-def share_asks(request: pb.ShareRequest) -> list[ShareAskInput]:
-    """The request's asks, checked whole before any is answered."""
+def share_asks(request: pb.ShareRequest, now: datetime) -> list[ShareAskInput]:
+    """The request's asks, checked whole before any is answered; now is the home's clock,
+    which every ask's sent_at must agree with (core.regions.sent_at_problem)."""
     region = _region(request)
     if not request.asks:
         raise InvalidArgument("asks", "is empty")
@@ -78,9 +81,13 @@ def share_asks(request: pb.ShareRequest) -> list[ShareAskInput]:
         named.add(budget_id)
         if not ask.HasField("sent_at"):
             raise InvalidArgument(f"asks[{i}].sent_at", "is required")
+        sent_at = validate_prices.timestamp(f"asks[{i}].sent_at", ask.sent_at)
+        problem = regions.sent_at_problem(sent_at, now)
+        if problem is not None:
+            raise InvalidArgument(f"asks[{i}].sent_at", problem)
         asked = regions.Ask(
             region=region,
-            sent_at=validate_prices.timestamp(f"asks[{i}].sent_at", ask.sent_at),
+            sent_at=sent_at,
             want=_count(f"asks[{i}].want", ask.want),
             returned=_count(f"asks[{i}].returned", ask.returned),
             used=_count(f"asks[{i}].used", ask.used),
@@ -108,14 +115,17 @@ def share_answer(outcome: ShareOutcome) -> pb.ShareAnswer:
 
 
 class RegionsService(pb_grpc.RegionsServicer):
-    def __init__(self, store: HomeStore, metrics: Metrics, drain: Drain) -> None:
+    def __init__(
+        self, store: HomeStore, metrics: Metrics, drain: Drain, clock: Callable[[], datetime]
+    ) -> None:
         self.store = store
         self.metrics = metrics
         self.drain = drain
+        self.clock = clock
 
     @rpc("Share")
     async def Share(self, request: pb.ShareRequest, context: Context) -> pb.ShareResponse:
-        asks = share_asks(request)
+        asks = share_asks(request, self.clock())
         outcomes = await self.store.answer_shares(asks)
         granted = sum(o.granted_now for o in outcomes)
         log.info("share", region=asks[0].region, asks=len(asks), granted=granted)

@@ -11,7 +11,7 @@ from datetime import datetime
 from earmark.core import puts, raises, regions, specs, updates
 from earmark.core.model import Budget
 from earmark.core.periods import Period
-from earmark.errors import InvalidArgument, budget_not_found
+from earmark.errors import FailedPrecondition, InvalidArgument, Reason, budget_not_found
 from earmark.store import queries, writes
 from earmark.store.tx import Conn
 
@@ -73,9 +73,17 @@ async def _put_on(
         open_closed, used_closed = await queries.closed_use(conn, budget.budget_id)
         in_use_closed = bool(open_closed or used_closed)
     made = puts.put(puts.PutInput(budget, spec, now, in_use_closed))
-    if made.period is not Period.NEVER and await conn.fetchval(
+    changes_shared = made.period is not Period.NEVER or made.unit != budget.unit
+    if changes_shared and await conn.fetchval(
         "SELECT 1 FROM region_shares WHERE budget_id = $1 LIMIT 1", budget.budget_id
     ):
+        if made.unit != budget.unit:
+            raise FailedPrecondition(
+                f"budget {budget.budget_id!r} has shares in other regions, in its unit "
+                f"{budget.unit!r}: its unit stays (docs/regions.md)",
+                Reason.UNIT_LOCKED,
+                budget_id=budget.budget_id,
+            )
         raise InvalidArgument(
             "period",
             "the budget has shares in other regions, and regions share budgets without a "

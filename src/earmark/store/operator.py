@@ -328,11 +328,13 @@ async def archive_budget(conn: Conn, budget_id: str, now: datetime) -> Budget:
             Reason.BUDGET_HAS_OPEN_HOLDS,
             budget_id=budget_id,
         )
-    # At its home (issue 48): shares leased to regions are open holds too.
+    # At its home (issue 48): shares leased to regions are open holds too, and a share whose
+    # lease has not ended may still report use.
     leased = await conn.fetchval(
         "SELECT count(*) FROM region_shares WHERE budget_id = $1 "
-        "AND granted - greatest(returned, reclaimed_to) - used > 0",
+        "AND (granted - greatest(returned, reclaimed_to) - used > 0 OR lease_until > $2)",
         budget_id,
+        now,
     )
     if leased:
         raise FailedPrecondition(

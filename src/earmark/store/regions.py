@@ -13,14 +13,14 @@ on that budget does, so that it and the batches see one another's writes whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import asyncpg
 
 from earmark import limits
 from earmark.core import raises, regions
-from earmark.core.model import Budget, LedgerKind
+from earmark.core.model import Budget, LedgerKind, Phase
 from earmark.core.periods import Period
 from earmark.errors import FailedPrecondition, Reason
 from earmark.store import queries
@@ -75,9 +75,13 @@ def _share_of(row: asyncpg.Record) -> regions.HomeShare:
 
 def _limit_of(budget: Budget, now: datetime) -> int:
     """The limit shares are granted under: the one that follows a temporary limit whose
-    time came (a batch has not ended it yet), none: UNLIMITED_UNITS."""
+    time came (a batch has not ended it yet), less the output escrow only FINAL holds may
+    reach (a region's holds are admitted as WORK ones; SOFT overage is never shared);
+    none: UNLIMITED_UNITS."""
     limit = budget.limit_after if raises.due(budget, now) else budget.limit
-    return UNLIMITED_UNITS if limit is None else limit
+    if limit is None:
+        return UNLIMITED_UNITS
+    return replace(budget, limit=limit).cap(Phase.WORK) or 0
 
 
 async def _home_of(conn: Conn, budget: Budget, now: datetime) -> regions.Home:
@@ -109,9 +113,10 @@ async def _write_share(
     before, after = moved
     held_delta = after.outstanding - before.outstanding
     used_delta = after.used - before.used
-    late_delta = after.late - before.late
     assert used_delta >= 0
-    assert late_delta >= 0
+    # Of the use reported now, what lies past the share's level (a grant, which moves no
+    # use, may lower the level's excess: the use it absorbs was counted late already).
+    late_delta = min(used_delta, max(0, after.late - before.late))
     await conn.execute(
         """
         INSERT INTO region_shares (budget_id, region, granted, returned, used, reclaimed_to,
@@ -182,9 +187,20 @@ async def answer_share(conn: Conn, given: ShareAskInput, now: datetime) -> Share
             message=f"the budget has shares in {limits.regions_per_budget_max} regions already",
         )
     before = home.share(given.region)
-    asked = regions.answer_ask(home, given.ask, now)
-    after = asked.home.share(given.region)
-    await _write_share(conn, budget, given.region, (before, after), LedgerKind.SHARE, now)
+    ask = given.ask
+    report = regions.Report(given.region, ask.returned, ask.used, ask.doubt, ask.sent_at)
+    problem = regions.report_problem(before, report)
+    if problem is not None:
+        field, why = problem
+        return ShareOutcome(given.budget_id, found=False, message=f"{field}: {why}")
+    # The report first, its use split within the share and past it at the share's level
+    # before any grant; then the grant and the lease.
+    reported = regions.apply_report(home, report)
+    moved = (before, reported.share(given.region))
+    await _write_share(conn, budget, given.region, moved, LedgerKind.SHARE, now)
+    asked = regions.answer_ask(reported, ask, now)
+    moved = (reported.share(given.region), asked.home.share(given.region))
+    await _write_share(conn, budget, given.region, moved, LedgerKind.SHARE, now)
     return ShareOutcome(
         given.budget_id,
         found=True,
@@ -358,9 +374,23 @@ async def apply_answer(
         await _make_share(conn, outcome)
         share = await region_share(conn, outcome.budget_id)
         assert share is not None
+    else:
+        await _require_unit(conn, outcome)
     region = regions.region_answer(share.region(name, (None, False)), answer, now)
     await _write_region(conn, outcome.budget_id, region)
     return region
+
+
+async def _require_unit(conn: Conn, outcome: ShareOutcome) -> None:
+    """A share's unit is the one it was made in: an answer in another is not applied."""
+    unit = await conn.fetchval("SELECT unit FROM budgets WHERE budget_id = $1", outcome.budget_id)
+    if unit != outcome.unit:
+        raise FailedPrecondition(
+            f"budget {outcome.budget_id!r}: the home answered in {outcome.unit!r}, and this "
+            f"region's share of it is in {unit!r}",
+            Reason.UNIT_MISMATCH,
+            budget_id=outcome.budget_id,
+        )
 
 
 async def _make_share(conn: Conn, outcome: ShareOutcome) -> None:
@@ -372,6 +402,14 @@ async def _make_share(conn: Conn, outcome: ShareOutcome) -> None:
             f"budget {outcome.budget_id!r} exists in this region as its own: a region "
             "admits from a share of a budget homed elsewhere only where it has none of "
             "that id",
+            Reason.BUDGET_NOT_SHARED,
+            budget_id=outcome.budget_id,
+        )
+    shares = await conn.fetchval("SELECT count(*) FROM region_share_state")
+    if shares >= limits.region_shares_max:
+        raise FailedPrecondition(
+            f"budget {outcome.budget_id!r}: this region holds shares of "
+            f"{limits.region_shares_max} budgets, as many as it may",
             Reason.BUDGET_NOT_SHARED,
             budget_id=outcome.budget_id,
         )

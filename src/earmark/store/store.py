@@ -19,6 +19,7 @@ from earmark.core.prices import Price, PriceBook
 from earmark.core.regions import Region
 from earmark.core.templates import Template, TemplateInput
 from earmark.errors import (
+    EarmarkError,
     Reason,
     Unavailable,
     budget_not_found,
@@ -459,7 +460,13 @@ class Store:
                 return await regions.answer_share(conn, given, self._clock())
 
             first = stripes.first_statement([given.budget_id])
-            outcomes.append(await self._serializable(work, first=first))
+            try:
+                outcomes.append(await self._serializable(work, first=first))
+            except Unavailable:
+                raise
+            except EarmarkError as error:
+                # An ask fails itself alone: the others of the call are answered.
+                outcomes.append(ShareOutcome(given.budget_id, found=False, message=error.message))
         return outcomes
 
     async def reclaim_shares(self, count: int = limits.sweep_batch_size_max) -> int:
