@@ -175,9 +175,12 @@ function apiOf(client: object): Api {
  * Payment Required: sending again does not help until an operator acts or the period
  * resets, whether the money is spent (INSUFFICIENT_BUDGET), the period's admissions are
  * (ADMISSIONS_SPENT) or the budget has closed for good (CLOSED); a 429 would invite
- * retries that can only fail.
+ * retries that can only fail. In a region (issue 48), a share whose lease ended or is too
+ * short for the hold (SHARE_LEASE_ENDED, HOLD_OUTLIVES_SHARE) is 503, Service Unavailable:
+ * the region cannot reach the budget's home now, and a later attempt may pass.
  */
-export function refusalStatus(reason: string): 429 | 402 {
+export function refusalStatus(reason: string): 429 | 402 | 503 {
+  if (reason === 'SHARE_LEASE_ENDED' || reason === 'HOLD_OUTLIVES_SHARE') return 503;
   return reason === 'RATE_LIMITED' || reason === 'TOO_MANY_OPEN' ? 429 : 402;
 }
 

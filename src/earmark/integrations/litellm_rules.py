@@ -536,14 +536,26 @@ BUDGET_EXCEEDED = "budget_exceeded"
 BUDGET_EXCEEDED_STATUS = 422
 
 
+# Refusals of a limit that cannot be read now, which the caller may send again later: a plan
+# limit unknown, and in a region (issue 48) a share whose lease ended or is too short for
+# the hold, until the region reaches its home again.
+UNAVAILABLE_NOW = frozenset(
+    {
+        RefusalReason.LIMIT_UNAVAILABLE,
+        RefusalReason.SHARE_LEASE_ENDED,
+        RefusalReason.HOLD_OUTLIVES_SHARE,
+    }
+)
+
+
 def refusal_error(
     refusal: Refusal, now: datetime, unit: str = "", budget_status: int = BUDGET_EXCEEDED_STATUS
 ) -> GateError:
     """A refusal as LiteLLM answers it, naming Earmark's reason, the budget that refused and
     what it has left. Waiting helps a full rate window (429, Retry-After its wait) and a
     budget whose period resets within limits.litellm_retry_after_seconds_max (429,
-    Retry-After until the reset); a limit that cannot be read now is a 503, which clients
-    retry; any other refusal is final, LiteLLM's own budget error (budget_status,
+    Retry-After until the reset); a limit that cannot be read now (UNAVAILABLE_NOW) is a 503,
+    which clients retry; any other refusal is final, LiteLLM's own budget error (budget_status,
     budget_exceeded), which the SDKs do not retry."""
     reason = refusal.reason.name.removeprefix("REFUSAL_REASON_")
     budget = refusal.refused_budget_id or refusal.budget_id
@@ -566,7 +578,7 @@ def refusal_error(
     if wait is not None:
         headers["retry-after"] = str(max(1, int(wait + 0.999)))
         return GateError(429, message, headers)
-    if refusal.reason == RefusalReason.LIMIT_UNAVAILABLE:
+    if refusal.reason in UNAVAILABLE_NOW:
         return GateError(503, message, headers)
     return GateError(budget_status, message, headers, kind=BUDGET_EXCEEDED)
 
