@@ -216,6 +216,15 @@ class World:
         for node in self.nodes():
             await assert_invariants(node.dsn)
 
+    async def start_home(self, *, same_port: bool) -> None:
+        """Starts the stopped home again on its database: its region listener on the port
+        it had (same_port), or on a new one the relays are pointed at."""
+        port = self.relays[REGIONS[0]].target[1]
+        self.home.overrides["region_listen"] = f"127.0.0.1:{port if same_port else 0}"
+        await self.home.start()
+        for relay in self.relays.values():
+            relay.target = ("127.0.0.1", self.home.side.region_port)
+
     def advance(self, by: timedelta, *names: str) -> None:
         """Moves the clocks of the named regions (all when none is named)."""
         for node in self.nodes():
@@ -256,8 +265,6 @@ async def world(
     relays: dict[str, Relay] = {}
     try:
         await home.start()
-        # A restarted home listens for its regions where it did before.
-        home.overrides["region_listen"] = f"127.0.0.1:{home.side.region_port}"
         for name in REGIONS:
             relay = Relay(("127.0.0.1", home.side.region_port), DELAY_SECONDS)
             relays[name] = relay
