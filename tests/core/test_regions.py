@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from earmark import limits
 from earmark.core.regions import (
+    HOME_SILENCE,
     LEASE_MARGIN,
     RECLAIM_AFTER,
     SETTLE_GRACE,
@@ -81,14 +82,16 @@ def test_below_the_floor_the_home_grants_nothing() -> None:
 
 
 def test_a_region_cut_off_admits_within_its_share_until_its_lease_ends() -> None:
-    """Without the home, a region admits while its share has room and its lease lasts,
-    then refuses with a reason of its own."""
+    """Without the home (its calls fail: the agent's every tick tries), a region admits while
+    its share has room and its lease lasts, then refuses with a reason of its own, without
+    asking."""
     _, region = leased(Home(limit=100_000), want=1_000)
     late = T0 + SHARE_LEASE - LEASE_MARGIN - SETTLE_GRACE
-    region = replace(region, heard_at=None)
+    region = replace(region, failed_at=T0 + MINUTE)
     ok = region_admit(AdmitInput(region, "a", 600, MINUTE, T0 + MINUTE))
     spent = region_admit(AdmitInput(ok.region, "b", 600, MINUTE, T0 + MINUTE))
-    ended = region_admit(AdmitInput(ok.region, "c", 1, MINUTE, late))
+    cut = replace(ok.region, failed_at=late)
+    ended = region_admit(AdmitInput(cut, "c", 1, MINUTE, late))
     assert [
         (Verdict.ADMIT, None),
         (Verdict.REFUSE, RegionRefusal.SHARE_SPENT),
@@ -103,10 +106,18 @@ def test_a_hold_that_would_outlive_the_share_is_not_admitted() -> None:
     assert (Verdict.ASK, RegionRefusal.HOLD_OUTLIVES_SHARE) == (long.verdict, long.reason)
 
 
-def test_a_region_that_heard_from_the_home_forwards() -> None:
-    """A Reserve the share cannot admit goes to the home while the home answers."""
+def test_a_region_whose_calls_go_through_asks_however_long_it_was_quiet() -> None:
+    """A Reserve the share cannot admit asks the home unless a call to it failed since it
+    last answered, within HOME_SILENCE; a region quiet for an hour with its link up asks."""
     _, region = leased(Home(limit=100_000), want=1_000)
-    assert Verdict.ASK == admit(region, 5_000)
+    hour = T0 + 60 * MINUTE
+    failed = replace(region, failed_at=hour - HOME_SILENCE)
+    stale = replace(region, failed_at=hour - HOME_SILENCE - timedelta(microseconds=1))
+    assert [Verdict.ASK, Verdict.REFUSE, Verdict.ASK] == [
+        admit(region, 5_000, hour),
+        admit(failed, 5_000, hour),
+        admit(stale, 5_000, hour),
+    ]
 
 
 def test_the_regions_lease_never_outlives_the_homes() -> None:

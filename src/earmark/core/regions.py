@@ -357,8 +357,9 @@ class RegionHold:
 
 @dataclass(frozen=True, slots=True)
 class Region:
-    """A region's share of one budget, durable in its own database except heard_at and
-    short (what it last heard, kept in memory)."""
+    """A region's share of one budget, durable in its own database except heard_at,
+    failed_at and short (what it last heard, and when a call to the home last failed, kept
+    in memory)."""
 
     name: str
     granted: int = 0
@@ -370,6 +371,7 @@ class Region:
     # Its view of the share's lease, on its clock: never outlives the home's.
     lease_until: datetime | None = None
     heard_at: datetime | None = None
+    failed_at: datetime | None = None
     short: bool = False
 
     @property
@@ -391,7 +393,7 @@ class Region:
 
     def restarted(self) -> Region:
         """After a crash: the database's counters, holds and lease; nothing it heard."""
-        return replace(self, heard_at=None, short=False)
+        return replace(self, heard_at=None, failed_at=None, short=False)
 
 
 class Verdict(StrEnum):
@@ -451,10 +453,13 @@ def renew_cap(lease_until: datetime) -> datetime:
     return lease_until - SETTLE_GRACE
 
 
-def may_ask(heard_at: datetime | None, now: datetime) -> bool:
-    """A Reserve the share cannot admit waits on an ask only while the home answers: one
-    heard from within HOME_SILENCE; a region cut off refuses at once."""
-    return heard_at is not None and now - heard_at <= HOME_SILENCE
+def may_ask(heard_at: datetime | None, failed_at: datetime | None, now: datetime) -> bool:
+    """A Reserve the share cannot admit waits on an ask unless a call to the home failed
+    since the home last answered, within HOME_SILENCE: a region cut off refuses at once,
+    and one whose link is up asks however long it had nothing to say."""
+    if failed_at is None or (heard_at is not None and heard_at >= failed_at):
+        return True
+    return now - failed_at > HOME_SILENCE
 
 
 def region_admit(op: AdmitInput) -> RegionAdmission:
@@ -470,7 +475,7 @@ def region_admit(op: AdmitInput) -> RegionAdmission:
     if reason is None:
         holds = {**region.holds, op.hold_id: RegionHold(op.amount, until, op.dispatched)}
         return RegionAdmission(verdict=Verdict.ADMIT, region=replace(region, holds=holds))
-    verdict = Verdict.ASK if may_ask(region.heard_at, now) else Verdict.REFUSE
+    verdict = Verdict.ASK if may_ask(region.heard_at, region.failed_at, now) else Verdict.REFUSE
     need = max(1, op.amount - max(0, region.room))
     return RegionAdmission(verdict=verdict, region=region, reason=reason, need=need)
 

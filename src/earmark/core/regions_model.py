@@ -9,7 +9,7 @@ every step; check() states the invariants, quiesce() the end every run reaches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from earmark import limits
@@ -215,6 +215,12 @@ class World:
     # The network.
 
     def send(self, message: Message) -> None:
+        """Sends message; over a cut link, a region's call fails at once (the relay resets
+        it), and the region notes when."""
+        if message.region in self.cut and message.to_home:
+            region = self.regions[message.region]
+            self.regions[message.region] = replace(region, failed_at=self.clock(message.region))
+            return
         self.network.append(message)
 
     def deliverable(self) -> list[int]:

@@ -192,16 +192,13 @@ class RegionAgent:
     # A Reserve's ask: on the request path, bounded by limits.region_call_seconds.
 
     async def demand(self, budget_id: str, need: int) -> Asked:
-        """Asks the home for need more of the budget for a waiting Reserve. A share already
-        held asks only while the home answers (core.regions.may_ask: else SILENT, the
-        share's refusal stands); one the region has none of yet asks unless the home failed
-        to answer within HOME_SILENCE, so that a cut-off region does not make every such
+        """Asks the home for need more of the budget for a waiting Reserve, unless a call to
+        the home failed since it last answered, within HOME_SILENCE (core.regions.may_ask:
+        SILENT, the share's refusal stands), so that a cut-off region does not make every
         Reserve wait out a call."""
         now = self._clock()
         share = await self._store.region_share(budget_id)
-        if share is not None and not regions.may_ask(self.heard_at, now):
-            return Asked.SILENT
-        if share is None and self._failed_recently(now):
+        if not regions.may_ask(self.heard_at, self._failed_at, now):
             return Asked.SILENT
         seen = self._seen.get(budget_id) or _Seen()
         region = (
@@ -216,12 +213,6 @@ class RegionAgent:
         if not outcomes:
             return Asked.UNREACHABLE
         return Asked.ANSWERED if outcomes[0].found else Asked.NOT_FOUND
-
-    def _failed_recently(self, now: datetime) -> bool:
-        failed = self._failed_at
-        if failed is None or (self.heard_at is not None and self.heard_at >= failed):
-            return False
-        return now - failed <= regions.HOME_SILENCE
 
     async def _send(self, asks: Sequence[tuple[str, regions.Ask]], kind: str) -> list[ShareOutcome]:
         """One Share call with asks; the answers applied to the shares. [] when the call
