@@ -171,10 +171,10 @@ class RegionAgent:
         seen.samples.append((now, share.used + share.held))
         rate = _units_per_minute(seen.samples)
         region = share.region(self.name, (self.heard_at, seen.short))
-        if share.granted:
-            given = await self._store.give_back_share(
-                self.name, share.budget_id, regions.keep_for(rate), seen.short
-            )
+        keep = regions.keep_for(rate)
+        if regions.region_return(region, keep) is not region:
+            # Only then a transaction, which gives back what is idle under the stripe lock.
+            given = await self._store.give_back_share(self.name, share.budget_id, keep, seen.short)
             region = replace(region, returned=region.returned + given)
         ask = regions.region_ask(regions.NeedInput(region, rate, now))
         report = region.report(now)
