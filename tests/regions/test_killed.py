@@ -38,7 +38,7 @@ async def test_a_region_killed_with_open_holds_strands_at_most_its_share_until_r
     await home.admin.PutBudget(pb.PutBudgetRequest(budget_id="b", limit=LIMIT, unit="t"))
     first = await world.reserve("eu", "k1", 100)
     await eu.tick()
-    eu.clock.advance(timedelta(seconds=4))
+    world.advance(timedelta(seconds=4))
     second = await world.reserve("eu", "k2", 500)
     await eu.tick()
     third = await world.reserve("eu", "k3", 300)
