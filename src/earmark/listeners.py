@@ -228,6 +228,9 @@ def _require_free(host: str, port: int, name: str) -> None:
     here rather than after gRPC's own error log."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As gRPC binds its own: the port's closed connections in TIME_WAIT (a sidecar
+        # restarted on its fixed port) do not stop it, a listener on it does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:

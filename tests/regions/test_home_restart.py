@@ -9,7 +9,6 @@ import asyncio
 
 import pytest
 
-from earmark.errors import Unavailable
 from earmark.v1 import budget_pb2 as pb
 from tests.helpers import eventually, fetch_budget_row
 from tests.regions.conftest import REGIONS, World, fetch, home_share, metric, region_state
@@ -110,17 +109,6 @@ async def test_the_home_restarted_mid_grant_grants_nothing_twice(world: World) -
     await world.audit()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Unavailable,
-    reason=(
-        "defect: listeners._require_free probes a fixed listen address with a socket bound "
-        "without SO_REUSEADDR, so a sidecar restarted on its port while connections it "
-        "closed first are in TIME_WAIT (60 s) fails to start with LISTEN_FAILED 'Address "
-        "already in use', though gRPC's own bind (SO_REUSEADDR) succeeds: a home restarted "
-        "on its --region-listen port after a distant region was connected"
-    ),
-)
 async def test_the_home_restarted_on_its_region_port_listens_again(world: World) -> None:
     """The home, eu connected to it through its relay, stops and starts again on the same
     region port at once; eu reaches it there and its next Reserve is asked of it."""
