@@ -179,7 +179,11 @@ class _Direction:
         if isinstance(item, bytes):
             dest.write(item)
         else:
-            dest.write_eof()
+            try:
+                dest.write_eof()
+            except OSError:
+                # Its peer reset it meanwhile (ENOTCONN): the other side closes it.
+                dest.abort()
             self.ended = True
             self.link.finish_if_ended()
 
