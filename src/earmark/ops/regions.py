@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from earmark import options
 from earmark.ops import render
 from earmark.ops.connect import Admin, access_from, add_admin_arguments
+from earmark.options import Option
 from earmark.v1 import budget_pb2 as pb
 
 HEADERS = (
@@ -32,7 +34,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="shares by budget then region (OUTSTANDING: at the home, the escrow held for "
         "the region; in a region, the room its share may still admit)",
     )
-    listing.add_argument("--budget", default="", help="only this budget's shares")
+    options.add_options(listing, (Option("budget", "only this budget's shares", default=""),))
     listing.set_defaults(run=list_shares)
     add_admin_arguments(listing)
 
