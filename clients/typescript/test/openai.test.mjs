@@ -302,13 +302,71 @@ test('a stream cut before its usage is in doubt: the prompt charged, the rest st
   assert.deepEqual(await ledger(earmark, id), [2 * 8, 8 * 100, 1]);
 });
 
+/**
+ * A fetch whose event streams pass on their first event and then send nothing more until
+ * their request is aborted: a provider still generating when the reader leaves. The fake
+ * writes a whole stream at once, so without this whether its usage reached the metered
+ * fetch before the reader's break is the machine's timing (a loaded one reads it all in one
+ * chunk), and a stream whose usage came settles at it (the test after this one).
+ */
+function stillGenerating(fetch) {
+  return async (input, init) => {
+    const response = await fetch(input, init);
+    if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) return response;
+    const { signal } = init;
+    assert.ok(signal, 'the SDK passes its fetch a signal, which aborts when the reader leaves');
+    const source = response.body.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let first = true;
+    const body = new ReadableStream({
+      async pull(controller) {
+        if (!first) {
+          await new Promise((resolve) => (signal.aborted ? resolve() : signal.addEventListener('abort', resolve, { once: true })));
+          await source.cancel().catch(() => undefined);
+          controller.error(signal.reason);
+          return;
+        }
+        for (let end = -1; end < 0; end = text.indexOf('\n\n')) {
+          const { done, value } = await source.read();
+          assert.ok(!done, 'the fake stream has a first event');
+          text += decoder.decode(value, { stream: true });
+        }
+        first = false;
+        controller.enqueue(new TextEncoder().encode(text.slice(0, text.indexOf('\n\n') + 2)));
+      },
+      cancel: (reason) => source.cancel(reason),
+    });
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+}
+
+/** A fetch that reads each answer whole before handing it on, as one chunk: a stream's
+ * usage has come before its reader sees its first event. */
+async function readWhole(input, init) {
+  const response = await spy.fetch(input, init);
+  const body = await response.arrayBuffer();
+  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+}
+
 test('a stream its reader leaves early is in doubt', async () => {
-  const { id, llm } = await meteredOn('left', 1_000_000);
+  const generating = new OpenAI({ baseURL: FAKE_OPENAI_URL, apiKey: 'sk-fake', timeout: 10_000, fetch: stillGenerating(spy.fetch) });
+  const { id, llm } = await meteredOn('left', 1_000_000, {}, generating);
   for await (const chunk of await llm.chat.completions.create({ model, max_tokens: 100, stream: true, messages: ask('leave early') })) {
     if (chunk.choices.length > 0) break;
   }
   // "leave early" is 11 characters: a prompt of 4 + 4 + 3 = 11 tokens, charged.
   assert.deepEqual(await ledger(earmark, id), [2 * 11, 8 * 100, 1]);
+});
+
+test('a stream its reader leaves after its usage came settles at that usage', async () => {
+  const whole = new OpenAI({ baseURL: FAKE_OPENAI_URL, apiKey: 'sk-fake', timeout: 10_000, fetch: readWhole });
+  const { id, llm } = await meteredOn('left-late', 1_000_000, {}, whole);
+  for await (const chunk of await llm.chat.completions.create({ model, max_tokens: 100, stream: true, messages: ask('leave early') })) {
+    if (chunk.choices.length > 0) break;
+  }
+  // The provider said what it billed: floor(11 / 4) + 1 = 3 prompt tokens and all 100.
+  assert.deepEqual(await ledger(earmark, id), [2 * 3 + 8 * 100, 0, 0]);
 });
 
 test('a 4xx settles at nothing', async () => {
