@@ -140,6 +140,10 @@ class Background:
         their lease passed, or another sidecar sweeps."""
         await self._stop("sweeper")
 
+    async def stop_region_ticks(self) -> None:
+        """Stops a region's agent's loop (tests tick it themselves, one pass at a time)."""
+        await self._stop("regions")
+
     async def stop(self) -> None:
         await self._stop("watchdog")
         for name in list(self._tasks):

@@ -130,6 +130,9 @@ class Node:
             await side.stop()
             raise
         self.sidecar = side
+        if side.region_agent is not None and side.background is not None:
+            # The test's tick() is the agent's only pass: what a test counts is what it did.
+            await side.background.stop_region_ticks()
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{side.port}")
         self._admin_channel = grpc.aio.insecure_channel(side.admin_address)
         self.budget = budget_pb2_grpc.BudgetStub(self.channel)
@@ -151,7 +154,7 @@ class Node:
         return self.sidecar
 
     async def tick(self) -> None:
-        """One pass of the region's agent now (its background loop runs one a second)."""
+        """One pass of the region's agent now (its background loop is stopped: start())."""
         agent = self.side.region_agent
         assert agent is not None
         await agent.tick()

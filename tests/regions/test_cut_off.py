@@ -104,12 +104,16 @@ async def test_a_region_cut_off_past_its_lease_refuses_and_its_share_comes_back(
     await eu.tick()
 
     async def reported() -> bool:
+        # A tick a poll: the first call after heal may find gRPC waiting out its reconnect
+        # backoff, and the next tick carries the same counts.
+        await eu.tick()
         at_home = await home_share(world, "eu")
         return at_home is not None and at_home["used"] == settled_in_eu
 
     await eventually(reported, within_seconds=5, what="eu's use reported after heal")
 
     async def all_used() -> bool:
+        await world.regions["ap"].tick()
         return (await fetch_budget_row(home.dsn, "b"))["used"] == settled_in_eu + wanted
 
     await eventually(all_used, within_seconds=5, what="ap's and eu's use at the home")
