@@ -184,8 +184,40 @@ def binary_missing(name: str, package: str) -> str | None:
     return why
 
 
+# free_port hands out ports below the kernel's ephemeral range (32768-60999 by default),
+# whose ports an outgoing connection of any test may take between the probe and the
+# child's own bind (a LiteLLM proxy failed to start so, "address already in use"); each
+# xdist worker its own slice of them, so that two workers never hand out the same one.
+FREE_PORTS_FIRST = 16_000
+FREE_PORTS_PER_WORKER = 1_000
+FREE_PORTS_WORKERS_MAX = 16
+_next_free_port: dict[int, int] = {}
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on at this moment."""
+    """A TCP port on 127.0.0.1 that nothing listens on at this moment, from this worker's
+    slice below the ephemeral range (any port the kernel picks, where that cannot be)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    first = FREE_PORTS_FIRST + index * FREE_PORTS_PER_WORKER
+    if index < FREE_PORTS_WORKERS_MAX and first + FREE_PORTS_PER_WORKER <= _ephemeral_low():
+        start = _next_free_port.get(index, 0)
+        for step in range(FREE_PORTS_PER_WORKER):
+            port = first + (start + step) % FREE_PORTS_PER_WORKER
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _next_free_port[index] = (port - first + 1) % FREE_PORTS_PER_WORKER
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
