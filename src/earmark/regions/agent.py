@@ -218,6 +218,12 @@ class RegionAgent:
         """One Share call with asks; the answers applied to the shares. [] when the call
         failed (logged once a run of failures)."""
         assert self._stub is not None, "open() first"
+        # Stamped as they leave, not when the tick began: a tick over many shares takes a
+        # while, and the home refuses an ask stamped further behind its clock than the
+        # skews and a call's wait (core.regions.sent_at_problem); the share's lease counts
+        # from the stamp, so the later one is the truer one too.
+        sent_at = self._clock()
+        asks = [(budget_id, replace(ask, sent_at=sent_at)) for budget_id, ask in asks]
         request = pb.ShareRequest(region=self.name, asks=[_ask_pb(b, a) for b, a in asks])
         try:
             reply = await self._stub.Share(
