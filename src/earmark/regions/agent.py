@@ -127,13 +127,6 @@ class RegionAgent:
             await self._channel.close(None)
             self._channel = None
 
-    async def knows(self, budget_id: str) -> bool:
-        """The budget is one of the region's shares (its database says so, before the
-        first tick after a start)."""
-        if budget_id in self._seen:
-            return True
-        return await self._store.region_share(budget_id) is not None
-
     # The tick: off the request path.
 
     async def tick(self) -> None:
@@ -191,13 +184,16 @@ class RegionAgent:
 
     # A Reserve's ask: on the request path, bounded by limits.region_call_seconds.
 
-    async def demand(self, budget_id: str, need: int) -> Asked:
+    async def demand(self, budget_id: str, need: int, *, shares_only: bool = False) -> Asked:
         """Asks the home for need more of the budget for a waiting Reserve, unless a call to
         the home failed since it last answered, within HOME_SILENCE (core.regions.may_ask:
         SILENT, the share's refusal stands), so that a cut-off region does not make every
         Reserve wait out a call."""
         now = self._clock()
         share = await self._store.region_share(budget_id)
+        if share is None and shares_only:
+            # A budget of the region's own refused: its home is here.
+            return Asked.SILENT
         if not regions.may_ask(self.heard_at, self._failed_at, now):
             return Asked.SILENT
         seen = self._seen.get(budget_id) or _Seen()

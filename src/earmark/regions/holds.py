@@ -61,10 +61,9 @@ class RegionHolds:
             if result.admitted or result.reason not in SHARE_REFUSALS:
                 return result
             budget_id = result.refused_budget_id or op.budget_id
-            if not await self._agent.knows(budget_id):
-                return result
             # A share its late use took past its level (remaining below 0) needs that too.
             need = result.amount - (result.remaining or 0)
-            if await self._agent.demand(budget_id, max(1, need)) is not Asked.ANSWERED:
+            asked = await self._agent.demand(budget_id, max(1, need), shares_only=True)
+            if asked is not Asked.ANSWERED:
                 return result
         return await self._store.submit(op)

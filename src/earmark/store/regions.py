@@ -436,12 +436,6 @@ async def give_back(conn: Conn, name: str, budget_id: str, keep: int, short: boo
     return returned.returned - region.returned
 
 
-async def is_share(conn: Conn, budget_id: str) -> bool:
-    return bool(
-        await conn.fetchval("SELECT 1 FROM region_share_state WHERE budget_id = $1", budget_id)
-    )
-
-
 # What operators see (Admin.ListShares).
 
 
