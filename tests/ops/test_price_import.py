@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,6 +32,10 @@ IMPORTED = (
     ("openai", "gpt-4o"),
 )
 BUDGET = "usd"
+
+# The installed release names itself in the command's summary (pyproject allows any 0.2.x
+# from 0.2.3: a fresh clone installs the newest).
+GENAI_PRICES = importlib.metadata.version("genai-prices")
 
 
 def stamp(at: datetime) -> Timestamp:
@@ -190,7 +195,8 @@ async def test_an_import_run_twice_puts_nothing_and_a_dry_run_puts_nothing(
     ]
     assert ([], True) == (after_dry, json.loads(dry.text)["dry_run"])
     assert first.text.endswith(
-        "put 2 rows; 0 tiers already as genai-prices 0.2.3 has them; 0 kept; 0 models refused"
+        f"put 2 rows; 0 tiers already as genai-prices {GENAI_PRICES} has them; 0 kept; "
+        "0 models refused"
     )
     assert ([], 2) == (json.loads(second.text)["put"], len(await book(side)))
 
