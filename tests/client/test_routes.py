@@ -237,6 +237,10 @@ async def openai_surface(monkeypatch: pytest.MonkeyPatch, tmp: Path, kind: str) 
     recording = Recording(openai.OpenAIError)
     monkeypatch.setattr(websockets.sync.client, "connect", recording.websocket)
     monkeypatch.setattr(openai.lib._websocket, "_WebSocketConnect", recording.websocket)
+    # openai 3.63 opens its sync websockets through this wrapper of websockets' connect,
+    # bound where the wrapper is defined; earlier releases call websockets' connect.
+    if hasattr(openai.lib._websocket, "_connect_sync"):
+        monkeypatch.setattr(openai.lib._websocket, "_connect_sync", recording.websocket)
     options: dict[str, Any] = dict(
         api_key="k", admin_api_key="a", webhook_secret="w", base_url=OPENAI_BASE, max_retries=0
     )
