@@ -31,6 +31,8 @@ class Mode(enum.Enum):
     OPEN = "open"
     CUT = "cut"
     BLACKHOLE = "blackhole"
+    # A blackhole one way: what the target answers is dropped, what the client sends is not.
+    ANSWERS_LOST = "answers lost"
 
 
 class _Mark(enum.Enum):
@@ -121,7 +123,7 @@ class _Direction:
         relay = self.link.relay
         if self.link.closed:
             return
-        if relay._mode is Mode.BLACKHOLE:
+        if self.dropping():
             self.link.dropped = True
             relay._dropped_bytes += len(item) if isinstance(item, bytes) else 0
             return
@@ -166,7 +168,7 @@ class _Direction:
         if isinstance(item, bytes):
             self.queued_bytes -= len(item)
         relay = self.link.relay
-        if relay._mode is Mode.BLACKHOLE:
+        if self.dropping():
             self.link.dropped = True
             relay._dropped_bytes += len(item) if isinstance(item, bytes) else 0
             return
@@ -186,6 +188,11 @@ class _Direction:
                 dest.abort()
             self.ended = True
             self.link.finish_if_ended()
+
+    def dropping(self) -> bool:
+        """Whether a blackhole drops this way's bytes now."""
+        mode = self.link.relay._mode
+        return mode is Mode.BLACKHOLE or (mode is Mode.ANSWERS_LOST and self is self.link.down)
 
     def drop(self) -> None:
         """Forgets what is queued: its destination is gone."""
@@ -291,7 +298,7 @@ class Relay:
 
     @property
     def mode(self) -> Mode:
-        """OPEN, CUT or BLACKHOLE."""
+        """OPEN, CUT, BLACKHOLE or ANSWERS_LOST."""
         return self._mode
 
     @property
@@ -343,10 +350,11 @@ class Relay:
             self._cut_count += 1
             self._control(self._abort_all)
 
-    def blackhole(self) -> None:
-        """A silent partition: connections stay open but every byte either way is dropped."""
+    def blackhole(self, *, answers_only: bool = False) -> None:
+        """A silent partition: connections stay open but every byte either way is dropped;
+        answers_only, only the target's bytes (a request arrives, its answer is lost)."""
         with self._lock:
-            self._mode = Mode.BLACKHOLE
+            self._mode = Mode.ANSWERS_LOST if answers_only else Mode.BLACKHOLE
 
     def heal(self) -> None:
         """Ends a partition; a connection that lost bytes in a blackhole is reset, its stream

@@ -199,6 +199,26 @@ def test_blackhole_drops_every_byte_until_healed(echo: tuple[str, int]) -> None:
         assert (Mode.OPEN, 0) == (relay.mode, relay.cut_count)
 
 
+def test_a_blackhole_of_answers_only_lets_requests_through(echo: tuple[str, int]) -> None:
+    """blackhole(answers_only=True) delivers what the client sends and drops what the target
+    answers (the echo's bytes, counted as they come back); heal() resets the connection."""
+    with Relay(echo, DELAY_SECONDS) as relay, connect(relay) as old:
+        relay.blackhole(answers_only=True)
+        old.settimeout(BLACKHOLE_READ_SECONDS)
+        old.sendall(b"abc")
+        with pytest.raises(TimeoutError):
+            old.recv(1)
+        # The echo sends only what it read: its 3 bytes dropped are the request delivered.
+        eventually_sync(lambda: 3 == relay.dropped_bytes, within_seconds=5, what="3 bytes")
+        assert Mode.ANSWERS_LOST == relay.mode
+        relay.heal()
+        old.settimeout(IO_TIMEOUT_SECONDS)
+        assert b"" == recv_or_reset(old)
+        with connect(relay) as healed:
+            assert b"d" == round_trip(healed, b"d")
+        assert (Mode.OPEN, 0) == (relay.mode, relay.cut_count)
+
+
 def test_stop_closes_everything_and_is_idempotent(echo: tuple[str, int]) -> None:
     """stop() closes open connections and the listener and joins the thread; again, nothing."""
     threads = set(threading.enumerate())
