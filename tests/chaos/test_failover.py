@@ -79,7 +79,19 @@ async def start_formation(made: formation.Formation) -> str:
         await conn[0].execute("SELECT pg_reload_conf()")
     finally:
         await conn[0].close()
-    monitor_uri = made.monitor_uri()
+    shown: list[str] = []
+
+    async def monitor_uri_shown() -> bool:
+        try:
+            shown.append(made.monitor_uri())
+        except RuntimeError:
+            # pg_autoctl rewrites its configuration file in place while the monitor starts,
+            # and "show uri" read it half written ("Failed to find section pg_autoctl").
+            return False
+        return True
+
+    await eventually(monitor_uri_shown, within_seconds=FORMATION_SECONDS_MAX, what="its URI")
+    monitor_uri = shown[0]
     for expected in (["single"], ["primary", "secondary"]):
         node = formation.create_node(made, monitor_uri)
 
