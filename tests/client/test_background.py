@@ -21,9 +21,10 @@ from tests.conftest import Running
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import assert_invariants, eventually
 
-# Long enough that a stalled test machine does not lose a hold between renewals, short
-# enough that a renewal comes within the test.
-LEASE_SECONDS = 3.0
+# Long enough that a stalled test machine does not lose a hold between renewals (3 s was
+# not: a loaded CI machine let the hold's lease end before the client's first Renew), short
+# enough that a renewal (every third of it) comes within the test's wait for one.
+LEASE_SECONDS = 10.0
 
 
 def request(text: str = "hello", **fields: Any) -> dict[str, Any]:
