@@ -232,6 +232,23 @@ def test_a_region_asks_to_renew_and_to_top_up() -> None:
     assert (None, 9_000, 0) == (fresh, low and low.want, renew and renew.want)
 
 
+def test_reserves_waiting_together_are_granted_as_one_by_one() -> None:
+    """Several Reserves in one ask (need their sum, smallest the least one lacks): their
+    need whole whenever it is free, past the region's cap as one Reserve's need is; near the
+    limit all that is free when one of them fits in it, and nothing when none does."""
+    group = region_ask(NeedInput(Region("eu"), 0, T0, need=3_000, smallest=100))
+    assert group is not None
+    assert (0, 3_000, 100) == (group.want, group.need, group.smallest)
+    assert 3_000 == answer_ask(Home(limit=10_000), group, T0).granted
+    near = Home(limit=10_000, used_local=9_850)
+    fits = replace(group, need=300, smallest=100)
+    one_fits = replace(group, need=1_100, smallest=100)
+    none_fits = replace(group, need=400, smallest=200)
+    alone = replace(group, need=200, smallest=0)
+    granted = [answer_ask(near, a, T0).granted for a in (fits, one_fits, none_fits, alone)]
+    assert [150, 150, 0, 0] == granted
+
+
 def test_an_answer_repeated_or_reordered_changes_nothing_more() -> None:
     """Answers carry cumulative grants and are merged by max."""
     home = Home(limit=100_000)

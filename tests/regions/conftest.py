@@ -168,7 +168,8 @@ class Told:
     admitted: dict[str, int] = field(default_factory=dict)
     settled: dict[str, int] = field(default_factory=dict)
     refused: list[int] = field(default_factory=list)
-    errors: list[grpc.StatusCode] = field(default_factory=list)
+    # "WHERE CODE: details" of each Reserve that failed with an error.
+    errors: list[str] = field(default_factory=list)
 
     def spent(self) -> int:
         """Every admitted Reserve still open, at its amount, plus everything settled."""
@@ -194,13 +195,13 @@ class World:
         self, where: str, key: str, amount: int, budget_id: str = "b"
     ) -> pb.ReserveResponse | None:
         """A Reserve at a sidecar of region where, what it was told recorded; None when it
-        failed with an error (recorded by its code)."""
+        failed with an error (recorded with its code and details)."""
         try:
             reply = await self.node(where).budget.Reserve(
                 pb.ReserveRequest(budget_id=budget_id, idempotency_key=key, amount=amount)
             )
         except grpc.aio.AioRpcError as error:
-            self.told.errors.append(error.code())
+            self.told.errors.append(f"{where} {error.code().name}: {error.details()}")
             return None
         if reply.admitted:
             self.told.admitted[reply.reservation_id] = amount

@@ -34,9 +34,10 @@ def field_of(share: pb.ShareRequest) -> str:
 
 def test_a_well_formed_request_is_read_whole() -> None:
     """Each ask becomes core's Ask for the request's region, in order."""
-    asks = share_asks(request(ask("a", want=5, need=2, returned=1, used=3, doubt=4), ask("b")), NOW)
+    whole = ask("a", want=5, need=2, returned=1, used=3, doubt=4, smallest_need=1)
+    asks = share_asks(request(whole, ask("b")), NOW)
     assert [
-        ("eu", "a", regions.Ask("eu", NOW, 5, 1, 3, 2, 4)),
+        ("eu", "a", regions.Ask("eu", NOW, 5, 1, 3, 2, 4, 1)),
         ("eu", "b", regions.Ask("eu", NOW, 0, 0, 0)),
     ] == [(a.region, a.budget_id, a.ask) for a in asks]
 
@@ -55,11 +56,12 @@ def test_a_clock_the_home_does_not_agree_with_is_refused() -> None:
 
 
 def test_bad_asks_name_their_field() -> None:
-    """Missing, repeated, negative or too many: each refused before anything is answered."""
+    """Missing, repeated, negative, too many or a smallest need past the need: each refused
+    before anything is answered."""
     too_many = [ask(f"b{i}") for i in range(limits.region_outbox_batch_max + 1)]
     assert [
         "region", "asks", "asks", "asks[1].budget_id", "asks[0].sent_at", "asks[0].want",
-        "asks[0].doubt", "asks[0].budget_id",
+        "asks[0].doubt", "asks[0].budget_id", "asks[0].smallest_need", "asks[0].smallest_need",
     ] == [
         field_of(request(ask(), region="")),
         field_of(request()),
@@ -69,6 +71,8 @@ def test_bad_asks_name_their_field() -> None:
         field_of(request(ask(want=-1))),
         field_of(request(ask(doubt=limits.limit_units_max + 1))),
         field_of(request(ask(budget_id="a b"))),
+        field_of(request(ask(need=5, smallest_need=6))),
+        field_of(request(ask(smallest_need=-1))),
     ]  # fmt: skip
 
 

@@ -150,6 +150,9 @@ class Ask:
     used: int
     need: int = 0
     doubt: int = 0
+    # > 0: need is what several Reserves waiting together lack, this the least one of them
+    # lacks (grant_size).
+    smallest: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +202,17 @@ def keep_for(units_per_minute: int) -> int:
     return int(units_per_minute * limits.region_share_keep_seconds) // 60
 
 
-def grant_size(home: Home, region: str, want: int, need: int = 0) -> int:
+def grant_size(home: Home, region: str, want: int, need: int = 0, smallest: int = 0) -> int:
     """What the home grants a region asking for want: at most a fraction of what is free at
     the home, at most what keeps the region's outstanding share within its cap, and nothing
     below the floor (the demarcation rule: shares shrink near the limit); but a waiting
     Reserve's need whenever the home has that much free, so that the budget's last units are
-    admitted wherever they are asked for."""
+    admitted wherever they are asked for. Several Reserves waiting together (smallest > 0:
+    need is their sum, smallest the least one lacks) are granted much as they would be one
+    by one: their need whenever it is free, else all that is free if one of them fits in
+    it (what the others cannot use goes back with the region's next tick)."""
     assert want >= 0
-    assert need >= 0
+    assert 0 <= smallest <= need
     share = home.share(region)
     capped = home.limit * limits.region_share_bps_max // limits.bps_per_unit - share.outstanding
     fraction = max(0, home.free) * limits.region_grant_fraction_bps // limits.bps_per_unit
@@ -214,6 +220,8 @@ def grant_size(home: Home, region: str, want: int, need: int = 0) -> int:
     size = size if size >= share_floor(home.limit) else 0
     if size < need <= home.free:
         return need
+    if 0 < smallest <= home.free and size < home.free < need:
+        return home.free
     return size
 
 
@@ -238,7 +246,7 @@ def answer_ask(home: Home, ask: Ask, now: datetime) -> Asked:
     and grants what grant_size allows; a grant is asserted to keep the home within its
     limit."""
     home = apply_report(home, Report(ask.region, ask.returned, ask.used, ask.doubt, ask.sent_at))
-    size = grant_size(home, ask.region, ask.want, ask.need)
+    size = grant_size(home, ask.region, ask.want, ask.need, ask.smallest)
     share = home.share(ask.region)
     until = now + SHARE_LEASE
     lease_until = until if share.lease_until is None else max(share.lease_until, until)
@@ -516,6 +524,9 @@ class NeedInput:
     now: datetime
     # What a waiting Reserve lacks (RegionAdmission.need), 0 for the background's asks.
     need: int = 0
+    # > 0: need is what several Reserves waiting together lack (a region's agent sends them
+    # in one ask), and this the least one of them lacks (grant_size); 0 for one Reserve.
+    smallest: int = 0
 
 
 def region_ask(op: NeedInput) -> Ask | None:
@@ -523,6 +534,7 @@ def region_ask(op: NeedInput) -> Ask | None:
     holds, no rate) or its room is below half of what it admits in the rate window (a top
     up), else None; with need, always one."""
     region, now = op.region, op.now
+    assert 0 <= op.smallest <= op.need
     want = want_for(op.units_per_minute)
     # A share with neither room nor holds, that wants nothing, lets its lease end: the
     # home may then archive the budget, and a Reserve asks again when it needs it.
@@ -533,7 +545,7 @@ def region_ask(op: NeedInput) -> Ask | None:
         return None
     more = max(0, want - max(0, region.room))
     doubt = region.doubt(now)
-    return Ask(region.name, now, more, region.returned, region.used, op.need, doubt)
+    return Ask(region.name, now, more, region.returned, region.used, op.need, doubt, op.smallest)
 
 
 def region_answer(region: Region, answer: Answer, now: datetime) -> Region:

@@ -10,6 +10,7 @@ the same cumulative counts and the home applies them by max, so they need no lea
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -117,12 +118,28 @@ class RegionAgent:
         self._visited: set[str] = set()
         self._cursor = ""
         self._failing = False
+        # The Reserves' asks, by budget: one call at a time a budget, and the Reserves that
+        # come while it is under way wait together for the next, which asks for all their
+        # needs at once; so a burst of Reserves at a budget the region has too little of (a
+        # fresh budget, a share run dry) sends the home a call or two, not one each. An
+        # entry lives while its calls do, each at most limits.region_call_seconds.
+        self._asking: dict[str, _Asking] = {}
+        self._closed = False
 
     def open(self) -> None:
         self._channel = self._home.channel()
         self._stub = pb_grpc.RegionsStub(self._channel)
 
     async def close(self) -> None:
+        self._closed = True
+        tasks = [a.task for a in self._asking.values() if a.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # A task cancelled before its first step never ran its finally.
+        for asking in self._asking.values():
+            asking.answer_all(Asked.UNREACHABLE)
+        self._asking.clear()
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = None
@@ -188,10 +205,50 @@ class RegionAgent:
         """Asks the home for need more of the budget for a waiting Reserve, unless a call to
         the home failed since it last answered, within HOME_SILENCE (core.regions.may_ask:
         SILENT, the share's refusal stands), so that a cut-off region does not make every
-        Reserve wait out a call."""
+        Reserve wait out a call. Reserves that need the budget at once wait for one call
+        together; one that comes after the call under way read its batch waits for the next
+        call, with every other that comes meanwhile (at most two calls' wait)."""
+        if self._closed:
+            return Asked.UNREACHABLE
+        loop = asyncio.get_running_loop()
+        asking = self._asking.get(budget_id)
+        if asking is None:
+            asking = _Asking(_Batch(loop.create_future()))
+            self._asking[budget_id] = asking
+            asking.task = asyncio.create_task(self._ask_for(budget_id, asking))
+        elif asking.first.sealed and asking.next is None:
+            asking.next = _Batch(loop.create_future())
+        batch = asking.next or asking.first
+        batch.add(max(1, need), shares_only)
+        # Shielded: a Reserve whose caller is gone does not cancel what others wait on.
+        return await asyncio.shield(batch.done)
+
+    async def _ask_for(self, budget_id: str, asking: _Asking) -> None:
+        """The budget's calls, one after the other while Reserves wait for one."""
+        batch: _Batch | None = asking.first
+        try:
+            while batch is not None:
+                try:
+                    batch.done.set_result(await self._demand(budget_id, batch))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    batch.done.set_exception(error)
+                batch, asking.next = asking.next, None
+                if batch is not None:
+                    asking.first = batch
+        finally:
+            if self._asking.get(budget_id) is asking:
+                del self._asking[budget_id]
+            asking.answer_all(Asked.UNREACHABLE)
+
+    async def _demand(self, budget_id: str, batch: _Batch) -> Asked:
+        """One call for the batch's Reserves (demand)."""
         now = self._clock()
         share = await self._store.region_share(budget_id)
-        if share is None and shares_only:
+        # What the batch asks for is read from here on: later Reserves wait for the next.
+        batch.sealed = True
+        if share is None and batch.shares_only:
             # A budget of the region's own refused: its home is here.
             return Asked.SILENT
         if not regions.may_ask(self.heard_at, self._failed_at, now):
@@ -203,7 +260,7 @@ class RegionAgent:
             else share.region(self.name, (self.heard_at, seen.short))
         )
         rate = _units_per_minute(seen.samples)
-        ask = regions.region_ask(regions.NeedInput(region, rate, now, max(1, need)))
+        ask = regions.region_ask(regions.NeedInput(region, rate, now, *batch.needs()))
         assert ask is not None
         outcomes = await self._send([(budget_id, ask)], "reserve")
         if not outcomes:
@@ -265,6 +322,54 @@ class RegionAgent:
         return outcomes
 
 
+@dataclass(slots=True)
+class _Batch:
+    """The Reserves waiting for one call: their needs summed and the least of them, whether
+    every one of them asks only for a share the region already has (RegionAgent.demand's
+    shares_only), whether the call has read them (sealed: later ones wait for the next),
+    and the call's answer."""
+
+    done: asyncio.Future[Asked]
+    smallest: int = 0
+    total: int = 0
+    count: int = 0
+    shares_only: bool = True
+    sealed: bool = False
+
+    def __post_init__(self) -> None:
+        # Retrieved here too: every Reserve waiting for it may have gone.
+        self.done.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    def add(self, need: int, shares_only: bool) -> None:
+        assert not self.sealed
+        self.smallest = need if self.count == 0 else min(self.smallest, need)
+        self.total = min(limits.amount_units_max, self.total + need)
+        self.count += 1
+        self.shares_only = self.shares_only and shares_only
+
+    def needs(self) -> tuple[int, int]:
+        """The ask's need (what they all lack) and its smallest (the least one of them lacks;
+        0 for one Reserve alone): core.regions.grant_size grants them much as it would one
+        by one."""
+        return self.total, (self.smallest if self.count > 1 else 0)
+
+
+@dataclass(slots=True)
+class _Asking:
+    """A budget's calls: the batch sent first, the one waiting for the call under way, and
+    the task that sends them."""
+
+    first: _Batch
+    next: _Batch | None = None
+    task: asyncio.Task[None] | None = None
+
+    def answer_all(self, asked: Asked) -> None:
+        """Answers every batch not yet answered (the call is gone: the agent is closing)."""
+        for batch in (self.first, self.next):
+            if batch is not None and not batch.done.done():
+                batch.done.set_result(asked)
+
+
 def _units_per_minute(samples: deque[tuple[datetime, int]]) -> int:
     """The share's consumption (used + held) over its samples, a minute's worth; 0 with
     fewer than two samples or none of it."""
@@ -292,6 +397,7 @@ def _ask_pb(budget_id: str, ask: regions.Ask) -> pb.ShareAsk:
         returned=ask.returned,
         used=ask.used,
         doubt=ask.doubt,
+        smallest_need=ask.smallest,
     )
 
 

@@ -93,7 +93,10 @@ def share_asks(request: pb.ShareRequest, now: datetime) -> list[ShareAskInput]:
             used=_count(f"asks[{i}].used", ask.used),
             need=_count(f"asks[{i}].need", ask.need),
             doubt=_count(f"asks[{i}].doubt", ask.doubt),
+            smallest=_count(f"asks[{i}].smallest_need", ask.smallest_need),
         )
+        if asked.smallest > asked.need:
+            raise InvalidArgument(f"asks[{i}].smallest_need", "is more than need")
         asks.append(ShareAskInput(region, budget_id, asked))
     return asks
 

@@ -908,7 +908,7 @@ class ShareRequest(_message.Message):
     def __init__(self, region: _Optional[str] = ..., asks: _Optional[_Iterable[_Union[ShareAsk, _Mapping]]] = ...) -> None: ...
 
 class ShareAsk(_message.Message):
-    __slots__ = ("budget_id", "sent_at", "want", "need", "returned", "used", "doubt")
+    __slots__ = ("budget_id", "sent_at", "want", "need", "returned", "used", "doubt", "smallest_need")
     BUDGET_ID_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_FIELD_NUMBER: _ClassVar[int]
     WANT_FIELD_NUMBER: _ClassVar[int]
@@ -916,6 +916,7 @@ class ShareAsk(_message.Message):
     RETURNED_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     DOUBT_FIELD_NUMBER: _ClassVar[int]
+    SMALLEST_NEED_FIELD_NUMBER: _ClassVar[int]
     budget_id: str
     sent_at: _timestamp_pb2.Timestamp
     want: int
@@ -923,7 +924,8 @@ class ShareAsk(_message.Message):
     returned: int
     used: int
     doubt: int
-    def __init__(self, budget_id: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., want: _Optional[int] = ..., need: _Optional[int] = ..., returned: _Optional[int] = ..., used: _Optional[int] = ..., doubt: _Optional[int] = ...) -> None: ...
+    smallest_need: int
+    def __init__(self, budget_id: _Optional[str] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., want: _Optional[int] = ..., need: _Optional[int] = ..., returned: _Optional[int] = ..., used: _Optional[int] = ..., doubt: _Optional[int] = ..., smallest_need: _Optional[int] = ...) -> None: ...
 
 class ShareResponse(_message.Message):
     __slots__ = ("answers",)

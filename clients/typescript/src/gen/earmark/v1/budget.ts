@@ -1407,6 +1407,12 @@ export interface ShareAsk {
    * passed, not yet settled); the home keeps it held when it takes back an expired share.
    */
   doubt: bigint;
+  /**
+   * > 0: need is what several Reserves that wait together lack, and this the least one of
+   * them lacks (at most need). When the home has not all of need free but has this much,
+   * it grants all it has free, so that those of them that fit are admitted.
+   */
+  smallestNeed: bigint;
 }
 
 export interface ShareResponse {
@@ -10071,7 +10077,7 @@ export const ShareRequest: MessageFns<ShareRequest> = {
 };
 
 function createBaseShareAsk(): ShareAsk {
-  return { budgetId: "", sentAt: undefined, want: 0n, need: 0n, returned: 0n, used: 0n, doubt: 0n };
+  return { budgetId: "", sentAt: undefined, want: 0n, need: 0n, returned: 0n, used: 0n, doubt: 0n, smallestNeed: 0n };
 }
 
 export const ShareAsk: MessageFns<ShareAsk> = {
@@ -10111,6 +10117,12 @@ export const ShareAsk: MessageFns<ShareAsk> = {
         throw new globalThis.Error("value provided for field message.doubt of type int64 too large");
       }
       writer.uint32(56).int64(message.doubt);
+    }
+    if (message.smallestNeed !== 0n) {
+      if (BigInt.asIntN(64, message.smallestNeed) !== message.smallestNeed) {
+        throw new globalThis.Error("value provided for field message.smallestNeed of type int64 too large");
+      }
+      writer.uint32(64).int64(message.smallestNeed);
     }
     return writer;
   },
@@ -10184,6 +10196,14 @@ export const ShareAsk: MessageFns<ShareAsk> = {
             message.doubt = reader.int64() as bigint;
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.smallestNeed = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -10213,6 +10233,11 @@ export const ShareAsk: MessageFns<ShareAsk> = {
       returned: isSet(object.returned) ? BigInt(object.returned) : 0n,
       used: isSet(object.used) ? BigInt(object.used) : 0n,
       doubt: isSet(object.doubt) ? BigInt(object.doubt) : 0n,
+      smallestNeed: isSet(object.smallestNeed)
+        ? BigInt(object.smallestNeed)
+        : isSet(object.smallest_need)
+        ? BigInt(object.smallest_need)
+        : 0n,
     };
   },
 
@@ -10239,6 +10264,9 @@ export const ShareAsk: MessageFns<ShareAsk> = {
     if (message.doubt !== 0n) {
       obj.doubt = message.doubt.toString();
     }
+    if (message.smallestNeed !== 0n) {
+      obj.smallestNeed = message.smallestNeed.toString();
+    }
     return obj;
   },
 
@@ -10254,6 +10282,9 @@ export const ShareAsk: MessageFns<ShareAsk> = {
     message.returned = (object.returned !== undefined && object.returned !== null) ? BigInt(object.returned) : 0n;
     message.used = (object.used !== undefined && object.used !== null) ? BigInt(object.used) : 0n;
     message.doubt = (object.doubt !== undefined && object.doubt !== null) ? BigInt(object.doubt) : 0n;
+    message.smallestNeed = (object.smallestNeed !== undefined && object.smallestNeed !== null)
+      ? BigInt(object.smallestNeed)
+      : 0n;
     return message;
   },
 };

@@ -541,115 +541,115 @@ public final class BudgetProto {
       "2\032.earmark.v1.BudgetTemplate\"2\n\033DeleteBu" +
       "dgetTemplateRequest\022\023\n\013template_id\030\001 \001(\t" +
       "\"B\n\014ShareRequest\022\016\n\006region\030\001 \001(\t\022\"\n\004asks" +
-      "\030\002 \003(\0132\024.earmark.v1.ShareAsk\"\225\001\n\010ShareAs" +
+      "\030\002 \003(\0132\024.earmark.v1.ShareAsk\"\254\001\n\010ShareAs" +
       "k\022\021\n\tbudget_id\030\001 \001(\t\022+\n\007sent_at\030\002 \001(\0132\032." +
       "google.protobuf.Timestamp\022\014\n\004want\030\003 \001(\003\022" +
       "\014\n\004need\030\004 \001(\003\022\020\n\010returned\030\005 \001(\003\022\014\n\004used\030" +
-      "\006 \001(\003\022\r\n\005doubt\030\007 \001(\003\"9\n\rShareResponse\022(\n" +
-      "\007answers\030\001 \003(\0132\027.earmark.v1.ShareAnswer\"" +
-      "\303\001\n\013ShareAnswer\022\021\n\tbudget_id\030\001 \001(\t\022\r\n\005fo" +
-      "und\030\002 \001(\010\022\017\n\007message\030\003 \001(\t\022,\n\010asked_at\030\004" +
-      " \001(\0132\032.google.protobuf.Timestamp\022\017\n\007gran" +
-      "ted\030\005 \001(\003\022\020\n\010released\030\006 \001(\003\022\r\n\005short\030\007 \001" +
-      "(\010\022\023\n\013granted_now\030\010 \001(\003\022\014\n\004unit\030\t \001(\t\"?\n" +
-      "\021ListSharesRequest\022\021\n\tbudget_id\030\001 \001(\t\022\027\n" +
-      "\017after_budget_id\030\002 \001(\t\"O\n\022ListSharesResp" +
-      "onse\022!\n\006shares\030\001 \003(\0132\021.earmark.v1.Share\022" +
-      "\026\n\016next_budget_id\030\002 \001(\t\"\377\001\n\005Share\022\021\n\tbud" +
-      "get_id\030\001 \001(\t\022\016\n\006region\030\002 \001(\t\022\014\n\004home\030\003 \001" +
-      "(\010\022\017\n\007granted\030\004 \001(\003\022\020\n\010released\030\005 \001(\003\022\014\n" +
-      "\004used\030\006 \001(\003\022\023\n\013outstanding\030\007 \001(\003\022\r\n\005doub" +
-      "t\030\010 \001(\003\022/\n\013lease_until\030\t \001(\0132\032.google.pr" +
-      "otobuf.Timestamp\022,\n\010heard_at\030\n \001(\0132\032.goo" +
-      "gle.protobuf.Timestamp\022\021\n\treclaimed\030\013 \001(" +
-      "\003*?\n\005Phase\022\025\n\021PHASE_UNSPECIFIED\020\000\022\016\n\nPHA" +
-      "SE_WORK\020\001\022\017\n\013PHASE_FINAL\020\002*a\n\rOveragePol" +
-      "icy\022\036\n\032OVERAGE_POLICY_UNSPECIFIED\020\000\022\027\n\023O" +
-      "VERAGE_POLICY_HARD\020\001\022\027\n\023OVERAGE_POLICY_S" +
-      "OFT\020\002*x\n\006Period\022\026\n\022PERIOD_UNSPECIFIED\020\000\022" +
-      "\016\n\nPERIOD_DAY\020\001\022\017\n\013PERIOD_WEEK\020\002\022\020\n\014PERI" +
-      "OD_MONTH\020\003\022\022\n\016PERIOD_QUARTER\020\004\022\017\n\013PERIOD" +
-      "_YEAR\020\005*[\n\nBudgetMode\022\033\n\027BUDGET_MODE_UNS" +
-      "PECIFIED\020\000\022\027\n\023BUDGET_MODE_ENFORCE\020\001\022\027\n\023B" +
-      "UDGET_MODE_OBSERVE\020\002*\316\002\n\rRefusalReason\022\036" +
-      "\n\032REFUSAL_REASON_UNSPECIFIED\020\000\022&\n\"REFUSA" +
-      "L_REASON_INSUFFICIENT_BUDGET\020\001\022$\n REFUSA" +
-      "L_REASON_LIMIT_UNAVAILABLE\020\002\022\037\n\033REFUSAL_" +
-      "REASON_RATE_LIMITED\020\003\022 \n\034REFUSAL_REASON_" +
-      "TOO_MANY_OPEN\020\004\022#\n\037REFUSAL_REASON_ADMISS" +
-      "IONS_SPENT\020\005\022\031\n\025REFUSAL_REASON_CLOSED\020\006\022" +
-      "$\n REFUSAL_REASON_SHARE_LEASE_ENDED\020\007\022&\n" +
-      "\"REFUSAL_REASON_HOLD_OUTLIVES_SHARE\020\010*y\n" +
-      "\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\025\n\021OUT" +
-      "COME_SUCCEEDED\020\001\022\022\n\016OUTCOME_FAILED\020\002\022\025\n\021" +
-      "OUTCOME_CANCELLED\020\003\022\023\n\017OUTCOME_UNKNOWN\020\004" +
-      "*\257\001\n\020ReservationState\022!\n\035RESERVATION_STA" +
-      "TE_UNSPECIFIED\020\000\022\032\n\026RESERVATION_STATE_HE" +
-      "LD\020\001\022\035\n\031RESERVATION_STATE_SETTLED\020\002\022\035\n\031R" +
-      "ESERVATION_STATE_EXPIRED\020\003\022\036\n\032RESERVATIO" +
-      "N_STATE_IN_DOUBT\020\004*j\n\016ThresholdBasis\022\037\n\033" +
-      "THRESHOLD_BASIS_UNSPECIFIED\020\000\022\035\n\031THRESHO" +
-      "LD_BASIS_COMMITTED\020\001\022\030\n\024THRESHOLD_BASIS_" +
-      "USED\020\002*\337\001\n\016EstimateSource\022\037\n\033ESTIMATE_SO" +
-      "URCE_UNSPECIFIED\020\000\022\032\n\026ESTIMATE_SOURCE_CA" +
-      "LLER\020\001\022\031\n\025ESTIMATE_SOURCE_SHAPE\020\002\022\033\n\027EST" +
-      "IMATE_SOURCE_DEFAULT\020\003\022\036\n\032ESTIMATE_SOURC" +
-      "E_JOB_MEDIAN\020\004\022\033\n\027ESTIMATE_SOURCE_JOB_P7" +
-      "5\020\005\022\033\n\027ESTIMATE_SOURCE_JOB_MAX\020\006*f\n\016Esti" +
-      "matePolicy\022\037\n\033ESTIMATE_POLICY_UNSPECIFIE" +
-      "D\020\000\022\032\n\026ESTIMATE_POLICY_MEDIAN\020\001\022\027\n\023ESTIM" +
-      "ATE_POLICY_P75\020\002*j\n\nSpendGroup\022\033\n\027SPEND_" +
-      "GROUP_UNSPECIFIED\020\000\022\025\n\021SPEND_GROUP_MODEL" +
-      "\020\001\022\023\n\017SPEND_GROUP_JOB\020\002\022\023\n\017SPEND_GROUP_D" +
-      "AY\020\0032\214\002\n\006Budget\022B\n\007Reserve\022\032.earmark.v1." +
-      "ReserveRequest\032\033.earmark.v1.ReserveRespo" +
-      "nse\022?\n\006Charge\022\031.earmark.v1.ChargeRequest" +
-      "\032\032.earmark.v1.ChargeResponse\022<\n\005Renew\022\030." +
-      "earmark.v1.RenewRequest\032\031.earmark.v1.Ren" +
-      "ewResponse\022?\n\006Settle\022\031.earmark.v1.Settle" +
-      "Request\032\032.earmark.v1.SettleResponse2\303\013\n\005" +
-      "Admin\022B\n\tPutBudget\022\034.earmark.v1.PutBudge" +
-      "tRequest\032\027.earmark.v1.BudgetState\022B\n\tGet" +
-      "Budget\022\034.earmark.v1.GetBudgetRequest\032\027.e" +
-      "armark.v1.BudgetState\022:\n\010PutPrice\022\033.earm" +
-      "ark.v1.PutPriceRequest\032\021.earmark.v1.Pric" +
-      "e\022K\n\nListPrices\022\035.earmark.v1.ListPricesR" +
-      "equest\032\036.earmark.v1.ListPricesResponse\022K" +
-      "\n\nListCycles\022\035.earmark.v1.ListCyclesRequ" +
-      "est\032\036.earmark.v1.ListCyclesResponse\022Q\n\rR" +
-      "efreshLimits\022 .earmark.v1.RefreshLimitsR" +
-      "equest\032\036.earmark.v1.ListCyclesResponse\022H" +
-      "\n\tListHolds\022\034.earmark.v1.ListHoldsReques" +
-      "t\032\035.earmark.v1.ListHoldsResponse\022K\n\nList" +
-      "Ledger\022\035.earmark.v1.ListLedgerRequest\032\036." +
-      "earmark.v1.ListLedgerResponse\022I\n\013Resolve" +
-      "Hold\022\036.earmark.v1.ResolveHoldRequest\032\032.e" +
-      "armark.v1.SettleResponse\022I\n\013ReleaseHold\022" +
-      "\036.earmark.v1.ReleaseHoldRequest\032\032.earmar" +
-      "k.v1.SettleResponse\022H\n\014DeleteBudget\022\037.ea" +
-      "rmark.v1.DeleteBudgetRequest\032\027.earmark.v" +
-      "1.BudgetState\022N\n\013ListBudgets\022\036.earmark.v" +
-      "1.ListBudgetsRequest\032\037.earmark.v1.ListBu" +
-      "dgetsResponse\022H\n\tListCalls\022\034.earmark.v1." +
-      "ListCallsRequest\032\035.earmark.v1.ListCallsR" +
-      "esponse\022E\n\010GetSpend\022\033.earmark.v1.GetSpen" +
-      "dRequest\032\034.earmark.v1.GetSpendResponse\022H" +
-      "\n\014UpdateBudget\022\037.earmark.v1.UpdateBudget" +
-      "Request\032\027.earmark.v1.BudgetState\022U\n\021PutB" +
-      "udgetTemplate\022$.earmark.v1.PutBudgetTemp" +
-      "lateRequest\032\032.earmark.v1.BudgetTemplate\022" +
-      "f\n\023ListBudgetTemplates\022&.earmark.v1.List" +
-      "BudgetTemplatesRequest\032\'.earmark.v1.List" +
-      "BudgetTemplatesResponse\022[\n\024DeleteBudgetT" +
-      "emplate\022\'.earmark.v1.DeleteBudgetTemplat" +
-      "eRequest\032\032.earmark.v1.BudgetTemplate\022K\n\n" +
-      "ListShares\022\035.earmark.v1.ListSharesReques" +
-      "t\032\036.earmark.v1.ListSharesResponse2G\n\007Reg" +
-      "ions\022<\n\005Share\022\030.earmark.v1.ShareRequest\032" +
-      "\031.earmark.v1.ShareResponseB[\n\016dev.earmar" +
-      "k.v1B\013BudgetProtoP\001Z:github.com/earmark-" +
-      "dev/earmark/gen/go/earmark/v1;earmarkv1b" +
-      "\006proto3"
+      "\006 \001(\003\022\r\n\005doubt\030\007 \001(\003\022\025\n\rsmallest_need\030\010 " +
+      "\001(\003\"9\n\rShareResponse\022(\n\007answers\030\001 \003(\0132\027." +
+      "earmark.v1.ShareAnswer\"\303\001\n\013ShareAnswer\022\021" +
+      "\n\tbudget_id\030\001 \001(\t\022\r\n\005found\030\002 \001(\010\022\017\n\007mess" +
+      "age\030\003 \001(\t\022,\n\010asked_at\030\004 \001(\0132\032.google.pro" +
+      "tobuf.Timestamp\022\017\n\007granted\030\005 \001(\003\022\020\n\010rele" +
+      "ased\030\006 \001(\003\022\r\n\005short\030\007 \001(\010\022\023\n\013granted_now" +
+      "\030\010 \001(\003\022\014\n\004unit\030\t \001(\t\"?\n\021ListSharesReques" +
+      "t\022\021\n\tbudget_id\030\001 \001(\t\022\027\n\017after_budget_id\030" +
+      "\002 \001(\t\"O\n\022ListSharesResponse\022!\n\006shares\030\001 " +
+      "\003(\0132\021.earmark.v1.Share\022\026\n\016next_budget_id" +
+      "\030\002 \001(\t\"\377\001\n\005Share\022\021\n\tbudget_id\030\001 \001(\t\022\016\n\006r" +
+      "egion\030\002 \001(\t\022\014\n\004home\030\003 \001(\010\022\017\n\007granted\030\004 \001" +
+      "(\003\022\020\n\010released\030\005 \001(\003\022\014\n\004used\030\006 \001(\003\022\023\n\013ou" +
+      "tstanding\030\007 \001(\003\022\r\n\005doubt\030\010 \001(\003\022/\n\013lease_" +
+      "until\030\t \001(\0132\032.google.protobuf.Timestamp\022" +
+      ",\n\010heard_at\030\n \001(\0132\032.google.protobuf.Time" +
+      "stamp\022\021\n\treclaimed\030\013 \001(\003*?\n\005Phase\022\025\n\021PHA" +
+      "SE_UNSPECIFIED\020\000\022\016\n\nPHASE_WORK\020\001\022\017\n\013PHAS" +
+      "E_FINAL\020\002*a\n\rOveragePolicy\022\036\n\032OVERAGE_PO" +
+      "LICY_UNSPECIFIED\020\000\022\027\n\023OVERAGE_POLICY_HAR" +
+      "D\020\001\022\027\n\023OVERAGE_POLICY_SOFT\020\002*x\n\006Period\022\026" +
+      "\n\022PERIOD_UNSPECIFIED\020\000\022\016\n\nPERIOD_DAY\020\001\022\017" +
+      "\n\013PERIOD_WEEK\020\002\022\020\n\014PERIOD_MONTH\020\003\022\022\n\016PER" +
+      "IOD_QUARTER\020\004\022\017\n\013PERIOD_YEAR\020\005*[\n\nBudget" +
+      "Mode\022\033\n\027BUDGET_MODE_UNSPECIFIED\020\000\022\027\n\023BUD" +
+      "GET_MODE_ENFORCE\020\001\022\027\n\023BUDGET_MODE_OBSERV" +
+      "E\020\002*\316\002\n\rRefusalReason\022\036\n\032REFUSAL_REASON_" +
+      "UNSPECIFIED\020\000\022&\n\"REFUSAL_REASON_INSUFFIC" +
+      "IENT_BUDGET\020\001\022$\n REFUSAL_REASON_LIMIT_UN" +
+      "AVAILABLE\020\002\022\037\n\033REFUSAL_REASON_RATE_LIMIT" +
+      "ED\020\003\022 \n\034REFUSAL_REASON_TOO_MANY_OPEN\020\004\022#" +
+      "\n\037REFUSAL_REASON_ADMISSIONS_SPENT\020\005\022\031\n\025R" +
+      "EFUSAL_REASON_CLOSED\020\006\022$\n REFUSAL_REASON" +
+      "_SHARE_LEASE_ENDED\020\007\022&\n\"REFUSAL_REASON_H" +
+      "OLD_OUTLIVES_SHARE\020\010*y\n\007Outcome\022\027\n\023OUTCO" +
+      "ME_UNSPECIFIED\020\000\022\025\n\021OUTCOME_SUCCEEDED\020\001\022" +
+      "\022\n\016OUTCOME_FAILED\020\002\022\025\n\021OUTCOME_CANCELLED" +
+      "\020\003\022\023\n\017OUTCOME_UNKNOWN\020\004*\257\001\n\020ReservationS" +
+      "tate\022!\n\035RESERVATION_STATE_UNSPECIFIED\020\000\022" +
+      "\032\n\026RESERVATION_STATE_HELD\020\001\022\035\n\031RESERVATI" +
+      "ON_STATE_SETTLED\020\002\022\035\n\031RESERVATION_STATE_" +
+      "EXPIRED\020\003\022\036\n\032RESERVATION_STATE_IN_DOUBT\020" +
+      "\004*j\n\016ThresholdBasis\022\037\n\033THRESHOLD_BASIS_U" +
+      "NSPECIFIED\020\000\022\035\n\031THRESHOLD_BASIS_COMMITTE" +
+      "D\020\001\022\030\n\024THRESHOLD_BASIS_USED\020\002*\337\001\n\016Estima" +
+      "teSource\022\037\n\033ESTIMATE_SOURCE_UNSPECIFIED\020" +
+      "\000\022\032\n\026ESTIMATE_SOURCE_CALLER\020\001\022\031\n\025ESTIMAT" +
+      "E_SOURCE_SHAPE\020\002\022\033\n\027ESTIMATE_SOURCE_DEFA" +
+      "ULT\020\003\022\036\n\032ESTIMATE_SOURCE_JOB_MEDIAN\020\004\022\033\n" +
+      "\027ESTIMATE_SOURCE_JOB_P75\020\005\022\033\n\027ESTIMATE_S" +
+      "OURCE_JOB_MAX\020\006*f\n\016EstimatePolicy\022\037\n\033EST" +
+      "IMATE_POLICY_UNSPECIFIED\020\000\022\032\n\026ESTIMATE_P" +
+      "OLICY_MEDIAN\020\001\022\027\n\023ESTIMATE_POLICY_P75\020\002*" +
+      "j\n\nSpendGroup\022\033\n\027SPEND_GROUP_UNSPECIFIED" +
+      "\020\000\022\025\n\021SPEND_GROUP_MODEL\020\001\022\023\n\017SPEND_GROUP" +
+      "_JOB\020\002\022\023\n\017SPEND_GROUP_DAY\020\0032\214\002\n\006Budget\022B" +
+      "\n\007Reserve\022\032.earmark.v1.ReserveRequest\032\033." +
+      "earmark.v1.ReserveResponse\022?\n\006Charge\022\031.e" +
+      "armark.v1.ChargeRequest\032\032.earmark.v1.Cha" +
+      "rgeResponse\022<\n\005Renew\022\030.earmark.v1.RenewR" +
+      "equest\032\031.earmark.v1.RenewResponse\022?\n\006Set" +
+      "tle\022\031.earmark.v1.SettleRequest\032\032.earmark" +
+      ".v1.SettleResponse2\303\013\n\005Admin\022B\n\tPutBudge" +
+      "t\022\034.earmark.v1.PutBudgetRequest\032\027.earmar" +
+      "k.v1.BudgetState\022B\n\tGetBudget\022\034.earmark." +
+      "v1.GetBudgetRequest\032\027.earmark.v1.BudgetS" +
+      "tate\022:\n\010PutPrice\022\033.earmark.v1.PutPriceRe" +
+      "quest\032\021.earmark.v1.Price\022K\n\nListPrices\022\035" +
+      ".earmark.v1.ListPricesRequest\032\036.earmark." +
+      "v1.ListPricesResponse\022K\n\nListCycles\022\035.ea" +
+      "rmark.v1.ListCyclesRequest\032\036.earmark.v1." +
+      "ListCyclesResponse\022Q\n\rRefreshLimits\022 .ea" +
+      "rmark.v1.RefreshLimitsRequest\032\036.earmark." +
+      "v1.ListCyclesResponse\022H\n\tListHolds\022\034.ear" +
+      "mark.v1.ListHoldsRequest\032\035.earmark.v1.Li" +
+      "stHoldsResponse\022K\n\nListLedger\022\035.earmark." +
+      "v1.ListLedgerRequest\032\036.earmark.v1.ListLe" +
+      "dgerResponse\022I\n\013ResolveHold\022\036.earmark.v1" +
+      ".ResolveHoldRequest\032\032.earmark.v1.SettleR" +
+      "esponse\022I\n\013ReleaseHold\022\036.earmark.v1.Rele" +
+      "aseHoldRequest\032\032.earmark.v1.SettleRespon" +
+      "se\022H\n\014DeleteBudget\022\037.earmark.v1.DeleteBu" +
+      "dgetRequest\032\027.earmark.v1.BudgetState\022N\n\013" +
+      "ListBudgets\022\036.earmark.v1.ListBudgetsRequ" +
+      "est\032\037.earmark.v1.ListBudgetsResponse\022H\n\t" +
+      "ListCalls\022\034.earmark.v1.ListCallsRequest\032" +
+      "\035.earmark.v1.ListCallsResponse\022E\n\010GetSpe" +
+      "nd\022\033.earmark.v1.GetSpendRequest\032\034.earmar" +
+      "k.v1.GetSpendResponse\022H\n\014UpdateBudget\022\037." +
+      "earmark.v1.UpdateBudgetRequest\032\027.earmark" +
+      ".v1.BudgetState\022U\n\021PutBudgetTemplate\022$.e" +
+      "armark.v1.PutBudgetTemplateRequest\032\032.ear" +
+      "mark.v1.BudgetTemplate\022f\n\023ListBudgetTemp" +
+      "lates\022&.earmark.v1.ListBudgetTemplatesRe" +
+      "quest\032\'.earmark.v1.ListBudgetTemplatesRe" +
+      "sponse\022[\n\024DeleteBudgetTemplate\022\'.earmark" +
+      ".v1.DeleteBudgetTemplateRequest\032\032.earmar" +
+      "k.v1.BudgetTemplate\022K\n\nListShares\022\035.earm" +
+      "ark.v1.ListSharesRequest\032\036.earmark.v1.Li" +
+      "stSharesResponse2G\n\007Regions\022<\n\005Share\022\030.e" +
+      "armark.v1.ShareRequest\032\031.earmark.v1.Shar" +
+      "eResponseB[\n\016dev.earmark.v1B\013BudgetProto" +
+      "P\001Z:github.com/earmark-dev/earmark/gen/g" +
+      "o/earmark/v1;earmarkv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -963,7 +963,7 @@ public final class BudgetProto {
     internal_static_earmark_v1_ShareAsk_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_earmark_v1_ShareAsk_descriptor,
-        new java.lang.String[] { "BudgetId", "SentAt", "Want", "Need", "Returned", "Used", "Doubt", });
+        new java.lang.String[] { "BudgetId", "SentAt", "Want", "Need", "Returned", "Used", "Doubt", "SmallestNeed", });
     internal_static_earmark_v1_ShareResponse_descriptor =
       getDescriptor().getMessageTypes().get(45);
     internal_static_earmark_v1_ShareResponse_fieldAccessorTable = new

@@ -194,6 +194,23 @@ private static final long serialVersionUID = 0L;
     return doubt_;
   }
 
+  public static final int SMALLEST_NEED_FIELD_NUMBER = 8;
+  private long smallestNeed_ = 0L;
+  /**
+   * <pre>
+   * &gt; 0: need is what several Reserves that wait together lack, and this the least one of
+   * them lacks (at most need). When the home has not all of need free but has this much,
+   * it grants all it has free, so that those of them that fit are admitted.
+   * </pre>
+   *
+   * <code>int64 smallest_need = 8;</code>
+   * @return The smallestNeed.
+   */
+  @java.lang.Override
+  public long getSmallestNeed() {
+    return smallestNeed_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -228,6 +245,9 @@ private static final long serialVersionUID = 0L;
     }
     if (doubt_ != 0L) {
       output.writeInt64(7, doubt_);
+    }
+    if (smallestNeed_ != 0L) {
+      output.writeInt64(8, smallestNeed_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -265,6 +285,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeInt64Size(7, doubt_);
     }
+    if (smallestNeed_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(8, smallestNeed_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -297,6 +321,8 @@ private static final long serialVersionUID = 0L;
         != other.getUsed()) return false;
     if (getDoubt()
         != other.getDoubt()) return false;
+    if (getSmallestNeed()
+        != other.getSmallestNeed()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -329,6 +355,9 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + DOUBT_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getDoubt());
+    hash = (37 * hash) + SMALLEST_NEED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getSmallestNeed());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -469,6 +498,7 @@ private static final long serialVersionUID = 0L;
       returned_ = 0L;
       used_ = 0L;
       doubt_ = 0L;
+      smallestNeed_ = 0L;
       return this;
     }
 
@@ -524,6 +554,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000040) != 0)) {
         result.doubt_ = doubt_;
+      }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.smallestNeed_ = smallestNeed_;
       }
     }
 
@@ -594,6 +627,9 @@ private static final long serialVersionUID = 0L;
       if (other.getDoubt() != 0L) {
         setDoubt(other.getDoubt());
       }
+      if (other.getSmallestNeed() != 0L) {
+        setSmallestNeed(other.getSmallestNeed());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -657,6 +693,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000040;
               break;
             } // case 56
+            case 64: {
+              smallestNeed_ = input.readInt64();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 64
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1111,6 +1152,56 @@ private static final long serialVersionUID = 0L;
     public Builder clearDoubt() {
       bitField0_ = (bitField0_ & ~0x00000040);
       doubt_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long smallestNeed_ ;
+    /**
+     * <pre>
+     * &gt; 0: need is what several Reserves that wait together lack, and this the least one of
+     * them lacks (at most need). When the home has not all of need free but has this much,
+     * it grants all it has free, so that those of them that fit are admitted.
+     * </pre>
+     *
+     * <code>int64 smallest_need = 8;</code>
+     * @return The smallestNeed.
+     */
+    @java.lang.Override
+    public long getSmallestNeed() {
+      return smallestNeed_;
+    }
+    /**
+     * <pre>
+     * &gt; 0: need is what several Reserves that wait together lack, and this the least one of
+     * them lacks (at most need). When the home has not all of need free but has this much,
+     * it grants all it has free, so that those of them that fit are admitted.
+     * </pre>
+     *
+     * <code>int64 smallest_need = 8;</code>
+     * @param value The smallestNeed to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSmallestNeed(long value) {
+      
+      smallestNeed_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * &gt; 0: need is what several Reserves that wait together lack, and this the least one of
+     * them lacks (at most need). When the home has not all of need free but has this much,
+     * it grants all it has free, so that those of them that fit are admitted.
+     * </pre>
+     *
+     * <code>int64 smallest_need = 8;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSmallestNeed() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      smallestNeed_ = 0L;
       onChanged();
       return this;
     }

@@ -93,4 +93,16 @@ public interface ShareAskOrBuilder extends
    * @return The doubt.
    */
   long getDoubt();
+
+  /**
+   * <pre>
+   * &gt; 0: need is what several Reserves that wait together lack, and this the least one of
+   * them lacks (at most need). When the home has not all of need free but has this much,
+   * it grants all it has free, so that those of them that fit are admitted.
+   * </pre>
+   *
+   * <code>int64 smallest_need = 8;</code>
+   * @return The smallestNeed.
+   */
+  long getSmallestNeed();
 }
