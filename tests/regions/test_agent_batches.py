@@ -9,6 +9,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+from earmark import limits
 from earmark.core import regions
 from earmark.metrics import Metrics
 from earmark.regions.agent import Asked, HomeLink, RegionAgent
@@ -134,3 +135,16 @@ async def test_closing_answers_every_reserve_waiting_and_keeps_nothing() -> None
     assert [Asked.UNREACHABLE] * 3 == list(answers)
     assert {} == agent._asking
     assert Asked.UNREACHABLE == await agent.demand("b", 1)
+
+
+async def test_needs_past_the_largest_count_are_asked_within_it() -> None:
+    """Two Reserves each lacking more than the largest amount (a share's remaining below 0)
+    ask for at most the largest count the home reads, the smallest within it."""
+    home, store = Home(), Store()
+    agent = agent_with(home, store)
+    waiting = [asyncio.create_task(agent.demand("b", n)) for n in (2 * 10**18, 3 * 10**18)]
+    await calls_made(home, 1)
+    home.land.set()
+    assert [Asked.ANSWERED] * 2 == list(await asyncio.gather(*waiting))
+    top = limits.limit_units_max
+    assert [(top, top)] == [(c.asks[0].need, c.asks[0].smallest_need) for c in home.calls]

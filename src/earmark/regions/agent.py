@@ -122,7 +122,8 @@ class RegionAgent:
         # come while it is under way wait together for the next, which asks for all their
         # needs at once; so a burst of Reserves at a budget the region has too little of (a
         # fresh budget, a share run dry) sends the home a call or two, not one each. An
-        # entry lives while its calls do, each at most limits.region_call_seconds.
+        # entry lives while its calls do, each waiting at most limits.region_call_seconds
+        # for the home (and its store's reads and writes around it).
         self._asking: dict[str, _Asking] = {}
         self._closed = False
 
@@ -343,7 +344,9 @@ class _Batch:
     def add(self, need: int, shares_only: bool) -> None:
         assert not self.sealed
         self.smallest = need if self.count == 0 else min(self.smallest, need)
-        self.total = min(limits.amount_units_max, self.total + need)
+        # Within what the home reads as a count (a share's remaining below 0 can make one
+        # Reserve's need more than its amount).
+        self.total = min(limits.limit_units_max, self.total + need)
         self.count += 1
         self.shares_only = self.shares_only and shares_only
 
@@ -351,7 +354,7 @@ class _Batch:
         """The ask's need (what they all lack) and its smallest (the least one of them lacks;
         0 for one Reserve alone): core.regions.grant_size grants them much as it would one
         by one."""
-        return self.total, (self.smallest if self.count > 1 else 0)
+        return self.total, (min(self.smallest, self.total) if self.count > 1 else 0)
 
 
 @dataclass(slots=True)
