@@ -108,6 +108,13 @@ class Regions(RuleBasedStateMachine):
             if hold_id in self.world.works:
                 self.world.settle(hold_id, amount)
 
+    @rule(name=regions, amounts=st.lists(st.integers(1, 800), min_size=2, max_size=6))
+    def together(self, name: str, amounts: list[int]) -> None:
+        """Reserves at once in a region, those its share cannot admit waiting on one ask
+        for all of what they lack (the agent's batch)."""
+        lease = timedelta(seconds=60)
+        self.verdicts += self.world.reserve_together(name, amounts, lease)
+
     @precondition(lambda self: self.world.works)
     @rule(pick=picks, share=st.sampled_from([0, 50, 100, 130]))
     def settle(self, pick: int, share: int) -> None:

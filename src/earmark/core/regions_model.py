@@ -111,7 +111,28 @@ class World:
         wait = Waiting(amount, lease, dispatched)
         return self._admit_in_region(node, hold_id, wait, ask=True)
 
-    def _admit_in_region(self, node: str, hold_id: str, wait: Waiting, *, ask: bool) -> Verdict:
+    def reserve_together(self, node: str, amounts: list[int], lease: timedelta) -> list[Verdict]:
+        """Reserves at once in region node: those its share cannot admit wait on one ask for
+        all of what they lack, and the least of it (the agent's batch, RegionAgent.demand)."""
+        verdicts: list[Verdict] = []
+        needs: list[int] = []
+        for amount in amounts:
+            self.seq += 1
+            wait = Waiting(amount, lease, False)
+            verdicts.append(
+                self._admit_in_region(node, f"h{self.seq}", wait, ask=False, needs=needs)
+            )
+        if needs:
+            smallest = min(needs) if len(needs) > 1 else 0
+            group = rules.NeedInput(self.regions[node], 0, self.clock(node), sum(needs), smallest)
+            asked = rules.region_ask(group)
+            assert asked is not None
+            self.send(Message(node, True, asked))
+        return verdicts
+
+    def _admit_in_region(
+        self, node: str, hold_id: str, wait: Waiting, *, ask: bool, needs: list[int] | None = None
+    ) -> Verdict:
         now = self.clock(node)
         decided = rules.region_admit(
             rules.AdmitInput(
@@ -121,6 +142,10 @@ class World:
         self.regions[node] = decided.region
         if decided.verdict is Verdict.ADMIT:
             self.works[hold_id] = Work(node, wait.amount)
+        elif decided.verdict is Verdict.ASK and needs is not None:
+            # Waiting on the ask its caller sends for several (reserve_together).
+            self.waiting[node][hold_id] = wait
+            needs.append(decided.need)
         elif decided.verdict is Verdict.ASK and ask:
             self.waiting[node][hold_id] = wait
             need = rules.NeedInput(self.regions[node], 0, now, decided.need)
