@@ -91,6 +91,18 @@ class Backend:
         rows = await self._fetch("SELECT kind, budget_id FROM events ORDER BY seq")
         return [(r["kind"], r["budget_id"]) for r in rows]
 
+    async def doubted(self) -> list[str]:
+        """The reservation id of every hold.in_doubt notice, in order."""
+        if self.model is not None:
+            keys = [e.dedupe_key for e in self.model.events if e.kind == "hold.in_doubt"]
+        else:
+            rows = await self._fetch(
+                "SELECT dedupe_key FROM events WHERE kind = 'hold.in_doubt' ORDER BY seq"
+            )
+            keys = [r["dedupe_key"] for r in rows]
+        # "hold/RESERVATION/in_doubt"
+        return [key.split("/")[1] for key in keys]
+
     async def _fetch(self, sql: str) -> list[Any]:
         conn = await asyncpg.connect(self.dsn)
         try:
@@ -238,6 +250,25 @@ async def test_the_sweeper_expires_and_doubts_lapsed_holds(
         ("b", "in_doubt", 0, 0, 0),
         ("b", "settle", -150, 0, 0),
     ] == sorted(await backend.ledger())
+
+
+async def test_holds_that_lapse_together_are_doubted_in_id_order(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """Charged holds whose leases end at the same instant go into doubt in the order of
+    their ids, in the store as in the model, and their notices are written in it (the store
+    read them in its table's order, the model in its own: the state machine's flake)."""
+    store = backend.store
+    await store.put_budget("b", 1_000, "tokens")
+    ids = []
+    for i in range(8):
+        hold = await submit(store, reserve("b", 10, f"k{i}"), ReserveResult)
+        await store.submit(ChargeOp(hold.reservation_id, "c", 1))
+        ids.append(hold.reservation_id)
+    assert sorted(ids) != ids
+    clock.advance(LEASE)
+    assert 8 == await store.sweep_once()
+    assert sorted(ids) == await backend.doubted()
 
 
 async def test_a_period_rolls_at_its_boundary(backend: Backend, clock: FakeClock) -> None:

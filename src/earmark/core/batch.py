@@ -478,7 +478,9 @@ def expire_due(state: BatchState, now: datetime) -> BatchDecision:
     bookkeeping.roll_due(state, decision, now)
     before = bookkeeping.counters(state)
     spent = bookkeeping.spent(state)
-    for hold in state.holds_by_id.values():
+    # The earliest lease first, ties by id: the store and the model list the same holds in
+    # different orders, and each lapse's notice is written in this one.
+    for hold in sorted(state.holds_by_id.values(), key=lambda h: (h.expires_at, h.reservation_id)):
         if rules.lease_passed(hold, now):
             lapse(state, decision, hold, now)
     bookkeeping.notice(state, decision, spent, now)

@@ -345,7 +345,7 @@ class Model:
         now = self.clock()
         due = sorted(
             (h for h in self.holds.values() if h.state is HoldState.HELD and h.expires_at <= now),
-            key=lambda h: h.expires_at,
+            key=lambda h: (h.expires_at, h.reservation_id),
         )[:batch_size]
         changed = 0
         for budget_id in sorted({h.budget_id for h in due}):

@@ -104,7 +104,7 @@ CLAIM_DUE = f"""
 SELECT {", ".join(f"r.{name}" for name in HOLD_COLUMN_NAMES)}
 FROM open_holds o JOIN reservations r USING (reservation_id)
 WHERE o.expires_at <= $1 AND r.state = 1
-ORDER BY o.expires_at
+ORDER BY o.expires_at, o.reservation_id
 LIMIT $2
 FOR UPDATE OF r SKIP LOCKED
 """
