@@ -4,7 +4,7 @@ its own database on one server, moved by hand as the region's sidecar moves them
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import pytest
@@ -299,3 +299,16 @@ async def test_a_shared_budget_keeps_its_unit_at_its_home(pair: Pair) -> None:
     with pytest.raises(FailedPrecondition) as raised:
         await pair.home.put_budget("b", 10_000, "tokens")
     assert Reason.UNIT_LOCKED == raised.value.reason
+
+
+async def test_an_answer_in_another_unit_is_not_applied_in_the_region(pair: Pair) -> None:
+    """A region's share keeps the unit it was made in: an answer naming another is refused
+    UNIT_MISMATCH and changes nothing."""
+    first = await pair.ask(want=1_000)
+    before = await fetch_budget_row(pair.region_dsn, "b")
+    other = replace(first, unit="tokens")
+    with pytest.raises(FailedPrecondition) as raised:
+        await pair.region.apply_share_answer(EU, other)
+    after = await fetch_budget_row(pair.region_dsn, "b")
+    assert (Reason.UNIT_MISMATCH, before) == (raised.value.reason, after)
+    await pair.audit()

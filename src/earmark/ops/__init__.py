@@ -1,10 +1,10 @@
 """The operator's command line over Admin, in the style of kubectl: `earmark budgets`,
 `templates`, `regions`, `prices`, `holds` and `ledger`, each with a table or `-o json`; the
-audit of a
-data dir's embedded database, `earmark usage` (an account's metered totals, read from the
-database as the audit reads it) and `earmark events list` (budget notices and their delivery, read
-the same way). cli.py wires these commands; each command's function takes the parsed
-flags and returns what it prints, or raises OpsError with the one line to print instead."""
+audit of a data dir's embedded database, `earmark usage` (an account's metered totals,
+read from the database as the audit reads it) and `earmark events list` (budget notices
+and their delivery, read the same way). cli.py wires these commands; each command's
+function takes the parsed flags and returns what it prints, or raises OpsError with the
+one line to print instead."""
 
 from __future__ import annotations
 

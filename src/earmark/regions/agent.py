@@ -161,7 +161,7 @@ class RegionAgent:
                 asked = await self._look_at(share, now)
                 if asked is not None:
                     asks.append((share.budget_id, asked))
-                room += max(0, share.granted - share.returned - share.used - share.held)
+                room += max(0, share.room)
             if len(page) < limits.region_shares_per_tick_max:
                 self._end_pass()
                 break

@@ -280,6 +280,13 @@ class RegionShare:
     lease_until: datetime | None
     # Of held, what its holds in doubt hold.
     doubt: int = 0
+    # The unit the share was made in (its budget row's).
+    unit: str = ""
+
+    @property
+    def room(self) -> int:
+        """What the share may still admit (below 0 when late use took it past its level)."""
+        return self.granted - self.returned - self.used - self.held
 
     def region(self, name: str, heard: tuple[datetime | None, bool]) -> regions.Region:
         """As core.regions.Region, heard_at and short what the region last heard (kept in
@@ -306,7 +313,7 @@ class RegionShare:
 
 # A share's holds in doubt: on its budget, or nested on it (also_budget_ids).
 _SHARE_ROWS = """
-SELECT s.budget_id, s.granted, s.returned, s.lease_until, b.used, b.held,
+SELECT s.budget_id, s.granted, s.returned, s.lease_until, b.used, b.held, b.unit,
        (SELECT coalesce(sum(r.amount - r.charged), 0)
         FROM in_doubt_holds d JOIN reservations r USING (reservation_id)
         WHERE r.budget_id = s.budget_id OR s.budget_id = ANY (r.also_budget_ids)) AS doubt
@@ -323,6 +330,7 @@ def _region_share(row: asyncpg.Record) -> RegionShare:
         held=row["held"],
         lease_until=row["lease_until"],
         doubt=int(row["doubt"]),
+        unit=row["unit"],
     )
 
 
@@ -375,19 +383,18 @@ async def apply_answer(
         share = await region_share(conn, outcome.budget_id)
         assert share is not None
     else:
-        await _require_unit(conn, outcome)
+        _require_unit(share, outcome)
     region = regions.region_answer(share.region(name, (None, False)), answer, now)
     await _write_region(conn, outcome.budget_id, region)
     return region
 
 
-async def _require_unit(conn: Conn, outcome: ShareOutcome) -> None:
+def _require_unit(share: RegionShare, outcome: ShareOutcome) -> None:
     """A share's unit is the one it was made in: an answer in another is not applied."""
-    unit = await conn.fetchval("SELECT unit FROM budgets WHERE budget_id = $1", outcome.budget_id)
-    if unit != outcome.unit:
+    if share.unit != outcome.unit:
         raise FailedPrecondition(
             f"budget {outcome.budget_id!r}: the home answered in {outcome.unit!r}, and this "
-            f"region's share of it is in {unit!r}",
+            f"region's share of it is in {share.unit!r}",
             Reason.UNIT_MISMATCH,
             budget_id=outcome.budget_id,
         )
@@ -509,7 +516,7 @@ async def list_shares(conn: Conn, budget_id: str, after: str) -> tuple[list[Shar
                 granted=mine.granted,
                 released=mine.returned,
                 used=mine.used,
-                outstanding=mine.granted - mine.returned - mine.used - mine.held,
+                outstanding=mine.room,
                 doubt=mine.doubt,
                 lease_until=mine.lease_until,
             )
