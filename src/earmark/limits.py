@@ -881,7 +881,7 @@ region_name_chars_max = 64
 shares_page_budgets_max = 100
 # A region's sidecar looks at its shares every region_tick_seconds (asks, returns, reports),
 # at most region_shares_per_tick_max of them; a call to the home waits region_call_seconds
-# at most, and a Reserve waiting on an ask as long.
+# at most, and a Reserve waiting on asks twice as long (the one under way, then its own).
 region_tick_seconds = 1.0
 region_shares_per_tick_max = 1_000
 # A tick reads at most region_share_pages_per_tick_max pages of region_shares_per_tick_max
