@@ -3,6 +3,15 @@ test, and a real gRPC sidecar on 127.0.0.1 port 0."""
 
 from __future__ import annotations
 
+import os
+
+# As earmark.cli does for the sidecar, and for the same crash: tests run pg_ctl (an embedded
+# PostgreSQL started or restarted, as another user, so by fork rather than vfork) while
+# gRPC's threads run, and with gRPC's fork support on that child died with SIGSEGV before
+# exec (tests/test_cli.py, a fresh-clone run). Nothing here forks a process that goes on to
+# use gRPC; gRPC reads this when it loads, so before anything imports it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import asyncio
 import shutil
 import tempfile
